@@ -1,0 +1,15 @@
+"""fairness_core: priority classes with exact weighted shares and weighted fair queuing across
+tenants, on Redis, atomically, with leases. Nothing here imports the exporter, alerts or CLI."""
+
+from .classification import Classification, classify
+from .config import Config, ConfigError, load_config, parse_config, parse_duration
+from .jobs import BudgetRejected, FairnessError, InvalidJob, Lease, RedisUnavailable
+from .model import Model
+from .scheduler import Scheduler
+from .snapshot import ClassSnapshot, Snapshot
+
+__all__ = [
+    "BudgetRejected", "Classification", "ClassSnapshot", "Config", "ConfigError", "FairnessError",
+    "InvalidJob", "Lease", "Model", "RedisUnavailable", "Scheduler", "Snapshot", "classify",
+    "load_config", "parse_config", "parse_duration",
+]

@@ -1,0 +1,424 @@
+"""Load and validate ``fairness.yaml`` into frozen, typed objects.
+
+Everything in fairctl is built from one ``Config``: the scheduler, the worker, the CLI (and later
+the exporter, rules, dashboards and simulator). Every invalid value fails here, early, with an
+error that names the field path and what was expected, so nothing downstream has to re-check it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, TypeVar
+
+import yaml
+
+POLICIES = ("fifo", "strict", "weighted", "weighted-fair")
+BUDGET_ACTIONS = ("demote", "reject")
+# Class names, tier names and the key prefix end up in Redis keys and Prometheus labels.
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+MAX_WEIGHT = 1_000_000
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; ``path`` names the field (``classes[2].weight``)."""
+
+    def __init__(self, path: str, message: str, source: str | None = None) -> None:
+        self.path = path
+        self.message = message
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{path}: {message}" if path else f"{where}{message}")
+
+
+def parse_duration(value: object, path: str) -> float:
+    """Seconds from ``"30s"``, ``"15m"``, ``"1h"``, ``"1h30m"``, ``"250ms"`` or ``"2d"``."""
+    expected = "expected a duration such as 30s, 15m or 1h"
+    if not isinstance(value, str):
+        raise ConfigError(path, f"{expected}, got {value!r}")
+    text = value.strip()
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ConfigError(path, f"{expected}, got {value!r}")
+    if total <= 0:
+        raise ConfigError(path, f"must be longer than zero, got {value!r}")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """The inverse of :func:`parse_duration` for whole units (used in messages and rules)."""
+    for unit in ("d", "h", "m", "s"):
+        size = _UNIT_SECONDS[unit]
+        if seconds >= size and float(seconds / size).is_integer():
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(round(seconds * 1000))}ms"
+
+
+@dataclass(frozen=True)
+class RedisConfig:
+    url: str = "redis://127.0.0.1:6379/0"
+    prefix: str = "fq"
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    policy: str = "weighted-fair"
+    max_payload_bytes: int = 1_048_576
+    budget_window: float = 600.0
+    budget_min_arrivals: int = 100
+    budget_action: str = "demote"
+
+
+@dataclass(frozen=True)
+class ClassConfig:
+    name: str
+    weight: int
+    max_age: float
+    arrival_budget: float | None = None
+    reserved_slots: int = 0
+    promote_after: float | None = None
+
+
+@dataclass(frozen=True)
+class TenantsConfig:
+    tiers: Mapping[str, int] = field(default_factory=lambda: {"default": 1})
+    default_tier: str = "default"
+    batch: int = 10
+    max_id_bytes: int = 256
+
+    def cost(self, tier: str) -> int:
+        """Virtual-time cost of one job for a tenant of ``tier``: integer, so Lua and Python agree."""
+        return math.lcm(*self.tiers.values()) // self.tiers[tier]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One classification rule; ``None`` conditions match anything. First match wins."""
+
+    queue: str
+    reason: str
+    tasks: frozenset[str] | None = None
+    user_waiting: bool | None = None
+    tenant_tier: str | None = None
+
+    def matches(self, task: str, tier: str, user_waiting: bool) -> bool:
+        return (
+            (self.tasks is None or task in self.tasks)
+            and (self.user_waiting is None or self.user_waiting == user_waiting)
+            and (self.tenant_tier is None or self.tenant_tier == tier)
+        )
+
+
+@dataclass(frozen=True)
+class LeasesConfig:
+    visibility_timeout: float = 300.0
+    max_attempts: int = 5
+    retry_backoff: float = 1.0
+    retry_backoff_max: float = 300.0
+
+
+@dataclass(frozen=True)
+class Config:
+    classes: tuple[ClassConfig, ...]
+    classification: tuple[Rule, ...]
+    redis: RedisConfig = RedisConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    tenants: TenantsConfig = TenantsConfig()
+    leases: LeasesConfig = LeasesConfig()
+    source: str | None = None
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.classes)
+
+    def class_index(self, name: str) -> int:
+        try:
+            return self.class_names.index(name)
+        except ValueError:
+            raise KeyError(f"unknown class {name!r}; configured: {', '.join(self.class_names)}") from None
+
+    @property
+    def total_weight(self) -> int:
+        return sum(c.weight for c in self.classes)
+
+
+T = TypeVar("T")
+
+
+class _Reader:
+    """Walks a YAML mapping, recording the field path for every error."""
+
+    def __init__(self, data: object, path: str, source: str | None) -> None:
+        if not isinstance(data, dict):
+            raise ConfigError(path or "(top level)", f"expected a mapping, got {_kind(data)}", source)
+        self.data: dict[Any, Any] = data
+        self.path = path
+        self.source = source
+        self.seen: set[str] = set()
+
+    def sub(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def error(self, key: str, message: str) -> ConfigError:
+        return ConfigError(self.sub(key), message, self.source)
+
+    def get(self, key: str, default: T, convert: Callable[[object, str], T]) -> T:
+        self.seen.add(key)
+        if key not in self.data or self.data[key] is None:
+            return default
+        try:
+            return convert(self.data[key], self.sub(key))
+        except ConfigError as exc:
+            raise ConfigError(exc.path, exc.message, self.source) from None
+
+    def require(self, key: str, convert: Callable[[object, str], T]) -> T:
+        if key not in self.data or self.data[key] is None:
+            raise self.error(key, "is required")
+        return self.get(key, None, convert)  # type: ignore[arg-type]
+
+    def done(self) -> None:
+        unknown = sorted(str(k) for k in self.data if k not in self.seen)
+        if unknown:
+            raise ConfigError(
+                self.sub(unknown[0]),
+                f"unknown key; expected one of: {', '.join(sorted(self.seen))}",
+                self.source,
+            )
+
+
+def _kind(value: object) -> str:
+    return "nothing" if value is None else type(value).__name__
+
+
+def _string(value: object, path: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(path, f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _name(value: object, path: str) -> str:
+    text = _string(value, path)
+    if not NAME_PATTERN.match(text):
+        raise ConfigError(path, f"expected 1-64 characters of A-Z a-z 0-9 _ . : -, got {text!r}")
+    return text
+
+
+def _reason(value: object, path: str) -> str:
+    text = _string(value, path)
+    if any(ch in text for ch in "\t\n\r") or len(text) > 200:
+        raise ConfigError(path, "expected one line of at most 200 characters without tabs")
+    return text
+
+
+def _int_between(low: int, high: int) -> Callable[[object, str], int]:
+    def convert(value: object, path: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(path, f"expected a whole number, got {value!r}")
+        if not low <= value <= high:
+            raise ConfigError(path, f"must be between {low} and {high}, got {value}")
+        return value
+
+    return convert
+
+
+def _positive_int(value: object, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(path, f"expected a whole number, got {value!r}")
+    if value <= 0:
+        raise ConfigError(path, f"must be > 0, got {value}")
+    if value > MAX_WEIGHT:
+        raise ConfigError(path, f"must be at most {MAX_WEIGHT}, got {value}")
+    return value
+
+
+def _ratio(value: object, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(path, f"expected a ratio in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _bool(value: object, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(path, f"expected true or false, got {value!r}")
+    return value
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[object, str], str]:
+    def convert(value: object, path: str) -> str:
+        if value not in options:
+            raise ConfigError(path, f"expected one of {', '.join(options)}, got {value!r}")
+        return str(value)
+
+    return convert
+
+
+def _list(value: object, path: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ConfigError(path, f"expected a list, got {_kind(value)}")
+    return value
+
+
+def _redis(value: object, path: str, source: str | None) -> RedisConfig:
+    r = _Reader(value, path, source)
+    url = r.get("url", RedisConfig.url, _string)
+    if not re.match(r"^(redis|rediss|unix)://", url):
+        raise r.error("url", f"expected a redis://, rediss:// or unix:// URL, got {url!r}")
+    prefix = r.get("prefix", RedisConfig.prefix, _name)
+    r.done()
+    return RedisConfig(url=url, prefix=prefix)
+
+
+def _scheduler(value: object, path: str, source: str | None) -> SchedulerConfig:
+    r = _Reader(value, path, source)
+    out = SchedulerConfig(
+        policy=r.get("policy", SchedulerConfig.policy, _choice(POLICIES)),
+        max_payload_bytes=r.get("max_payload_bytes", SchedulerConfig.max_payload_bytes, _int_between(1, 512 * 1024 * 1024)),
+        budget_window=r.get("budget_window", SchedulerConfig.budget_window, parse_duration),
+        budget_min_arrivals=r.get("budget_min_arrivals", SchedulerConfig.budget_min_arrivals, _int_between(1, 10**9)),
+        budget_action=r.get("budget_action", SchedulerConfig.budget_action, _choice(BUDGET_ACTIONS)),
+    )
+    r.done()
+    return out
+
+
+def _class(value: object, path: str, source: str | None) -> ClassConfig:
+    r = _Reader(value, path, source)
+    out = ClassConfig(
+        name=r.require("name", _name),
+        weight=r.require("weight", _positive_int),
+        max_age=r.require("max_age", parse_duration),
+        arrival_budget=r.get("arrival_budget", None, _ratio),
+        reserved_slots=r.get("reserved_slots", 0, _int_between(0, 100_000)),
+        promote_after=r.get("promote_after", None, parse_duration),
+    )
+    r.done()
+    return out
+
+
+def _tenants(value: object, path: str, source: str | None) -> TenantsConfig:
+    r = _Reader(value, path, source)
+
+    def tiers(raw: object, tpath: str) -> dict[str, int]:
+        if not isinstance(raw, dict) or not raw:
+            raise ConfigError(tpath, f"expected a non-empty mapping of tier name to weight, got {_kind(raw)}")
+        return {_name(k, f"{tpath}.{k}"): _int_between(1, 1000)(v, f"{tpath}.{k}") for k, v in raw.items()}
+
+    tier_map = r.get("tiers", {"default": 1}, tiers)
+    default_tier = r.get("default_tier", next(iter(tier_map)) if "default" not in tier_map else "default", _name)
+    if default_tier not in tier_map:
+        raise r.error("default_tier", f"must be one of the tiers ({', '.join(tier_map)}), got {default_tier!r}")
+    out = TenantsConfig(
+        tiers=tier_map,
+        default_tier=default_tier,
+        batch=r.get("batch", TenantsConfig.batch, _int_between(1, 1000)),
+        max_id_bytes=r.get("max_id_bytes", TenantsConfig.max_id_bytes, _int_between(1, 4096)),
+    )
+    r.done()
+    return out
+
+
+def _leases(value: object, path: str, source: str | None) -> LeasesConfig:
+    r = _Reader(value, path, source)
+    out = LeasesConfig(
+        visibility_timeout=r.get("visibility_timeout", LeasesConfig.visibility_timeout, parse_duration),
+        max_attempts=r.get("max_attempts", LeasesConfig.max_attempts, _int_between(1, 1000)),
+        retry_backoff=r.get("retry_backoff", LeasesConfig.retry_backoff, parse_duration),
+        retry_backoff_max=r.get("retry_backoff_max", LeasesConfig.retry_backoff_max, parse_duration),
+    )
+    r.done()
+    return out
+
+
+def _rule(value: object, path: str, source: str | None, tiers: Mapping[str, int]) -> Rule:
+    r = _Reader(value, path, source)
+
+    def tasks(raw: object, tpath: str) -> frozenset[str]:
+        items = _list(raw, tpath)
+        if not items:
+            raise ConfigError(tpath, "expected at least one task name")
+        return frozenset(_name(t, f"{tpath}[{i}]") for i, t in enumerate(items))
+
+    tier = r.get("tenant_tier", None, _name)
+    if tier is not None and tier not in tiers:
+        raise r.error("tenant_tier", f"unknown tier {tier!r}; tenants.tiers has: {', '.join(tiers)}")
+    out = Rule(
+        queue=r.require("class", _name),
+        reason=r.require("reason", _reason),
+        tasks=r.get("tasks", None, tasks),
+        user_waiting=r.get("user_waiting", None, _bool),
+        tenant_tier=tier,
+    )
+    r.done()
+    return out
+
+
+def parse_config(data: object, source: str | None = None) -> Config:
+    """Validate an already-parsed YAML document (a dict) into a :class:`Config`."""
+    r = _Reader(data, "", source)
+    redis_cfg = r.get("redis", RedisConfig(), lambda v, p: _redis(v, p, source))
+    scheduler = r.get("scheduler", SchedulerConfig(), lambda v, p: _scheduler(v, p, source))
+    tenants = r.get("tenants", TenantsConfig(), lambda v, p: _tenants(v, p, source))
+    leases = r.get("leases", LeasesConfig(), lambda v, p: _leases(v, p, source))
+    classes = tuple(
+        _class(item, f"classes[{i}]", source) for i, item in enumerate(r.require("classes", _list))
+    )
+    rules = tuple(
+        _rule(item, f"classification[{i}]", source, tenants.tiers)
+        for i, item in enumerate(r.require("classification", _list))
+    )
+    r.done()
+    _check_classes(classes, scheduler, source)
+    _check_rules(rules, {c.name for c in classes}, source)
+    return Config(
+        classes=classes, classification=rules, redis=redis_cfg, scheduler=scheduler,
+        tenants=tenants, leases=leases, source=source,
+    )
+
+
+def _check_classes(classes: tuple[ClassConfig, ...], scheduler: SchedulerConfig, source: str | None) -> None:
+    if not 1 <= len(classes) <= 8:
+        raise ConfigError("classes", f"expected 1 to 8 classes (3-4 is usual), got {len(classes)}", source)
+    seen: set[str] = set()
+    for i, c in enumerate(classes):
+        if c.name in seen:
+            raise ConfigError(f"classes[{i}].name", f"duplicate class name {c.name!r}", source)
+        seen.add(c.name)
+        if c.promote_after is not None and i == 0:
+            raise ConfigError(f"classes[{i}].promote_after", "the most urgent class has no class above it to promote to", source)
+        last = i == len(classes) - 1
+        if c.arrival_budget is not None and last and scheduler.budget_action == "demote":
+            raise ConfigError(f"classes[{i}].arrival_budget", "the least urgent class has no class below it to demote to (use scheduler.budget_action: reject)", source)
+
+
+def _check_rules(rules: tuple[Rule, ...], class_names: set[str], source: str | None) -> None:
+    if not rules:
+        raise ConfigError("classification", "expected at least one rule", source)
+    for i, rule in enumerate(rules):
+        if rule.queue not in class_names:
+            raise ConfigError(f"classification[{i}].class", f"unknown class {rule.queue!r}; classes are: {', '.join(sorted(class_names))}", source)
+    last = rules[-1]
+    if (last.tasks, last.user_waiting, last.tenant_tier) != (None, None, None):
+        raise ConfigError(f"classification[{len(rules) - 1}]", "the last rule must have no conditions (a catch-all), so every job gets a class", source)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a fairness.yaml; raises :class:`ConfigError` naming the bad field."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("", f"cannot read config file: {exc.strerror}", source) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("", f"not valid YAML: {exc}", source) from None
+    return parse_config(data, source)

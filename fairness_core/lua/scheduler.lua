@@ -1,0 +1,440 @@
+-- fairctl scheduler: every decision and its effect in one atomic script.
+--
+-- KEYS: the group-wide keys in the order of fairness_core.keys.Keys.fixed(); all share one
+--       {hash tag}, and the per-class/per-tenant keys built below use the same tag (same slot).
+-- ARGV[1] operation, ARGV[2] config JSON (fairness_core.scheduler._script_config),
+-- ARGV[3] key base ("{prefix}:"), ARGV[4] time override in ms ("" = Redis TIME), ARGV[5..] op args.
+--
+-- Envelope of a queued job (one list element): id \t enqueued_ms \t attempts \t cost \t task \t reason \t payload
+-- Record of a leased or delayed job: class \t tenant \t attempts \t envelope
+-- fairness_core/model.py implements exactly the same policy in Python; keep them in step.
+
+local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local op = ARGV[1]
+local cfg = cjson.decode(ARGV[2])
+local base = ARGV[3]
+local now
+if ARGV[4] ~= '' then
+  now = tonumber(ARGV[4])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local NCLASS = #cfg.classes
+
+local function ckey(c, part) return base .. 'q:' .. c .. ':' .. part end
+local function tkey(c, tenant) return base .. 'q:' .. c .. ':t:' .. tenant end
+local function stat(name, c, delta) redis.call('HINCRBY', K_STATS, name .. '\t' .. c, delta) end
+local function num(v) return tonumber(v) or 0 end
+
+local function header(env)
+  local id, enq, att, cost = string.match(env, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t')
+  return id, tonumber(enq), tonumber(att), tonumber(cost), #id + #enq + #att + #cost + 4
+end
+
+local function with_attempts(env, attempts)
+  local id, enq, _, cost, hlen = header(env)
+  return id .. '\t' .. enq .. '\t' .. attempts .. '\t' .. cost .. '\t' .. string.sub(env, hlen + 1)
+end
+
+local function parse_record(rec)
+  local c, tenant, att = string.match(rec, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t')
+  local env = string.sub(rec, #c + #tenant + #att + 4)
+  return c, tenant, tonumber(att), env
+end
+
+-- A tenant with new work joins its class at the class's current virtual time: no banked credit.
+local function activate(c, tenant, cost, enq)
+  local vt = num(redis.call('GET', ckey(c, 'vt')))
+  redis.call('ZADD', ckey(c, 'tags'), vt, tenant)
+  redis.call('ZADD', ckey(c, 'heads'), enq, tenant)
+  redis.call('HSET', ckey(c, 'cost'), tenant, cost)
+end
+
+local function push_tail(c, tenant, cost, env, enq)
+  if redis.call('RPUSH', tkey(c, tenant), env) == 1 then
+    activate(c, tenant, cost, enq)
+  else
+    redis.call('HSET', ckey(c, 'cost'), tenant, cost)
+  end
+  redis.call('ZINCRBY', ckey(c, 'backlog'), 1, tenant)
+  stat('depth', c, 1)
+end
+
+-- Redelivered, retried and promoted jobs go to the head of their tenant's sub-queue.
+local function push_head(c, tenant, env)
+  local _, enq, _, cost = header(env)
+  if redis.call('LPUSH', tkey(c, tenant), env) == 1 then
+    activate(c, tenant, cost, enq)
+  else
+    redis.call('ZADD', ckey(c, 'heads'), 'LT', enq, tenant)
+  end
+  redis.call('ZINCRBY', ckey(c, 'backlog'), 1, tenant)
+  stat('depth', c, 1)
+end
+
+-- Pop n jobs from the head of a tenant's sub-queue, keeping tags/heads/backlog in step.
+local function take(c, tenant, n)
+  local qk = tkey(c, tenant)
+  local items = redis.call('LPOP', qk, n)
+  local left = redis.call('LLEN', qk)
+  if left == 0 then
+    redis.call('ZREM', ckey(c, 'tags'), tenant)
+    redis.call('ZREM', ckey(c, 'heads'), tenant)
+    redis.call('ZREM', ckey(c, 'backlog'), tenant)
+    redis.call('HDEL', ckey(c, 'cost'), tenant)
+  else
+    redis.call('ZINCRBY', ckey(c, 'backlog'), -#items, tenant)
+    local _, enq = header(redis.call('LINDEX', qk, 0))
+    redis.call('ZADD', ckey(c, 'heads'), enq, tenant)
+  end
+  stat('depth', c, -#items)
+  return items, left
+end
+
+local function dead_letter(c, tenant, attempts, env, err)
+  redis.call('RPUSH', K_DEAD, c .. '\t' .. tenant .. '\t' .. attempts .. '\t' .. now .. '\t' .. err .. '\t' .. env)
+  stat('dead', c, 1)
+end
+
+-- Move up to `limit` retries whose backoff has passed back to the head of their sub-queue.
+local function release_delayed(limit)
+  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, limit)
+  for _, rec in ipairs(due) do
+    redis.call('ZREM', K_DELAYED, rec)
+    local c, tenant, att, env = parse_record(rec)
+    stat('delayed', c, -1)
+    push_head(c, tenant, env)
+  end
+end
+
+-- ---------------------------------------------------------------- priority budget (arrivals)
+
+local function roll_arrivals(window)
+  local bucket = math.floor(now / window)
+  local stored = tonumber(redis.call('HGET', K_ARR, 'bucket'))
+  if stored ~= bucket then
+    local names = {'*'}
+    for i = 1, NCLASS do names[#names + 1] = cfg.classes[i] end
+    for _, name in ipairs(names) do
+      local prev = 0
+      if stored == bucket - 1 then prev = num(redis.call('HGET', K_ARR, 'cur\t' .. name)) end
+      redis.call('HSET', K_ARR, 'prev\t' .. name, prev, 'cur\t' .. name, 0)
+    end
+    redis.call('HSET', K_ARR, 'bucket', bucket)
+  end
+  return (now - bucket * window)
+end
+
+-- Sliding-window estimate of arrivals: the previous bucket weighted by how much of it is in the window.
+local function estimate(name, window, offset)
+  local v = redis.call('HMGET', K_ARR, 'prev\t' .. name, 'cur\t' .. name)
+  return num(v[1]) * (window - offset) / window + num(v[2])
+end
+
+local function apply_budget(ci, reason)
+  if not cfg.has_budget then return ci, reason end
+  local window = cfg.budget_window_ms
+  local offset = roll_arrivals(window)
+  local budget = cfg.budgets[ci]
+  if budget > 0 then
+    local total = estimate('*', window, offset) + 1
+    local mine = estimate(cfg.classes[ci], window, offset) + 1
+    if total >= cfg.budget_min and mine / total > budget then
+      if cfg.budget_action == 'reject' then
+        stat('rejected', cfg.classes[ci], 1)
+        return nil, reason
+      end
+      stat('demoted', cfg.classes[ci], 1)
+      ci, reason = ci + 1, 'over priority budget'
+    end
+  end
+  redis.call('HINCRBY', K_ARR, 'cur\t*', 1)
+  redis.call('HINCRBY', K_ARR, 'cur\t' .. cfg.classes[ci], 1)
+  return ci, reason
+end
+
+-- ---------------------------------------------------------------- operations
+
+local ops = {}
+
+-- ARGV[5..]: class index (1-based), tenant, cost, task, reason, payload
+function ops.enqueue()
+  local ci, reason = apply_budget(tonumber(ARGV[5]), ARGV[9])
+  if ci == nil then return {false, 'rejected'} end
+  local c, tenant, cost = cfg.classes[ci], ARGV[6], ARGV[7]
+  local id = redis.call('INCR', K_SEQ)
+  local env = id .. '\t' .. now .. '\t0\t' .. cost .. '\t' .. ARGV[8] .. '\t' .. reason .. '\t' .. ARGV[10]
+  push_tail(c, tenant, cost, env, now)
+  redis.call('HINCRBY', K_STATS, 'enq\t' .. c .. '\t' .. reason, 1)
+  return {tostring(id), c, reason}
+end
+
+local function observe_wait(c, enq)
+  local wait = now - enq
+  local idx = #cfg.buckets_ms + 1
+  for i, le in ipairs(cfg.buckets_ms) do
+    if wait <= le then idx = i break end
+  end
+  redis.call('HINCRBY', K_STATS, 'wb\t' .. c .. '\t' .. idx, 1)
+  stat('ws', c, wait)
+  stat('wc', c, 1)
+end
+
+-- Lease popped envelopes: deadline in the lease set, record in the leased hash.
+local function lease(c, tenant, items, out)
+  local deadline = now + cfg.visibility_ms
+  for _, env in ipairs(items) do
+    local id, enq, att = header(env)
+    att = att + 1
+    redis.call('ZADD', K_LEASES, deadline, id)
+    redis.call('HSET', K_LEASED, id, c .. '\t' .. tenant .. '\t' .. att .. '\t' .. env)
+    if att == 1 then observe_wait(c, enq) end
+    out[#out + 1] = {c, tenant, att, env}
+  end
+  stat('inflight', c, #items)
+end
+
+-- Capacity left for class i once the unused reservations of the other classes are held back.
+local function capacity(i, inflight, slots)
+  if slots <= 0 or not cfg.has_reserved then return math.huge end
+  local used, held = 0, 0
+  for j = 1, NCLASS do
+    used = used + inflight[j]
+    if j ~= i then held = held + math.max(0, cfg.reserved[j] - inflight[j]) end
+  end
+  return slots - used - held
+end
+
+local function head_score(c)
+  local h = redis.call('ZRANGE', ckey(c, 'heads'), 0, 0, 'WITHSCORES')
+  return h[1], tonumber(h[2])
+end
+
+-- ARGV[5]: max jobs, ARGV[6]: allowed classes as "1,3" (1-based) or "" for all
+function ops.pop()
+  release_delayed(100)
+  local want = tonumber(ARGV[5])
+  local allowed = {}
+  if ARGV[6] == '' then
+    for i = 1, NCLASS do allowed[i] = true end
+  else
+    for i in string.gmatch(ARGV[6], '%d+') do allowed[tonumber(i)] = true end
+  end
+  local paused = {}
+  for _, name in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[name] = true end
+  local fields = {}
+  for i = 1, NCLASS do
+    fields[#fields + 1] = 'depth\t' .. cfg.classes[i]
+    fields[#fields + 1] = 'inflight\t' .. cfg.classes[i]
+  end
+  fields[#fields + 1] = 'slots'
+  local raw = redis.call('HMGET', K_STATS, unpack(fields))
+  local depth, inflight = {}, {}
+  for i = 1, NCLASS do
+    depth[i], inflight[i] = num(raw[2 * i - 1]), num(raw[2 * i])
+  end
+  local slots = num(raw[2 * NCLASS + 1])
+  local policy = cfg.policy
+  local swrr = nil
+  if policy == 'weighted' or policy == 'weighted-fair' then
+    swrr = {}
+    local cur = redis.call('HMGET', K_SWRR, unpack(cfg.classes))
+    for i = 1, NCLASS do swrr[i] = num(cur[i]) end
+  end
+
+  local out = {}
+  while #out < want do
+    local elig, cap = {}, {}
+    for i = 1, NCLASS do
+      local c = cfg.classes[i]
+      if allowed[i] and depth[i] > 0 and not paused[c] then
+        cap[i] = capacity(i, inflight, slots)
+        if cap[i] >= 1 then elig[#elig + 1] = i end
+      end
+    end
+    if #elig == 0 then break end
+
+    local ci, total
+    if policy == 'strict' then
+      ci = elig[1]
+    elseif policy == 'fifo' then
+      local best
+      for _, i in ipairs(elig) do
+        local _, s = head_score(cfg.classes[i])
+        if best == nil or s < best then ci, best = i, s end
+      end
+    else
+      total = 0
+      for _, i in ipairs(elig) do
+        total = total + cfg.weights[i]
+        swrr[i] = swrr[i] + cfg.weights[i]
+        if ci == nil or swrr[i] > swrr[ci] then ci = i end
+      end
+      swrr[ci] = swrr[ci] - total
+    end
+
+    local c = cfg.classes[ci]
+    local tenant, n
+    if policy == 'weighted-fair' then
+      local t = redis.call('ZRANGE', ckey(c, 'tags'), 0, 0, 'WITHSCORES')
+      tenant = t[1]
+      local tag = tonumber(t[2])
+      redis.call('SET', ckey(c, 'vt'), tag)
+      n = math.min(cfg.batch, want - #out, cap[ci], redis.call('LLEN', tkey(c, tenant)))
+      local cost = tonumber(redis.call('HGET', ckey(c, 'cost'), tenant))
+      local items, left = take(c, tenant, n)
+      if left > 0 then redis.call('ZADD', ckey(c, 'tags'), tag + n * cost, tenant) end
+      lease(c, tenant, items, out)
+      -- Charge the class for the whole visit: n-1 more rounds of smooth weighted round-robin.
+      for _, i in ipairs(elig) do swrr[i] = swrr[i] + (n - 1) * cfg.weights[i] end
+      swrr[ci] = swrr[ci] - (n - 1) * total
+    else
+      tenant = head_score(c)
+      n = 1
+      lease(c, tenant, take(c, tenant, 1), out)
+    end
+    depth[ci] = depth[ci] - n
+    inflight[ci] = inflight[ci] + n
+  end
+
+  if swrr ~= nil and #out > 0 then
+    local args = {}
+    for i = 1, NCLASS do
+      args[#args + 1] = cfg.classes[i]
+      args[#args + 1] = swrr[i]
+    end
+    redis.call('HSET', K_SWRR, unpack(args))
+  end
+  return {tostring(now), out}
+end
+
+-- Look up a live lease; a lease whose job was reaped (or redelivered since) is stale.
+local function held(id, attempts)
+  local rec = redis.call('HGET', K_LEASED, id)
+  if not rec then return nil end
+  local c, tenant, att, env = parse_record(rec)
+  if att ~= attempts then return nil end
+  return c, tenant, att, env
+end
+
+local function release_lease(id, c)
+  redis.call('HDEL', K_LEASED, id)
+  redis.call('ZREM', K_LEASES, id)
+  stat('inflight', c, -1)
+end
+
+-- ARGV[5]: job id, ARGV[6]: attempts of the lease
+function ops.ack()
+  local c, tenant = held(ARGV[5], tonumber(ARGV[6]))
+  if not c then return 0 end
+  release_lease(ARGV[5], c)
+  stat('processed', c, 1)
+  redis.call('ZINCRBY', ckey(c, 'done'), 1, tenant)
+  return 1
+end
+
+-- ARGV[5]: job id, ARGV[6]: attempts, ARGV[7]: error text (one line)
+function ops.nack()
+  local c, tenant, att, env = held(ARGV[5], tonumber(ARGV[6]))
+  if not c then return 'stale' end
+  release_lease(ARGV[5], c)
+  stat('failed', c, 1)
+  if att >= cfg.max_attempts then
+    dead_letter(c, tenant, att, env, ARGV[7])
+    return 'dead'
+  end
+  local delay = math.min(cfg.backoff_ms * math.pow(2, att - 1), cfg.backoff_max_ms)
+  redis.call('ZADD', K_DELAYED, now + delay, c .. '\t' .. tenant .. '\t' .. att .. '\t' .. with_attempts(env, att))
+  stat('delayed', c, 1)
+  return 'retry'
+end
+
+-- ARGV[5]: job id, ARGV[6]: attempts
+function ops.extend()
+  if not held(ARGV[5], tonumber(ARGV[6])) then return 0 end
+  redis.call('ZADD', K_LEASES, 'XX', now + cfg.visibility_ms, ARGV[5])
+  return 1
+end
+
+-- ARGV[5]: limit. Expired leases go back to the head of their tenant's sub-queue (or dead-letter
+-- after max_attempts deliveries); expired worker registrations give back their slots.
+function ops.reap()
+  local limit = tonumber(ARGV[5])
+  local count = 0
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT', 0, limit)) do
+    local c, tenant, att, env = parse_record(redis.call('HGET', K_LEASED, id))
+    release_lease(id, c)
+    if att >= cfg.max_attempts then
+      dead_letter(c, tenant, att, env, 'lease expired')
+    else
+      push_head(c, tenant, with_attempts(env, att))
+      stat('redelivered', c, 1)
+    end
+    count = count + 1
+  end
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', K_WORKERS, '-inf', now, 'LIMIT', 0, limit)) do
+    redis.call('HINCRBY', K_STATS, 'slots', -num(redis.call('HGET', K_WSLOTS, w)))
+    redis.call('HDEL', K_WSLOTS, w)
+    redis.call('ZREM', K_WORKERS, w)
+  end
+  release_delayed(limit)
+  return count
+end
+
+-- ARGV[5]: limit. Aging: jobs waiting longer than their class's promote_after move one class up.
+function ops.promote()
+  local budget = tonumber(ARGV[5])
+  local moved = 0
+  for i = 2, NCLASS do
+    local after = cfg.promote_ms[i]
+    if after > 0 then
+      local c, up = cfg.classes[i], cfg.classes[i - 1]
+      local cutoff = now - after
+      local rounds = 0
+      while moved < budget and rounds < budget do
+        rounds = rounds + 1
+        local tenant, score = head_score(c)
+        if tenant == nil or score > cutoff then break end
+        local qk = tkey(c, tenant)
+        local overdue = 0
+        for _, env in ipairs(redis.call('LRANGE', qk, 0, budget - moved - 1)) do
+          local _, enq = header(env)
+          if enq > cutoff then break end
+          overdue = overdue + 1
+        end
+        if overdue == 0 then
+          local _, enq = header(redis.call('LINDEX', qk, 0))
+          redis.call('ZADD', ckey(c, 'heads'), enq, tenant)
+        else
+          local items = take(c, tenant, overdue)
+          for k = #items, 1, -1 do push_head(up, tenant, items[k]) end
+          stat('promoted', c, #items)
+          moved = moved + #items
+        end
+      end
+    end
+  end
+  return moved
+end
+
+-- ARGV[5]: worker id, ARGV[6]: slots, ARGV[7]: ttl ms (slots 0 = unregister)
+function ops.register()
+  local w, slots = ARGV[5], tonumber(ARGV[6])
+  local old = num(redis.call('HGET', K_WSLOTS, w))
+  redis.call('HINCRBY', K_STATS, 'slots', slots - old)
+  if slots > 0 then
+    redis.call('HSET', K_WSLOTS, w, slots)
+    redis.call('ZADD', K_WORKERS, now + tonumber(ARGV[7]), w)
+  else
+    redis.call('HDEL', K_WSLOTS, w)
+    redis.call('ZREM', K_WORKERS, w)
+  end
+  return 1
+end
+
+local fn = ops[op]
+if fn == nil then return redis.error_reply('fairctl: unknown operation ' .. tostring(op)) end
+return fn()

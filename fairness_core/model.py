@@ -1,0 +1,457 @@
+"""The reference model: the scheduler's policy in pure Python, step for step the same as the Lua.
+
+The simulator runs on it, so a simulation predicts what production would do. A differential test
+drives this model and the Lua scheduler with the same operation sequences and compares every pop
+and the whole state; any divergence is a bug in one of them. Time is passed in explicitly (ms).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .classification import classify
+from .config import Config
+from .jobs import (
+    BudgetRejected, InvalidJob, Lease, check_task, check_tenant, check_tier, encode_payload, one_line,
+)
+from .snapshot import WAIT_BUCKETS_S, ClassView, Snapshot, build_snapshot
+from .zset import ZSet
+
+_BUCKETS_MS = [int(b * 1000) for b in WAIT_BUCKETS_S]
+
+
+@dataclass(slots=True)
+class Job:
+    id: int
+    enqueued_ms: int
+    attempts: int
+    cost: int
+    task: str
+    reason: str
+    payload: str
+
+    def envelope(self) -> str:
+        return f"{self.id}\t{self.enqueued_ms}\t{self.attempts}\t{self.cost}\t{self.task}\t{self.reason}\t{self.payload}"
+
+
+@dataclass
+class _Class:
+    queues: dict[str, deque[Job]] = field(default_factory=dict)
+    tags: ZSet = field(default_factory=ZSet)
+    heads: ZSet = field(default_factory=ZSet)
+    backlog: ZSet = field(default_factory=ZSet)
+    cost: dict[str, int] = field(default_factory=dict)
+    vt: float = 0
+    done: ZSet = field(default_factory=ZSet)
+
+
+@dataclass(slots=True)
+class _Leased:
+    queue: str
+    tenant: str
+    attempts: int
+    job: Job
+
+    def record(self) -> str:
+        return f"{self.queue}\t{self.tenant}\t{self.attempts}\t{self.job.envelope()}"
+
+
+class Model:
+    """Same operations as :class:`fairness_core.Scheduler`, each taking ``now_ms`` first."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.names = config.class_names
+        self.weights = [c.weight for c in config.classes]
+        self.reserved = [c.reserved_slots for c in config.classes]
+        self.has_reserved = any(self.reserved)
+        self.budgets = [c.arrival_budget or 0 for c in config.classes]
+        self.has_budget = any(self.budgets)
+        self.promote_ms = [int((c.promote_after or 0) * 1000) for c in config.classes]
+        self.visibility_ms = int(config.leases.visibility_timeout * 1000)
+        self.backoff_ms = int(config.leases.retry_backoff * 1000)
+        self.backoff_max_ms = int(config.leases.retry_backoff_max * 1000)
+        self.window_ms = int(config.scheduler.budget_window * 1000)
+        self.stats: dict[str, int] = {}
+        self.swrr: dict[str, float] = {}
+        self.paused: set[str] = set()
+        self.arrivals: dict[str, float] = {}
+        self.seq = 0
+        self.classes: dict[str, _Class] = {name: _Class() for name in self.names}
+        self.leases = ZSet()
+        self.leased: dict[str, _Leased] = {}
+        self.delayed = ZSet()
+        self.delayed_items: dict[str, _Leased] = {}
+        self.dead: list[str] = []
+        self.workers = ZSet()
+        self.worker_slots: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ shared steps
+
+    def _stat(self, name: str, queue: str, delta: int) -> None:
+        key = f"{name}\t{queue}"
+        self.stats[key] = self.stats.get(key, 0) + delta
+
+    def _activate(self, cls: _Class, tenant: str, cost: int, enq: int) -> None:
+        cls.tags.add(tenant, cls.vt)
+        cls.heads.add(tenant, enq)
+        cls.cost[tenant] = cost
+
+    def _push_tail(self, queue: str, tenant: str, job: Job) -> None:
+        cls = self.classes[queue]
+        q = cls.queues.setdefault(tenant, deque())
+        q.append(job)
+        if len(q) == 1:
+            self._activate(cls, tenant, job.cost, job.enqueued_ms)
+        else:
+            cls.cost[tenant] = job.cost
+        cls.backlog.incr(tenant, 1)
+        self._stat("depth", queue, 1)
+
+    def _push_head(self, queue: str, tenant: str, job: Job) -> None:
+        cls = self.classes[queue]
+        q = cls.queues.setdefault(tenant, deque())
+        q.appendleft(job)
+        if len(q) == 1:
+            self._activate(cls, tenant, job.cost, job.enqueued_ms)
+        else:
+            cls.heads.add(tenant, job.enqueued_ms, only_lower=True)
+        cls.backlog.incr(tenant, 1)
+        self._stat("depth", queue, 1)
+
+    def _take(self, queue: str, tenant: str, n: int) -> tuple[list[Job], int]:
+        cls = self.classes[queue]
+        q = cls.queues[tenant]
+        items = [q.popleft() for _ in range(min(n, len(q)))]
+        if not q:
+            del cls.queues[tenant]
+            cls.tags.remove(tenant)
+            cls.heads.remove(tenant)
+            cls.backlog.remove(tenant)
+            cls.cost.pop(tenant, None)
+        else:
+            cls.backlog.incr(tenant, -len(items))
+            cls.heads.add(tenant, q[0].enqueued_ms)
+        self._stat("depth", queue, -len(items))
+        return items, len(q)
+
+    def _dead_letter(self, now: int, entry: _Leased, error: str) -> None:
+        self.dead.append(f"{entry.queue}\t{entry.tenant}\t{entry.attempts}\t{now}\t{error}\t{entry.job.envelope()}")
+        self._stat("dead", entry.queue, 1)
+
+    def _release_delayed(self, now: int, limit: int) -> None:
+        for rec in self.delayed.up_to(now, limit):
+            self.delayed.remove(rec)
+            entry = self.delayed_items.pop(rec)
+            self._stat("delayed", entry.queue, -1)
+            self._push_head(entry.queue, entry.tenant, entry.job)
+
+    # ------------------------------------------------------------------ budget
+
+    def _roll_arrivals(self, now: int) -> int:
+        window = self.window_ms
+        bucket = math.floor(now / window)
+        stored = self.arrivals.get("bucket")
+        if stored != bucket:
+            for name in ("*", *self.names):
+                prev = self.arrivals.get(f"cur\t{name}", 0) if stored == bucket - 1 else 0
+                self.arrivals[f"prev\t{name}"] = prev
+                self.arrivals[f"cur\t{name}"] = 0
+            self.arrivals["bucket"] = bucket
+        return now - bucket * window
+
+    def _estimate(self, name: str, offset: int) -> float:
+        window = self.window_ms
+        return self.arrivals.get(f"prev\t{name}", 0) * (window - offset) / window + self.arrivals.get(f"cur\t{name}", 0)
+
+    def _apply_budget(self, now: int, ci: int, reason: str) -> tuple[int | None, str]:
+        if not self.has_budget:
+            return ci, reason
+        offset = self._roll_arrivals(now)
+        budget = self.budgets[ci]
+        if budget > 0:
+            total = self._estimate("*", offset) + 1
+            mine = self._estimate(self.names[ci], offset) + 1
+            if total >= self.config.scheduler.budget_min_arrivals and mine / total > budget:
+                if self.config.scheduler.budget_action == "reject":
+                    self._stat("rejected", self.names[ci], 1)
+                    return None, reason
+                self._stat("demoted", self.names[ci], 1)
+                ci, reason = ci + 1, "over priority budget"
+        for name in ("*", self.names[ci]):
+            self.arrivals[f"cur\t{name}"] = self.arrivals.get(f"cur\t{name}", 0) + 1
+        return ci, reason
+
+    # ------------------------------------------------------------------ operations
+
+    def enqueue(self, now: int, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
+                user_waiting: bool = False) -> str:
+        task = check_task(task)
+        tenant = check_tenant(tenant, self.config)
+        tier = check_tier(tier, self.config)
+        body = encode_payload(payload, self.config)
+        if not isinstance(user_waiting, bool):
+            raise InvalidJob("user_waiting", f"expected true or false, got {user_waiting!r}")
+        decision = classify(self.config, task, tier=tier, user_waiting=user_waiting)
+        ci, reason = self._apply_budget(now, self.config.class_index(decision.queue), decision.reason)
+        if ci is None:
+            raise BudgetRejected(f"{decision.queue} is over its arrival budget; job for tenant {tenant!r} rejected")
+        queue = self.names[ci]
+        self.seq += 1
+        job = Job(self.seq, now, 0, self.config.tenants.cost(tier), task, reason, body)
+        self._push_tail(queue, tenant, job)
+        key = f"enq\t{queue}\t{reason}"
+        self.stats[key] = self.stats.get(key, 0) + 1
+        return str(job.id)
+
+    def _observe_wait(self, queue: str, wait: int) -> None:
+        idx = len(_BUCKETS_MS) + 1
+        for i, le in enumerate(_BUCKETS_MS, start=1):
+            if wait <= le:
+                idx = i
+                break
+        key = f"wb\t{queue}\t{idx}"
+        self.stats[key] = self.stats.get(key, 0) + 1
+        self._stat("ws", queue, wait)
+        self._stat("wc", queue, 1)
+
+    def _lease(self, now: int, queue: str, tenant: str, items: list[Job], out: list[_Leased]) -> None:
+        deadline = now + self.visibility_ms
+        for job in items:
+            entry = _Leased(queue, tenant, job.attempts + 1, job)
+            key = str(job.id)
+            self.leases.add(key, deadline)
+            self.leased[key] = entry
+            if entry.attempts == 1:
+                self._observe_wait(queue, now - job.enqueued_ms)
+            out.append(entry)
+        self._stat("inflight", queue, len(items))
+
+    def _capacity(self, i: int, inflight: list[int], slots: int) -> float:
+        if slots <= 0 or not self.has_reserved:
+            return math.inf
+        used = sum(inflight)
+        held = sum(max(0, self.reserved[j] - inflight[j]) for j in range(len(inflight)) if j != i)
+        return slots - used - held
+
+    def pop(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Lease]:
+        return [_to_lease(e) for e in self.pop_entries(now, max_jobs, classes=classes)]
+
+    def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[_Leased]:
+        """Like :meth:`pop`, returning the model's own records (cheaper for the simulator)."""
+        self._release_delayed(now, 100)
+        allowed = set(range(len(self.names))) if classes is None else {self.config.class_index(c) for c in classes}
+        depth = [self.stats.get(f"depth\t{n}", 0) for n in self.names]
+        inflight = [self.stats.get(f"inflight\t{n}", 0) for n in self.names]
+        slots = self.stats.get("slots", 0)
+        policy = self.config.scheduler.policy
+        weighted = policy in ("weighted", "weighted-fair")
+        swrr = [self.swrr.get(n, 0) for n in self.names]
+        out: list[_Leased] = []
+        while len(out) < max_jobs:
+            elig: list[int] = []
+            cap: dict[int, float] = {}
+            for i, name in enumerate(self.names):
+                if i in allowed and depth[i] > 0 and name not in self.paused:
+                    cap[i] = self._capacity(i, inflight, slots)
+                    if cap[i] >= 1:
+                        elig.append(i)
+            if not elig:
+                break
+            total = 0
+            if policy == "strict":
+                ci = elig[0]
+            elif policy == "fifo":
+                ci = min(elig, key=lambda i: (self.classes[self.names[i]].heads.first()[1], i))  # type: ignore[index]
+            else:
+                ci = -1
+                for i in elig:
+                    total += self.weights[i]
+                    swrr[i] += self.weights[i]
+                    if ci < 0 or swrr[i] > swrr[ci]:
+                        ci = i
+                swrr[ci] -= total
+            queue = self.names[ci]
+            cls = self.classes[queue]
+            if policy == "weighted-fair":
+                tenant, tag = cls.tags.first()  # type: ignore[misc]
+                cls.vt = tag
+                n = int(min(self.config.tenants.batch, max_jobs - len(out), cap[ci], len(cls.queues[tenant])))
+                cost = cls.cost[tenant]
+                items, left = self._take(queue, tenant, n)
+                if left > 0:
+                    cls.tags.add(tenant, tag + n * cost)
+                self._lease(now, queue, tenant, items, out)
+                for i in elig:
+                    swrr[i] += (n - 1) * self.weights[i]
+                swrr[ci] -= (n - 1) * total
+            else:
+                tenant = cls.heads.first()[0]  # type: ignore[index]
+                n = 1
+                self._lease(now, queue, tenant, self._take(queue, tenant, 1)[0], out)
+            depth[ci] -= n
+            inflight[ci] += n
+        if weighted and out:
+            self.swrr = dict(zip(self.names, swrr))
+        return out
+
+    def _held(self, job_id: str, attempts: int) -> _Leased | None:
+        entry = self.leased.get(job_id)
+        return entry if entry is not None and entry.attempts == attempts else None
+
+    def _release_lease(self, job_id: str, queue: str) -> None:
+        del self.leased[job_id]
+        self.leases.remove(job_id)
+        self._stat("inflight", queue, -1)
+
+    def ack(self, now: int, lease: Lease) -> bool:
+        entry = self._held(lease.job_id, lease.attempts)
+        if entry is None:
+            return False
+        self._release_lease(lease.job_id, entry.queue)
+        self._stat("processed", entry.queue, 1)
+        self.classes[entry.queue].done.incr(entry.tenant, 1)
+        return True
+
+    def nack(self, now: int, lease: Lease, error: str | None = None) -> str:
+        entry = self._held(lease.job_id, lease.attempts)
+        if entry is None:
+            return "stale"
+        self._release_lease(lease.job_id, entry.queue)
+        self._stat("failed", entry.queue, 1)
+        if entry.attempts >= self.config.leases.max_attempts:
+            self._dead_letter(now, entry, one_line(error or "failed"))
+            return "dead"
+        delay = min(self.backoff_ms * math.pow(2, entry.attempts - 1), self.backoff_max_ms)
+        entry.job.attempts = entry.attempts
+        rec = entry.record()
+        self.delayed.add(rec, now + delay)
+        self.delayed_items[rec] = entry
+        self._stat("delayed", entry.queue, 1)
+        return "retry"
+
+    def extend(self, now: int, lease: Lease) -> bool:
+        if self._held(lease.job_id, lease.attempts) is None:
+            return False
+        self.leases.add(lease.job_id, now + self.visibility_ms)
+        return True
+
+    def reap(self, now: int, limit: int = 1000) -> int:
+        count = 0
+        for job_id in self.leases.up_to(now, limit):
+            entry = self.leased[job_id]
+            self._release_lease(job_id, entry.queue)
+            if entry.attempts >= self.config.leases.max_attempts:
+                self._dead_letter(now, entry, "lease expired")
+            else:
+                entry.job.attempts = entry.attempts
+                self._push_head(entry.queue, entry.tenant, entry.job)
+                self._stat("redelivered", entry.queue, 1)
+            count += 1
+        for worker in self.workers.up_to(now, limit):
+            self.stats["slots"] = self.stats.get("slots", 0) - self.worker_slots.pop(worker, 0)
+            self.workers.remove(worker)
+        self._release_delayed(now, limit)
+        return count
+
+    def promote_overdue(self, now: int, limit: int = 1000) -> int:
+        moved = 0
+        for i in range(1, len(self.names)):
+            after = self.promote_ms[i]
+            if after <= 0:
+                continue
+            queue, up = self.names[i], self.names[i - 1]
+            cls = self.classes[queue]
+            cutoff = now - after
+            rounds = 0
+            while moved < limit and rounds < limit:
+                rounds += 1
+                head = cls.heads.first()
+                if head is None or head[1] > cutoff:
+                    break
+                tenant = head[0]
+                q = cls.queues[tenant]
+                overdue = 0
+                for k in range(min(len(q), limit - moved)):
+                    if q[k].enqueued_ms > cutoff:
+                        break
+                    overdue += 1
+                if overdue == 0:
+                    cls.heads.add(tenant, q[0].enqueued_ms)
+                else:
+                    items, _ = self._take(queue, tenant, overdue)
+                    for job in reversed(items):
+                        self._push_head(up, tenant, job)
+                    self._stat("promoted", queue, len(items))
+                    moved += len(items)
+        return moved
+
+    def register_worker(self, now: int, worker_id: str, slots: int, ttl: float) -> None:
+        old = self.worker_slots.get(worker_id, 0)
+        self.stats["slots"] = self.stats.get("slots", 0) + slots - old
+        if slots > 0:
+            self.worker_slots[worker_id] = slots
+            self.workers.add(worker_id, now + int(ttl * 1000))
+        else:
+            self.worker_slots.pop(worker_id, None)
+            self.workers.remove(worker_id)
+
+    def pause(self, queue: str) -> None:
+        self.config.class_index(queue)
+        self.paused.add(queue)
+
+    def resume(self, queue: str) -> None:
+        self.config.class_index(queue)
+        self.paused.discard(queue)
+
+    def snapshot(self, now: int, topk: int = 10) -> Snapshot:
+        views = {}
+        for name, cls in self.classes.items():
+            head = cls.heads.first()
+            views[name] = ClassView(
+                head_ms=head[1] if head else None,
+                active_tenants=len(cls.tags),
+                top_backlog=[(t, int(n)) for t, n in cls.backlog.top(topk)],
+            )
+        return build_snapshot(self.config, now, self.stats, self.paused, views, len(self.dead))
+
+    def state(self) -> dict[str, Any]:
+        """Everything the Lua scheduler stores, in the canonical form the differential test compares."""
+        classes = {}
+        for name, cls in self.classes.items():
+            classes[name] = {
+                "queues": {t: [j.envelope() for j in q] for t, q in cls.queues.items()},
+                "tags": dict(cls.tags.items()),
+                "heads": dict(cls.heads.items()),
+                "backlog": dict(cls.backlog.items()),
+                "cost": {t: str(c) for t, c in cls.cost.items()},
+                "done": dict(cls.done.items()),
+                "vt": cls.vt,
+            }
+        return {
+            "stats": {k: v for k, v in self.stats.items() if v != 0},
+            "swrr": {k: v for k, v in self.swrr.items()},
+            "paused": set(self.paused),
+            "arrivals": {k: v for k, v in self.arrivals.items()},
+            "seq": self.seq,
+            "classes": classes,
+            "leases": dict(self.leases.items()),
+            "leased": {k: e.record() for k, e in self.leased.items()},
+            "delayed": dict(self.delayed.items()),
+            "dead": list(self.dead),
+            "workers": dict(self.workers.items()),
+            "worker_slots": dict(self.worker_slots),
+        }
+
+
+def _to_lease(entry: _Leased) -> Lease:
+    job = entry.job
+    return Lease(
+        job_id=str(job.id), queue=entry.queue, tenant=entry.tenant, reason=job.reason, task=job.task,
+        payload=json.loads(job.payload), enqueued_at=job.enqueued_ms / 1000.0, attempts=entry.attempts,
+    )
+

@@ -1,0 +1,219 @@
+"""The scheduler on Redis: a thin Python shell around one atomic Lua script.
+
+Every decision and its effect (classify-then-push, choose-class-then-tenant-then-pop-and-lease,
+ack, nack, reap, promote) is one script call, so a fleet of workers shares exact weighted shares
+and nothing is lost or half-written when a worker or the connection dies between calls.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any, Callable, Iterator, Sequence
+
+import redis
+
+from .classification import classify
+from .config import Config
+from .jobs import (
+    BudgetRejected, InvalidJob, Lease, RedisUnavailable, check_task, check_tenant, check_tier, encode_payload,
+    lease_from_envelope, one_line,
+)
+from .keys import Keys
+from .snapshot import WAIT_BUCKETS_S, ClassView, Snapshot, build_snapshot
+
+MAX_POP = 1000
+SWEEP_LIMIT = 1000
+
+_SCRIPT_SOURCE = resources.files("fairness_core").joinpath("lua/scheduler.lua").read_text(encoding="utf-8")
+
+
+def script_config(config: Config) -> str:
+    """The config as the Lua script reads it (ARGV[2]); computed once per Scheduler."""
+    classes = config.classes
+    return json.dumps({
+        "classes": [c.name for c in classes],
+        "weights": [c.weight for c in classes],
+        "reserved": [c.reserved_slots for c in classes],
+        "has_reserved": any(c.reserved_slots for c in classes),
+        "budgets": [c.arrival_budget or 0 for c in classes],
+        "has_budget": any(c.arrival_budget for c in classes),
+        "budget_window_ms": int(config.scheduler.budget_window * 1000),
+        "budget_min": config.scheduler.budget_min_arrivals,
+        "budget_action": config.scheduler.budget_action,
+        "promote_ms": [int((c.promote_after or 0) * 1000) for c in classes],
+        "policy": config.scheduler.policy,
+        "batch": config.tenants.batch,
+        "visibility_ms": int(config.leases.visibility_timeout * 1000),
+        "max_attempts": config.leases.max_attempts,
+        "backoff_ms": int(config.leases.retry_backoff * 1000),
+        "backoff_max_ms": int(config.leases.retry_backoff_max * 1000),
+        "buckets_ms": [int(b * 1000) for b in WAIT_BUCKETS_S],
+    }, separators=(",", ":"))
+
+
+@contextmanager
+def redis_errors(client: Any) -> Iterator[None]:
+    """Turn connection failures into :class:`RedisUnavailable` without leaking credentials."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        where = f"{kwargs.get('host', kwargs.get('path', 'redis'))}:{kwargs.get('port', '')}".rstrip(":")
+        raise RedisUnavailable(f"Redis at {where} is unavailable ({type(exc).__name__}); nothing was written") from None
+
+
+class Scheduler:
+    """Priority classes with exact weighted shares and weighted fair queuing across tenants.
+
+    ``clock`` (milliseconds) overrides Redis ``TIME``; only tests that compare against the
+    reference model need it. Production time always comes from Redis, never worker clocks.
+    """
+
+    def __init__(self, config: Config, client: Any, *, clock: Callable[[], int] | None = None) -> None:
+        self.config = config
+        self.client = client
+        self.keys = Keys(config.redis.prefix)
+        self._clock = clock
+        self._script = client.register_script(_SCRIPT_SOURCE)
+        self._cfg_json = script_config(config)
+        self._fixed_keys = self.keys.fixed()
+
+    def _call(self, op: str, *args: object) -> Any:
+        now = "" if self._clock is None else str(int(self._clock()))
+        argv = [op, self._cfg_json, self.keys.base, now, *args]
+        with redis_errors(self.client):
+            return self._script(keys=self._fixed_keys, args=argv)
+
+    # ------------------------------------------------------------------ producing
+
+    def enqueue(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
+                user_waiting: bool = False) -> str:
+        """Classify and queue one job; returns its id. Raises InvalidJob before touching Redis."""
+        task = check_task(task)
+        tenant = check_tenant(tenant, self.config)
+        tier = check_tier(tier, self.config)
+        body = encode_payload(payload, self.config)
+        if not isinstance(user_waiting, bool):
+            raise InvalidJob("user_waiting", f"expected true or false, got {user_waiting!r}")
+        decision = classify(self.config, task, tier=tier, user_waiting=user_waiting)
+        job_id, _queue, _reason = self._call(
+            "enqueue", self.config.class_index(decision.queue) + 1, tenant,
+            self.config.tenants.cost(tier), task, decision.reason, body,
+        )
+        if not job_id:
+            raise BudgetRejected(f"{decision.queue} is over its arrival budget; job for tenant {tenant!r} rejected")
+        return _text(job_id)
+
+    # ------------------------------------------------------------------ consuming
+
+    def pop(self, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Lease]:
+        """Lease up to ``max_jobs`` jobs, chosen by the configured policy; ``classes`` limits a
+        reserved pool to some classes. Returns an empty list when nothing is due."""
+        if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or not 1 <= max_jobs <= MAX_POP:
+            raise ValueError(f"max_jobs: expected 1..{MAX_POP}, got {max_jobs!r}")
+        allowed = ""
+        if classes is not None:
+            allowed = ",".join(str(self._class_index(c, "classes") + 1) for c in classes)
+            if not allowed:
+                raise ValueError("classes: expected at least one class name, or None for all")
+        _now, items = self._call("pop", max_jobs, allowed)
+        return [lease_from_envelope(_text(c), _text(t), int(a), _text(env)) for c, t, a, env in items]
+
+    def ack(self, lease: Lease) -> bool:
+        """Complete a job. False when the lease had expired and the job went back to the queue."""
+        return bool(self._call("ack", lease.job_id, lease.attempts))
+
+    def nack(self, lease: Lease, error: str | None = None) -> str:
+        """Fail a job: ``"retry"`` (after exponential backoff), ``"dead"`` (dead-lettered after
+        ``leases.max_attempts``) or ``"stale"`` (the lease had already expired)."""
+        return _text(self._call("nack", lease.job_id, lease.attempts, one_line(error or "failed")))
+
+    def extend(self, lease: Lease) -> bool:
+        """Heartbeat for a long job: push the lease deadline a visibility timeout ahead."""
+        return bool(self._call("extend", lease.job_id, lease.attempts))
+
+    # ------------------------------------------------------------------ sweeps
+
+    def reap(self, limit: int = SWEEP_LIMIT) -> int:
+        """Return expired leases to the head of their tenant's sub-queue; how many expired."""
+        return int(self._call("reap", limit))
+
+    def promote_overdue(self, limit: int = SWEEP_LIMIT) -> int:
+        """Aging: move jobs older than their class's ``promote_after`` one class up."""
+        return int(self._call("promote", limit))
+
+    def register_worker(self, worker_id: str, slots: int, ttl: float) -> None:
+        """Count a worker's slots towards fleet capacity (reserved slots need it) for ``ttl`` s."""
+        self._call("register", worker_id, slots, int(ttl * 1000))
+
+    def unregister_worker(self, worker_id: str) -> None:
+        self._call("register", worker_id, 0, 0)
+
+    # ------------------------------------------------------------------ control
+
+    def pause(self, queue: str) -> None:
+        self._class_index(queue, "queue")
+        with redis_errors(self.client):
+            self.client.sadd(self.keys.paused, queue)
+
+    def resume(self, queue: str) -> None:
+        self._class_index(queue, "queue")
+        with redis_errors(self.client):
+            self.client.srem(self.keys.paused, queue)
+
+    def _class_index(self, name: str, argument: str) -> int:
+        try:
+            return self.config.class_index(name)
+        except KeyError as exc:
+            raise ValueError(f"{argument}: {exc.args[0]}") from None
+
+    # ------------------------------------------------------------------ observing
+
+    def snapshot(self, topk: int = 10) -> Snapshot:
+        """Counters, depth, in-flight, oldest age and top backlogged tenants per class in one
+        pipelined round trip: O(classes + k log n), never a scan of jobs or tenants."""
+        k = self.keys
+        names = self.config.class_names
+        with redis_errors(self.client):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            pipe.hgetall(k.stats)
+            pipe.smembers(k.paused)
+            pipe.llen(k.dead)
+            for name in names:
+                pipe.zrange(k.class_key(name, "heads"), 0, 0, withscores=True)
+                pipe.zcard(k.class_key(name, "tags"))
+                pipe.zrevrange(k.class_key(name, "backlog"), 0, topk - 1, withscores=True)
+            replies = pipe.execute()
+        seconds, micros = replies[0]
+        now_ms = seconds * 1000 + micros // 1000 if self._clock is None else self._clock()
+        stats = {_text(f): int(v) for f, v in replies[1].items()}
+        views = {}
+        for i, name in enumerate(names):
+            heads, active, top = replies[4 + 3 * i: 7 + 3 * i]
+            views[name] = ClassView(
+                head_ms=heads[0][1] if heads else None,
+                active_tenants=int(active),
+                top_backlog=[(_text(t), int(n)) for t, n in top],
+            )
+        return build_snapshot(self.config, now_ms, stats, (_text(p) for p in replies[2]), views, int(replies[3]))
+
+    def dead_letters(self, start: int = 0, end: int = 99) -> list[dict[str, Any]]:
+        """Dead-lettered jobs, oldest first, with the error that finished them."""
+        with redis_errors(self.client):
+            rows = self.client.lrange(self.keys.dead, start, end)
+        out = []
+        for row in rows:
+            queue, tenant, attempts, at_ms, error, envelope = _text(row).split("\t", 5)
+            lease = lease_from_envelope(queue, tenant, int(attempts), envelope)
+            out.append({"lease": lease, "dead_at": int(at_ms) / 1000.0, "error": error})
+        return out
+
+
+def _text(value: bytes | str | int) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return str(value)
+
