@@ -1,0 +1,326 @@
+"""Run registered handlers on leased jobs: the loop every worker process needs, written once.
+
+A :class:`Worker` owns ``concurrency`` slot threads (pop -> handle -> ack/nack) and four small
+periodic threads: the lease heartbeat (long jobs keep their lease), the fleet registration (its
+slots count towards ``reserved_slots``), the reaper (expired leases of dead workers go back to the
+queue) and aging (``promote_after``). Every Redis call survives an outage: the worker logs one
+line, backs off and carries on, because a job is only settled by ``ack``/``nack`` and anything not
+settled comes back through the reaper. Delivery is therefore at least once, never lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from contextlib import contextmanager
+from types import FrameType
+from typing import TypeVar
+
+from .jobs import Lease, RedisUnavailable
+from .scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Lease], None]
+T = TypeVar("T")
+
+IDLE_MIN_S, IDLE_MAX_S = 0.01, 0.25  # nothing due: poll gently, never spin
+OUTAGE_MIN_S, OUTAGE_MAX_S = 0.1, 5.0  # Redis unreachable: capped exponential backoff
+REAP_EVERY_S = 1.0
+PROMOTE_EVERY_S = 10.0
+TICK_S = 0.1  # how often the main thread looks at signals and slot threads
+
+
+class HandlerRegistry(MutableMapping[str, Handler]):
+    """Task name -> handler. A handler returning normally is a success (``ack``); raising is a
+    failure (``nack`` with the exception text, so it is retried with backoff, then dead-lettered).
+    ``fallback`` handles tasks with no handler of their own (load generators, demos)."""
+
+    def __init__(self, handlers: dict[str, Handler] | None = None, *, fallback: Handler | None = None) -> None:
+        self._handlers: dict[str, Handler] = {}
+        self.fallback = fallback
+        self.update(handlers or {})
+
+    def handler(self, task: str) -> Callable[[Handler], Handler]:
+        """Decorator: ``@registry.handler("password_reset")``."""
+        def register(func: Handler) -> Handler:
+            self[task] = func
+            return func
+        return register
+
+    def resolve(self, task: str) -> Handler | None:
+        return self._handlers.get(task, self.fallback)
+
+    def __getitem__(self, task: str) -> Handler:
+        return self._handlers[task]
+
+    def __setitem__(self, task: str, func: Handler) -> None:
+        if not callable(func):
+            raise TypeError(f"handler for {task!r} must be callable, got {type(func).__name__}")
+        self._handlers[task] = func
+
+    def __delitem__(self, task: str) -> None:
+        del self._handlers[task]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._handlers)
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+
+def jittered(delay: float) -> float:
+    """Spread retries of many threads and processes so they do not hit Redis in lockstep."""
+    return delay * random.uniform(0.5, 1.0)
+
+
+class _Link:
+    """Whether Redis answered last time: turns a storm of failures into one log line per outage."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._down_since: float | None = None
+
+    def lost(self, exc: RedisUnavailable) -> None:
+        with self._lock:
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+                log.warning("%s; backing off and retrying (running jobs continue)", exc)
+
+    def restored(self) -> None:
+        if self._down_since is None:  # the common case, without taking the lock
+            return
+        with self._lock:
+            if self._down_since is not None:
+                log.warning("Redis reachable again after %.1fs", time.monotonic() - self._down_since)
+                self._down_since = None
+
+
+class Worker:
+    """Work leased jobs with ``concurrency`` threads until :meth:`stop` or SIGTERM/SIGINT.
+
+    ``classes`` limits the worker to some classes (a reserved pool); ``batch`` jobs are leased per
+    pop and worked in turn by one slot. On stop it stops popping, lets running jobs finish for at
+    most ``grace`` seconds, settles them and unregisters; a second signal abandons them at once
+    (their leases expire and the reaper hands them to another worker).
+    """
+
+    def __init__(self, scheduler: Scheduler, handlers: HandlerRegistry, *, concurrency: int = 4,
+                 classes: Sequence[str] | None = None, batch: int = 1, worker_id: str | None = None,
+                 grace: float = 30.0, registration_ttl: float = 15.0) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency: expected at least 1, got {concurrency}")
+        if batch < 1:
+            raise ValueError(f"batch: expected at least 1, got {batch}")
+        for name in classes or ():
+            try:
+                scheduler.config.class_index(name)
+            except KeyError as exc:
+                raise ValueError(f"classes: {exc.args[0]}") from None
+        self.scheduler = scheduler
+        self.handlers = handlers
+        self.concurrency = concurrency
+        self.classes = list(classes) if classes else None
+        self.batch = batch
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.grace = grace
+        self.registration_ttl = registration_ttl
+        self._stopping = threading.Event()  # stop popping; running jobs finish
+        self._halt = threading.Event()  # abandon everything now
+        self._signals = 0
+        self._link = _Link()
+        self._held: dict[str, Lease] = {}  # leases this worker must heartbeat
+        self._held_lock = threading.Lock()
+        self._slots: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def stop(self) -> None:
+        """Graceful stop (thread-safe): no new pops; :meth:`run` returns once running jobs settle."""
+        self._stopping.set()
+
+    def run(self) -> bool:
+        """Register, work until stopped, unregister. True when every leased job was settled,
+        False when the grace period or a second signal cut running jobs short.
+
+        Raises :class:`RedisUnavailable` if Redis cannot be reached at start (a wrong URL should
+        fail loudly); outages after that are ridden out.
+        """
+        with self._signal_handlers():
+            self._register()
+            log.info("worker %s: %d slots, batch %d, classes %s", self.worker_id, self.concurrency, self.batch,
+                     ",".join(self.classes) if self.classes else "all")
+            reap = self._counted(self.scheduler.reap, "expired leases returned to their queues")
+            promote = self._counted(self.scheduler.promote_overdue, "overdue jobs promoted one class up")
+            self._start_periodic("heartbeat", self.scheduler.config.leases.visibility_timeout / 3,
+                                 self._heartbeat, self._halt)
+            self._start_periodic("registration", self.registration_ttl / 3, self._register, self._halt)
+            self._start_periodic("reaper", REAP_EVERY_S, reap, self._stopping)
+            self._start_periodic("aging", PROMOTE_EVERY_S, promote, self._stopping)
+            self._slots = [self._thread(f"slot-{i}", self._slot_loop) for i in range(self.concurrency)]
+            while not self._stopping.is_set() and self._signals == 0:
+                time.sleep(TICK_S)
+            self.stop()
+            clean = self._drain()
+            self._halt.set()
+            self._call(lambda: self.scheduler.unregister_worker(self.worker_id), self._give_up_after(5.0))
+        log.info("worker %s stopped%s", self.worker_id, "" if clean else "; unsettled leases will be reaped")
+        return clean
+
+    def _drain(self) -> bool:
+        with self._held_lock:
+            running = len(self._held)
+        log.info("stopping: no new jobs; waiting up to %.0fs for %d leased jobs", self.grace, running)
+        deadline = time.monotonic() + self.grace
+        while any(t.is_alive() for t in self._slots):
+            if self._signals >= 2 or time.monotonic() >= deadline:
+                self._halt.set()
+                log.warning("stopping now: %s", "second signal" if self._signals >= 2 else "grace period over")
+                return False
+            time.sleep(TICK_S)
+        return True
+
+    def _give_up_after(self, seconds: float) -> threading.Event:
+        """An event that is set after ``seconds``: bounds the final unregister during an outage."""
+        event = threading.Event()
+        timer = threading.Timer(seconds, event.set)
+        timer.daemon = True
+        timer.start()
+        return event
+
+    @contextmanager
+    def _signal_handlers(self) -> Iterator[None]:
+        """SIGTERM/SIGINT count towards stopping (only possible from the main thread). The handler
+        just counts: taking a lock inside a signal handler can deadlock the thread it interrupted."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            self._signals += 1
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _thread(self, name: str, target: Callable[[], None]) -> threading.Thread:
+        # Daemon threads: a hard stop must not wait for a handler that never returns.
+        thread = threading.Thread(target=target, name=f"{self.worker_id}/{name}", daemon=True)
+        thread.start()
+        return thread
+
+    def _start_periodic(self, name: str, every: float, action: Callable[[], object], until: threading.Event) -> None:
+        def loop() -> None:
+            while not until.wait(every):
+                try:
+                    self._call(action, until)
+                except Exception:  # a bug or a Redis error reply: log it, try again next time
+                    log.exception("%s failed", name)
+        self._thread(name, loop)
+
+    @staticmethod
+    def _counted(sweep: Callable[[], int], what: str) -> Callable[[], None]:
+        def run() -> None:
+            count = sweep()
+            if count:
+                log.info("%d %s", count, what)
+        return run
+
+    # ------------------------------------------------------------------ Redis calls
+
+    def _call(self, action: Callable[[], T], until: threading.Event) -> T | None:
+        """Run one scheduler call, retrying through outages until it succeeds or ``until`` is set
+        (then None). Each call is one atomic script, so retrying never half-applies anything."""
+        delay = OUTAGE_MIN_S
+        while not until.is_set():
+            try:
+                result = action()
+            except RedisUnavailable as exc:
+                self._link.lost(exc)
+                until.wait(jittered(delay))
+                delay = min(delay * 2, OUTAGE_MAX_S)
+                continue
+            self._link.restored()
+            return result
+        return None
+
+    def _register(self) -> None:
+        """The fleet counts leases, not threads, against ``reserved_slots``: a slot holding a
+        batch holds ``batch`` leases, so it registers that many."""
+        self.scheduler.register_worker(self.worker_id, self.concurrency * self.batch, self.registration_ttl)
+
+    def _heartbeat(self) -> None:
+        with self._held_lock:
+            leases = list(self._held.values())
+        for lease in leases:
+            if not self.scheduler.extend(lease):
+                log.warning("lease of job %s expired while running; it will be delivered again", lease.job_id)
+                self._release(lease)
+
+    # ------------------------------------------------------------------ slots
+
+    def _slot_loop(self) -> None:
+        idle = IDLE_MIN_S
+        while not self._stopping.is_set():
+            try:
+                leases = self._call(lambda: self.scheduler.pop(self.batch, classes=self.classes), self._stopping)
+            except Exception:  # a bug or a Redis error reply: keep the slot alive, do not spin
+                log.exception("pop failed")
+                self._stopping.wait(jittered(OUTAGE_MAX_S))
+                continue
+            if leases is None:
+                return
+            if not leases:
+                self._stopping.wait(jittered(idle))
+                idle = min(idle * 2, IDLE_MAX_S)
+                continue
+            idle = IDLE_MIN_S
+            with self._held_lock:
+                self._held.update((lease.job_id, lease) for lease in leases)
+            for lease in leases:
+                if not self._halt.is_set():
+                    self._work(lease)
+
+    def _work(self, lease: Lease) -> None:
+        handler = self.handlers.resolve(lease.task)
+        try:
+            if handler is None:
+                error: str | None = f"no handler registered for task {lease.task}"
+            else:
+                handler(lease)
+                error = None
+        except Exception as exc:  # the handler's failure is the job's failure, not the worker's
+            error = str(exc) or type(exc).__name__
+        try:
+            if error is None:
+                self._settle_ack(lease)
+            else:
+                self._settle_nack(lease, error)
+        except Exception:
+            log.exception("settling job %s failed; its lease will expire and it will be delivered again", lease.job_id)
+        finally:
+            self._release(lease)
+
+    def _settle_ack(self, lease: Lease) -> None:
+        if self._call(lambda: self.scheduler.ack(lease), self._halt) is False:
+            # Expired and re-queued (at least once), or acked already by a call whose reply was lost.
+            log.warning("job %s finished but its lease was no longer held; it may run again", lease.job_id)
+
+    def _settle_nack(self, lease: Lease, error: str) -> None:
+        outcome = self._call(lambda: self.scheduler.nack(lease, error), self._halt)
+        log.warning("job %s (%s, tenant %s, attempt %d) failed: %s -> %s", lease.job_id, lease.task,
+                    lease.tenant, lease.attempts, error, outcome or "unsettled")
+
+    def _release(self, lease: Lease) -> None:
+        with self._held_lock:
+            self._held.pop(lease.job_id, None)

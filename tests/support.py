@@ -1,0 +1,60 @@
+"""Helpers shared by the worker and CLI tests: config files for subprocesses, polling."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fairness_core import Config, Scheduler, load_config
+
+from .conftest import EXAMPLE_CONFIG, ROOT, make_config
+
+
+def write_config(tmp_path: Path, redis_url: str, **sections: dict[str, Any]) -> tuple[Path, Config]:
+    """The example config with ``sections`` merged in and a fresh key prefix, written to a file
+    (subprocesses and CLI commands read files), and loaded back."""
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    fresh = {"redis": {"url": redis_url, "prefix": make_config().redis.prefix}}
+    for key, value in {**fresh, **sections}.items():
+        data[key] = {**data[key], **value}
+    path = tmp_path / "fairness.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path, load_config(path)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll until ``condition()``; the timeout only bounds a hung test, it is not a speed target."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def totals(scheduler: Scheduler) -> dict[str, int]:
+    """depth, inflight, delayed and every lifecycle counter, summed over classes."""
+    out: dict[str, int] = {}
+    for view in scheduler.snapshot().classes.values():
+        for name, value in {"depth": view.depth, "inflight": view.inflight, "delayed": view.delayed,
+                            **view.counters}.items():
+            out[name] = out.get(name, 0) + value
+    return out
+
+
+def spawn_worker(config_path: Path, log_path: Path, record_key: str, redis_url: str, *args: str) -> subprocess.Popen[bytes]:
+    """``fairctl worker`` in its own process, working tests/recording_handlers.py."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RECORD_KEY": record_key, "RECORD_REDIS_URL": redis_url}
+    env.pop("FAIRCTL_REDIS_URL", None)
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "fairctl", "worker", "--config", str(config_path),
+             "--handlers", "tests.recording_handlers:handlers", *args],
+            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+        )
