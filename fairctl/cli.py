@@ -1,0 +1,21 @@
+"""The ``fairctl`` command line. Each command group lives in its own module and is merged here,
+so new groups (generate, simulate, exporter, ...) are one import and one ``add_typer`` each."""
+
+from __future__ import annotations
+
+import typer
+
+from . import demo, queue_commands, worker_command
+
+app = typer.Typer(
+    help="Fair Redis job queues: priority classes with weighted shares, fair queuing across tenants, "
+         "and the tools to watch them.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+for group in (queue_commands, worker_command, demo):
+    app.add_typer(group.app)
+
+
+def main() -> None:
+    app()

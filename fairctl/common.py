@@ -1,0 +1,91 @@
+"""What every command shares: the ``--config``/``--redis-url`` options, building a Scheduler from
+them, and turning expected failures into one clear line on stderr with exit code 2.
+
+Failures the user can fix (a bad argument, a bad config, Redis down) are not bugs, so they never
+show a traceback; each message starts with the argument to fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, NoReturn, Optional
+
+import redis
+import typer
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from fairness_core import BudgetRejected, Config, ConfigError, InvalidJob, RedisUnavailable, Scheduler, load_config
+
+BAD_ARGUMENT = 2
+
+ConfigOption = Annotated[Path, typer.Option(
+    "--config", envvar="FAIRCTL_CONFIG", show_default=True,
+    help="fairness.yaml to read: classes, weights, tenants, classification rules, leases.",
+)]
+RedisUrlOption = Annotated[Optional[str], typer.Option(
+    "--redis-url", envvar="FAIRCTL_REDIS_URL", show_default=False,
+    help="Redis to use instead of the config's redis.url (redis://, rediss:// or unix://).",
+)]
+DEFAULT_CONFIG = Path("fairness.yaml")
+
+
+def fail(argument: str, message: str, code: int = BAD_ARGUMENT) -> NoReturn:
+    typer.echo(f"fairctl: error: {argument}: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def clear_errors(**argument_for_field: str) -> Iterator[None]:
+    """Map the core's errors to the CLI argument that caused them; ``argument_for_field`` renames
+    :class:`InvalidJob` fields (``task="TASK"``), others become ``--<field>``."""
+    try:
+        yield
+    except ConfigError as exc:
+        fail("--config", str(exc))
+    except RedisUnavailable as exc:
+        fail("--redis-url", str(exc))  # the message names host:port only, never credentials
+    except InvalidJob as exc:
+        fail(argument_for_field.get(exc.field, f"--{exc.field}"), str(exc).removeprefix(f"{exc.field}: "))
+    except BudgetRejected as exc:
+        fail("TASK", str(exc), code=1)
+
+
+def load(config_path: Path, redis_url: str | None) -> Config:
+    """The config with ``--redis-url`` applied; fails with exit code 2 on any config error."""
+    with clear_errors():
+        config = load_config(config_path)
+    if redis_url is None:
+        return config
+    if not re.match(r"^(redis|rediss|unix)://", redis_url):
+        fail("--redis-url", "expected a redis://, rediss:// or unix:// URL")  # never echo: may hold a password
+    return dataclasses.replace(config, redis=dataclasses.replace(config.redis, url=redis_url))
+
+
+def connect(config: Config) -> Scheduler:
+    """A Scheduler on a client that fails fast: no client-side retries, because re-sending a
+    script whose reply was lost could run it twice (a duplicate enqueue); the worker retries
+    whole operations itself instead."""
+    try:
+        client = redis.Redis.from_url(
+            config.redis.url, socket_connect_timeout=3, socket_timeout=10, retry=Retry(NoBackoff(), 0),
+        )
+    except ValueError as exc:  # redis-py's message does not repeat the URL
+        fail("--redis-url", f"not a usable Redis URL: {exc}")
+    return Scheduler(config, client)
+
+
+def open_scheduler(config_path: Path, redis_url: str | None) -> Scheduler:
+    return connect(load(config_path, redis_url))
+
+
+def check_classes(config: Config, names: list[str], argument: str) -> list[str]:
+    """Class names given on the command line, each checked against the config."""
+    for name in names:
+        if name not in config.class_names:
+            fail(argument, f"unknown class {name!r}; configured: {', '.join(config.class_names)}")
+    return names

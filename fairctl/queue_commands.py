@@ -1,0 +1,121 @@
+"""Producer and operator commands: ``enqueue``, ``pause``, ``resume``, ``status``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from fairness_core import classify
+
+from .common import (
+    DEFAULT_CONFIG,
+    ConfigOption,
+    RedisUrlOption,
+    check_classes,
+    clear_errors,
+    connect,
+    fail,
+    load,
+    open_scheduler,
+)
+from .status_view import as_json, class_statuses, render
+
+app = typer.Typer()
+
+LIST_IDS_UP_TO = 10
+
+
+def parse_payload(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail("--payload", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+
+
+@app.command()
+def enqueue(
+    task: Annotated[str, typer.Argument(
+        metavar="TASK", help="Task name, e.g. password_reset; the classification rules pick its class.")],
+    tenant: Annotated[str, typer.Option("--tenant", help="Tenant id the job belongs to (fair queuing is per tenant).")],
+    tier: Annotated[Optional[str], typer.Option(help="Tenant tier (tenants.tiers); default tenants.default_tier.")] = None,
+    user_waiting: Annotated[bool, typer.Option("--user-waiting", help="A human is waiting on this job.")] = False,
+    count: Annotated[int, typer.Option(min=1, max=1_000_000, help="How many identical jobs to enqueue.")] = 1,
+    payload: Annotated[Optional[str], typer.Option(help='Job payload as JSON, e.g. \'{"service_s": 0.5}\'.')] = None,
+    config: ConfigOption = DEFAULT_CONFIG,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Enqueue jobs; prints their ids and the class and reason the classification rules chose."""
+    body = parse_payload(payload)
+    scheduler = open_scheduler(config, redis_url)
+    ids: list[str] = []
+    with clear_errors(task="TASK"):
+        try:
+            for _ in range(count):
+                ids.append(scheduler.enqueue(task, tenant, body, tier=tier, user_waiting=user_waiting))
+        finally:
+            if 0 < len(ids) < count:
+                typer.echo(f"enqueued {len(ids)} of {count} jobs before the error (last id {ids[-1]})", err=True)
+    if count <= LIST_IDS_UP_TO:
+        typer.echo(f"enqueued {count} job{'s' if count > 1 else ''}: {' '.join(ids)}")
+    else:
+        typer.echo(f"enqueued {count} jobs: ids {ids[0]} .. {ids[-1]}")
+    decision = classify(scheduler.config, task, tier=tier or scheduler.config.tenants.default_tier,
+                        user_waiting=user_waiting)
+    typer.echo(f"class {decision.queue}: {decision.reason}")
+
+
+def _set_paused(queue: str, config: Path, redis_url: str | None, paused: bool) -> None:
+    cfg = load(config, redis_url)
+    check_classes(cfg, [queue], "QUEUE")
+    scheduler = connect(cfg)
+    with clear_errors():
+        (scheduler.pause if paused else scheduler.resume)(queue)
+    typer.echo(f"{queue} {'paused' if paused else 'resumed'}")
+
+
+QueueArgument = Annotated[str, typer.Argument(metavar="QUEUE", help="Class name, e.g. jobs:low.")]
+
+
+@app.command()
+def pause(queue: QueueArgument, config: ConfigOption = DEFAULT_CONFIG, redis_url: RedisUrlOption = None) -> None:
+    """Stop workers from taking jobs of a class; jobs still queue up (fleet-wide, takes effect at once)."""
+    _set_paused(queue, config, redis_url, True)
+
+
+@app.command()
+def resume(queue: QueueArgument, config: ConfigOption = DEFAULT_CONFIG, redis_url: RedisUrlOption = None) -> None:
+    """Let workers take jobs of a paused class again."""
+    _set_paused(queue, config, redis_url, False)
+
+
+@app.command()
+def status(
+    interval: Annotated[float, typer.Option(
+        min=0, max=3600, help="Seconds between the two snapshots the realised share is measured over "
+                              "(0: one snapshot, no share).")] = 1.0,
+    top: Annotated[int, typer.Option(min=0, max=100, help="Most backlogged tenants to list per class.")] = 3,
+    as_json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    config: ConfigOption = DEFAULT_CONFIG,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Show each class's backlog and the share of work it really gets.
+
+    Per class: depth, oldest job's age, in-flight, delayed retries, paused, configured weight and
+    realised share (the class's part of the jobs processed during --interval), then the most
+    backlogged tenants of each class."""
+    scheduler = open_scheduler(config, redis_url)
+    with clear_errors():
+        before = scheduler.snapshot(top) if interval else None
+        time.sleep(interval)
+        after = scheduler.snapshot(top)
+    rows = class_statuses(scheduler.config, before, after, top)
+    if as_json_output:
+        typer.echo(json.dumps(as_json(rows, interval), indent=2))
+    else:
+        typer.echo(render(rows, interval))

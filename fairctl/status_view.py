@@ -1,0 +1,92 @@
+"""The status table: per class, what is waiting, for how long, and the share each class actually
+got against its configured weight. Shared by ``fairctl status`` and ``fairctl demo``.
+
+The realised share needs two snapshots: it is each class's processed delta over the interval,
+because a lifetime total would hide a storm that started a minute ago.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fairness_core import Config, Snapshot
+
+HEADERS = ("class", "depth", "oldest", "in-flight", "delayed", "paused", "weight", "share")
+
+
+@dataclass(frozen=True)
+class ClassStatus:
+    name: str
+    depth: int
+    oldest_age_s: float
+    inflight: int
+    delayed: int
+    paused: bool
+    weight_pct: float
+    processed: int  # over the interval
+    share_pct: float | None  # None when nothing was processed in the interval
+    top_tenants: list[tuple[str, int]]
+
+
+def format_age(seconds: float) -> str:
+    """3.2s, 42s, 4m12s, 2h3m, 1d5h: short enough for a table column, exact enough to act on."""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600}h"
+
+
+def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top: int) -> list[ClassStatus]:
+    """One row per configured class; ``before=None`` means no interval (share unknown)."""
+    def done(snapshot: Snapshot, name: str) -> int:
+        return snapshot.classes[name].counters["processed"]
+
+    processed = {name: done(after, name) - done(before, name) if before else 0 for name in config.class_names}
+    total = sum(processed.values())
+    rows = []
+    for c in config.classes:
+        view = after.classes[c.name]
+        rows.append(ClassStatus(
+            name=c.name,
+            depth=view.depth,
+            oldest_age_s=view.oldest_age,
+            inflight=view.inflight,
+            delayed=view.delayed,
+            paused=view.paused,
+            weight_pct=100.0 * c.weight / config.total_weight,
+            processed=processed[c.name],
+            share_pct=100.0 * processed[c.name] / total if total else None,
+            top_tenants=list(view.top_backlog[:top]),
+        ))
+    return rows
+
+
+def render(rows: list[ClassStatus], interval: float | None) -> str:
+    """A plain-text table (no colours: it goes into logs and tickets as often as terminals)."""
+    cells = [HEADERS] + [
+        (r.name, str(r.depth), format_age(r.oldest_age_s), str(r.inflight), str(r.delayed),
+         "yes" if r.paused else "no", f"{r.weight_pct:.0f}%", "-" if r.share_pct is None else f"{r.share_pct:.1f}%")
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(HEADERS))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+             for row in cells]
+    if interval:
+        lines.append(f"share = processed per class over the last {interval:g}s "
+                     f"({sum(r.processed for r in rows)} jobs)")
+    tenants = [f"  {r.name}: " + ", ".join(f"{t} ({n})" for t, n in r.top_tenants) for r in rows if r.top_tenants]
+    if tenants:
+        lines.append("most backlogged tenants:")
+        lines.extend(tenants)
+    return "\n".join(lines)
+
+
+def as_json(rows: list[ClassStatus], interval: float | None) -> dict[str, Any]:
+    return {"interval_s": interval, "classes": [asdict(r) for r in rows]}

@@ -1,0 +1,61 @@
+"""``fairctl worker``: run a :class:`fairness_core.worker.Worker` with handlers from a module."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Annotated, Optional
+
+import typer
+
+from fairness_core.worker import HandlerRegistry, Worker
+
+from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, connect, fail, load
+
+app = typer.Typer()
+
+
+def load_handlers(spec: str) -> HandlerRegistry:
+    """``package.module:attribute`` naming a HandlerRegistry."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        fail("--handlers", f"expected module:attribute, e.g. fairctl.handlers:sleep_handlers, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        fail("--handlers", f"cannot import {module_name!r}: {exc}")
+    registry = getattr(module, attribute, None)
+    if not isinstance(registry, HandlerRegistry):
+        fail("--handlers", f"{spec} is {type(registry).__name__}, expected a fairness_core.worker.HandlerRegistry")
+    return registry
+
+
+@app.command()
+def worker(
+    handlers: Annotated[str, typer.Option(
+        help="module:attribute of the HandlerRegistry that runs each task.")] = "fairctl.handlers:sleep_handlers",
+    concurrency: Annotated[int, typer.Option(
+        min=1, max=1000, help="Jobs worked at once (threads); counted as fleet slots for reserved_slots.")] = 4,
+    classes: Annotated[Optional[str], typer.Option(
+        help="Serve only these classes, comma-separated (a reserved pool), e.g. jobs:high.")] = None,
+    batch: Annotated[int, typer.Option(
+        min=1, max=1000, help="Jobs leased per pop; each slot works them in turn.")] = 1,
+    grace: Annotated[float, typer.Option(
+        min=0, help="Seconds running jobs get to finish after SIGTERM/SIGINT.")] = 30.0,
+    config: ConfigOption = DEFAULT_CONFIG,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Work jobs until SIGTERM or SIGINT.
+
+    Leases jobs, runs the task's handler, acks (or nacks when it raises). Keeps leases of long
+    jobs alive, reaps leases of dead workers, promotes overdue jobs and rides out Redis outages.
+    The first signal stops taking jobs and lets running ones finish (exit 0); a second one exits
+    at once (exit 1; the reaper re-delivers what was running). Exits 2 if Redis is down at start."""
+    cfg = load(config, redis_url)
+    only = check_classes(cfg, [c.strip() for c in classes.split(",")], "--classes") if classes else None
+    registry = load_handlers(handlers)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    runner = Worker(connect(cfg), registry, concurrency=concurrency, classes=only, batch=batch, grace=grace)
+    with clear_errors():
+        clean = runner.run()
+    raise typer.Exit(0 if clean else 1)
