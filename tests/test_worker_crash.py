@@ -1,0 +1,130 @@
+"""``fairctl worker`` processes under SIGKILL and SIGTERM: nothing lost, redeliveries exact."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import redis
+
+from fairctl.redis_server import RedisServer
+from fairness_core import Scheduler
+
+from .support import spawn_worker, totals, wait_for, write_config
+
+pytestmark = pytest.mark.slow
+
+JOBS = 20_000
+PROCESSES = 4
+# Spread over all three classes (enterprise tenants' unlisted tasks go to jobs:medium) and tiers.
+TASKS = ["password_reset", "order_confirmation", "newsletter", "invoice_pdf", "nightly_digest"]
+TENANTS = [(f"tenant-{i}", ("free", "pro", "enterprise")[i % 3]) for i in range(7)]
+
+
+def recorded(client: redis.Redis, key: str) -> dict[str, list[int]]:
+    """job id -> attempts of every delivery that ran to completion."""
+    out: dict[str, list[int]] = defaultdict(list)
+    for item in client.lrange(key, 0, -1):
+        job_id, attempts = (item.decode() if isinstance(item, bytes) else item).split(":")
+        out[job_id].append(int(attempts))
+    return out
+
+
+def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    for proc in processes:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_sigkilled_workers_lose_nothing_and_redeliveries_are_exact(
+        redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
+    path, config = write_config(tmp_path, redis_server.url, leases={"visibility_timeout": "2s", "max_attempts": 1000})
+    scheduler = Scheduler(config, client)
+    key = f"{config.redis.prefix}:record"
+    ids = set()
+    for i in range(JOBS):
+        tenant, tier = TENANTS[i % len(TENANTS)]
+        ids.add(scheduler.enqueue(TASKS[i % len(TASKS)], tenant, tier=tier))
+    assert len(ids) == JOBS
+
+    def spawn(i: int) -> subprocess.Popen[bytes]:
+        return spawn_worker(path, tmp_path / f"worker-{i}.log", key, redis_server.url,
+                            "--concurrency", "4", "--batch", "5")
+
+    def finished() -> bool:
+        t = totals(scheduler)
+        return t["processed"] == JOBS and t["depth"] == t["inflight"] == t["delayed"] == 0
+
+    rng = random.Random(2)
+    workers = [spawn(i) for i in range(PROCESSES)]
+    kills = 0
+    deadline = time.monotonic() + 180
+    try:
+        while not finished():
+            assert time.monotonic() < deadline, f"not finished after 180s: {totals(scheduler)}"
+            time.sleep(rng.uniform(0.7, 1.3))
+            victim = rng.randrange(PROCESSES)
+            workers[victim].send_signal(signal.SIGKILL)
+            workers[victim].wait()
+            workers[victim] = spawn(victim)
+            kills += 1
+    finally:
+        stop_all(workers)
+
+    t = totals(scheduler)
+    deliveries = recorded(client, key)
+    assert set(deliveries) == ids, "every job ran to completion at least once"
+    for job_id, attempts in deliveries.items():
+        if len(attempts) > 1:
+            assert max(attempts) >= 2, f"job {job_id} ran twice without a redelivery: {attempts}"
+    assert t["redelivered"] == sum(max(a) - 1 for a in deliveries.values())
+    assert t["failed"] == t["dead"] == 0
+    assert kills > 0 and t["redelivered"] > 0, "the kills must have cut leases short"
+    print(f"\n{kills} SIGKILLs, {t['redelivered']} redeliveries, "
+          f"{sum(len(a) > 1 for a in deliveries.values())} jobs completed more than once")
+
+
+def test_sigterm_lets_running_jobs_finish_and_redelivers_nothing(
+        redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
+    path, config = write_config(tmp_path, redis_server.url, leases={"visibility_timeout": "2s"})
+    scheduler = Scheduler(config, client)
+    key = f"{config.redis.prefix}:record"
+    for _ in range(6):
+        scheduler.enqueue("password_reset", "t", {"service_s": 1.5})
+    proc = spawn_worker(path, tmp_path / "worker.log", key, redis_server.url, "--concurrency", "2", "--grace", "20")
+    try:
+        wait_for(lambda: totals(scheduler)["inflight"] == 2, 30, "two running jobs")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, (tmp_path / "worker.log").read_text()
+    finally:
+        stop_all([proc])
+    t = totals(scheduler)
+    assert t["processed"] >= 2 and t["processed"] + t["depth"] == 6
+    assert t["inflight"] == t["redelivered"] == 0
+    assert sorted(recorded(client, key).values()) == [[1]] * t["processed"]
+    assert "stopping: no new jobs" in (tmp_path / "worker.log").read_text()
+
+
+def test_second_signal_exits_at_once_and_the_lease_is_reaped(
+        redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
+    path, config = write_config(tmp_path, redis_server.url, leases={"visibility_timeout": "1s"})
+    scheduler = Scheduler(config, client)
+    scheduler.enqueue("password_reset", "t", {"service_s": 600})
+    proc = spawn_worker(path, tmp_path / "worker.log", "unused", redis_server.url, "--concurrency", "2")
+    try:
+        wait_for(lambda: totals(scheduler)["inflight"] == 1, 30, "the job to start")
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 1
+    finally:
+        stop_all([proc])
+    wait_for(lambda: scheduler.reap() == 1, 10, "the abandoned lease to expire")
+    t = totals(scheduler)
+    assert (t["depth"], t["inflight"], t["redelivered"]) == (1, 0, 1)
