@@ -157,6 +157,7 @@ class Worker:
             self._register()
             log.info("worker %s: %d slots, batch %d, classes %s", self.worker_id, self.concurrency, self.batch,
                      ",".join(self.classes) if self.classes else "all")
+            self._warn_if_all_reserved()
             reap = self._counted(self.scheduler.reap, "expired leases returned to their queues")
             promote = self._counted(self.scheduler.promote_overdue, "overdue jobs promoted one class up")
             self._start_periodic("heartbeat", self.scheduler.config.leases.visibility_timeout / 3,
@@ -173,6 +174,15 @@ class Worker:
             self._call(lambda: self.scheduler.unregister_worker(self.worker_id), self._give_up_after(5.0))
         log.info("worker %s stopped%s", self.worker_id, "" if clean else "; unsettled leases will be reaped")
         return clean
+
+    def _warn_if_all_reserved(self) -> None:
+        """A fleet with no more slots than ``reserved_slots`` add up to serves only the reserved
+        classes: say so, since the shipped config reserves 2 and a small worker looks hung."""
+        reserved = sum(c.reserved_slots for c in self.scheduler.config.classes)
+        fleet = self.scheduler.snapshot(topk=1).worker_slots
+        if reserved and fleet <= reserved:
+            log.warning("the fleet has %d worker slots and reserved_slots add up to %d: classes without a "
+                        "reservation get no work until more slots register", fleet, reserved)
 
     def _drain(self) -> bool:
         with self._held_lock:
@@ -240,7 +250,8 @@ class Worker:
 
     def _call(self, action: Callable[[], T], until: threading.Event) -> T | None:
         """Run one scheduler call, retrying through outages until it succeeds or ``until`` is set
-        (then None). Each call is one atomic script, so retrying never half-applies anything."""
+        (then None). Each call is one atomic script, so an outage never half-applies one; a call
+        whose reply was lost may have been applied (a lost pop leaves a lease the reaper returns)."""
         delay = OUTAGE_MIN_S
         while not until.is_set():
             try:
@@ -292,16 +303,8 @@ class Worker:
                     self._work(lease)
 
     def _work(self, lease: Lease) -> None:
-        handler = self.handlers.resolve(lease.task)
         try:
-            if handler is None:
-                error: str | None = f"no handler registered for task {lease.task}"
-            else:
-                handler(lease)
-                error = None
-        except Exception as exc:  # the handler's failure is the job's failure, not the worker's
-            error = str(exc) or type(exc).__name__
-        try:
+            error = self._run_handler(lease)
             if error is None:
                 self._settle_ack(lease)
             else:
@@ -310,6 +313,17 @@ class Worker:
             log.exception("settling job %s failed; its lease will expire and it will be delivered again", lease.job_id)
         finally:
             self._release(lease)
+
+    def _run_handler(self, lease: Lease) -> str | None:
+        """None on success, else the error stored with the job."""
+        handler = self.handlers.resolve(lease.task)
+        if handler is None:
+            return f"no handler registered for task {lease.task}"
+        try:
+            handler(lease)
+        except Exception as exc:  # the handler's failure is the job's failure, not the worker's
+            return str(exc) or type(exc).__name__
+        return None
 
     def _settle_ack(self, lease: Lease) -> None:
         if self._call(lambda: self.scheduler.ack(lease), self._halt) is False:

@@ -115,3 +115,10 @@ def test_worker_rides_out_a_redis_restart(tmp_path: Path, caplog: pytest.LogCapt
     outage_lines = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
     assert len(outage_lines) == 1, outage_lines
     assert any("reachable again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_fleet_with_only_reserved_slots_says_so(client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    config = make_config()  # jobs:high reserves 2 slots
+    caplog.set_level(logging.WARNING, logger="fairness_core.worker")
+    with running(Worker(Scheduler(config, client), HandlerRegistry(), concurrency=2)):
+        wait_for(lambda: any("reserved_slots add up to 2" in r.getMessage() for r in caplog.records), 10, "the warning")
