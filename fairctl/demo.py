@@ -21,7 +21,7 @@ import typer
 from fairness_core import Config, Lease, Scheduler, classify
 from fairness_core.worker import HandlerRegistry, Worker
 
-from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, connect, load
+from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, connect, fail, load
 from .handlers import sleep_for_service_time
 from .redis_server import RedisServer
 from .status_view import ClassStatus, class_statuses, render
@@ -84,6 +84,35 @@ def conclusion(config: Config, recorder: WaitRecorder, storm: ClassStatus, secon
     ])
 
 
+def run_demo(config: Config, seconds: float) -> None:
+    scheduler = connect(config)
+    typer.echo(f"Enqueuing {STORM_JOBS:,} {STORM_TASK} jobs from {STORM_TENANT} (policy {config.scheduler.policy}) ...")
+    for _ in range(STORM_JOBS):
+        scheduler.enqueue(STORM_TASK, STORM_TENANT, {"service_s": STORM_SERVICE_S})
+    before = scheduler.snapshot()
+    typer.echo("\nBefore:\n" + render(class_statuses(config, None, before, 3), None))
+
+    recorder = WaitRecorder()
+    worker = Worker(scheduler, HandlerRegistry(fallback=recorder), concurrency=WORKER_SLOTS, grace=5.0)
+    stop = threading.Event()
+    threads = [threading.Thread(target=worker.run, daemon=True),
+               threading.Thread(target=trickle, args=(scheduler, stop), daemon=True)]
+    for thread in threads:
+        thread.start()
+    typer.echo(f"\nWorking for {seconds:g}s with {WORKER_SLOTS} worker slots, "
+               f"while {len(QUIET_TENANTS)} other tenants send {', '.join(TRICKLE)} ...")
+    time.sleep(seconds)
+    stop.set()
+    worker.stop()
+    for thread in threads:
+        thread.join()
+
+    rows = class_statuses(config, before, scheduler.snapshot(), 3)
+    typer.echo(f"\nAfter {seconds:g}s:\n" + render(rows, seconds))
+    storm_class = classify(config, STORM_TASK, tier=config.tenants.default_tier).queue
+    typer.echo("\n" + conclusion(config, recorder, next(r for r in rows if r.name == storm_class), seconds))
+
+
 @app.command()
 def demo(
     seconds: Annotated[float, typer.Option(min=1, max=120, help="How long the worker runs.")] = 8.0,
@@ -96,31 +125,12 @@ def demo(
     in-process worker; prints the status before and after, and what it shows."""
     cfg = load(config, None)
     logging.basicConfig(level=logging.WARNING)
-    with RedisServer() as server, clear_errors():
-        cfg = dataclasses.replace(cfg, redis=dataclasses.replace(cfg.redis, url=server.url))
-        scheduler = connect(cfg)
-        typer.echo(f"Enqueuing {STORM_JOBS:,} {STORM_TASK} jobs from {STORM_TENANT} (policy {cfg.scheduler.policy}) ...")
-        for _ in range(STORM_JOBS):
-            scheduler.enqueue(STORM_TASK, STORM_TENANT, {"service_s": STORM_SERVICE_S})
-        before = scheduler.snapshot()
-        typer.echo("\nBefore:\n" + render(class_statuses(cfg, None, before, 3), None))
-
-        recorder = WaitRecorder()
-        worker = Worker(scheduler, HandlerRegistry(fallback=recorder), concurrency=WORKER_SLOTS, grace=5.0)
-        stop = threading.Event()
-        threads = [threading.Thread(target=worker.run, daemon=True),
-                   threading.Thread(target=trickle, args=(scheduler, stop), daemon=True)]
-        for thread in threads:
-            thread.start()
-        typer.echo(f"\nWorking for {seconds:g}s with {WORKER_SLOTS} worker slots, "
-                   f"while {len(QUIET_TENANTS)} other tenants send {', '.join(TRICKLE)} ...")
-        time.sleep(seconds)
-        stop.set()
-        worker.stop()
-        for thread in threads:
-            thread.join()
-        after = scheduler.snapshot()
-        rows = class_statuses(cfg, before, after, 3)
-        typer.echo(f"\nAfter {seconds:g}s:\n" + render(rows, seconds))
-        storm_class = classify(cfg, STORM_TASK, tier=cfg.tenants.default_tier).queue
-        typer.echo("\n" + conclusion(cfg, recorder, next(r for r in rows if r.name == storm_class), seconds))
+    try:
+        server = RedisServer().start()
+    except (FileNotFoundError, RuntimeError) as exc:  # no redis-server binary, or it would not start
+        fail("redis-server", str(exc), code=1)
+    try:
+        with clear_errors():
+            run_demo(dataclasses.replace(cfg, redis=dataclasses.replace(cfg.redis, url=server.url)), seconds)
+    finally:
+        server.close()

@@ -99,7 +99,7 @@ def status(
     interval: Annotated[float, typer.Option(
         min=0, max=3600, help="Seconds between the two snapshots the realised share is measured over "
                               "(0: one snapshot, no share).")] = 1.0,
-    top: Annotated[int, typer.Option(min=0, max=100, help="Most backlogged tenants to list per class.")] = 3,
+    top: Annotated[int, typer.Option(min=1, max=100, help="Most backlogged tenants to list per class.")] = 3,
     as_json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     config: ConfigOption = DEFAULT_CONFIG,
     redis_url: RedisUrlOption = None,
