@@ -122,3 +122,14 @@ def test_a_fleet_with_only_reserved_slots_says_so(client: redis.Redis, caplog: p
     caplog.set_level(logging.WARNING, logger="fairness_core.worker")
     with running(Worker(Scheduler(config, client), HandlerRegistry(), concurrency=2)):
         wait_for(lambda: any("reserved_slots add up to 2" in r.getMessage() for r in caplog.records), 10, "the warning")
+
+
+def test_classes_limit_a_worker_to_its_reserved_pool(client: redis.Redis) -> None:
+    scheduler = Scheduler(make_config(), client)
+    seen: list[str] = []
+    scheduler.enqueue("newsletter", "t")
+    scheduler.enqueue("password_reset", "t")
+    with running(Worker(scheduler, HandlerRegistry(fallback=lambda lease: seen.append(lease.queue)),
+                        concurrency=4, classes=["jobs:high"])):
+        wait_for(lambda: totals(scheduler)["processed"] == 1, 20, "the high job")
+    assert seen == ["jobs:high"] and scheduler.snapshot().classes["jobs:low"].depth == 1
