@@ -3,8 +3,9 @@
 All keys of a queue group share the hash tag ``{prefix}``, so one group lives in one Redis Cluster
 slot and every Lua script touching it runs on one node. Tenant ids appear only after the tag, so no
 tenant id (braces, colons and all) can move a key to another slot or out of its namespace.
-The Lua scripts build the per-class and per-tenant keys from the same layout: ``Keys.lua_prefix``
-and the suffixes below are the single definition of that layout.
+Per-class keys are ``{prefix}:q/<class>/<part>`` and tenant sub-queues ``{prefix}:q/<class>/t/<tenant>``:
+``/`` cannot occur in a class name, so no class or tenant name can collide with another key. The Lua
+script receives ``base`` and builds the per-class keys with this same layout (``ckey``/``tkey``).
 """
 
 from __future__ import annotations
@@ -83,10 +84,10 @@ class Keys:
         """Per-class structure: ``tags`` (WFQ virtual times), ``heads`` (head enqueue time),
         ``backlog`` (queued jobs per tenant), ``cost`` (per-job virtual cost per tenant),
         ``vt`` (class virtual time), ``done`` (processed per tenant)."""
-        return f"{self.base}q:{queue}:{part}"
+        return f"{self.base}q/{queue}/{part}"
 
     def tenant_queue(self, queue: str, tenant: str) -> str:
-        return f"{self.base}q:{queue}:t:{tenant}"
+        return f"{self.base}q/{queue}/t/{tenant}"
 
     def fixed(self) -> list[str]:
         """The group-wide keys every script declares (KEYS[1..n]); order matches the Lua."""

@@ -24,8 +24,8 @@ end
 
 local NCLASS = #cfg.classes
 
-local function ckey(c, part) return base .. 'q:' .. c .. ':' .. part end
-local function tkey(c, tenant) return base .. 'q:' .. c .. ':t:' .. tenant end
+local function ckey(c, part) return base .. 'q/' .. c .. '/' .. part end
+local function tkey(c, tenant) return base .. 'q/' .. c .. '/t/' .. tenant end
 local function stat(name, c, delta) redis.call('HINCRBY', K_STATS, name .. '\t' .. c, delta) end
 local function num(v) return tonumber(v) or 0 end
 
