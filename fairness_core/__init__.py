@@ -3,13 +3,13 @@ tenants, on Redis, atomically, with leases. Nothing here imports the exporter, a
 
 from .classification import Classification, classify
 from .config import Config, ConfigError, load_config, parse_config, parse_duration
-from .jobs import BudgetRejected, FairnessError, InvalidJob, Lease, RedisUnavailable
+from .jobs import BudgetRejected, Enqueued, FairnessError, InvalidJob, Lease, RedisUnavailable
 from .model import Model
 from .scheduler import Scheduler
 from .snapshot import ClassSnapshot, Snapshot
 
 __all__ = [
-    "BudgetRejected", "Classification", "ClassSnapshot", "Config", "ConfigError", "FairnessError",
+    "BudgetRejected", "Classification", "Enqueued", "ClassSnapshot", "Config", "ConfigError", "FairnessError",
     "InvalidJob", "Lease", "Model", "RedisUnavailable", "Scheduler", "Snapshot", "classify",
     "load_config", "parse_config", "parse_duration",
 ]

@@ -35,7 +35,12 @@ class BudgetRejected(FairnessError):
 
 
 class RedisUnavailable(FairnessError, ConnectionError):
-    """Redis could not be reached or timed out; nothing was written (each operation is one script)."""
+    """Redis could not be reached or timed out.
+
+    Each operation is one atomic script, so it was applied wholly or not at all; when the
+    connection dropped after sending, it may have been applied with the reply lost (an enqueue
+    retried then is a duplicate; a lost pop's lease returns the job after the visibility timeout).
+    """
 
 
 # C0/C1 controls, DEL, and Unicode line/paragraph separators: they would break log lines,
@@ -91,6 +96,16 @@ def encode_payload(payload: Any, config: Config) -> str:
 def one_line(text: str, limit: int = 500) -> str:
     """Error text stored with a failed job: one line, bounded, no tabs (records are tab-separated)."""
     return " ".join(text.split())[:limit]
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """What ``submit`` did: the job id and the class and reason it was queued under (after any
+    priority-budget demotion, so the reason may be ``over priority budget``)."""
+
+    job_id: str
+    queue: str
+    reason: str
 
 
 @dataclass(frozen=True)

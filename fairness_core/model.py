@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from .classification import classify
 from .config import Config
 from .jobs import (
-    BudgetRejected, InvalidJob, Lease, check_task, check_tenant, check_tier, encode_payload, one_line,
+    BudgetRejected, Enqueued, InvalidJob, Lease, check_task, check_tenant, check_tier, encode_payload, one_line,
 )
 from .snapshot import WAIT_BUCKETS_S, ClassView, Snapshot, build_snapshot
 from .zset import ZSet
@@ -190,6 +190,10 @@ class Model:
 
     def enqueue(self, now: int, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
                 user_waiting: bool = False) -> str:
+        return self.submit(now, task, tenant, payload, tier=tier, user_waiting=user_waiting).job_id
+
+    def submit(self, now: int, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
+               user_waiting: bool = False) -> Enqueued:
         task = check_task(task)
         tenant = check_tenant(tenant, self.config)
         tier = check_tier(tier, self.config)
@@ -206,7 +210,7 @@ class Model:
         self._push_tail(queue, tenant, job)
         key = f"enq\t{queue}\t{reason}"
         self.stats[key] = self.stats.get(key, 0) + 1
-        return str(job.id)
+        return Enqueued(str(job.id), queue, reason)
 
     def _observe_wait(self, queue: str, wait: int) -> None:
         idx = len(_BUCKETS_MS) + 1

@@ -17,7 +17,7 @@ import redis
 from .classification import classify
 from .config import Config
 from .jobs import (
-    BudgetRejected, InvalidJob, Lease, RedisUnavailable, check_task, check_tenant, check_tier, encode_payload,
+    BudgetRejected, Enqueued, InvalidJob, Lease, RedisUnavailable, check_task, check_tenant, check_tier, encode_payload,
     lease_from_envelope, one_line,
 )
 from .keys import Keys
@@ -61,7 +61,7 @@ def redis_errors(client: Any) -> Iterator[None]:
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
         where = f"{kwargs.get('host', kwargs.get('path', 'redis'))}:{kwargs.get('port', '')}".rstrip(":")
-        raise RedisUnavailable(f"Redis at {where} is unavailable ({type(exc).__name__}); nothing was written") from None
+        raise RedisUnavailable(f"Redis at {where} is unavailable ({type(exc).__name__})") from None
 
 
 class Scheduler:
@@ -91,6 +91,11 @@ class Scheduler:
     def enqueue(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
                 user_waiting: bool = False) -> str:
         """Classify and queue one job; returns its id. Raises InvalidJob before touching Redis."""
+        return self.submit(task, tenant, payload, tier=tier, user_waiting=user_waiting).job_id
+
+    def submit(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
+               user_waiting: bool = False) -> Enqueued:
+        """Like :meth:`enqueue`, also telling the class and reason the job was queued under."""
         task = check_task(task)
         tenant = check_tenant(tenant, self.config)
         tier = check_tier(tier, self.config)
@@ -98,13 +103,13 @@ class Scheduler:
         if not isinstance(user_waiting, bool):
             raise InvalidJob("user_waiting", f"expected true or false, got {user_waiting!r}")
         decision = classify(self.config, task, tier=tier, user_waiting=user_waiting)
-        job_id, _queue, _reason = self._call(
+        job_id, queue, reason = self._call(
             "enqueue", self.config.class_index(decision.queue) + 1, tenant,
             self.config.tenants.cost(tier), task, decision.reason, body,
         )
         if not job_id:
             raise BudgetRejected(f"{decision.queue} is over its arrival budget; job for tenant {tenant!r} rejected")
-        return _text(job_id)
+        return Enqueued(_text(job_id), _text(queue), _text(reason))
 
     # ------------------------------------------------------------------ consuming
 
@@ -174,6 +179,8 @@ class Scheduler:
     def snapshot(self, topk: int = 10) -> Snapshot:
         """Counters, depth, in-flight, oldest age and top backlogged tenants per class in one
         pipelined round trip: O(classes + k log n), never a scan of jobs or tenants."""
+        if topk < 1:
+            raise ValueError(f"topk: expected at least 1, got {topk}")
         k = self.keys
         names = self.config.class_names
         with redis_errors(self.client):

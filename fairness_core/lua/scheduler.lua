@@ -163,7 +163,7 @@ local ops = {}
 -- ARGV[5..]: class index (1-based), tenant, cost, task, reason, payload
 function ops.enqueue()
   local ci, reason = apply_budget(tonumber(ARGV[5]), ARGV[9])
-  if ci == nil then return {false, 'rejected'} end
+  if ci == nil then return {'', cfg.classes[tonumber(ARGV[5])], reason} end
   local c, tenant, cost = cfg.classes[ci], ARGV[6], ARGV[7]
   local id = redis.call('INCR', K_SEQ)
   local env = id .. '\t' .. now .. '\t0\t' .. cost .. '\t' .. ARGV[8] .. '\t' .. reason .. '\t' .. ARGV[10]

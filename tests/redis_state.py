@@ -1,0 +1,62 @@
+"""Read a queue group's whole Redis state into the canonical form of ``Model.state()``.
+
+Test support only: it scans the group's keys, which production code never does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from fairness_core import Config
+from fairness_core.keys import Keys
+
+
+def _s(value: bytes) -> str:
+    return value.decode("utf-8")
+
+
+def _zset(client: redis.Redis, key: str) -> dict[str, float]:
+    return {_s(m): s for m, s in client.zrange(key, 0, -1, withscores=True)}
+
+
+def _num(value: bytes) -> float:
+    number = float(value)
+    return int(number) if number.is_integer() else number
+
+
+def read_state(config: Config, client: redis.Redis) -> dict[str, Any]:
+    k = Keys(config.redis.prefix)
+    classes = {}
+    for name in config.class_names:
+        prefix = k.class_key(name, "t/")
+        queues = {}
+        for key in client.scan_iter(match=prefix.replace("[", "\\[").replace("*", "\\*").replace("?", "\\?") + "*", count=1000):
+            tenant = _s(key)[len(prefix):]
+            queues[tenant] = [_s(e) for e in client.lrange(key, 0, -1)]
+        vt = client.get(k.class_key(name, "vt"))
+        classes[name] = {
+            "queues": queues,
+            "tags": _zset(client, k.class_key(name, "tags")),
+            "heads": _zset(client, k.class_key(name, "heads")),
+            "backlog": _zset(client, k.class_key(name, "backlog")),
+            "cost": {_s(t): _s(c) for t, c in client.hgetall(k.class_key(name, "cost")).items()},
+            "done": _zset(client, k.class_key(name, "done")),
+            "vt": _num(vt) if vt is not None else 0,
+        }
+    seq = client.get(k.seq)
+    return {
+        "stats": {f: v for f, v in ((_s(f), int(v)) for f, v in client.hgetall(k.stats).items()) if v != 0},
+        "swrr": {_s(f): _num(v) for f, v in client.hgetall(k.swrr).items()},
+        "paused": {_s(m) for m in client.smembers(k.paused)},
+        "arrivals": {_s(f): _num(v) for f, v in client.hgetall(k.arrivals).items()},
+        "seq": int(seq) if seq else 0,
+        "classes": classes,
+        "leases": _zset(client, k.leases),
+        "leased": {_s(f): _s(v) for f, v in client.hgetall(k.leased).items()},
+        "delayed": _zset(client, k.delayed),
+        "dead": [_s(e) for e in client.lrange(k.dead, 0, -1)],
+        "workers": _zset(client, k.workers),
+        "worker_slots": {_s(f): int(v) for f, v in client.hgetall(k.worker_slots).items()},
+    }
