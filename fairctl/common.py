@@ -14,12 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
 
-import redis
 import typer
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from fairness_core import BudgetRejected, Config, ConfigError, InvalidJob, RedisUnavailable, Scheduler, load_config
+from fairness_core import (
+    BudgetRejected, Config, ConfigError, InvalidJob, RedisUnavailable, Scheduler, load_config, redis_client,
+)
 
 BAD_ARGUMENT = 2
 
@@ -71,9 +70,7 @@ def connect(config: Config) -> Scheduler:
     script whose reply was lost could run it twice (a duplicate enqueue); the worker retries
     whole operations itself instead."""
     try:
-        client = redis.Redis.from_url(
-            config.redis.url, socket_connect_timeout=3, socket_timeout=10, retry=Retry(NoBackoff(), 0),
-        )
+        client = redis_client(config.redis.url)
     except ValueError as exc:  # redis-py's message does not repeat the URL
         fail("--redis-url", f"not a usable Redis URL: {exc}")
     return Scheduler(config, client)

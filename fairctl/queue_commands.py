@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-from fairness_core import classify
+from fairness_core import Enqueued
 
 from .common import (
     DEFAULT_CONFIG,
@@ -53,21 +54,21 @@ def enqueue(
     """Enqueue jobs; prints their ids and the class and reason the classification rules chose."""
     body = parse_payload(payload)
     scheduler = open_scheduler(config, redis_url)
-    ids: list[str] = []
+    done: list[Enqueued] = []
     with clear_errors(task="TASK"):
         try:
             for _ in range(count):
-                ids.append(scheduler.enqueue(task, tenant, body, tier=tier, user_waiting=user_waiting))
+                done.append(scheduler.submit(task, tenant, body, tier=tier, user_waiting=user_waiting))
         finally:
-            if 0 < len(ids) < count:
-                typer.echo(f"enqueued {len(ids)} of {count} jobs before the error (last id {ids[-1]})", err=True)
+            if 0 < len(done) < count:
+                typer.echo(f"enqueued {len(done)} of {count} jobs before the error (last id {done[-1].job_id})", err=True)
+    ids = [e.job_id for e in done]
     if count <= LIST_IDS_UP_TO:
         typer.echo(f"enqueued {count} job{'s' if count > 1 else ''}: {' '.join(ids)}")
     else:
         typer.echo(f"enqueued {count} jobs: ids {ids[0]} .. {ids[-1]}")
-    decision = classify(scheduler.config, task, tier=tier or scheduler.config.tenants.default_tier,
-                        user_waiting=user_waiting)
-    typer.echo(f"class {decision.queue}: {decision.reason}")
+    for (queue, reason), n in Counter((e.queue, e.reason) for e in done).items():
+        typer.echo(f"class {queue}: {reason}" + (f" ({n} jobs)" if n != count else ""))
 
 
 def _set_paused(queue: str, config: Path, redis_url: str | None, paused: bool) -> None:

@@ -5,11 +5,11 @@ from .classification import Classification, classify
 from .config import Config, ConfigError, load_config, parse_config, parse_duration
 from .jobs import BudgetRejected, Enqueued, FairnessError, InvalidJob, Lease, RedisUnavailable
 from .model import Model
-from .scheduler import Scheduler
+from .scheduler import Scheduler, redis_client
 from .snapshot import ClassSnapshot, Snapshot
 
 __all__ = [
     "BudgetRejected", "Classification", "Enqueued", "ClassSnapshot", "Config", "ConfigError", "FairnessError",
     "InvalidJob", "Lease", "Model", "RedisUnavailable", "Scheduler", "Snapshot", "classify",
-    "load_config", "parse_config", "parse_duration",
+    "load_config", "parse_config", "parse_duration", "redis_client",
 ]

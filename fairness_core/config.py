@@ -175,15 +175,19 @@ class _Reader:
         self.seen.add(key)
         if key not in self.data or self.data[key] is None:
             return default
+        return self._convert(key, convert)
+
+    def require(self, key: str, convert: Callable[[object, str], T]) -> T:
+        self.seen.add(key)
+        if key not in self.data or self.data[key] is None:
+            raise self.error(key, "is required")
+        return self._convert(key, convert)
+
+    def _convert(self, key: str, convert: Callable[[object, str], T]) -> T:
         try:
             return convert(self.data[key], self.sub(key))
         except ConfigError as exc:
             raise ConfigError(exc.path, exc.message, self.source) from None
-
-    def require(self, key: str, convert: Callable[[object, str], T]) -> T:
-        if key not in self.data or self.data[key] is None:
-            raise self.error(key, "is required")
-        return self.get(key, None, convert)  # type: ignore[arg-type]
 
     def done(self) -> None:
         unknown = sorted(str(k) for k in self.data if k not in self.seen)

@@ -13,6 +13,8 @@ from importlib import resources
 from typing import Any, Callable, Iterator, Sequence
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .classification import classify
 from .config import Config
@@ -62,6 +64,13 @@ def redis_errors(client: Any) -> Iterator[None]:
         kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
         where = f"{kwargs.get('host', kwargs.get('path', 'redis'))}:{kwargs.get('port', '')}".rstrip(":")
         raise RedisUnavailable(f"Redis at {where} is unavailable ({type(exc).__name__})") from None
+
+
+def redis_client(url: str, *, connect_timeout: float = 3.0, timeout: float = 10.0) -> redis.Redis:
+    """A client that fails fast with no client-side retries: re-sending a script whose reply was
+    lost could apply it twice (a duplicate enqueue), so whole operations are retried by the caller."""
+    return redis.Redis.from_url(url, socket_connect_timeout=connect_timeout, socket_timeout=timeout,
+                                retry=Retry(NoBackoff(), 0))
 
 
 class Scheduler:

@@ -1,0 +1,234 @@
+"""Job lifecycle on a real Redis: leases, retries, dead letters, aging, budgets, reservations,
+pause/resume, and errors that leave nothing half-written. Time is driven through ``clock``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from fairness_core import BudgetRejected, InvalidJob, RedisUnavailable, Scheduler
+from fairctl.redis_server import RedisServer
+
+from .conftest import make_config
+from .redis_state import read_state
+
+T0 = 1_700_000_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = T0
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, seconds: float) -> None:
+        self.ms += int(seconds * 1000)
+
+
+def at(client: redis.Redis, **overrides: Any) -> tuple[Scheduler, Clock]:
+    clock = Clock()
+    return Scheduler(make_config(**overrides), client, clock=clock), clock
+
+
+def test_classification_reason_travels_with_the_job(client: redis.Redis) -> None:
+    s, _ = at(client)
+    s.enqueue("password_reset", "acme")
+    s.enqueue("export_csv", "bigco", tier="enterprise")
+    s.enqueue("export_csv", "smallco", user_waiting=True)
+    got = {(lease.tenant, lease.queue, lease.reason) for lease in s.pop(3)}
+    assert got == {
+        ("acme", "jobs:high", "a human is blocked on this"),
+        ("bigco", "jobs:medium", "contractual latency commitment"),
+        ("smallco", "jobs:high", "a human is blocked on this"),
+    }
+    assert s.snapshot().classes["jobs:high"].enqueued == {"a human is blocked on this": 2}
+
+
+def test_ack_completes_and_a_stale_lease_cannot_ack(client: redis.Redis) -> None:
+    s, clock = at(client, leases={"visibility_timeout": "10s"})
+    s.enqueue("order", "acme", {"n": 1})
+    (lease,) = s.pop()
+    clock.advance(11)
+    assert s.reap() == 1
+    (again,) = s.pop()
+    assert again.job_id == lease.job_id and again.attempts == 2 and again.payload == {"n": 1}
+    assert s.ack(lease) is False, "the first holder's lease expired; its ack must not count"
+    assert s.ack(again) is True
+    c = s.snapshot().classes["jobs:medium"]
+    assert (c.depth, c.inflight, c.counters["processed"], c.counters["redelivered"]) == (0, 0, 1, 1)
+
+
+def test_heartbeat_keeps_a_long_job_leased(client: redis.Redis) -> None:
+    s, clock = at(client, leases={"visibility_timeout": "10s"})
+    s.enqueue("order", "acme")
+    (lease,) = s.pop()
+    for _ in range(5):
+        clock.advance(8)
+        assert s.extend(lease)
+        assert s.reap() == 0
+    assert s.ack(lease)
+
+
+def test_reaped_job_returns_to_the_head_of_its_tenant_queue(client: redis.Redis) -> None:
+    s, clock = at(client, leases={"visibility_timeout": "5s"})
+    first = s.enqueue("order", "acme")
+    s.enqueue("order", "acme")
+    s.pop()
+    clock.advance(6)
+    s.reap()
+    assert s.pop()[0].job_id == first
+
+
+def test_nack_retries_with_backoff_then_dead_letters(client: redis.Redis) -> None:
+    s, clock = at(client, leases={"max_attempts": 3, "retry_backoff": "2s", "retry_backoff_max": "1m"})
+    job = s.enqueue("order", "acme")
+    for attempt, backoff in ((1, 2), (2, 4)):
+        (lease,) = s.pop()
+        assert lease.attempts == attempt
+        assert s.nack(lease, "smtp\ttimeout\nline two") == "retry"
+        clock.advance(backoff - 0.5)
+        assert s.pop() == [], "retried before its backoff passed"
+        clock.advance(0.5)
+    (lease,) = s.pop()
+    assert s.nack(lease, "still failing") == "dead"
+    assert s.pop() == []
+    (dead,) = s.dead_letters()
+    assert dead["lease"].job_id == job and dead["error"] == "still failing"
+    c = s.snapshot().classes["jobs:medium"]
+    assert (c.counters["failed"], c.counters["dead"], c.depth, c.inflight, c.delayed) == (3, 1, 0, 0, 0)
+
+
+def test_aging_promotes_overdue_low_jobs_one_class_up(client: redis.Redis) -> None:
+    s, clock = at(client)  # jobs:low promote_after: 30m
+    old = s.enqueue("newsletter", "acme")
+    clock.advance(29 * 60)
+    young = s.enqueue("newsletter", "acme")
+    clock.advance(2 * 60)
+    assert s.promote_overdue() == 1
+    snap = s.snapshot().classes
+    assert (snap["jobs:low"].depth, snap["jobs:medium"].depth, snap["jobs:low"].counters["promoted"]) == (1, 1, 1)
+    assert snap["jobs:medium"].oldest_age == pytest.approx(31 * 60), "a promoted job keeps its age"
+    leases = {lease.job_id: lease.queue for lease in s.pop(2)}
+    assert leases == {old: "jobs:medium", young: "jobs:low"}
+
+
+def test_priority_budget_demotes_the_excess_with_a_reason(client: redis.Redis) -> None:
+    s, _ = at(client, scheduler={"budget_min_arrivals": 10})  # jobs:high arrival_budget 0.20
+    for i in range(80):
+        s.enqueue("order", f"t{i}")
+    outcomes = [s.submit("password_reset", "acme") for _ in range(40)]
+    demoted = [o for o in outcomes if o.reason == "over priority budget"]
+    assert demoted and all(o.queue == "jobs:medium" for o in demoted)
+    high = s.snapshot().classes["jobs:high"]
+    assert high.counters["demoted"] == len(demoted)
+    assert high.enqueued["a human is blocked on this"] / 120 <= 0.20 + 1 / 120
+
+
+def test_priority_budget_can_reject_instead(client: redis.Redis) -> None:
+    s, _ = at(client, scheduler={"budget_min_arrivals": 1, "budget_action": "reject"})
+    s.enqueue("order", "acme")
+    with pytest.raises(BudgetRejected, match="jobs:high"):
+        for _ in range(5):
+            s.enqueue("password_reset", "acme")
+    assert s.snapshot().classes["jobs:high"].counters["rejected"] >= 1
+
+
+def test_reserved_slots_are_kept_for_their_class(client: redis.Redis) -> None:
+    s, _ = at(client)  # jobs:high reserved_slots: 2
+    s.register_worker("w1", 4, ttl=60)
+    for _ in range(10):
+        s.enqueue("order", "acme")
+    assert len(s.pop(10)) == 2, "two of four fleet slots stay free for jobs:high"
+    s.enqueue("password_reset", "acme")
+    assert [lease.queue for lease in s.pop(10)] == ["jobs:high"]
+    s.unregister_worker("w1")
+    assert len(s.pop(10)) == 8, "with no registered capacity there is nothing to reserve from"
+
+
+def test_expired_worker_registration_gives_back_its_slots(client: redis.Redis) -> None:
+    s, clock = at(client)
+    s.register_worker("w1", 8, ttl=5)
+    assert s.snapshot().worker_slots == 8
+    clock.advance(6)
+    s.reap()
+    assert s.snapshot().worker_slots == 0
+
+
+def test_pause_holds_a_class_and_resume_releases_it(client: redis.Redis) -> None:
+    s, _ = at(client)
+    s.enqueue("newsletter", "marketing")
+    s.enqueue("password_reset", "acme")
+    s.pause("jobs:low")
+    assert [lease.queue for lease in s.pop(5)] == ["jobs:high"]
+    assert s.snapshot().classes["jobs:low"].paused
+    s.resume("jobs:low")
+    assert [lease.queue for lease in s.pop(5)] == ["jobs:low"]
+
+
+def test_a_worker_limited_to_some_classes_takes_only_those(client: redis.Redis) -> None:
+    s, _ = at(client)
+    s.enqueue("newsletter", "m")
+    s.enqueue("order", "o")
+    assert [lease.queue for lease in s.pop(5, classes=["jobs:low"])] == ["jobs:low"]
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda s: s.enqueue("order", ""), "tenant"),
+        (lambda s: s.enqueue("order", "a\nb"), "tenant"),
+        (lambda s: s.enqueue("order", "x" * 300), "tenant"),
+        (lambda s: s.enqueue("order", 42), "tenant"),
+        (lambda s: s.enqueue("bad task", "acme"), "task"),
+        (lambda s: s.enqueue("order", "acme", {"when": object()}), "payload"),
+        (lambda s: s.enqueue("order", "acme", {"x": float("nan")}), "payload"),
+        (lambda s: s.enqueue("order", "acme", "x" * 2_000_000), "payload"),
+        (lambda s: s.enqueue("order", "acme", tier="platinum"), "tier"),
+        (lambda s: s.enqueue("order", "acme", user_waiting="yes"), "user_waiting"),
+    ],
+)
+def test_bad_job_input_is_refused_by_name_and_writes_nothing(client: redis.Redis, call: Any, field: str) -> None:
+    s, _ = at(client)
+    s.enqueue("order", "acme")
+    before = read_state(s.config, client)
+    with pytest.raises(InvalidJob) as err:
+        call(s)
+    assert err.value.field == field and str(err.value).startswith(f"{field}: ")
+    assert read_state(s.config, client) == before
+
+
+def test_unknown_class_names_are_refused(client: redis.Redis) -> None:
+    s, _ = at(client)
+    with pytest.raises(ValueError, match="queue: unknown class 'jobs:urgent'"):
+        s.pause("jobs:urgent")
+    with pytest.raises(ValueError, match="classes: unknown class"):
+        s.pop(1, classes=["nope"])
+
+
+def test_odd_tenant_ids_stay_in_their_own_namespace(client: redis.Redis) -> None:
+    s, _ = at(client)
+    odd = ["{fq}", "a}b{c", "x:y:z", "ünïcødé", "🙂", "q/jobs:high/tags", "*", "[a]"]
+    for tenant in odd:
+        s.enqueue("order", tenant)
+    base = s.keys.base.encode()
+    ours = [key for key in client.keys("*") if key.startswith(base)]
+    assert {key_slot(key) for key in ours} == {key_slot(base)}, "every key of the group shares one hash slot"
+    for tenant in odd:
+        assert client.llen(s.keys.tenant_queue("jobs:medium", tenant)) == 1
+    assert sorted(lease.tenant for lease in s.pop(len(odd) * 2)) == sorted(odd)
+
+
+def test_redis_down_is_a_clear_error() -> None:
+    server = RedisServer().start()
+    conn = redis.Redis.from_url(server.url, socket_connect_timeout=1, retry_on_timeout=False)
+    s = Scheduler(make_config(), conn)
+    s.enqueue("order", "acme")
+    server.close()
+    with pytest.raises(RedisUnavailable, match="127.0.0.1"):
+        s.enqueue("order", "acme")
+    with pytest.raises(RedisUnavailable):
+        s.pop()
