@@ -1,0 +1,244 @@
+"""The prometheus-client collector: one ``Scheduler.snapshot()`` per scrape, under a hard deadline.
+
+Families are built fresh at every scrape from the snapshot (nothing is registered at import time
+and no state is kept between scrapes except the exporter's own error counter), so two exporters
+watching the same Redis serve the same values. The snapshot is one scripted round trip; it runs in
+a daemon thread so a stalled Redis (``CLIENT PAUSE``, ``DEBUG SLEEP``, a dead peer) costs a scrape
+its Redis series, never its answer: past ``exporter.scrape_timeout`` the scrape answers with the
+config gauges, ``fairness_exporter_redis_up 0`` and the error counted, and the next scrape tries
+again, so the exporter recovers by itself when Redis does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from importlib import metadata
+
+import redis
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
+
+from fairness_core import Config, RedisUnavailable, Scheduler, Snapshot, redis_client
+
+from . import metrics as m
+
+log = logging.getLogger(__name__)
+
+# Part of the budget kept for building and writing the response after the snapshot's deadline.
+RENDER_SHARE = 0.2
+RENDER_MAX_S = 0.25
+
+# Lifecycle counters of the contract and the snapshot counter each one reads.
+LIFECYCLE: tuple[tuple[m.MetricSpec, str], ...] = (
+    (m.JOBS_FAILED, "failed"), (m.JOBS_REDELIVERED, "redelivered"), (m.JOBS_DEAD_LETTERED, "dead"),
+    (m.JOBS_PROMOTED, "promoted"), (m.JOBS_DEMOTED, "demoted"), (m.JOBS_REJECTED, "rejected"),
+)
+
+
+def fairctl_version() -> str:
+    try:
+        return metadata.version("fairctl")
+    except metadata.PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
+def snapshot_deadline(budget: float) -> float:
+    """Seconds the snapshot may take so the whole scrape still answers within ``budget``."""
+    return budget - min(budget * RENDER_SHARE, RENDER_MAX_S)
+
+
+def scrape_client(config: Config) -> redis.Redis:
+    """A client whose connect and reply timeouts are the scrape budget, so a read left behind by
+    a timed-out scrape ends by itself instead of holding a connection to a stalled Redis.
+    ValueError for an unusable URL (the message does not repeat it)."""
+    budget = config.exporter.scrape_timeout
+    return redis_client(config.redis.url, connect_timeout=budget, timeout=budget)
+
+
+class SnapshotTimeout(Exception):
+    """The snapshot did not come back within the scrape budget."""
+
+
+class SnapshotReader:
+    """Runs ``read`` in a daemon thread and waits for it at most a deadline.
+
+    Scrapes that arrive while a read is still running (a second Prometheus, a stalled Redis) wait
+    for that same read instead of starting another, so a stalled Redis never piles up threads or
+    connections: there is at most one read in flight, and the client's socket timeout ends it.
+    """
+
+    def __init__(self, read: Callable[[], Snapshot]) -> None:
+        self._read = read
+        self._lock = threading.Lock()
+        self._inflight: Future[Snapshot] | None = None
+
+    def read(self, timeout: float) -> Snapshot:
+        with self._lock:
+            if self._inflight is None or self._inflight.done():
+                self._inflight = self._start()
+            future = self._inflight
+        try:
+            return future.result(timeout=max(0.0, timeout))
+        except FutureTimeout:
+            raise SnapshotTimeout(f"no snapshot within {timeout:.2f}s") from None
+
+    def _start(self) -> Future[Snapshot]:
+        future: Future[Snapshot] = Future()
+        future.set_running_or_notify_cancel()
+
+        def run() -> None:
+            try:
+                future.set_result(self._read())
+            except BaseException as exc:  # handed to whichever scrape waits for it
+                future.set_exception(exc)
+
+        threading.Thread(target=run, name="fairness-snapshot", daemon=True).start()
+        return future
+
+
+class _Families:
+    """The families of one scrape, created on first use, in contract order on output."""
+
+    def __init__(self) -> None:
+        self._families: dict[m.MetricSpec, Metric] = {}
+
+    def _family(self, spec: m.MetricSpec, labels: Mapping[str, str]) -> tuple[Metric, list[str]]:
+        if set(labels) != set(spec.labels):
+            raise ValueError(f"{spec.name}: labels {sorted(labels)}, contract says {list(spec.labels)}")
+        family = self._families.get(spec)
+        if family is None:
+            family = self._families[spec] = spec.family()
+        return family, [labels[name] for name in spec.labels]
+
+    def add(self, spec: m.MetricSpec, value: float, **labels: str) -> None:
+        family, values = self._family(spec, labels)
+        family.add_metric(values, float(value))
+
+    def add_histogram(self, spec: m.MetricSpec, counts: Sequence[int], total: float, **labels: str) -> None:
+        """``counts``: one non-cumulative count per bucket of ``m.WAIT_BUCKETS`` plus +Inf."""
+        family, values = self._family(spec, labels)
+        bounds = [*(floatToGoString(b) for b in m.WAIT_BUCKETS), "+Inf"]
+        cumulative, buckets = 0, []
+        for bound, count in zip(bounds, counts, strict=True):
+            cumulative += count
+            buckets.append((bound, float(cumulative)))
+        family.add_metric(values, buckets, float(total))  # type: ignore[attr-defined]
+
+    def __iter__(self) -> Iterator[Metric]:
+        order = {spec: i for i, spec in enumerate(m.ALL)}
+        return iter(family for _, family in sorted(self._families.items(), key=lambda kv: order[kv[0]]))
+
+
+class FairnessCollector(Collector):
+    """Serves the metric contract for one queue group (one config, one Scheduler)."""
+
+    def __init__(self, config: Config, scheduler: Scheduler, *, version: str | None = None) -> None:
+        self.config = config
+        self.budget = config.exporter.scrape_timeout
+        self.version = version or fairctl_version()
+        self._reader = SnapshotReader(scheduler.snapshot)
+        self._errors = {reason: 0 for reason in m.SCRAPE_ERROR_REASONS}
+        self._errors_lock = threading.Lock()
+        self._redis_up: bool | None = None  # last outcome, to log transitions only
+        weights = sum(c.weight for c in config.classes)
+        self._weight_ratio = {c.name: c.weight / weights for c in config.classes}
+        # Reasons the classification rules can give each class: their counters exist from the start.
+        self._known_reasons = {name: sorted({r.reason for r in config.classification if r.queue == name})
+                               for name in config.class_names}
+
+    def describe(self) -> Iterator[Metric]:
+        """The contract's families, without reading Redis (the registry calls this on register)."""
+        return (spec.family() for spec in m.ALL)
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.monotonic()
+        families = _Families()
+        snapshot = self._snapshot()
+        if snapshot is not None:
+            self._add_snapshot(families, snapshot)
+        self._add_config(families)
+        families.add(m.EXPORTER_REDIS_UP, 1 if snapshot is not None else 0)
+        with self._errors_lock:
+            errors = dict(self._errors)
+        for reason, count in errors.items():
+            families.add(m.EXPORTER_SCRAPE_ERRORS, count, reason=reason)
+        families.add(m.EXPORTER_BUILD_INFO, 1, version=self.version)
+        families.add(m.EXPORTER_SCRAPE_DURATION, time.monotonic() - started)
+        return iter(families)
+
+    # ------------------------------------------------------------------ reading
+
+    def _snapshot(self) -> Snapshot | None:
+        try:
+            snapshot = self._reader.read(snapshot_deadline(self.budget))
+        except SnapshotTimeout as exc:
+            self._failed("timeout", f"{exc} (exporter.scrape_timeout {self.budget:g}s)")
+        except RedisUnavailable as exc:  # its message names host:port, never the URL or a password
+            self._failed("unavailable", str(exc))
+        except redis.RedisError as exc:
+            self._failed("error", f"{type(exc).__name__}: {exc}")
+        except Exception:  # a bug must not take the exporter's own health series down with it
+            log.exception("reading the snapshot failed")
+            self._failed("error", None)
+        else:
+            if self._redis_up is False:
+                log.warning("Redis readable again; serving queue metrics")
+            self._redis_up = True
+            return snapshot
+        return None
+
+    def _failed(self, reason: str, message: str | None) -> None:
+        with self._errors_lock:
+            self._errors[reason] += 1
+        if self._redis_up is not False and message is not None:
+            log.warning("cannot read the scheduler's bookkeeping: %s; serving fairness_exporter_redis_up 0", message)
+        self._redis_up = False
+
+    # ------------------------------------------------------------------ families
+
+    def _add_config(self, families: _Families) -> None:
+        for c in self.config.classes:
+            families.add(m.QUEUE_WEIGHT_RATIO, self._weight_ratio[c.name], queue=c.name)
+            families.add(m.QUEUE_MAX_AGE, c.max_age, queue=c.name)
+            families.add(m.QUEUE_ARRIVAL_BUDGET, c.arrival_budget if c.arrival_budget is not None else 1.0,
+                         queue=c.name)
+
+    def _add_snapshot(self, families: _Families, snapshot: Snapshot) -> None:
+        for name in self.config.class_names:
+            view = snapshot.classes[name]
+            for spec, value in (
+                (m.QUEUE_OLDEST_AGE, view.oldest_age), (m.QUEUE_DEPTH, view.depth),
+                (m.QUEUE_INFLIGHT, view.inflight), (m.QUEUE_DELAYED, view.delayed),
+                (m.QUEUE_PAUSED, 1 if view.paused else 0), (m.QUEUE_ACTIVE_TENANTS, view.active_tenants),
+                (m.QUEUE_NOISY_TENANTS, len(view.noisy_tenants)), (m.QUEUE_QUIET_OLDEST_AGE, view.quiet_oldest_age),
+                (m.QUEUE_FAIRNESS_INDEX, view.fairness_index),
+            ):
+                families.add(spec, value, queue=name)
+            enqueued = {reason: 0 for reason in self._known_reasons[name]} | dict(view.enqueued)
+            for reason, count in sorted(enqueued.items()):
+                families.add(m.JOBS_ENQUEUED, count, queue=name, reason=reason)
+            for tenant, count in sorted(view.processed_by_tenant.items()):
+                families.add(m.JOBS_PROCESSED, count, queue=name, tenant=tenant)
+            for spec, counter in LIFECYCLE:
+                families.add(spec, view.counters.get(counter, 0), queue=name)
+            families.add_histogram(m.JOBS_WAIT, view.wait_buckets, view.wait_sum, queue=name)
+            for tenant, age in view.oldest_tenants:
+                families.add(m.TENANT_OLDEST_AGE, age, queue=name, tenant=tenant)
+        for tenant, share in snapshot.tenant_shares:
+            families.add(m.TENANT_SHARE, share, tenant=tenant)
+        families.add(m.WORKER_SLOTS, snapshot.worker_slots)
+        families.add(m.DEAD_LETTERS, snapshot.dead_letters)
+
+
+def make_registry(config: Config, scheduler: Scheduler) -> CollectorRegistry:
+    """A registry of its own holding only the fairness collector (no process or GC metrics of the
+    default registry, so every exporter of a queue group serves exactly the same series)."""
+    registry = CollectorRegistry()
+    registry.register(FairnessCollector(config, scheduler))
+    return registry

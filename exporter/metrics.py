@@ -1,0 +1,165 @@
+"""The metric contract: every series the exporter serves, named once.
+
+The exporter, the generated alert rules and the dashboards all import these objects; nobody types
+a metric name anywhere else, so a rename is one edit and a typo is an ImportError, not a silent
+alert that never fires. ``MetricSpec.name`` is the name as PromQL sees it (counters end in
+``_total``); ``family_name`` is what prometheus-client wants, because it appends ``_total`` to
+counters itself.
+
+Document 000's queries and its ``LowPriorityQueueStarving`` alert use
+``queue_oldest_message_age_seconds{queue}`` and ``jobs_processed_total`` (summed over
+``queue``/``tenant``) as written, so those names and labels are fixed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from fairness_core.snapshot import OTHER_TENANTS, WAIT_BUCKETS_S
+
+# Label names.
+QUEUE = "queue"
+TENANT = "tenant"
+REASON = "reason"
+VERSION = "version"
+
+# The tenant value under which jobs_processed_total folds every tenant past tenant_label_limit.
+OTHER_TENANT = OTHER_TENANTS
+# Bucket upper bounds of jobs_wait_seconds (plus +Inf): the classes' SLOs are edges.
+WAIT_BUCKETS = WAIT_BUCKETS_S
+
+
+class Kind(Enum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+    HISTOGRAM = "histogram"
+
+
+_FAMILIES = {Kind.GAUGE: GaugeMetricFamily, Kind.COUNTER: CounterMetricFamily, Kind.HISTOGRAM: HistogramMetricFamily}
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric family: name as queried, type, label names in order, help text."""
+
+    name: str
+    kind: Kind
+    labels: tuple[str, ...]
+    help: str
+
+    def __post_init__(self) -> None:
+        if (self.kind is Kind.COUNTER) != self.name.endswith("_total"):
+            raise ValueError(f"{self.name}: counters, and only counters, end in _total")
+
+    @property
+    def family_name(self) -> str:
+        """The name prometheus-client is given (it adds ``_total`` to counters on exposition)."""
+        return self.name.removesuffix("_total") if self.kind is Kind.COUNTER else self.name
+
+    def family(self) -> Metric:
+        """A new, empty family for one scrape."""
+        return _FAMILIES[self.kind](self.family_name, self.help, labels=list(self.labels))
+
+    def series(self, suffix: str) -> str:
+        """A histogram's ``_bucket``/``_sum``/``_count`` series, for rules and dashboards."""
+        if self.kind is not Kind.HISTOGRAM or suffix not in ("_bucket", "_sum", "_count"):
+            raise ValueError(f"{self.name} has no series {suffix!r}")
+        return self.name + suffix
+
+
+def _gauge(name: str, labels: tuple[str, ...], help: str) -> MetricSpec:
+    return MetricSpec(name, Kind.GAUGE, labels, help)
+
+
+def _counter(name: str, labels: tuple[str, ...], help: str) -> MetricSpec:
+    return MetricSpec(name, Kind.COUNTER, labels, help)
+
+
+Q = (QUEUE,)
+
+# ------------------------------------------------------------------ per class, from Redis
+QUEUE_OLDEST_AGE = _gauge(
+    "queue_oldest_message_age_seconds", Q,
+    "Age of the oldest due job in the class (0 when empty): the starvation detector.")
+QUEUE_DEPTH = _gauge("queue_depth", Q, "Due jobs waiting in the class.")
+QUEUE_INFLIGHT = _gauge("queue_inflight", Q, "Jobs of the class leased to workers right now.")
+QUEUE_DELAYED = _gauge("queue_delayed", Q, "Failed jobs of the class waiting out their retry backoff (not yet due).")
+QUEUE_PAUSED = _gauge("queue_paused", Q, "1 while the class is paused (fairctl pause), else 0.")
+QUEUE_ACTIVE_TENANTS = _gauge("queue_active_tenants", Q, "Tenants with due jobs in the class.")
+QUEUE_NOISY_TENANTS = _gauge(
+    "queue_noisy_tenants", Q,
+    "Tenants holding more than 10% of the class's in-flight jobs and at least exporter.noisy_min_inflight.")
+QUEUE_QUIET_OLDEST_AGE = _gauge(
+    "queue_quiet_oldest_message_age_seconds", Q,
+    "Age of the oldest due job among the class's non-noisy tenants (0 when none wait).")
+QUEUE_FAIRNESS_INDEX = _gauge(
+    "queue_tenant_fairness_index", Q,
+    "Jain's index of weight-normalised service over the class's most backlogged tenants in the window "
+    "(1 = fair, 1/n = one tenant takes all).")
+
+# ------------------------------------------------------------------ per class, from the config
+QUEUE_WEIGHT_RATIO = _gauge("queue_weight_ratio", Q, "Configured weight of the class / sum of all weights.")
+QUEUE_MAX_AGE = _gauge("queue_max_age_seconds", Q, "Configured SLO for the class's oldest job age (max_age).")
+QUEUE_ARRIVAL_BUDGET = _gauge(
+    "queue_arrival_budget_ratio", Q, "Configured maximum share of arrivals for the class (1 when it has no budget).")
+
+# ------------------------------------------------------------------ lifecycle counters
+JOBS_ENQUEUED = _counter(
+    "jobs_enqueued_total", (QUEUE, REASON), "Jobs queued into the class, by classification reason.")
+JOBS_PROCESSED = _counter(
+    "jobs_processed_total", (QUEUE, TENANT),
+    f"Jobs of the class completed (acked), by tenant; tenants past exporter.tenant_label_limit are {OTHER_TENANT}.")
+JOBS_FAILED = _counter("jobs_failed_total", Q, "Job attempts of the class that failed (nacked by a handler).")
+JOBS_REDELIVERED = _counter(
+    "jobs_redelivered_total", Q, "Jobs of the class whose lease expired and that went back to the queue.")
+JOBS_DEAD_LETTERED = _counter("jobs_dead_lettered_total", Q, "Jobs of the class given up after leases.max_attempts.")
+JOBS_PROMOTED = _counter("jobs_promoted_total", Q, "Jobs that aged out of the class into the next class up (promote_after).")
+JOBS_DEMOTED = _counter(
+    "jobs_demoted_total", Q, "Arrivals for the class sent one class down because it was over its arrival budget.")
+JOBS_REJECTED = _counter(
+    "jobs_rejected_total", Q, "Arrivals for the class refused because it was over its arrival budget (budget_action reject).")
+JOBS_WAIT = MetricSpec(
+    "jobs_wait_seconds", Kind.HISTOGRAM, Q, "Time from enqueue to a job's first lease, by class.")
+
+# ------------------------------------------------------------------ per tenant, bounded by topk_tenants
+TENANT_SHARE = _gauge(
+    "tenant_share_ratio", (TENANT,),
+    "Share of all processed jobs over exporter.window, for the top exporter.topk_tenants tenants.")
+TENANT_OLDEST_AGE = _gauge(
+    "tenant_oldest_message_age_seconds", (QUEUE, TENANT),
+    "Age of a tenant's oldest due job, for the exporter.topk_tenants oldest tenants of each class.")
+
+# ------------------------------------------------------------------ the queue group
+WORKER_SLOTS = _gauge("fairness_worker_slots", (), "Worker slots registered by the fleet (what reserved_slots is counted against).")
+DEAD_LETTERS = _gauge("fairness_dead_letters", (), "Jobs in the dead-letter list.")
+
+# ------------------------------------------------------------------ the exporter itself
+EXPORTER_REDIS_UP = _gauge(
+    "fairness_exporter_redis_up", (), "1 when this scrape read the scheduler's bookkeeping from Redis in time, else 0.")
+EXPORTER_SCRAPE_DURATION = _gauge(
+    "fairness_exporter_scrape_duration_seconds", (), "Time this scrape spent reading and converting the snapshot.")
+EXPORTER_SCRAPE_ERRORS = _counter(
+    "fairness_exporter_scrape_errors_total", (REASON,),
+    "Scrapes that could not read Redis: timeout (over exporter.scrape_timeout), unavailable (connection), error.")
+EXPORTER_BUILD_INFO = _gauge("fairness_exporter_build_info", (VERSION,), "Always 1; the fairctl version serving.")
+
+# The reasons of fairness_exporter_scrape_errors_total, all served from the start.
+SCRAPE_ERROR_REASONS = ("timeout", "unavailable", "error")
+
+# Served only when the snapshot was read (absent, not 0, while Redis cannot be read: a 0 would
+# resolve a starvation alert that is still true).
+FROM_REDIS: tuple[MetricSpec, ...] = (
+    QUEUE_OLDEST_AGE, QUEUE_DEPTH, QUEUE_INFLIGHT, QUEUE_DELAYED, QUEUE_PAUSED, QUEUE_ACTIVE_TENANTS,
+    QUEUE_NOISY_TENANTS, QUEUE_QUIET_OLDEST_AGE, QUEUE_FAIRNESS_INDEX, JOBS_ENQUEUED, JOBS_PROCESSED,
+    JOBS_FAILED, JOBS_REDELIVERED, JOBS_DEAD_LETTERED, JOBS_PROMOTED, JOBS_DEMOTED, JOBS_REJECTED, JOBS_WAIT,
+    TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS,
+)
+# Always served.
+FROM_CONFIG: tuple[MetricSpec, ...] = (QUEUE_WEIGHT_RATIO, QUEUE_MAX_AGE, QUEUE_ARRIVAL_BUDGET)
+EXPORTER_HEALTH: tuple[MetricSpec, ...] = (
+    EXPORTER_REDIS_UP, EXPORTER_SCRAPE_DURATION, EXPORTER_SCRAPE_ERRORS, EXPORTER_BUILD_INFO,
+)
+ALL: tuple[MetricSpec, ...] = FROM_REDIS + FROM_CONFIG + EXPORTER_HEALTH

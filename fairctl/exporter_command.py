@@ -1,0 +1,81 @@
+"""``fairctl exporter``: the Prometheus sidecar for one queue group (see exporter/)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import ssl
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Optional
+
+import typer
+
+from exporter.collector import scrape_client
+from exporter.server import DEFAULT_PORT, exporter_server, listen_address, tls_context
+from fairness_core import Scheduler
+
+from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, fail, load
+
+app = typer.Typer()
+log = logging.getLogger("fairctl.exporter")
+
+
+def _tls(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        fail("--tls-cert" if cert is None else "--tls-key", "--tls-cert and --tls-key go together")
+    try:
+        return tls_context(str(cert), str(key))
+    except (OSError, ssl.SSLError) as exc:
+        fail("--tls-cert", f"cannot load {cert} with key {key}: {exc.strerror or exc}")
+
+
+@app.command()
+def exporter(
+    listen: Annotated[Optional[str], typer.Option(
+        metavar="HOST:PORT", show_default=False,
+        help=f"Address to serve on; default exporter.listen from the config, else 0.0.0.0:{DEFAULT_PORT}.")] = None,
+    tls_cert: Annotated[Optional[Path], typer.Option(
+        "--tls-cert", help="PEM certificate: serve HTTPS (with --tls-key).")] = None,
+    tls_key: Annotated[Optional[Path], typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = None,
+    config: ConfigOption = DEFAULT_CONFIG,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Serve the queue metrics for Prometheus on /metrics until SIGTERM or SIGINT.
+
+    One scripted Redis round trip per scrape, whatever the number of tenants or jobs; every
+    configured class always has its series. When Redis is down or too slow for
+    exporter.scrape_timeout, scrapes still answer in time with fairness_exporter_redis_up 0,
+    and values come back by themselves when Redis does."""
+    cfg = load(config, redis_url)
+    try:  # the config's exporter.listen was checked when it was loaded
+        host, port = listen_address(listen if listen is not None else cfg.exporter.listen)
+    except ValueError as exc:
+        fail("--listen", str(exc))
+    tls = _tls(tls_cert, tls_key)
+    try:
+        scheduler = Scheduler(cfg, scrape_client(cfg))
+    except ValueError as exc:  # redis-py's message does not repeat the URL
+        fail("--redis-url", f"not a usable Redis URL: {exc}")
+    server = exporter_server(cfg, scheduler, host, port, tls=tls)
+    try:
+        server.start()
+    except OSError as exc:
+        fail("--listen", f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.info("serving %s for queue group %s (%d classes), scrape budget %gs", server.url, cfg.redis.prefix,
+             len(cfg.classes), cfg.exporter.scrape_timeout)
+    stopping = threading.Event()
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stopping.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    while not stopping.wait(0.5):
+        pass
+    server.stop()
+    log.info("stopped")
