@@ -20,7 +20,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from importlib import metadata
 
 import redis
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
@@ -118,17 +118,21 @@ class _Families:
 
     def add(self, spec: m.MetricSpec, value: float, **labels: str) -> None:
         family, values = self._family(spec, labels)
+        if not isinstance(family, (GaugeMetricFamily, CounterMetricFamily)):
+            raise TypeError(f"{spec.name} is a {spec.kind.value}, not a gauge or counter")
         family.add_metric(values, float(value))
 
     def add_histogram(self, spec: m.MetricSpec, counts: Sequence[int], total: float, **labels: str) -> None:
         """``counts``: one non-cumulative count per bucket of ``m.WAIT_BUCKETS`` plus +Inf."""
         family, values = self._family(spec, labels)
+        if not isinstance(family, HistogramMetricFamily):
+            raise TypeError(f"{spec.name} is a {spec.kind.value}, not a histogram")
         bounds = [*(floatToGoString(b) for b in m.WAIT_BUCKETS), "+Inf"]
         cumulative, buckets = 0, []
         for bound, count in zip(bounds, counts, strict=True):
             cumulative += count
             buckets.append((bound, float(cumulative)))
-        family.add_metric(values, buckets, float(total))  # type: ignore[attr-defined]
+        family.add_metric(values, buckets, float(total))
 
     def __iter__(self) -> Iterator[Metric]:
         order = {spec: i for i, spec in enumerate(m.ALL)}

@@ -112,7 +112,7 @@ class ExporterServer:
         family = socket.getaddrinfo(self.host, self.requested_port, type=socket.SOCK_STREAM,
                                     flags=socket.AI_PASSIVE)[0][0]
         server_class = type("Server", (ThreadingWSGIServer,), {"address_family": family})
-        httpd = make_server(self.host, self.requested_port, self.app, server_class, handler_class=_QuietHandler)
+        httpd: ThreadingWSGIServer = make_server(self.host, self.requested_port, self.app, server_class, handler_class=_QuietHandler)
         if self.tls is not None:
             # The handshake happens on the request's own thread, so a slow client cannot stall accept().
             httpd.socket = self.tls.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
