@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import ssl
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.collector import scrape_client
 from exporter.server import ExporterServer, exporter_server
-from fairctl.redis_server import find_binary
+from fairctl.redis_server import find_binary, free_port
 from fairness_core import Config, Scheduler
 
 PROMETHEUS_HINT = "install it with: apt-get install -y prometheus (promtool comes with it)"
@@ -73,3 +77,68 @@ def promtool_check_metrics(text: str) -> subprocess.CompletedProcess[str]:
     """``promtool check metrics`` on a scrape: exit 0 and no output when nothing is wrong."""
     promtool = find_binary("promtool", PROMETHEUS_HINT)
     return subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+
+
+class Prometheus:
+    """A real ``prometheus`` scraping ``targets`` every second, on a free loopback port, with its
+    data in ``directory``; :meth:`query` is the HTTP API's instant query."""
+
+    def __init__(self, targets: list[str], directory: Path) -> None:
+        self.binary = find_binary("prometheus", PROMETHEUS_HINT)
+        self.targets = targets
+        self.directory = directory
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = directory / "prometheus.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> Prometheus:
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [{"job_name": "fairness", "static_configs": [{"targets": self.targets}]}],
+        }
+        config_file = self.directory / "prometheus.yml"
+        config_file.write_text(yaml.safe_dump(config))
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [self.binary, f"--config.file={config_file}", f"--storage.tsdb.path={self.directory / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+                stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"prometheus exited: {self.log.read_text()}")
+            try:
+                if "Ready" in fetch(f"{self.url}/-/ready", timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"prometheus did not become ready within {timeout:.0f}s")
+
+    def query(self, expr: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
+        """An instant query's vector: (labels, value) per series."""
+        params = {"query": expr, **({"time": f"{at:.3f}"} if at is not None else {})}
+        reply = json.loads(fetch(f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}"))
+        assert reply["status"] == "success", reply
+        assert reply["data"]["resultType"] == "vector", reply
+        return [(r["metric"], float(r["value"][1])) for r in reply["data"]["result"]]
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> Prometheus:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,97 @@
+"""A real Prometheus scrapes the exporter every second while workers drain a backlog in every class;
+document 000's three queries and its LowPriorityQueueStarving alert, exactly as written there,
+return what the workload implies."""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import redis
+
+from exporter import metrics as m
+from fairctl.handlers import sleep_handlers
+from fairctl.redis_server import RedisServer
+from fairness_core import Scheduler, redis_client
+from fairness_core.keys import Keys
+from fairness_core.worker import Worker
+
+from .conftest import make_config
+from .exporter_support import Prometheus, running_exporter
+from .support import wait_for
+from .test_worker import running
+
+# Document 000, "Observability for Priority and Fairness", verbatim: they must work unchanged.
+OLDEST_AGE_PER_CLASS = 'max by (queue) (queue_oldest_message_age_seconds{queue=~"jobs:(high|medium|low)"})'
+REALISED_SHARE = """sum by (queue) (rate(jobs_processed_total[10m]))
+  / ignoring(queue) group_left sum(rate(jobs_processed_total[10m]))"""
+TENANT_SHARE = """topk(5, sum by (tenant) (rate(jobs_processed_total[10m]))
+  / ignoring(tenant) group_left sum(rate(jobs_processed_total[10m])))"""
+LOW_PRIORITY_QUEUE_STARVING = 'max(queue_oldest_message_age_seconds{queue="jobs:low"}) > 3600'
+
+SERVICE_S = 0.02  # 8 slots -> at most 400 jobs/s: the backlog below lasts longer than the run
+RUN_S = 15.0
+# Per class: (task, tenant -> (tier, jobs)). In jobs:high an enterprise tenant (weight 6) shares
+# with five free ones (weight 1 each): it gets 6/11 of the class's 70%, about 38% of all work.
+WORKLOAD = {
+    "jobs:high": ("password_reset", {"bigcorp": ("enterprise", 3000), **{f"free-{i}": ("free", 600) for i in range(5)}}),
+    "jobs:medium": ("sync_contacts", {f"m-{i}": ("free", 400) for i in range(5)}),
+    "jobs:low": ("newsletter", {f"l-{i}": ("free", 250) for i in range(5)}),
+}
+WEIGHTS = {"jobs:high": 0.70, "jobs:medium": 0.20, "jobs:low": 0.10}
+
+
+def test_document_000_queries_are_written_against_the_contract() -> None:
+    assert m.QUEUE_OLDEST_AGE.name in OLDEST_AGE_PER_CLASS and m.QUEUE_OLDEST_AGE.name in LOW_PRIORITY_QUEUE_STARVING
+    assert m.JOBS_PROCESSED.name in REALISED_SHARE and m.JOBS_PROCESSED.name in TENANT_SHARE
+    assert (m.QUEUE, m.TENANT) == m.JOBS_PROCESSED.labels and m.QUEUE_OLDEST_AGE.labels == (m.QUEUE,)
+
+
+def oldest_enqueued_s(client: redis.Redis, keys: Keys, queue: str, tenants: list[str]) -> float:
+    """Ground truth from the jobs: the earliest enqueue time among the tenants' head envelopes."""
+    heads = [client.lindex(keys.tenant_queue(queue, tenant), 0) for tenant in tenants]
+    return min(int(head.split(b"\t")[1]) for head in heads if head) / 1000.0
+
+
+def test_prometheus_sees_the_configured_shares_the_top_tenant_and_the_oldest_ages(
+        redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
+    config = make_config(redis={"url": redis_server.url}, scheduler={"budget_min_arrivals": 10**9})
+    scheduler = Scheduler(config, redis_client(redis_server.url))
+    for queue, (task, tenants) in WORKLOAD.items():
+        for tenant, (tier, jobs) in tenants.items():
+            for _ in range(jobs):
+                scheduler.enqueue(task, tenant, {"service_s": SERVICE_S}, tier=tier)
+    with ExitStack() as stack:
+        exporter = stack.enter_context(running_exporter(config))
+        prometheus = stack.enter_context(Prometheus([f"127.0.0.1:{exporter.port}"], tmp_path))
+        wait_for(lambda: len(prometheus.query(OLDEST_AGE_PER_CLASS)) == 3, 20, "the first scrape")
+        with running(Worker(scheduler, sleep_handlers, concurrency=4)), \
+                running(Worker(scheduler, sleep_handlers, concurrency=4)):
+            time.sleep(RUN_S)
+            shares = {labels["queue"]: v for labels, v in prometheus.query(REALISED_SHARE)}
+            top = prometheus.query(TENANT_SHARE)
+            starving_while_busy = prometheus.query(LOW_PRIORITY_QUEUE_STARVING)
+        still_waiting = {queue: scheduler.snapshot().classes[queue].depth for queue in WORKLOAD}
+        assert all(still_waiting.values()), f"every class stayed backlogged: {still_waiting}"
+        assert shares.keys() == WEIGHTS.keys()
+        for queue, weight in WEIGHTS.items():
+            assert abs(shares[queue] - weight) < 0.04, (queue, shares)
+        assert len(top) == 5 and top[0][0] == {"tenant": "bigcorp"}, top
+        assert abs(top[0][1] - 0.70 * 6 / 11) < 0.05, top
+        assert starving_while_busy == []
+
+        # A newsletter queued two hours ago (the scheduler's clock set back) while nothing works.
+        Scheduler(config, redis_client(redis_server.url), clock=lambda: (time.time() - 7200) * 1000).enqueue(
+            "newsletter", "ancient")
+        time.sleep(2.5)  # two scrape intervals
+        at = time.time()
+        ages = {labels["queue"]: v for labels, v in prometheus.query(OLDEST_AGE_PER_CLASS, at)}
+        starving = prometheus.query(LOW_PRIORITY_QUEUE_STARVING, at)
+    keys = Keys(config.redis.prefix)
+    for queue, (_, tenants) in WORKLOAD.items():
+        waiting = [*tenants, *(["ancient"] if queue == "jobs:low" else [])]
+        truth = at - oldest_enqueued_s(client, keys, queue, waiting)
+        assert -0.25 <= truth - ages[queue] <= 1.25, (queue, truth, ages[queue])  # one scrape interval behind at most
+    assert ages["jobs:low"] > 7200
+    assert len(starving) == 1 and starving[0][1] == ages["jobs:low"]
