@@ -48,14 +48,15 @@ def test_document_000_queries_are_written_against_the_contract() -> None:
     assert (m.QUEUE, m.TENANT) == m.JOBS_PROCESSED.labels and m.QUEUE_OLDEST_AGE.labels == (m.QUEUE,)
 
 
-def oldest_enqueued_s(client: redis.Redis, keys: Keys, queue: str, tenants: list[str]) -> float:
+def oldest_enqueued_s(url: str, keys: Keys, queue: str, tenants: list[str]) -> float:
     """Ground truth from the jobs: the earliest enqueue time among the tenants' head envelopes."""
-    heads = [client.lindex(keys.tenant_queue(queue, tenant), 0) for tenant in tenants]
-    return min(int(head.split(b"\t")[1]) for head in heads if head) / 1000.0
+    with redis.Redis.from_url(url, decode_responses=True) as client:
+        heads = [client.lindex(keys.tenant_queue(queue, tenant), 0) for tenant in tenants]
+    return min(int(head.split("\t")[1]) for head in heads if head) / 1000.0
 
 
 def test_prometheus_sees_the_configured_shares_the_top_tenant_and_the_oldest_ages(
-        redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
+        redis_server: RedisServer, tmp_path: Path) -> None:
     config = make_config(redis={"url": redis_server.url}, scheduler={"budget_min_arrivals": 10**9})
     scheduler = Scheduler(config, redis_client(redis_server.url))
     for queue, (task, tenants) in WORKLOAD.items():
@@ -82,7 +83,7 @@ def test_prometheus_sees_the_configured_shares_the_top_tenant_and_the_oldest_age
         assert starving_while_busy == []
 
         # A newsletter queued two hours ago (the scheduler's clock set back) while nothing works.
-        Scheduler(config, redis_client(redis_server.url), clock=lambda: (time.time() - 7200) * 1000).enqueue(
+        Scheduler(config, redis_client(redis_server.url), clock=lambda: int((time.time() - 7200) * 1000)).enqueue(
             "newsletter", "ancient")
         time.sleep(2.5)  # two scrape intervals
         at = time.time()
@@ -91,7 +92,7 @@ def test_prometheus_sees_the_configured_shares_the_top_tenant_and_the_oldest_age
     keys = Keys(config.redis.prefix)
     for queue, (_, tenants) in WORKLOAD.items():
         waiting = [*tenants, *(["ancient"] if queue == "jobs:low" else [])]
-        truth = at - oldest_enqueued_s(client, keys, queue, waiting)
+        truth = at - oldest_enqueued_s(redis_server.url, keys, queue, waiting)
         assert -0.25 <= truth - ages[queue] <= 1.25, (queue, truth, ages[queue])  # one scrape interval behind at most
     assert ages["jobs:low"] > 7200
     assert len(starving) == 1 and starving[0][1] == ages["jobs:low"]
