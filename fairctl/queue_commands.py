@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import Counter
@@ -110,11 +111,12 @@ def status(
     Per class: depth, oldest job's age, in-flight, delayed retries, paused, configured weight and
     realised share (the class's part of the jobs processed during --interval), then the most
     backlogged tenants of each class."""
-    scheduler = open_scheduler(config, redis_url)
+    cfg = load(config, redis_url)
+    scheduler = connect(dataclasses.replace(cfg, exporter=dataclasses.replace(cfg.exporter, topk_tenants=top)))
     with clear_errors():
-        before = scheduler.snapshot(top) if interval else None
+        before = scheduler.snapshot() if interval else None
         time.sleep(interval)
-        after = scheduler.snapshot(top)
+        after = scheduler.snapshot()
     rows = class_statuses(scheduler.config, before, after, top)
     if as_json_output:
         typer.echo(json.dumps(as_json(rows, interval), indent=2))

@@ -127,6 +127,22 @@ class LeasesConfig:
 
 
 @dataclass(frozen=True)
+class ExporterConfig:
+    """What the exporter serves and how the scheduler keeps the windowed bookkeeping it reads.
+
+    ``listen`` None means the exporter's documented default port on all interfaces.
+    """
+
+    listen: str | None = None
+    topk_tenants: int = 10
+    tenant_label_limit: int = 200
+    window: float = 600.0
+    scrape_timeout: float = 2.0
+    noisy_min_inflight: int = 5
+    fairness_sample: int = 200
+
+
+@dataclass(frozen=True)
 class Config:
     classes: tuple[ClassConfig, ...]
     classification: tuple[Rule, ...]
@@ -134,6 +150,7 @@ class Config:
     scheduler: SchedulerConfig = SchedulerConfig()
     tenants: TenantsConfig = TenantsConfig()
     leases: LeasesConfig = LeasesConfig()
+    exporter: ExporterConfig = ExporterConfig()
     source: str | None = None
 
     @property
@@ -342,6 +359,29 @@ def _leases(value: object, path: str, source: str | None) -> LeasesConfig:
     return out
 
 
+def _listen(value: object, path: str) -> str:
+    text = _string(value, path)
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(path, f"expected HOST:PORT such as 0.0.0.0:9000 or [::1]:9000, got {text!r}")
+    return text
+
+
+def _exporter(value: object, path: str, source: str | None) -> ExporterConfig:
+    r = _Reader(value, path, source)
+    out = ExporterConfig(
+        listen=r.get("listen", None, _listen),
+        topk_tenants=r.get("topk_tenants", ExporterConfig.topk_tenants, _int_between(1, 100)),
+        tenant_label_limit=r.get("tenant_label_limit", ExporterConfig.tenant_label_limit, _int_between(1, 10_000)),
+        window=r.get("window", ExporterConfig.window, parse_duration),
+        scrape_timeout=r.get("scrape_timeout", ExporterConfig.scrape_timeout, parse_duration),
+        noisy_min_inflight=r.get("noisy_min_inflight", ExporterConfig.noisy_min_inflight, _int_between(1, 10**6)),
+        fairness_sample=r.get("fairness_sample", ExporterConfig.fairness_sample, _int_between(2, 10_000)),
+    )
+    r.done()
+    return out
+
+
 def _rule(value: object, path: str, source: str | None, tiers: Mapping[str, int]) -> Rule:
     r = _Reader(value, path, source)
 
@@ -372,6 +412,7 @@ def parse_config(data: object, source: str | None = None) -> Config:
     scheduler = r.get("scheduler", SchedulerConfig(), lambda v, p: _scheduler(v, p, source))
     tenants = r.get("tenants", TenantsConfig(), lambda v, p: _tenants(v, p, source))
     leases = r.get("leases", LeasesConfig(), lambda v, p: _leases(v, p, source))
+    exporter = r.get("exporter", ExporterConfig(), lambda v, p: _exporter(v, p, source))
     classes = tuple(
         _class(item, f"classes[{i}]", source) for i, item in enumerate(r.require("classes", _list))
     )
@@ -384,7 +425,7 @@ def parse_config(data: object, source: str | None = None) -> Config:
     _check_rules(rules, {c.name for c in classes}, source)
     return Config(
         classes=classes, classification=rules, redis=redis_cfg, scheduler=scheduler,
-        tenants=tenants, leases=leases, source=source,
+        tenants=tenants, leases=leases, exporter=exporter, source=source,
     )
 
 

@@ -18,7 +18,7 @@ from .config import Config
 from .jobs import (
     BudgetRejected, Enqueued, InvalidJob, Lease, check_task, check_tenant, check_tier, encode_payload, one_line,
 )
-from .snapshot import WAIT_BUCKETS_S, ClassView, Snapshot, build_snapshot
+from .snapshot import INFLIGHT_TOP, WAIT_BUCKETS_S, RawClass, Snapshot, build_snapshot, heads_to_read
 from .zset import ZSet
 
 _BUCKETS_MS = [int(b * 1000) for b in WAIT_BUCKETS_S]
@@ -47,6 +47,9 @@ class _Class:
     cost: dict[str, int] = field(default_factory=dict)
     vt: float = 0
     done: ZSet = field(default_factory=ZSet)
+    inflight: ZSet = field(default_factory=ZSet)
+    served: dict[int, ZSet] = field(default_factory=dict)
+    served_total: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -76,6 +79,7 @@ class Model:
         self.backoff_ms = int(config.leases.retry_backoff * 1000)
         self.backoff_max_ms = int(config.leases.retry_backoff_max * 1000)
         self.window_ms = int(config.scheduler.budget_window * 1000)
+        self.service_window_ms = int(config.exporter.window * 1000)
         self.stats: dict[str, int] = {}
         self.swrr: dict[str, float] = {}
         self.paused: set[str] = set()
@@ -234,6 +238,7 @@ class Model:
                 self._observe_wait(queue, now - job.enqueued_ms)
             out.append(entry)
         self._stat("inflight", queue, len(items))
+        self.classes[queue].inflight.incr(tenant, len(items))
 
     def _capacity(self, i: int, inflight: list[int], slots: int) -> float:
         if slots <= 0 or not self.has_reserved:
@@ -307,25 +312,39 @@ class Model:
         entry = self.leased.get(job_id)
         return entry if entry is not None and entry.attempts == attempts else None
 
-    def _release_lease(self, job_id: str, queue: str) -> None:
+    def _release_lease(self, job_id: str, entry: _Leased) -> None:
         del self.leased[job_id]
         self.leases.remove(job_id)
-        self._stat("inflight", queue, -1)
+        self._stat("inflight", entry.queue, -1)
+        inflight = self.classes[entry.queue].inflight
+        if inflight.incr(entry.tenant, -1) <= 0:
+            inflight.remove(entry.tenant)
+
+    def _count_processed(self, now: int, queue: str, tenant: str) -> None:
+        cls = self.classes[queue]
+        bucket = math.floor(now / self.service_window_ms)
+        cls.served.setdefault(bucket, ZSet()).incr(tenant, 1)
+        cls.served_total[bucket] = cls.served_total.get(bucket, 0) + 1
+        for old in [b for b in cls.served if b < bucket - 1]:  # Redis expires these
+            del cls.served[old]
+            del cls.served_total[old]
+        if tenant in cls.done or len(cls.done) < self.config.exporter.tenant_label_limit:
+            cls.done.incr(tenant, 1)
 
     def ack(self, now: int, lease: Lease) -> bool:
         entry = self._held(lease.job_id, lease.attempts)
         if entry is None:
             return False
-        self._release_lease(lease.job_id, entry.queue)
+        self._release_lease(lease.job_id, entry)
         self._stat("processed", entry.queue, 1)
-        self.classes[entry.queue].done.incr(entry.tenant, 1)
+        self._count_processed(now, entry.queue, entry.tenant)
         return True
 
     def nack(self, now: int, lease: Lease, error: str | None = None) -> str:
         entry = self._held(lease.job_id, lease.attempts)
         if entry is None:
             return "stale"
-        self._release_lease(lease.job_id, entry.queue)
+        self._release_lease(lease.job_id, entry)
         self._stat("failed", entry.queue, 1)
         if entry.attempts >= self.config.leases.max_attempts:
             self._dead_letter(now, entry, one_line(error or "failed"))
@@ -348,7 +367,7 @@ class Model:
         count = 0
         for job_id in self.leases.up_to(now, limit):
             entry = self.leased[job_id]
-            self._release_lease(job_id, entry.queue)
+            self._release_lease(job_id, entry)
             if entry.attempts >= self.config.leases.max_attempts:
                 self._dead_letter(now, entry, "lease expired")
             else:
@@ -412,19 +431,35 @@ class Model:
         self.config.class_index(queue)
         self.paused.discard(queue)
 
-    def snapshot(self, now: int, topk: int = 10) -> Snapshot:
-        views = {}
+    def snapshot(self, now: int) -> Snapshot:
+        exp = self.config.exporter
+        bucket = math.floor(now / self.service_window_ms)
+        empty = ZSet()
+        raw = {}
         for name, cls in self.classes.items():
-            head = cls.heads.first()
-            views[name] = ClassView(
-                head_ms=head[1] if head else None,
+            served_now, served_before = cls.served.get(bucket, empty), cls.served.get(bucket - 1, empty)
+            sample = [
+                (t, cls.cost[t], served_now.score(t) or 0.0, served_before.score(t) or 0.0)
+                for t, _ in cls.backlog.top(exp.fairness_sample)
+            ]
+            raw[name] = RawClass(
+                heads=cls.heads.head(heads_to_read(exp.topk_tenants)),
                 active_tenants=len(cls.tags),
-                top_backlog=[(t, int(n)) for t, n in cls.backlog.top(topk)],
+                top_backlog=cls.backlog.top(exp.topk_tenants),
+                top_inflight=cls.inflight.top(INFLIGHT_TOP),
+                served_now=served_now.top(2 * exp.topk_tenants),
+                served_before=served_before.top(2 * exp.topk_tenants),
+                served_now_total=cls.served_total.get(bucket, 0),
+                served_before_total=cls.served_total.get(bucket - 1, 0),
+                labelled=cls.done.head(len(cls.done)),
+                sample=sample,
             )
-        return build_snapshot(self.config, now, self.stats, self.paused, views, len(self.dead))
+        return build_snapshot(self.config, now, self.stats, sorted(self.paused), raw, len(self.dead))
 
-    def state(self) -> dict[str, Any]:
-        """Everything the Lua scheduler stores, in the canonical form the differential test compares."""
+    def state(self, now: int) -> dict[str, Any]:
+        """Everything the Lua scheduler stores, in the canonical form the differential test
+        compares (service buckets only while live: older ones expire in Redis)."""
+        live = math.floor(now / self.service_window_ms) - 1
         classes = {}
         for name, cls in self.classes.items():
             classes[name] = {
@@ -435,6 +470,9 @@ class Model:
                 "cost": {t: str(c) for t, c in cls.cost.items()},
                 "done": dict(cls.done.items()),
                 "vt": cls.vt,
+                "inflight": dict(cls.inflight.items()),
+                "served": {b: dict(z.items()) for b, z in cls.served.items() if b >= live},
+                "served_total": {b: n for b, n in cls.served_total.items() if b >= live},
             }
         return {
             "stats": {k: v for k, v in self.stats.items() if v != 0},

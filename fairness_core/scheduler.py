@@ -23,7 +23,7 @@ from .jobs import (
     lease_from_envelope, one_line,
 )
 from .keys import Keys
-from .snapshot import WAIT_BUCKETS_S, ClassView, Snapshot, build_snapshot
+from .snapshot import INFLIGHT_TOP, WAIT_BUCKETS_S, RawClass, Snapshot, build_snapshot, heads_to_read
 
 MAX_POP = 1000
 SWEEP_LIMIT = 1000
@@ -52,6 +52,9 @@ def script_config(config: Config) -> str:
         "backoff_ms": int(config.leases.retry_backoff * 1000),
         "backoff_max_ms": int(config.leases.retry_backoff_max * 1000),
         "buckets_ms": [int(b * 1000) for b in WAIT_BUCKETS_S],
+        "window_ms": int(config.exporter.window * 1000),
+        "label_limit": config.exporter.tenant_label_limit,
+        "inflight_top": INFLIGHT_TOP,
     }, separators=(",", ":"))
 
 
@@ -185,36 +188,14 @@ class Scheduler:
 
     # ------------------------------------------------------------------ observing
 
-    def snapshot(self, topk: int = 10) -> Snapshot:
-        """Counters, depth, in-flight, oldest age and top backlogged tenants per class in one
-        pipelined round trip: O(classes + k log n), never a scan of jobs or tenants."""
-        if topk < 1:
-            raise ValueError(f"topk: expected at least 1, got {topk}")
-        k = self.keys
-        names = self.config.class_names
-        with redis_errors(self.client):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.time()
-            pipe.hgetall(k.stats)
-            pipe.smembers(k.paused)
-            pipe.llen(k.dead)
-            for name in names:
-                pipe.zrange(k.class_key(name, "heads"), 0, 0, withscores=True)
-                pipe.zcard(k.class_key(name, "tags"))
-                pipe.zrevrange(k.class_key(name, "backlog"), 0, topk - 1, withscores=True)
-            replies = pipe.execute()
-        seconds, micros = replies[0]
-        now_ms = seconds * 1000 + micros // 1000 if self._clock is None else self._clock()
-        stats = {_text(f): int(v) for f, v in replies[1].items()}
-        views = {}
-        for i, name in enumerate(names):
-            heads, active, top = replies[4 + 3 * i: 7 + 3 * i]
-            views[name] = ClassView(
-                head_ms=heads[0][1] if heads else None,
-                active_tenants=int(active),
-                top_backlog=[(_text(t), int(n)) for t, n in top],
-            )
-        return build_snapshot(self.config, now_ms, stats, (_text(p) for p in replies[2]), views, int(replies[3]))
+    def snapshot(self) -> Snapshot:
+        """Counters, depth, in-flight, ages, windowed tenant service and the fairness sample per
+        class in one script call: O(classes * (k + sample) * log n), never a scan of jobs or tenants."""
+        exp = self.config.exporter
+        now, stats, paused, dead, classes = self._call(
+            "snapshot", exp.topk_tenants, exp.fairness_sample, heads_to_read(exp.topk_tenants))
+        raw = {name: _raw_class(reply) for name, reply in zip(self.config.class_names, classes)}
+        return build_snapshot(self.config, int(now), _pairs_int(stats), [_text(p) for p in paused], raw, int(dead))
 
     def dead_letters(self, start: int = 0, end: int = 99) -> list[dict[str, Any]]:
         """Dead-lettered jobs, oldest first, with the error that finished them."""
@@ -226,6 +207,24 @@ class Scheduler:
             lease = lease_from_envelope(queue, tenant, int(attempts), envelope)
             out.append({"lease": lease, "dead_at": int(at_ms) / 1000.0, "error": error})
         return out
+
+
+def _pairs(flat: list[Any]) -> list[tuple[str, float]]:
+    return [(_text(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+
+def _pairs_int(flat: list[Any]) -> dict[str, int]:
+    return {_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+def _raw_class(reply: list[Any]) -> RawClass:
+    heads, active, backlog, inflight, now, before, now_total, before_total, labelled, rows = reply
+    return RawClass(
+        heads=_pairs(heads), active_tenants=int(active), top_backlog=_pairs(backlog), top_inflight=_pairs(inflight),
+        served_now=_pairs(now), served_before=_pairs(before), served_now_total=int(now_total),
+        served_before_total=int(before_total), labelled=_pairs(labelled),
+        sample=[(_text(rows[i]), int(rows[i + 1]), float(rows[i + 2]), float(rows[i + 3])) for i in range(0, len(rows), 4)],
+    )
 
 
 def _text(value: bytes | str | int) -> str:

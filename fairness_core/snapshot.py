@@ -1,13 +1,15 @@
 """The bookkeeping the scheduler maintains, read back in one round trip (what the exporter serves).
 
-Both the Redis scheduler and the reference model keep their counters in the same flat form
-(``"<counter>\\t<class>"`` -> int), so one builder turns either into a :class:`Snapshot`.
+The Lua ``snapshot`` operation and the reference model both produce the same *raw* reading
+(:class:`RawClass` per class, plus the flat counters ``"<counter>\\t<class>" -> int``), and one
+builder turns either into a :class:`Snapshot`, so derived figures (noisy tenants, quiet-tenant
+age, windowed shares, the fairness index) are computed by one piece of code.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Mapping, Sequence
 
 from .config import Config
 
@@ -19,6 +21,36 @@ WAIT_BUCKETS_S: tuple[float, ...] = (
 
 # Per-class lifecycle counters kept by the scripts (stats field "<name>\t<class>").
 COUNTERS = ("processed", "failed", "redelivered", "dead", "promoted", "demoted", "rejected")
+
+# The SQS fair-queue rule: a tenant is noisy when it holds more than this share of a class's
+# in-flight jobs (and at least exporter.noisy_min_inflight of its own). At most 9 tenants can
+# exceed 10%, so the 10 tenants with most in-flight jobs always include every noisy one.
+NOISY_SHARE = 0.10
+INFLIGHT_TOP = 10
+OTHER_TENANTS = "__other__"
+
+Pairs = Sequence[tuple[str, float]]
+
+
+def heads_to_read(topk: int) -> int:
+    """Tenant heads a snapshot reads: the k oldest, and enough to skip every noisy tenant."""
+    return max(topk, INFLIGHT_TOP) + 1
+
+
+@dataclass(frozen=True)
+class RawClass:
+    """One class as read from Redis (or the model), before anything is derived."""
+
+    heads: Pairs  # oldest tenant heads first: (tenant, enqueued ms)
+    active_tenants: int
+    top_backlog: Pairs  # (tenant, queued jobs), most first
+    top_inflight: Pairs  # (tenant, leased jobs), most first
+    served_now: Pairs  # (tenant, processed in the current window bucket), most first
+    served_before: Pairs  # the same for the previous bucket
+    served_now_total: int
+    served_before_total: int
+    labelled: Pairs  # (tenant, processed ever) for tenants with their own series
+    sample: Sequence[tuple[str, int, float, float]]  # most backlogged: (tenant, cost, served now, before)
 
 
 @dataclass(frozen=True)
@@ -36,6 +68,14 @@ class ClassSnapshot:
     wait_sum: float
     wait_count: int
     top_backlog: tuple[tuple[str, int], ...]
+    top_inflight: tuple[tuple[str, int], ...]
+    noisy_tenants: tuple[str, ...]
+    quiet_oldest_age: float
+    oldest_tenants: tuple[tuple[str, float], ...]  # (tenant, age s), oldest first, k of them
+    processed_window: float  # jobs processed in the sliding window
+    top_processed: tuple[tuple[str, float], ...]  # (tenant, processed in the window), most first
+    processed_by_tenant: Mapping[str, int]  # cumulative; unlabelled tenants summed in __other__
+    fairness_index: float  # Jain's index of weight-normalised service, sampled backlogged tenants
 
 
 @dataclass(frozen=True)
@@ -44,53 +84,90 @@ class Snapshot:
     classes: Mapping[str, ClassSnapshot]
     dead_letters: int
     worker_slots: int
+    tenant_shares: tuple[tuple[str, float], ...]  # top-k tenants' share of processed jobs, all classes
 
 
-@dataclass(frozen=True)
-class ClassView:
-    """What a reader found for one class besides the counters."""
-
-    head_ms: float | None
-    active_tenants: int
-    top_backlog: Iterable[tuple[str, int]]
+def window_weight(now_ms: float, window_ms: int) -> float:
+    """Weight of the previous bucket in the sliding window estimate (the part still inside it)."""
+    return (window_ms - (now_ms % window_ms)) / window_ms
 
 
-def build_snapshot(
-    config: Config,
-    now_ms: float,
-    stats: Mapping[str, int],
-    paused: Iterable[str],
-    views: Mapping[str, ClassView],
-    dead_letters: int,
-) -> Snapshot:
+def _windowed(now: Pairs, before: Pairs, weight: float) -> dict[str, float]:
+    """Sliding-window estimate per tenant from the current and previous buckets' top lists
+    (a tenant missing from one list counts 0 there: an underestimate, never an overestimate)."""
+    out: dict[str, float] = {}
+    for tenant, count in before:
+        out[tenant] = float(count) * weight
+    for tenant, count in now:
+        out[tenant] = out.get(tenant, 0.0) + float(count)
+    return out
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one takes everything; 1 for no service."""
+    total = sum(values)
+    if not values or total <= 0:
+        return 1.0
+    return total * total / (len(values) * sum(v * v for v in values))
+
+
+def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: bool, raw: RawClass,
+                  now_ms: float, weight: float) -> ClassSnapshot:
+    exp = config.exporter
+
+    def get(counter: str) -> int:
+        return int(stats.get(f"{counter}\t{name}", 0))
+
+    inflight = get("inflight")
+    noisy = tuple(t for t, n in raw.top_inflight if n > NOISY_SHARE * inflight and n >= exp.noisy_min_inflight)
+    quiet = next((ms for t, ms in raw.heads if t not in noisy), None)
+    processed = get("processed")
+    labelled = {t: int(n) for t, n in raw.labelled}
+    processed_by_tenant = {**labelled, OTHER_TENANTS: processed - sum(labelled.values())}
+    window = _windowed(raw.served_now, raw.served_before, weight)
+    top = sorted(window.items(), key=lambda kv: (-kv[1], kv[0]))[: exp.topk_tenants]
+    service = [(float(now) + float(before) * weight) * cost for _, cost, now, before in raw.sample]
+
+    def age(ms: float | None) -> float:
+        return max(0.0, (now_ms - ms) / 1000.0) if ms is not None else 0.0
+
+    return ClassSnapshot(
+        name=name,
+        depth=get("depth"),
+        inflight=inflight,
+        delayed=get("delayed"),
+        paused=paused,
+        oldest_age=age(raw.heads[0][1] if raw.heads else None),
+        active_tenants=raw.active_tenants,
+        counters={c: get(c) for c in COUNTERS},
+        enqueued={f.split("\t")[2]: int(v) for f, v in stats.items() if f.startswith(f"enq\t{name}\t")},
+        wait_buckets=tuple(int(stats.get(f"wb\t{name}\t{i + 1}", 0)) for i in range(len(WAIT_BUCKETS_S) + 1)),
+        wait_sum=get("ws") / 1000.0,
+        wait_count=get("wc"),
+        top_backlog=tuple((t, int(n)) for t, n in raw.top_backlog),
+        top_inflight=tuple((t, int(n)) for t, n in raw.top_inflight),
+        noisy_tenants=noisy,
+        quiet_oldest_age=age(quiet),
+        oldest_tenants=tuple((t, age(ms)) for t, ms in raw.heads[: exp.topk_tenants]),
+        processed_window=raw.served_now_total + raw.served_before_total * weight,
+        top_processed=tuple(top),
+        processed_by_tenant=processed_by_tenant,
+        fairness_index=jain_index(service),
+    )
+
+
+def build_snapshot(config: Config, now_ms: float, stats: Mapping[str, int], paused: Sequence[str],
+                   raw: Mapping[str, RawClass], dead_letters: int) -> Snapshot:
+    weight = window_weight(now_ms, int(config.exporter.window * 1000))
     paused_set = set(paused)
-    enqueued: dict[str, dict[str, int]] = {c: {} for c in config.class_names}
-    for field, value in stats.items():
-        parts = field.split("\t")
-        if parts[0] == "enq" and parts[1] in enqueued:
-            enqueued[parts[1]][parts[2]] = int(value)
-    classes = {}
-    for name in config.class_names:
-        view = views[name]
-
-        def get(counter: str, _name: str = name) -> int:
-            return int(stats.get(f"{counter}\t{_name}", 0))
-
-        buckets = tuple(int(stats.get(f"wb\t{name}\t{i + 1}", 0)) for i in range(len(WAIT_BUCKETS_S) + 1))
-        classes[name] = ClassSnapshot(
-            name=name,
-            depth=get("depth"),
-            inflight=get("inflight"),
-            delayed=get("delayed"),
-            paused=name in paused_set,
-            oldest_age=max(0.0, (now_ms - view.head_ms) / 1000.0) if view.head_ms is not None else 0.0,
-            active_tenants=view.active_tenants,
-            counters={c: get(c) for c in COUNTERS},
-            enqueued=enqueued[name],
-            wait_buckets=buckets,
-            wait_sum=get("ws") / 1000.0,
-            wait_count=get("wc"),
-            top_backlog=tuple((t, int(n)) for t, n in view.top_backlog),
-        )
+    classes = {name: _derive_class(config, name, stats, name in paused_set, raw[name], now_ms, weight)
+               for name in config.class_names}
+    served: dict[str, float] = {}
+    for c in classes.values():
+        for tenant, n in c.top_processed:
+            served[tenant] = served.get(tenant, 0.0) + n
+    total = sum(c.processed_window for c in classes.values())
+    shares = sorted(((t, n / total) for t, n in served.items()), key=lambda kv: (-kv[1], kv[0])) if total else []
     return Snapshot(time=now_ms / 1000.0, classes=classes, dead_letters=dead_letters,
-                    worker_slots=int(stats.get("slots", 0)))
+                    worker_slots=int(stats.get("slots", 0)),
+                    tenant_shares=tuple(shares[: config.exporter.topk_tenants]))

@@ -179,7 +179,7 @@ class Worker:
         """A fleet with no more slots than ``reserved_slots`` add up to serves only the reserved
         classes: say so, since the shipped config reserves 2 and a small worker looks hung."""
         reserved = sum(c.reserved_slots for c in self.scheduler.config.classes)
-        fleet = self.scheduler.snapshot(topk=1).worker_slots
+        fleet = self.scheduler.snapshot().worker_slots
         if reserved and fleet <= reserved:
             log.warning("the fleet has %d worker slots and reserved_slots add up to %d: classes without a "
                         "reservation get no work until more slots register", fleet, reserved)

@@ -60,6 +60,10 @@ class ZSet:
             out.append(member)
         return out
 
+    def head(self, k: int) -> list[tuple[str, float]]:
+        """ZRANGE 0 k-1 WITHSCORES."""
+        return [(m, s) for s, _, m in self._order.islice(0, k)]
+
     def top(self, k: int) -> list[tuple[str, float]]:
         """ZREVRANGE 0 k-1 WITHSCORES."""
         return [(m, s) for s, _, m in self._order.islice(max(0, len(self._order) - k), reverse=True)]

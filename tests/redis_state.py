@@ -26,8 +26,9 @@ def _num(value: bytes) -> float:
     return int(number) if number.is_integer() else number
 
 
-def read_state(config: Config, client: redis.Redis) -> dict[str, Any]:
+def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, Any]:
     k = Keys(config.redis.prefix)
+    window_ms = int(config.exporter.window * 1000)
     classes = {}
     for name in config.class_names:
         prefix = k.class_key(name, "t/")
@@ -36,6 +37,14 @@ def read_state(config: Config, client: redis.Redis) -> dict[str, Any]:
             tenant = _s(key)[len(prefix):]
             queues[tenant] = [_s(e) for e in client.lrange(key, 0, -1)]
         vt = client.get(k.class_key(name, "vt"))
+        served, served_total = {}, {}
+        for key in client.scan_iter(match=k.class_key(name, "served*"), count=1000):
+            kind, bucket = _s(key).rsplit("/", 1)[1].split(":")
+            if int(bucket) >= now_ms // window_ms - 1:  # the model forgets what Redis expires
+                if kind == "served":
+                    served[int(bucket)] = _zset(client, key)
+                else:
+                    served_total[int(bucket)] = int(client.get(key))
         classes[name] = {
             "queues": queues,
             "tags": _zset(client, k.class_key(name, "tags")),
@@ -44,6 +53,9 @@ def read_state(config: Config, client: redis.Redis) -> dict[str, Any]:
             "cost": {_s(t): _s(c) for t, c in client.hgetall(k.class_key(name, "cost")).items()},
             "done": _zset(client, k.class_key(name, "done")),
             "vt": _num(vt) if vt is not None else 0,
+            "inflight": _zset(client, k.class_key(name, "inflight")),
+            "served": served,
+            "served_total": served_total,
         }
     seq = client.get(k.seq)
     return {

@@ -69,6 +69,8 @@ def build_config(params: dict[str, Any]):
                    "budget_action": params.get("budget_action", "demote")},
         tenants={"batch": params["batch"]},
         leases={"visibility_timeout": "3s", "max_attempts": 3, "retry_backoff": "500ms", "retry_backoff_max": "2s"},
+        exporter={"window": "5s", "tenant_label_limit": 3, "topk_tenants": 2, "fairness_sample": 3,
+                  "noisy_min_inflight": 1},
     )
 
 
@@ -129,9 +131,9 @@ def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: l
         assert got_lua == got_model, f"step {step} {op}: lua={got_lua!r} model={got_model!r}"
         if op[0] == "pop":
             leases.extend(got_lua)
-        assert read_state(config, client) == model.state(), f"state differs after step {step} {op}"
+        assert read_state(config, client, clock[0]) == model.state(clock[0]), f"state differs after step {step} {op}"
+        assert lua.snapshot() == model.snapshot(clock[0]), f"snapshot differs after step {step} {op}"
         clock[0] += 1
-    assert lua.snapshot() == model.snapshot(clock[0])
 
 
 def test_differential_catches_a_divergence(client: redis.Redis) -> None:

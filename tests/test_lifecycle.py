@@ -194,11 +194,11 @@ def test_a_worker_limited_to_some_classes_takes_only_those(client: redis.Redis) 
 def test_bad_job_input_is_refused_by_name_and_writes_nothing(client: redis.Redis, call: Any, field: str) -> None:
     s, _ = at(client)
     s.enqueue("order", "acme")
-    before = read_state(s.config, client)
+    before = read_state(s.config, client, T0)
     with pytest.raises(InvalidJob) as err:
         call(s)
     assert err.value.field == field and str(err.value).startswith(f"{field}: ")
-    assert read_state(s.config, client) == before
+    assert read_state(s.config, client, T0) == before
 
 
 def test_unknown_class_names_are_refused(client: redis.Redis) -> None:

@@ -195,6 +195,7 @@ local function lease(c, tenant, items, out)
     out[#out + 1] = {c, tenant, att, env}
   end
   stat('inflight', c, #items)
+  redis.call('ZINCRBY', ckey(c, 'inflight'), #items, tenant)
 end
 
 -- Capacity left for class i once the unused reservations of the other classes are held back.
@@ -320,19 +321,38 @@ local function held(id, attempts)
   return c, tenant, att, env
 end
 
-local function release_lease(id, c)
+local function release_lease(id, c, tenant)
   redis.call('HDEL', K_LEASED, id)
   redis.call('ZREM', K_LEASES, id)
   stat('inflight', c, -1)
+  if tonumber(redis.call('ZINCRBY', ckey(c, 'inflight'), -1, tenant)) <= 0 then
+    redis.call('ZREM', ckey(c, 'inflight'), tenant)
+  end
+end
+
+-- Windowed service per tenant: one sorted set per window-long bucket (the exporter reads the
+-- current and the previous one), and cumulative counts for the first tenant_label_limit tenants.
+local function count_processed(c, tenant)
+  local bucket = math.floor(now / cfg.window_ms)
+  local served = ckey(c, 'served:' .. bucket)
+  local total = ckey(c, 'servedn:' .. bucket)
+  redis.call('ZINCRBY', served, 1, tenant)
+  redis.call('INCR', total)
+  redis.call('PEXPIRE', served, 3 * cfg.window_ms)
+  redis.call('PEXPIRE', total, 3 * cfg.window_ms)
+  local done = ckey(c, 'done')
+  if redis.call('ZSCORE', done, tenant) or redis.call('ZCARD', done) < cfg.label_limit then
+    redis.call('ZINCRBY', done, 1, tenant)
+  end
 end
 
 -- ARGV[5]: job id, ARGV[6]: attempts of the lease
 function ops.ack()
   local c, tenant = held(ARGV[5], tonumber(ARGV[6]))
   if not c then return 0 end
-  release_lease(ARGV[5], c)
+  release_lease(ARGV[5], c, tenant)
   stat('processed', c, 1)
-  redis.call('ZINCRBY', ckey(c, 'done'), 1, tenant)
+  count_processed(c, tenant)
   return 1
 end
 
@@ -340,7 +360,7 @@ end
 function ops.nack()
   local c, tenant, att, env = held(ARGV[5], tonumber(ARGV[6]))
   if not c then return 'stale' end
-  release_lease(ARGV[5], c)
+  release_lease(ARGV[5], c, tenant)
   stat('failed', c, 1)
   if att >= cfg.max_attempts then
     dead_letter(c, tenant, att, env, ARGV[7])
@@ -366,7 +386,7 @@ function ops.reap()
   local count = 0
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT', 0, limit)) do
     local c, tenant, att, env = parse_record(redis.call('HGET', K_LEASED, id))
-    release_lease(id, c)
+    release_lease(id, c, tenant)
     if att >= cfg.max_attempts then
       dead_letter(c, tenant, att, env, 'lease expired')
     else
@@ -433,6 +453,42 @@ function ops.register()
     redis.call('ZREM', K_WORKERS, w)
   end
   return 1
+end
+
+-- ARGV[5]: k (top lists), ARGV[6]: fairness sample size, ARGV[7]: tenant heads to read.
+-- Everything the exporter serves, in one call: O(classes * (k + sample) * log n), no scans.
+function ops.snapshot()
+  local k, sample, nheads = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  local bucket = math.floor(now / cfg.window_ms)
+  local classes = {}
+  for i = 1, NCLASS do
+    local c = cfg.classes[i]
+    local function served(b, n)
+      return redis.call('ZREVRANGE', ckey(c, 'served:' .. b), 0, n - 1, 'WITHSCORES')
+    end
+    local backlog = redis.call('ZREVRANGE', ckey(c, 'backlog'), 0, sample - 1)
+    local rows = {}
+    for _, tenant in ipairs(backlog) do
+      rows[#rows + 1] = tenant
+      rows[#rows + 1] = redis.call('HGET', ckey(c, 'cost'), tenant)
+      rows[#rows + 1] = redis.call('ZSCORE', ckey(c, 'served:' .. bucket), tenant) or '0'
+      rows[#rows + 1] = redis.call('ZSCORE', ckey(c, 'served:' .. (bucket - 1)), tenant) or '0'
+    end
+    classes[i] = {
+      redis.call('ZRANGE', ckey(c, 'heads'), 0, nheads - 1, 'WITHSCORES'),
+      redis.call('ZCARD', ckey(c, 'tags')),
+      redis.call('ZREVRANGE', ckey(c, 'backlog'), 0, k - 1, 'WITHSCORES'),
+      redis.call('ZREVRANGE', ckey(c, 'inflight'), 0, cfg.inflight_top - 1, 'WITHSCORES'),
+      served(bucket, 2 * k),
+      served(bucket - 1, 2 * k),
+      num(redis.call('GET', ckey(c, 'servedn:' .. bucket))),
+      num(redis.call('GET', ckey(c, 'servedn:' .. (bucket - 1)))),
+      redis.call('ZRANGE', ckey(c, 'done'), 0, -1, 'WITHSCORES'),
+      rows,
+    }
+  end
+  return {tostring(now), redis.call('HGETALL', K_STATS), redis.call('SMEMBERS', K_PAUSED),
+          redis.call('LLEN', K_DEAD), classes}
 end
 
 local fn = ops[op]
