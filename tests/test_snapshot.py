@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from fairness_core import Lease, Scheduler
+from fairness_core import ClassSnapshot, Lease, Scheduler
 from fairness_core.snapshot import OTHER_TENANTS, jain_index
 
 from .conftest import make_config
@@ -47,26 +47,26 @@ def test_noisy_tenant_and_quiet_tenants_oldest_age(client: redis.Redis) -> None:
     assert low.quiet_oldest_age == 0, "quiet and late have nothing left waiting"
 
 
-def test_fairness_index_over_backlogged_tenants(client: redis.Redis) -> None:
-    s, _ = scheduler(client)
+def serve_two_backlogged_tenants(s: Scheduler, jobs: int) -> ClassSnapshot:
+    """Tenants a and b queue 10 jobs each in jobs:low; ``jobs`` of them are worked and acked."""
     for tenant in ("a", "b"):
         for _ in range(10):
             s.enqueue("newsletter", tenant)
-    for lease in work(s, 6):
+    for lease in work(s, jobs):
         s.ack(lease)
-    low = s.snapshot().classes["jobs:low"]
+    return s.snapshot().classes["jobs:low"]
+
+
+def test_fairness_index_over_backlogged_tenants(client: redis.Redis) -> None:
+    s, _ = scheduler(client)
+    low = serve_two_backlogged_tenants(s, 6)
     assert low.fairness_index == pytest.approx(1.0), "weighted-fair served a and b alike"
     assert low.processed_window == 6 and dict(low.top_processed) == {"a": 3.0, "b": 3.0}
 
 
 def test_fairness_index_sees_an_unfair_policy(client: redis.Redis) -> None:
     s = Scheduler(make_config(scheduler={"policy": "weighted"}), client)
-    for tenant in ("a", "b"):
-        for _ in range(10):
-            s.enqueue("newsletter", tenant)
-    for lease in work(s, 8):
-        s.ack(lease)
-    low = s.snapshot().classes["jobs:low"]
+    low = serve_two_backlogged_tenants(s, 8)
     assert low.fairness_index == pytest.approx(0.5), "FIFO inside the class served only a"
     assert low.top_processed[0] == ("a", 8.0)
     assert s.snapshot().tenant_shares[0] == ("a", 1.0)
