@@ -105,27 +105,29 @@ class Model:
         cls.heads.add(tenant, enq)
         cls.cost[tenant] = cost
 
-    def _push_tail(self, queue: str, tenant: str, job: Job) -> None:
+    def _push_tail(self, queue: str, tenant: str, jobs: Sequence[Job]) -> None:
+        """Append ``jobs`` to the tenant's sub-queue: the same state as appending them one by one
+        (bulk, so a burst or a promotion sweep updates the sorted sets once, not per job)."""
         cls = self.classes[queue]
         q = cls.queues.setdefault(tenant, deque())
-        q.append(job)
-        if len(q) == 1:
-            self._activate(cls, tenant, job.cost, job.enqueued_ms)
-        else:
-            cls.cost[tenant] = job.cost
-        cls.backlog.incr(tenant, 1)
-        self._stat("depth", queue, 1)
+        if not q:
+            self._activate(cls, tenant, jobs[0].cost, jobs[0].enqueued_ms)
+        q.extend(jobs)
+        cls.cost[tenant] = jobs[-1].cost
+        cls.backlog.incr(tenant, len(jobs))
+        self._stat("depth", queue, len(jobs))
 
-    def _push_head(self, queue: str, tenant: str, job: Job) -> None:
+    def _push_head(self, queue: str, tenant: str, jobs: Sequence[Job]) -> None:
+        """Put ``jobs`` in front of the tenant's sub-queue, in their order: the same state as
+        pushing them to the head one by one, last first."""
         cls = self.classes[queue]
         q = cls.queues.setdefault(tenant, deque())
-        q.appendleft(job)
-        if len(q) == 1:
-            self._activate(cls, tenant, job.cost, job.enqueued_ms)
-        else:
-            cls.heads.add(tenant, job.enqueued_ms, only_lower=True)
-        cls.backlog.incr(tenant, 1)
-        self._stat("depth", queue, 1)
+        if not q:
+            self._activate(cls, tenant, jobs[-1].cost, jobs[-1].enqueued_ms)
+        cls.heads.add(tenant, min(job.enqueued_ms for job in jobs), only_lower=True)
+        q.extendleft(reversed(jobs))
+        cls.backlog.incr(tenant, len(jobs))
+        self._stat("depth", queue, len(jobs))
 
     def _take(self, queue: str, tenant: str, n: int) -> tuple[list[Job], int]:
         cls = self.classes[queue]
@@ -152,7 +154,7 @@ class Model:
             self.delayed.remove(rec)
             entry = self.delayed_items.pop(rec)
             self._stat("delayed", entry.queue, -1)
-            self._push_head(entry.queue, entry.tenant, entry.job)
+            self._push_head(entry.queue, entry.tenant, [entry.job])
 
     # ------------------------------------------------------------------ budget
 
@@ -186,9 +188,12 @@ class Model:
                     return None, reason
                 self._stat("demoted", self.names[ci], 1)
                 ci, reason = ci + 1, "over priority budget"
-        for name in ("*", self.names[ci]):
-            self.arrivals[f"cur\t{name}"] = self.arrivals.get(f"cur\t{name}", 0) + 1
+        self._count_arrivals(ci, 1)
         return ci, reason
+
+    def _count_arrivals(self, ci: int, n: int) -> None:
+        for name in ("*", self.names[ci]):
+            self.arrivals[f"cur\t{name}"] = self.arrivals.get(f"cur\t{name}", 0) + n
 
     # ------------------------------------------------------------------ operations
 
@@ -198,6 +203,15 @@ class Model:
 
     def submit(self, now: int, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
                user_waiting: bool = False) -> Enqueued:
+        queue, reason, _ = self.submit_many(now, task, tenant, 1, payload, tier=tier, user_waiting=user_waiting)[0]
+        return Enqueued(str(self.seq), queue, reason)
+
+    def submit_many(self, now: int, task: str, tenant: str, count: int, payload: Any = None, *,
+                    tier: str | None = None, user_waiting: bool = False) -> list[tuple[str, str, int]]:
+        """``count`` jobs queued exactly as ``count`` calls of :meth:`submit` at ``now`` would queue
+        them (ids ``seq+1 ..``, classes, reasons, budget decisions and the whole state), returned as
+        runs of (class, reason, jobs). Jobs for a class without an arrival budget are queued in one
+        step, so the simulator's 2.3-million-job burst costs about a second, not a minute."""
         task = check_task(task)
         tenant = check_tenant(tenant, self.config)
         tier = check_tier(tier, self.config)
@@ -205,16 +219,33 @@ class Model:
         if not isinstance(user_waiting, bool):
             raise InvalidJob("user_waiting", f"expected true or false, got {user_waiting!r}")
         decision = classify(self.config, task, tier=tier, user_waiting=user_waiting)
-        ci, reason = self._apply_budget(now, self.config.class_index(decision.queue), decision.reason)
-        if ci is None:
-            raise BudgetRejected(f"{decision.queue} is over its arrival budget; job for tenant {tenant!r} rejected")
-        queue = self.names[ci]
-        self.seq += 1
-        job = Job(self.seq, now, 0, self.config.tenants.cost(tier), task, reason, body)
-        self._push_tail(queue, tenant, job)
-        key = f"enq\t{queue}\t{reason}"
-        self.stats[key] = self.stats.get(key, 0) + 1
-        return Enqueued(str(job.id), queue, reason)
+        wanted = self.config.class_index(decision.queue)
+        cost = self.config.tenants.cost(tier)
+        runs: list[tuple[str, str, int]] = []
+        left = count
+        while left > 0:
+            if self.has_budget and self.budgets[wanted] > 0:  # each decision depends on the one before
+                n = 1
+                ci, reason = self._apply_budget(now, wanted, decision.reason)
+                if ci is None:
+                    raise BudgetRejected(f"{decision.queue} is over its arrival budget; job for tenant {tenant!r} rejected")
+            else:
+                n, ci, reason = left, wanted, decision.reason
+                if self.has_budget:
+                    self._roll_arrivals(now)
+                    self._count_arrivals(ci, n)
+            queue = self.names[ci]
+            first = self.seq + 1
+            self.seq += n
+            self._push_tail(queue, tenant, [Job(i, now, 0, cost, task, reason, body) for i in range(first, first + n)])
+            key = f"enq\t{queue}\t{reason}"
+            self.stats[key] = self.stats.get(key, 0) + n
+            if runs and runs[-1][:2] == (queue, reason):
+                runs[-1] = (queue, reason, runs[-1][2] + n)
+            else:
+                runs.append((queue, reason, n))
+            left -= n
+        return runs
 
     def _observe_wait(self, queue: str, wait: int) -> None:
         idx = len(_BUCKETS_MS) + 1
@@ -372,7 +403,7 @@ class Model:
                 self._dead_letter(now, entry, "lease expired")
             else:
                 entry.job.attempts = entry.attempts
-                self._push_head(entry.queue, entry.tenant, entry.job)
+                self._push_head(entry.queue, entry.tenant, [entry.job])
                 self._stat("redelivered", entry.queue, 1)
             count += 1
         for worker in self.workers.up_to(now, limit):
@@ -407,8 +438,7 @@ class Model:
                     cls.heads.add(tenant, q[0].enqueued_ms)
                 else:
                     items, _ = self._take(queue, tenant, overdue)
-                    for job in reversed(items):
-                        self._push_head(up, tenant, job)
+                    self._push_head(up, tenant, items)
                     self._stat("promoted", queue, len(items))
                     moved += len(items)
         return moved
