@@ -1,0 +1,305 @@
+"""A discrete-event simulation of a worker fleet on the reference model, in virtual time.
+
+Why the model and not a queueing formula: the policy that decides who waits (weighted classes,
+fair queuing across tenants, reservations, aging, budgets) is exactly what is being compared, and
+:class:`~fairness_core.model.Model` is checked step for step against the Lua scheduler, so what the
+simulation shows is what production would do with the same config. Nothing here talks to Redis
+or a clock: hours of traffic run in seconds, and the same seed gives the same run.
+
+How the fleet is modelled: every slot of a worker pool is one ``fairctl worker`` slot (pop one
+job, work it for its service time, ack, pop again); pools register their slots like workers do,
+so ``reserved_slots`` applies; the periodic sweeps run at the worker's own intervals (reap every
+second, aging every ten); jobs longer than a third of the visibility timeout are heartbeated, as
+the worker does. An idle slot pops again whenever anything changes (an arrival, a completion, a
+sweep). Every ``scrape_interval`` the model's snapshot is taken, as the exporter would, and handed
+to an optional observer (the alert evaluation turns those into Prometheus series).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import math
+import random
+import time
+from array import array
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import Config
+from .jobs import BudgetRejected, Lease
+from .model import Model
+from .scenario import Burst, Constant, Poisson, Scenario, Service, Stream, TenantPool
+from .snapshot import Snapshot
+from .worker import PROMOTE_EVERY_S, REAP_EVERY_S
+
+Observer = Callable[[int, Snapshot], None]
+Progress = Callable[[float], None]
+
+SWEEP_LIMIT = 1000  # jobs per reap/aging sweep, as the worker passes them
+HEARTBEAT_SHARE = 3  # the worker extends leases every visibility_timeout / 3
+
+# Event kinds, in the order they are processed when they fall on the same millisecond.
+_COMPLETE, _HEARTBEAT, _ARRIVE, _REAP, _PROMOTE, _SCRAPE = range(6)
+
+
+@dataclass(frozen=True)
+class ClassResult:
+    """One class under one policy: the JSON report's per-class figures."""
+
+    jobs: int  # jobs that started (first lease) in the class
+    wait_mean_s: float
+    wait_p50_s: float
+    wait_p99_s: float
+    wait_max_s: float
+    max_oldest_age_s: float  # the oldest-age gauge's maximum over the scrapes
+    realised_share: float  # the class's share of all completions
+
+
+@dataclass
+class Timeline:
+    """What each scrape saw, per class in config order, for the HTML report's plots."""
+
+    times_s: list[float] = field(default_factory=list)
+    oldest_age: dict[str, list[float]] = field(default_factory=dict)
+    quiet_age: dict[str, list[float]] = field(default_factory=dict)
+    noisy_age: dict[str, list[float]] = field(default_factory=dict)  # NaN: no noisy tenant among the oldest
+    share: dict[str, list[float]] = field(default_factory=dict)  # NaN: nothing completed since the last scrape
+    fairness: dict[str, list[float]] = field(default_factory=dict)
+    active_tenants: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    policy: str
+    classes: dict[str, ClassResult]
+    quiet_max_age_s: dict[str, float]  # non-noisy tenants' oldest age, maximum over the scrapes
+    fairness_index: dict[str, float | None]  # mean over scrapes with 2+ backlogged tenants (None: never)
+    timeline: Timeline
+    jobs_started: int
+    jobs_enqueued: int
+    wall_s: float
+
+
+def scenario_config(scenario: Scenario, policy: str) -> Config:
+    """The scenario's scheduler config with ``policy`` in force."""
+    return dataclasses.replace(scenario.config, scheduler=dataclasses.replace(scenario.config.scheduler, policy=policy))
+
+
+def _sampler(service: Service, rng: random.Random) -> Callable[[], float]:
+    """Service time in seconds from the stream's distribution."""
+    if service.kind == "constant":
+        return lambda: service.a
+    if service.kind == "exponential":
+        rate = 1.0 / service.a
+        return lambda: rng.expovariate(rate)
+    mu = math.log(service.a)
+    return lambda: rng.lognormvariate(mu, service.b)
+
+
+def _percentile(ordered: Sequence[int], q: float) -> int:
+    """Nearest-rank percentile of an already sorted sequence."""
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+class Simulation:
+    """One scenario under one policy. ``observe(now_ms, snapshot)`` is called at every scrape;
+    ``progress(fraction)`` as virtual time advances."""
+
+    def __init__(self, scenario: Scenario, policy: str, *, observe: Observer | None = None,
+                 progress: Progress | None = None) -> None:
+        self.scenario = scenario
+        self.policy = policy
+        self.config = scenario_config(scenario, policy)
+        self.model = Model(self.config)
+        self.observe = observe
+        self.progress = progress
+        self.names = self.config.class_names
+        self.end_ms = int(scenario.duration * 1000)
+        self._heap: list[tuple[int, int, int, Any]] = []
+        self._order = itertools.count()
+        self._arrival_rng = [random.Random(f"{scenario.seed}:arrivals:{i}") for i in range(len(scenario.streams))]
+        self._service = [_sampler(s.service, random.Random(f"{scenario.seed}:service:{i}"))
+                         for i, s in enumerate(scenario.streams)]
+        self._next_arrival: list[float] = [0.0] * len(scenario.streams)
+        self._stream_of = array("H", [0])  # job id -> stream (ids start at 1)
+        self._pool_classes = [list(p.classes) if p.classes is not None else None for p in scenario.workers]
+        self._idle = [p.count for p in scenario.workers]
+        self._heartbeat_ms = int(self.config.leases.visibility_timeout * 1000 / HEARTBEAT_SHARE)
+        self._waits: dict[str, array[int]] = {n: array("q") for n in self.names}
+        self._completed: Counter[str] = Counter()
+        self._completed_at_scrape: Counter[str] = Counter()
+        self.timeline = Timeline()
+        for series in (self.timeline.oldest_age, self.timeline.quiet_age, self.timeline.noisy_age,
+                       self.timeline.share, self.timeline.fairness, self.timeline.active_tenants):
+            for name in self.names:
+                series[name] = []
+
+    # ------------------------------------------------------------------ events
+
+    def _push(self, at_ms: int, kind: int, arg: Any = None) -> None:
+        heapq.heappush(self._heap, (at_ms, kind, next(self._order), arg))
+
+    def _schedule_arrival(self, i: int, stream: Stream, after_s: float | None) -> None:
+        """The stream's next arrival (``after_s`` None: its first)."""
+        arrivals = stream.arrivals
+        if isinstance(arrivals, Burst):
+            if after_s is None:
+                self._push(int(arrivals.at * 1000), _ARRIVE, i)
+            return
+        if isinstance(arrivals, Poisson):
+            gap = self._arrival_rng[i].expovariate(arrivals.rate_per_s)
+            at = (stream.start if after_s is None else after_s) + gap
+        else:
+            assert isinstance(arrivals, Constant)
+            at = stream.start if after_s is None else after_s + 1.0 / arrivals.rate_per_s
+        if (stream.stop is None or at < stream.stop) and at * 1000 <= self.end_ms:
+            self._next_arrival[i] = at
+            self._push(round(at * 1000), _ARRIVE, i)
+
+    def _tenant(self, i: int, stream: Stream) -> str:
+        tenant = stream.tenant
+        if isinstance(tenant, TenantPool):
+            return f"{tenant.prefix}{self._arrival_rng[i].randrange(tenant.size)}"
+        return tenant
+
+    def _arrive(self, now: int, i: int) -> None:
+        stream = self.scenario.streams[i]
+        if isinstance(stream.arrivals, Burst):
+            if isinstance(stream.tenant, TenantPool):
+                counts = Counter(self._tenant(i, stream) for _ in range(stream.arrivals.count))
+            else:
+                counts = Counter({stream.tenant: stream.arrivals.count})
+            for tenant, n in counts.items():
+                self._submit(now, i, stream, tenant, n)
+            return
+        self._submit(now, i, stream, self._tenant(i, stream), 1)
+        self._schedule_arrival(i, stream, self._next_arrival[i])
+
+    def _submit(self, now: int, i: int, stream: Stream, tenant: str, n: int) -> None:
+        before = self.model.seq
+        try:
+            self.model.submit_many(now, stream.task, tenant, n, tier=stream.tier, user_waiting=stream.user_waiting)
+        except BudgetRejected:
+            pass  # counted by the model (jobs_rejected_total); the jobs before it were queued
+        self._stream_of.extend(array("H", [i]) * (self.model.seq - before))
+
+    def _start(self, now: int, pool: int, entry: Any) -> None:
+        job = entry.job
+        if entry.attempts == 1:
+            self._waits[entry.queue].append(now - job.enqueued_ms)
+        service_ms = max(1, round(self._service[self._stream_of[job.id]]() * 1000))
+        lease = Lease(job_id=str(job.id), queue=entry.queue, tenant=entry.tenant, reason=job.reason, task=job.task,
+                      payload=None, enqueued_at=job.enqueued_ms / 1000.0, attempts=entry.attempts)
+        done = now + service_ms
+        self._push(done, _COMPLETE, (pool, lease))
+        if service_ms > self._heartbeat_ms:
+            self._push(now + self._heartbeat_ms, _HEARTBEAT, (lease, done))
+
+    def _dispatch(self, now: int) -> None:
+        """Every idle slot pops until its pool finds nothing it may take."""
+        for pool, idle in enumerate(self._idle):
+            while idle:
+                got = self.model.pop_entries(now, 1, classes=self._pool_classes[pool])
+                if not got:
+                    break
+                idle -= 1
+                self._start(now, pool, got[0])
+            self._idle[pool] = idle
+
+    def _scrape(self, now: int) -> None:
+        snapshot = self.model.snapshot(now)
+        tl = self.timeline
+        tl.times_s.append(now / 1000.0)
+        done = sum(self._completed.values()) - sum(self._completed_at_scrape.values())
+        for name in self.names:
+            view = snapshot.classes[name]
+            noisy = [age for tenant, age in view.oldest_tenants if tenant in view.noisy_tenants]
+            tl.oldest_age[name].append(view.oldest_age)
+            tl.quiet_age[name].append(view.quiet_oldest_age)
+            tl.noisy_age[name].append(max(noisy) if noisy else math.nan)
+            tl.share[name].append((self._completed[name] - self._completed_at_scrape[name]) / done if done else math.nan)
+            tl.fairness[name].append(view.fairness_index)
+            tl.active_tenants[name].append(view.active_tenants)
+        self._completed_at_scrape = Counter(self._completed)
+        if self.observe is not None:
+            self.observe(now, snapshot)
+        if self.progress is not None:
+            self.progress(now / self.end_ms)
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> PolicyRun:
+        started = time.perf_counter()
+        model = self.model
+        ttl = self.scenario.duration + 3600  # registrations outlive the run: nobody re-registers
+        for pool in self.scenario.workers:
+            model.register_worker(0, f"sim/{pool.name}", pool.count, ttl)
+        for i, stream in enumerate(self.scenario.streams):
+            self._schedule_arrival(i, stream, None)
+        self._push(int(REAP_EVERY_S * 1000), _REAP)
+        self._push(int(PROMOTE_EVERY_S * 1000), _PROMOTE)
+        self._push(0, _SCRAPE)
+        scrape_ms = int(self.scenario.scrape_interval * 1000)
+        periods = {_REAP: int(REAP_EVERY_S * 1000), _PROMOTE: int(PROMOTE_EVERY_S * 1000), _SCRAPE: scrape_ms}
+        heap, end = self._heap, self.end_ms
+        pop = heapq.heappop
+        while heap and heap[0][0] <= end:
+            now, kind, _, arg = pop(heap)
+            if kind == _COMPLETE:
+                pool, lease = arg
+                if model.ack(now, lease):
+                    self._completed[lease.queue] += 1
+                self._idle[pool] += 1
+            elif kind == _HEARTBEAT:
+                lease, done = arg
+                if model.extend(now, lease) and now + self._heartbeat_ms < done:
+                    self._push(now + self._heartbeat_ms, _HEARTBEAT, arg)
+                continue  # nothing changed for the other slots
+            elif kind == _ARRIVE:
+                self._arrive(now, arg)
+            elif kind == _REAP:
+                model.reap(now, SWEEP_LIMIT)
+            elif kind == _PROMOTE:
+                model.promote_overdue(now, SWEEP_LIMIT)
+            else:
+                self._scrape(now)
+            if kind in periods:
+                self._push(now + periods[kind], kind)
+            self._dispatch(now)
+        return self._result(time.perf_counter() - started)
+
+    def _result(self, wall_s: float) -> PolicyRun:
+        total = sum(self._completed.values())
+        tl = self.timeline
+        classes: dict[str, ClassResult] = {}
+        for name in self.names:
+            waits = sorted(self._waits[name])
+            classes[name] = ClassResult(
+                jobs=len(waits),
+                wait_mean_s=sum(waits) / len(waits) / 1000.0 if waits else 0.0,
+                wait_p50_s=_percentile(waits, 0.50) / 1000.0 if waits else 0.0,
+                wait_p99_s=_percentile(waits, 0.99) / 1000.0 if waits else 0.0,
+                wait_max_s=waits[-1] / 1000.0 if waits else 0.0,
+                max_oldest_age_s=max(tl.oldest_age[name], default=0.0),
+                realised_share=self._completed[name] / total if total else 0.0,
+            )
+        fairness: dict[str, float | None] = {}
+        for name in self.names:
+            backlogged = [f for f, n in zip(tl.fairness[name], tl.active_tenants[name]) if n >= 2]
+            fairness[name] = sum(backlogged) / len(backlogged) if backlogged else None
+        return PolicyRun(
+            policy=self.policy, classes=classes,
+            quiet_max_age_s={name: max(tl.quiet_age[name], default=0.0) for name in self.names},
+            fairness_index=fairness, timeline=tl,
+            jobs_started=sum(len(w) for w in self._waits.values()), jobs_enqueued=self.model.seq, wall_s=wall_s,
+        )
+
+
+def simulate(scenario: Scenario, policy: str, *, observe: Observer | None = None,
+             progress: Progress | None = None) -> PolicyRun:
+    """Run ``scenario`` under ``policy`` (see :class:`Simulation`)."""
+    return Simulation(scenario, policy, observe=observe, progress=progress).run()

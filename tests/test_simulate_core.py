@@ -1,0 +1,160 @@
+"""The simulator's core: the model's bulk enqueue, scenario validation, determinism, and queueing
+results that can be worked out by hand or in closed form."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fairness_core import BudgetRejected, ConfigError, Model, load_config
+from fairness_core.scenario import DEFAULT_SCENARIO, load_scenario, parse_scenario
+
+from .conftest import EXAMPLE_CONFIG, ROOT
+
+
+def _budget_config(action: str = "demote") -> Any:
+    config = load_config(EXAMPLE_CONFIG)
+    scheduler = dataclasses.replace(config.scheduler, budget_min_arrivals=5, budget_action=action)
+    return dataclasses.replace(config, scheduler=scheduler)
+
+
+@pytest.mark.parametrize("action", ["demote", "reject"])
+def test_submit_many_is_exactly_repeated_submits(action: str) -> None:
+    """The bulk path (one step for a class without a budget, job by job where a budget decides)
+    leaves the very state that the same submits one at a time leave, ids and budget decisions
+    included, and reports the same classes and reasons."""
+    config = _budget_config(action)
+    bulk, single = Model(config), Model(config)
+    plan = [
+        (0, "password_reset", "shop-1", 3, None),
+        (10, "newsletter", "acme", 10, "pro"),  # no budget on jobs:low: one step
+        (20, "password_reset", "shop-2", 40, "enterprise"),  # over jobs:high's 20% budget part-way
+        (700_000, "newsletter", "acme", 500, None),  # next budget window
+        (700_001, "password_reset", "shop-3", 30, None),
+    ]
+    for now, task, tenant, count, tier in plan:
+        runs: list[tuple[str, str]] = []
+        try:
+            for queue, reason, n in bulk.submit_many(now, task, tenant, count, {"x": 1}, tier=tier):
+                runs += [(queue, reason)] * n
+        except BudgetRejected:
+            pass
+        singles: list[tuple[str, str]] = []
+        try:
+            for _ in range(count):
+                done = single.submit(now, task, tenant, {"x": 1}, tier=tier)
+                singles.append((done.queue, done.reason))
+        except BudgetRejected:
+            pass
+        if action == "demote":
+            assert runs == singles
+    assert bulk.state(700_001) == single.state(700_001)
+    demoted = single.stats.get("demoted\tjobs:high", 0) + single.stats.get("rejected\tjobs:high", 0)
+    assert demoted > 0, "the plan must exercise the budget"
+
+
+def test_promotion_sweep_keeps_order_and_heads() -> None:
+    """Aging moves a whole overdue run in one step; the jobs keep their order and age."""
+    config = load_config(EXAMPLE_CONFIG)
+    model = Model(config)
+    model.submit_many(0, "newsletter", "acme", 5)
+    model.submit_many(1000, "sync", "acme", 2)  # jobs:medium already has two of acme's jobs
+    moved = model.promote_overdue(31 * 60 * 1000, limit=3)
+    assert moved == 3
+    medium = [j.id for j in model.classes["jobs:medium"].queues["acme"]]
+    assert medium == [1, 2, 3, 6, 7]
+    assert model.classes["jobs:medium"].heads.score("acme") == 0
+    assert model.classes["jobs:low"].heads.score("acme") == 0 and len(model.classes["jobs:low"].queues["acme"]) == 2
+
+
+# ------------------------------------------------------------------ scenarios
+
+STORM: dict[str, Any] = yaml.safe_load(DEFAULT_SCENARIO.read_text())
+
+
+def _scenario(**changes: Any) -> dict[str, Any]:
+    data = copy.deepcopy(STORM)
+    data.pop("expect", None)
+    data.update(changes)
+    return data
+
+
+def _parse(data: dict[str, Any]) -> Any:
+    return parse_scenario(data, "s.yaml", DEFAULT_SCENARIO.parent)
+
+
+def _with(path: str, value: Any) -> dict[str, Any]:
+    """The storm scenario with one value replaced; ``path`` like ``streams.1.arrivals``."""
+    data = _scenario()
+    *parents, last = path.split(".")
+    node: Any = data
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    node[int(last) if isinstance(node, list) else last] = value
+    return data
+
+
+def test_shipped_scenarios_load() -> None:
+    for path in sorted((ROOT / "scenarios").glob("*.yaml")):
+        scenario = load_scenario(path)
+        assert scenario.streams and scenario.workers, path
+    storm = load_scenario(DEFAULT_SCENARIO)
+    assert storm.config.classes[0].reserved_slots == 0  # the config_patch applied
+    assert sum(s.arrivals.count for s in storm.streams if hasattr(s.arrivals, "count")) == 2_300_000
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "where", "what"),
+    [
+        ("duration", "2 hours", "duration", "expected a duration"),
+        ("seed", -1, "seed", "between"),
+        ("workers", [], "workers", "expected a list of 1"),
+        ("workers.0.count", 0, "workers[0].count", "between 1"),
+        ("workers.0.classes", ["jobs:urgent"], "workers[0].classes[0]", "expected one of jobs:high"),
+        ("workers.0.classes", "some", "workers[0].classes", "expected all or a non-empty list"),
+        ("streams.0.arrivals", {"poisson": {"rate_per_s": 0}}, "streams[0].arrivals.poisson.rate_per_s", "must be > 0"),
+        ("streams.0.arrivals", {"gamma": {}}, "streams[0].arrivals", "exactly one of: poisson, constant, burst"),
+        ("streams.0.arrivals", {"burst": {"at": "3h", "count": 5}}, "streams[0].arrivals.burst.at", "inside the scenario's duration"),
+        ("streams.0.arrivals", {"burst": {"count": 0}}, "streams[0].arrivals.burst.count", "between 1"),
+        ("streams.1.service_s", {"lognormal": {"median": 1}}, "streams[1].service_s.lognormal.sigma", "is required"),
+        ("streams.1.service_s", {"constant": "1s"}, "streams[1].service_s.constant", "expected a number"),
+        ("streams.1.service_s", {"exponential": {"mean": 1, "rate": 2}}, "streams[1].service_s.exponential.rate", "unknown key"),
+        ("streams.1.tenant", {"pool": 0}, "streams[1].tenant.pool", "between 1"),
+        ("streams.1.tier", "gold", "streams[1].tier", "expected one of enterprise"),
+        ("streams.1.class", "jobs:low", "streams[1].task", "exactly one of task"),
+        ("streams.1.stop", "0s", "streams[1].stop", "later than start"),
+        ("policies", ["fifo", "lifo"], "policies[1]", "expected one of fifo"),
+        ("policies", ["fifo", "fifo"], "policies", "twice"),
+        ("expect", {"lifo": {}}, "expect.lifo", "expected one of"),
+        ("expect", {"fifo": {"fire": ["QueueStarving{queue=jobs:high}"]}}, "expect.fifo.fire[0]", "optionally with labels"),
+        ("expect", {"fifo": {"silent": [{"alert": "X", "before": "1m"}]}}, "expect.fifo.silent[0].before", "unknown key"),
+        ("config", "missing.yaml", "config", "cannot read"),
+        ("config_patch", {"classes[9].weight": 1}, 'config_patch."classes[9].weight"', "no list item [9]"),
+        ("config_patch", {"classes[0].weight": 0}, "classes[0].weight", "must be > 0"),
+        ("config_patch", {"nosuch.key": 1}, 'config_patch."nosuch.key"', "no section 'nosuch'"),
+        ("scrape_interval", "3h", "scrape_interval", "not be longer than the duration"),
+        ("colour", "red", "colour", "unknown key"),
+    ],
+)
+def test_invalid_scenarios_name_the_field(path: str, value: Any, where: str, what: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _parse(_with(path, value))
+    assert err.value.path == where
+    assert what in err.value.message
+
+
+def test_explicit_class_goes_through_classification() -> None:
+    stream = {"class": "jobs:high", "tenant": "t", "arrivals": {"constant": {"rate_per_s": 1}},
+              "service_s": {"constant": 0.1}}
+    scenario = _parse(_scenario(streams=[stream]))
+    assert (scenario.streams[0].task, scenario.streams[0].user_waiting) == ("2fa_code", False)
+
+
+def test_missing_scenario_file_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read scenario file"):
+        load_scenario(tmp_path / "nope.yaml")
