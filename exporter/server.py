@@ -7,8 +7,10 @@ The default port, 29100, sits outside Prometheus's standard exporter range (9100
 from __future__ import annotations
 
 import html
+import logging
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from types import TracebackType
@@ -22,6 +24,8 @@ from prometheus_client.registry import CollectorRegistry
 from fairness_core import Config, Scheduler
 
 from .collector import make_registry
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 29100
 DEFAULT_HOST = "0.0.0.0"
@@ -74,6 +78,18 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+class _Server(ThreadingWSGIServer):
+    """A client that hangs up, times out or speaks plain HTTP to the TLS port costs a debug line,
+    not a traceback on stderr (port scanners and health checks do all three)."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ssl.SSLError, ConnectionError, TimeoutError)):
+            log.debug("client %s: %s", client_address[0], exc)
+        else:
+            log.exception("serving a request from %s failed", client_address[0])
+
+
 def tls_context(cert: str, key: str) -> ssl.SSLContext:
     """A server context for ``cert``/``key`` (PEM), TLS 1.2 or newer. OSError/SSLError when unusable."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -111,7 +127,7 @@ class ExporterServer:
     def start(self) -> "ExporterServer":
         family = socket.getaddrinfo(self.host, self.requested_port, type=socket.SOCK_STREAM,
                                     flags=socket.AI_PASSIVE)[0][0]
-        server_class = type("Server", (ThreadingWSGIServer,), {"address_family": family})
+        server_class = type("Server", (_Server,), {"address_family": family})
         httpd: ThreadingWSGIServer = make_server(self.host, self.requested_port, self.app, server_class, handler_class=_QuietHandler)
         if self.tls is not None:
             # The handshake happens on the request's own thread, so a slow client cannot stall accept().

@@ -281,7 +281,8 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-def test_metrics_over_https_with_a_self_signed_certificate(redis_server: RedisServer, tmp_path: Path) -> None:
+def test_metrics_over_https_with_a_self_signed_certificate(redis_server: RedisServer, tmp_path: Path,
+                                                           capfd: pytest.CaptureFixture[str]) -> None:
     config = config_on(redis_server.url)
     cert, key = self_signed(tmp_path)
     scheduler = Scheduler(config, redis_client(redis_server.url))
@@ -291,7 +292,11 @@ def test_metrics_over_https_with_a_self_signed_certificate(redis_server: RedisSe
         got = scrape(server.url, context=trusting)
         with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
             fetch(server.url)  # not trusted by default: it really is TLS
+        with pytest.raises(OSError):
+            fetch(server.url.replace("https://", "http://"))  # plain HTTP to the TLS port
+        assert scrape(server.url, context=trusting).value(m.EXPORTER_REDIS_UP.name) == 1, "still serving"
     assert got.value(m.EXPORTER_REDIS_UP.name) == 1
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_fairctl_exporter_serves_metrics_and_an_index_and_stops_on_sigterm(
