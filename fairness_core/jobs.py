@@ -48,6 +48,10 @@ class RedisUnavailable(FairnessError, ConnectionError):
 _FORBIDDEN_IN_TENANT = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
+# The exporter folds tenants past tenant_label_limit into this label value; no tenant may use it.
+RESERVED_TENANT = "__other__"
+
+
 def check_tenant(tenant: object, config: Config) -> str:
     if not isinstance(tenant, str):
         raise InvalidJob("tenant", f"expected a string, got {type(tenant).__name__}")
@@ -56,6 +60,8 @@ def check_tenant(tenant: object, config: Config) -> str:
     size = len(tenant.encode("utf-8", errors="surrogatepass"))
     if size > config.tenants.max_id_bytes:
         raise InvalidJob("tenant", f"is {size} bytes; at most {config.tenants.max_id_bytes} (tenants.max_id_bytes)")
+    if tenant == RESERVED_TENANT:
+        raise InvalidJob("tenant", f"{RESERVED_TENANT!r} is reserved: it names the tenants past the metrics label limit")
     if _FORBIDDEN_IN_TENANT.search(tenant):
         raise InvalidJob("tenant", f"must not contain control characters or line breaks: {tenant!r}")
     try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from .config import Config
+from .jobs import RESERVED_TENANT as OTHER_TENANTS
 
 # Upper bounds (seconds) of the enqueue->first-lease wait histogram; the documents' SLOs
 # (60 s, 15 min, 1 h) are bucket edges so alerts can read them exactly. The last bucket is +Inf.
@@ -27,7 +28,6 @@ COUNTERS = ("processed", "failed", "redelivered", "dead", "promoted", "demoted",
 # exceed 10%, so the 10 tenants with most in-flight jobs always include every noisy one.
 NOISY_SHARE = 0.10
 INFLIGHT_TOP = 10
-OTHER_TENANTS = "__other__"
 
 Pairs = Sequence[tuple[str, float]]
 

@@ -1,18 +1,22 @@
-"""Helpers shared by the worker and CLI tests: config files for subprocesses, polling."""
+"""Helpers shared by the worker, CLI and exporter tests: config files for subprocesses, polling,
+workers in threads."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from fairness_core import Config, Scheduler, load_config
+from fairness_core.worker import Worker
 
 from .conftest import EXAMPLE_CONFIG, ROOT, make_config
 
@@ -58,3 +62,17 @@ def spawn_worker(config_path: Path, log_path: Path, record_key: str, redis_url: 
              "--handlers", "tests.recording_handlers:handlers", *args],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
         )
+
+
+@contextmanager
+def running(worker: Worker) -> Iterator[threading.Thread]:
+    """Run ``worker`` in a thread (no signal handlers there); stop it and expect a clean exit."""
+    outcome: list[bool] = []
+    thread = threading.Thread(target=lambda: outcome.append(worker.run()), daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        worker.stop()
+        thread.join(timeout=60)
+    assert outcome == [True], "the worker settled every job before returning"

@@ -37,7 +37,7 @@ from fairness_core.worker import Worker
 from .conftest import ROOT, make_config
 from .exporter_support import fetch, promtool_check_metrics, running_exporter, scrape
 from .support import wait_for, write_config
-from .test_worker import running
+from .support import running
 
 NO_BUDGET = {"budget_min_arrivals": 10**9}  # arrival budgets are not what these tests measure
 CLASSES = ("jobs:high", "jobs:medium", "jobs:low")

@@ -183,6 +183,7 @@ def test_a_worker_limited_to_some_classes_takes_only_those(client: redis.Redis) 
         (lambda s: s.enqueue("order", "a\nb"), "tenant"),
         (lambda s: s.enqueue("order", "x" * 300), "tenant"),
         (lambda s: s.enqueue("order", 42), "tenant"),
+        (lambda s: s.enqueue("order", "__other__"), "tenant"),
         (lambda s: s.enqueue("bad task", "acme"), "task"),
         (lambda s: s.enqueue("order", "acme", {"when": object()}), "payload"),
         (lambda s: s.enqueue("order", "acme", {"x": float("nan")}), "payload"),

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,21 +16,7 @@ from fairness_core import Lease, Scheduler
 from fairness_core.worker import HandlerRegistry, Worker
 
 from .conftest import make_config
-from .support import totals, wait_for
-
-
-@contextmanager
-def running(worker: Worker) -> Iterator[threading.Thread]:
-    """Run ``worker`` in a thread (no signal handlers there); stop it and expect a clean exit."""
-    outcome: list[bool] = []
-    thread = threading.Thread(target=lambda: outcome.append(worker.run()), daemon=True)
-    thread.start()
-    try:
-        yield thread
-    finally:
-        worker.stop()
-        thread.join(timeout=60)
-    assert outcome == [True], "the worker settled every job before returning"
+from .support import running, totals, wait_for
 
 
 def test_registry_decorator_fallback_and_validation() -> None:
