@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,22 @@ class AlertMatch:
 class Expectation:
     fire: tuple[AlertMatch, ...]
     silent: tuple[AlertMatch, ...]
+
+    def violations(self, fired: Sequence[tuple[str, Mapping[str, str], float]]) -> list[str]:
+        """What contradicts this expectation, given (alert, labels, first firing s) of every
+        alert that fired; empty when the run behaved as the scenario says it must."""
+        out: list[str] = []
+        for want in self.fire:
+            times = [t for alert, labels, t in fired if want.matches(alert, labels)]
+            if not times:
+                out.append(f"{want} should fire but stayed silent")
+            elif want.before is not None and min(times) > want.before:
+                out.append(f"{want} should fire within {want.before:g}s but first fired at {min(times):g}s")
+        for quiet in self.silent:
+            times = [t for alert, labels, t in fired if quiet.matches(alert, labels)]
+            if times:
+                out.append(f"{quiet} should stay silent but fired at {min(times):g}s")
+        return out
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,288 @@
+"""``fairctl simulate``: replay a scenario (the marketing storm by default) under each scheduling
+policy, with no servers, and compare what waits, what starves and which alerts would fire.
+
+The policies run in separate processes (a storm is CPU-bound Python; two cores finish four
+policies in half the time), each on the reference model (fairness_core.simulator) and, when
+promtool is installed, through the real rule evaluation of fairctl.simulate_alerts. The exit code
+says whether every policy behaved as the scenario's ``expect`` says it must: 0 yes, 1 no, 2 for
+bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from fairness_core import ConfigError, parse_duration
+from fairness_core.config import POLICIES
+from fairness_core.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
+from fairness_core.simulator import PolicyRun, scenario_config, simulate
+
+from .common import fail
+from .simulate_alerts import PROMTOOL_MISSING, AlertEvaluationError, FiredAlert, SeriesRecorder, evaluate
+
+app = typer.Typer()
+
+EXIT_EXPECTATION = 1
+PROGRESS_EVERY_S = 0.2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One policy's run and the alerts it fired (None: not evaluated)."""
+
+    run: PolicyRun
+    alerts: list[FiredAlert] | None
+
+    def violations(self, scenario: Scenario) -> list[str] | None:
+        """What contradicts the scenario's ``expect`` (None: nothing to check it against)."""
+        expectation = scenario.expect.get(self.run.policy)
+        if expectation is None or self.alerts is None:
+            return None
+        return expectation.violations([(a.alert, a.labels, a.first_firing_s) for a in self.alerts])
+
+
+# ------------------------------------------------------------------ running the policies
+
+_worker: dict[str, Any] = {}  # in a worker process: the scenario, rules file and shared progress
+
+
+def _init_worker(scenario: Scenario, rules: Path | None, progress: Any) -> None:
+    """Forked worker set-up: the scenario is inherited, never pickled (nor is the Config in it)."""
+    _worker.update(scenario=scenario, rules=rules, progress=progress)
+
+
+def run_policy(scenario: Scenario, policy: str, rules: Path | None,
+               progress: Callable[[float], None] | None = None) -> Outcome:
+    """Simulate one policy and, with a rules file, evaluate its alerts."""
+    recorder = SeriesRecorder(scenario_config(scenario, policy)) if rules is not None else None
+    run = simulate(scenario, policy, observe=recorder.observe if recorder else None, progress=progress)
+    if recorder is None or rules is None:
+        return Outcome(run, None)
+    alerts = evaluate(rules, policy, recorder.input_series(), scrape_interval=scenario.scrape_interval,
+                      evaluation_interval=scenario.evaluation_interval, duration=scenario.duration)
+    return Outcome(run, alerts)
+
+
+def _run_in_worker(policy: str, index: int) -> Outcome:
+    """run_policy in a worker process, reporting progress through the shared array."""
+    def progress(fraction: float) -> None:
+        _worker["progress"][index] = fraction
+    return run_policy(_worker["scenario"], policy, _worker["rules"], progress)
+
+
+class ProgressBar:
+    """One line on stderr, redrawn in place at most every PROGRESS_EVERY_S, only on a terminal."""
+
+    def __init__(self, policies: Sequence[str]) -> None:
+        self.policies = policies
+        self.enabled = sys.stderr.isatty()
+        self._drawn_at: float | None = None
+
+    def draw(self, fractions: Sequence[float]) -> None:
+        now = time.monotonic()
+        if not self.enabled or (self._drawn_at is not None and now - self._drawn_at < PROGRESS_EVERY_S):
+            return
+        done = sum(fractions) / len(fractions)
+        width = 24
+        filled = int(done * width)
+        parts = " · ".join(f"{p} {f:4.0%}" for p, f in zip(self.policies, fractions))
+        sys.stderr.write(f"\rsimulating [{'#' * filled}{'.' * (width - filled)}] {done:4.0%}  {parts}\x1b[K")
+        sys.stderr.flush()
+        self._drawn_at = now
+
+    def close(self) -> None:
+        if self._drawn_at is not None:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def run_policies(scenario: Scenario, policies: Sequence[str], rules: Path | None, processes: int) -> list[Outcome]:
+    """Every policy, ``processes`` at a time, with a progress bar on a terminal."""
+    bar = ProgressBar(policies)
+    fractions = [0.0] * len(policies)
+    try:
+        if processes <= 1:
+            outcomes = []
+            for i, policy in enumerate(policies):
+                def tick(fraction: float, i: int = i) -> None:
+                    fractions[i] = fraction
+                    bar.draw(fractions)
+                outcomes.append(run_policy(scenario, policy, rules, tick))
+            return outcomes
+        context = multiprocessing.get_context("fork")
+        shared = context.Array("d", fractions, lock=False)
+        with ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_init_worker,
+                                 initargs=(scenario, rules, shared)) as pool:
+            futures = [pool.submit(_run_in_worker, p, i) for i, p in enumerate(policies)]
+            pending: set[Future[Outcome]] = set(futures)
+            while pending:
+                finished, pending = wait(pending, timeout=PROGRESS_EVERY_S, return_when=FIRST_EXCEPTION)
+                for future in finished:
+                    future.result()  # raise the first failure now, not after the others finish
+                bar.draw(list(shared))
+            return [f.result() for f in futures]
+    finally:
+        bar.close()
+
+
+# ------------------------------------------------------------------ presenting them
+
+
+def human(seconds: float) -> str:
+    """A duration for a table cell: 0.35s, 12.3s, 12m05s, 2h01m."""
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+
+
+def alert_label(alert: FiredAlert) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(alert.labels.items()) if k != "severity")
+    severity = alert.labels.get("severity")
+    return alert.alert + (f"{{{inner}}}" if inner else "") + (f" ({severity})" if severity else "")
+
+
+def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | None) -> str:
+    config = scenario.config
+    total_weight = config.total_weight
+    lines = [f"scenario {scenario.name}: {human(scenario.duration)} simulated, seed {scenario.seed}", ""]
+    header = ("class", "jobs", "wait mean", "p50", "p99", "max", "max oldest", "SLO", "share", "weight")
+    for outcome in outcomes:
+        run = outcome.run
+        lines.append(f"policy {run.policy}  ({run.jobs_started:,} jobs started, {run.jobs_enqueued:,} enqueued; "
+                     f"{run.wall_s:.1f}s)")
+        rows = [header]
+        for c in config.classes:
+            r = run.classes[c.name]
+            rows.append((c.name, f"{r.jobs:,}", human(r.wait_mean_s), human(r.wait_p50_s), human(r.wait_p99_s),
+                         human(r.wait_max_s), human(r.max_oldest_age_s), human(c.max_age),
+                         f"{r.realised_share:.1%}", f"{c.weight / total_weight:.0%}"))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        for row in rows:
+            lines.append("  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                                          for i, (cell, w) in enumerate(zip(row, widths))))
+        quiet_class = max(run.quiet_max_age_s, key=lambda q: run.quiet_max_age_s[q])
+        lines.append(f"  quiet tenants' oldest age: {human(run.quiet_max_age_s[quiet_class])} ({quiet_class})")
+        fairness = ", ".join(f"{q} {v:.2f}" for q, v in run.fairness_index.items() if v is not None)
+        lines.append(f"  tenant fairness index (mean while 2+ tenants wait): {fairness or '-'}")
+        if outcome.alerts is not None:
+            fired = "; ".join(f"{alert_label(a)} at {human(a.first_firing_s)}" for a in outcome.alerts)
+            lines.append(f"  alerts fired: {fired or 'none'}")
+            problems = outcome.violations(scenario)
+            if problems:
+                lines.extend(f"  EXPECTATION FAILED: {p}" for p in problems)
+            elif problems is not None:
+                lines.append("  as expected by the scenario")
+        lines.append("")
+    if alerts_note:
+        lines.append(alerts_note)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def as_json(scenario: Scenario, outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """The ``--json`` document: per policy, per class figures, alerts and expectations."""
+    policies: dict[str, Any] = {}
+    for outcome in outcomes:
+        run = outcome.run
+        policies[run.policy] = {
+            "classes": {q: {"jobs": r.jobs, "wait_mean_s": r.wait_mean_s, "wait_p50_s": r.wait_p50_s,
+                            "wait_p99_s": r.wait_p99_s, "wait_max_s": r.wait_max_s,
+                            "max_oldest_age_s": r.max_oldest_age_s, "realised_share": r.realised_share}
+                        for q, r in run.classes.items()},
+            "alerts": None if outcome.alerts is None else [
+                {"alert": a.alert, "labels": dict(a.labels), "first_firing_s": a.first_firing_s,
+                 "firing_periods_s": [list(p) for p in a.periods]} for a in outcome.alerts],
+            "quiet_tenant_max_age_s": run.quiet_max_age_s,
+            "fairness_index": run.fairness_index,
+            "jobs_enqueued": run.jobs_enqueued,
+            "jobs_started": run.jobs_started,
+            "expectation_violations": outcome.violations(scenario),
+        }
+    return {"scenario": scenario.name, "duration_s": scenario.duration, "seed": scenario.seed, "policies": policies}
+
+
+# ------------------------------------------------------------------ the command
+
+
+def _rules_for(scenario: Scenario, given: Path | None, workdir: Path) -> tuple[Path | None, str | None]:
+    """The rules file to evaluate and, when there is none, the line that says why."""
+    if shutil.which("promtool") is None:
+        return None, f"alerts not evaluated: {PROMTOOL_MISSING}"
+    if given is not None:
+        if not given.is_file():
+            fail("--rules", f"no such file: {given}")
+        return given, None
+    try:
+        from alerts.output import rules_text  # type: ignore[import-not-found]
+    except ImportError:
+        return None, "alerts not evaluated: this installation has no generated rules (alerts/); pass --rules FILE"
+    path = workdir / "rules.yml"
+    path.write_text(rules_text(scenario.config), encoding="utf-8")
+    return path, None
+
+
+@app.command("simulate")
+def simulate_command(
+    scenario_file: Annotated[Optional[Path], typer.Argument(
+        metavar="[SCENARIO]", show_default=False,
+        help="Scenario YAML; default: scenarios/marketing-storm.yaml (document 004's incident).")] = None,
+    policy: Annotated[Optional[list[str]], typer.Option(
+        "--policy", "-p", metavar="P", show_default=False,
+        help=f"Policy to simulate ({', '.join(POLICIES)}); repeat for several. Default: the scenario's list.")] = None,
+    json_file: Annotated[Optional[Path], typer.Option(
+        "--json", metavar="FILE", show_default=False, help="Also write the results as JSON.")] = None,
+    report: Annotated[Optional[Path], typer.Option(
+        "--report", metavar="FILE.html", show_default=False,
+        help="Also write a self-contained HTML report with plots.")] = None,
+    rules: Annotated[Optional[Path], typer.Option(
+        "--rules", metavar="FILE", show_default=False,
+        help="Prometheus rules file to evaluate; default: the rules generated from the scenario's config.")] = None,
+    duration: Annotated[Optional[str], typer.Option(
+        metavar="DURATION", show_default=False,
+        help="Simulate only this long (30m, 2h) instead of the scenario's duration.")] = None,
+    processes: Annotated[int, typer.Option(
+        "--processes", "-j", min=0, help="Policies simulated at once; 0: one per CPU.")] = 0,
+) -> None:
+    """Replay a scenario under each scheduling policy and compare waits, fairness and alerts."""
+    path = scenario_file or DEFAULT_SCENARIO
+    try:
+        scenario = load_scenario(path)
+        if duration is not None:
+            scenario = replace(scenario, duration=parse_duration(duration, "--duration"))
+    except ConfigError as exc:
+        fail("--duration" if exc.path == "--duration" else "SCENARIO", str(exc).removeprefix("--duration: "))
+    chosen = tuple(policy) if policy else scenario.policies
+    for name in chosen:
+        if name not in POLICIES:
+            fail("--policy", f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+    processes = processes or min(os.cpu_count() or 1, len(chosen))
+    with tempfile.TemporaryDirectory(prefix="fairctl-simulate-") as tmp:
+        rules_file, note = _rules_for(scenario, rules, Path(tmp))
+        try:
+            outcomes = run_policies(scenario, chosen, rules_file, min(processes, len(chosen)))
+        except AlertEvaluationError as exc:
+            fail("--rules", str(exc))
+    typer.echo(render(scenario, outcomes, note), nl=False)
+    if json_file is not None:
+        json_file.write_text(json.dumps(as_json(scenario, outcomes), indent=2) + "\n", encoding="utf-8")
+    if report is not None:
+        from .simulate_report import write_report
+        write_report(report, scenario, outcomes)
+    if any(o.violations(scenario) for o in outcomes):
+        raise typer.Exit(EXIT_EXPECTATION)
