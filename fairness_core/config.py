@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, TypeVar
 
 import yaml
@@ -22,6 +24,28 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 MAX_WEIGHT = 1_000_000
+# The reason a job demoted by its class's arrival budget is queued with; reserved, because the
+# alert rules tell demand from demotions by it.
+OVER_BUDGET_REASON = "over priority budget"
+_RATE_PART = re.compile(r"^(\d+(?:\.\d+)?)\s*/\s*(s|m|h|d)$")
+# Placeholders a runbook or dashboard URL template may use.
+URL_PLACEHOLDERS = ("alert", "queue")
+# ``for:`` of every generated alert; ``alerts.for`` overrides any of them. None (QueueStarving)
+# means per class: its max_age / 4 in whole minutes, between 1m and 15m, so a 1h SLO gets
+# document 000's 15m and the interactive class pages a minute after its SLO is missed.
+ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
+    "QueueStarving": None,
+    "QueueShareBelowWeight": 900.0,
+    "PriorityMixDrift": 900.0,
+    "PriorityReasonShift": 1800.0,
+    "TenantDominatingQueue": 900.0,
+    "QuietTenantsStarving": 300.0,
+    "QueueStalled": 300.0,
+    "PriorityInversion": 300.0,
+    "JobsRedeliveredHigh": 900.0,
+    "FairnessExporterDown": 300.0,
+    "FairnessExporterRedisDown": 120.0,
+})
 
 
 class ConfigError(ValueError):
@@ -86,6 +110,9 @@ class ClassConfig:
     arrival_budget: float | None = None
     reserved_slots: int = 0
     promote_after: float | None = None
+    # Expected load, for the weights lint only: jobs per second and seconds per job.
+    arrival_rate: float | None = None
+    service_time: float | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +170,30 @@ class ExporterConfig:
 
 
 @dataclass(frozen=True)
+class AlertsConfig:
+    """Thresholds and links of the generated alert rules (see alerts/ and the README's "Alerts").
+
+    Per-class thresholds (max_age, weights, arrival budgets) are not here: the rules read them from
+    the exporter's config gauges, so one rules file serves every deployment of the same classes.
+    ``runbook_url``/``dashboard_url`` None means relative paths into the generated runbooks.
+    """
+
+    rate_window: float = 600.0
+    share_tolerance: float = 0.5
+    tenant_dominance: float = 0.5
+    reason_shift: float = 0.3
+    reason_baseline: float = 86400.0
+    stall_after: float = 600.0
+    inversion_max_depth: int = 5
+    redelivery_ratio: float = 0.05
+    exporter_job: str = "fairctl-exporter"
+    runbook_url: str | None = None
+    dashboard_url: str | None = None
+    worker_slots: int | None = None
+    for_durations: Mapping[str, float | None] = field(default_factory=lambda: ALERT_FOR)
+
+
+@dataclass(frozen=True)
 class Config:
     classes: tuple[ClassConfig, ...]
     classification: tuple[Rule, ...]
@@ -151,6 +202,7 @@ class Config:
     tenants: TenantsConfig = TenantsConfig()
     leases: LeasesConfig = LeasesConfig()
     exporter: ExporterConfig = ExporterConfig()
+    alerts: AlertsConfig = AlertsConfig()
     source: str | None = None
 
     @property
@@ -267,6 +319,51 @@ def _ratio(value: object, path: str) -> float:
     return float(value)
 
 
+def _fraction(value: object, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise ConfigError(path, f"expected a fraction in (0, 1), got {value!r}")
+    return float(value)
+
+
+def _arrival_rate(value: object, path: str) -> float:
+    """Jobs per second, from a number (per second) or ``"500/m"``, ``"8/s"``, ``"1000/h"``, ``"2/d"``."""
+    expected = "expected jobs per second or a rate such as 500/m, 8/s or 1000/h"
+    if isinstance(value, bool):
+        raise ConfigError(path, f"{expected}, got {value!r}")
+    if isinstance(value, (int, float)):
+        per_second = float(value)
+    elif isinstance(value, str) and (match := _RATE_PART.match(value.strip())):
+        per_second = float(match.group(1)) / _UNIT_SECONDS[match.group(2)]
+    else:
+        raise ConfigError(path, f"{expected}, got {value!r}")
+    if not 0 < per_second < math.inf:
+        raise ConfigError(path, f"must be more than zero, got {value!r}")
+    return per_second
+
+
+def _url_template(value: object, path: str) -> str:
+    text = _string(value, path)
+    if any(ch.isspace() or ch == "$" for ch in text):
+        raise ConfigError(path, f"expected a URL without spaces or $, got {text!r}")
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(text) if name is not None]
+    except ValueError as exc:
+        raise ConfigError(path, f"not a valid template ({exc}); write literal braces as {{{{ and }}}}") from None
+    for name, spec, conv in fields:
+        if name not in URL_PLACEHOLDERS or spec or conv:
+            raise ConfigError(path, f"unknown placeholder {{{name}}}; use {{alert}} and {{queue}}")
+    return text
+
+
+def _for_durations(value: object, path: str) -> Mapping[str, float | None]:
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected a mapping of alert name to duration, got {_kind(value)}")
+    for name in value:
+        if name not in ALERT_FOR:
+            raise ConfigError(f"{path}.{name}", f"unknown alert; expected one of: {', '.join(ALERT_FOR)}")
+    return MappingProxyType({**ALERT_FOR, **{k: parse_duration(v, f"{path}.{k}") for k, v in value.items()}})
+
+
 def _bool(value: object, path: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(path, f"expected true or false, got {value!r}")
@@ -320,8 +417,13 @@ def _class(value: object, path: str, source: str | None) -> ClassConfig:
         arrival_budget=r.get("arrival_budget", None, _ratio),
         reserved_slots=r.get("reserved_slots", 0, _int_between(0, 100_000)),
         promote_after=r.get("promote_after", None, parse_duration),
+        arrival_rate=r.get("arrival_rate", None, _arrival_rate),
+        service_time=r.get("service_time", None, parse_duration),
     )
     r.done()
+    if (out.arrival_rate is None) != (out.service_time is None):
+        missing = "service_time" if out.service_time is None else "arrival_rate"
+        raise r.error(missing, "arrival_rate and service_time go together (the weights lint needs both)")
     return out
 
 
@@ -382,6 +484,30 @@ def _exporter(value: object, path: str, source: str | None) -> ExporterConfig:
     return out
 
 
+def _alerts(value: object, path: str, source: str | None) -> AlertsConfig:
+    r = _Reader(value, path, source)
+    d = AlertsConfig
+    out = AlertsConfig(
+        rate_window=r.get("rate_window", d.rate_window, parse_duration),
+        share_tolerance=r.get("share_tolerance", d.share_tolerance, _fraction),
+        tenant_dominance=r.get("tenant_dominance", d.tenant_dominance, _fraction),
+        reason_shift=r.get("reason_shift", d.reason_shift, _fraction),
+        reason_baseline=r.get("reason_baseline", d.reason_baseline, parse_duration),
+        stall_after=r.get("stall_after", d.stall_after, parse_duration),
+        inversion_max_depth=r.get("inversion_max_depth", d.inversion_max_depth, _int_between(0, 10**6)),
+        redelivery_ratio=r.get("redelivery_ratio", d.redelivery_ratio, _fraction),
+        exporter_job=r.get("exporter_job", d.exporter_job, _reason),
+        runbook_url=r.get("runbook_url", None, _url_template),
+        dashboard_url=r.get("dashboard_url", None, _url_template),
+        worker_slots=r.get("worker_slots", None, _int_between(1, 10**6)),
+        for_durations=r.get("for", ALERT_FOR, _for_durations),
+    )
+    r.done()
+    if out.reason_baseline <= out.rate_window:
+        raise r.error("reason_baseline", "must be longer than alerts.rate_window (it compares against that long ago)")
+    return out
+
+
 def _rule(value: object, path: str, source: str | None, tiers: Mapping[str, int]) -> Rule:
     r = _Reader(value, path, source)
 
@@ -413,6 +539,7 @@ def parse_config(data: object, source: str | None = None) -> Config:
     tenants = r.get("tenants", TenantsConfig(), lambda v, p: _tenants(v, p, source))
     leases = r.get("leases", LeasesConfig(), lambda v, p: _leases(v, p, source))
     exporter = r.get("exporter", ExporterConfig(), lambda v, p: _exporter(v, p, source))
+    alerts = r.get("alerts", AlertsConfig(), lambda v, p: _alerts(v, p, source))
     classes = tuple(
         _class(item, f"classes[{i}]", source) for i, item in enumerate(r.require("classes", _list))
     )
@@ -425,7 +552,7 @@ def parse_config(data: object, source: str | None = None) -> Config:
     _check_rules(rules, {c.name for c in classes}, source)
     return Config(
         classes=classes, classification=rules, redis=redis_cfg, scheduler=scheduler,
-        tenants=tenants, leases=leases, exporter=exporter, source=source,
+        tenants=tenants, leases=leases, exporter=exporter, alerts=alerts, source=source,
     )
 
 
@@ -450,6 +577,8 @@ def _check_rules(rules: tuple[Rule, ...], class_names: set[str], source: str | N
     for i, rule in enumerate(rules):
         if rule.queue not in class_names:
             raise ConfigError(f"classification[{i}].class", f"unknown class {rule.queue!r}; classes are: {', '.join(sorted(class_names))}", source)
+        if rule.reason == OVER_BUDGET_REASON:
+            raise ConfigError(f"classification[{i}].reason", f"{OVER_BUDGET_REASON!r} is reserved for jobs demoted by an arrival budget", source)
     last = rules[-1]
     if (last.tasks, last.user_waiting, last.tenant_tier) != (None, None, None):
         raise ConfigError(f"classification[{len(rules) - 1}]", "the last rule must have no conditions (a catch-all), so every job gets a class", source)
