@@ -263,8 +263,8 @@ def simulate_command(
     path = scenario_file or DEFAULT_SCENARIO
     try:
         scenario = load_scenario(path)
-        if duration is not None:
-            scenario = replace(scenario, duration=parse_duration(duration, "--duration"))
+        if duration is not None:  # the scenario's expectations are about its whole duration
+            scenario = replace(scenario, duration=parse_duration(duration, "--duration"), expect={})
     except ConfigError as exc:
         fail("--duration" if exc.path == "--duration" else "SCENARIO", str(exc).removeprefix("--duration: "))
     chosen = tuple(policy) if policy else scenario.policies

@@ -64,10 +64,10 @@ def _smoothed(values: Sequence[float], window: int) -> list[float]:
     return out
 
 
-def _per_class_figure(scenario: Scenario, run: PolicyRun, title: str) -> Figure:
+def _per_class_figure(scenario: Scenario, run: PolicyRun) -> Figure:
     """Oldest age against the SLO (top row) and quiet against noisy tenants' age (bottom row)."""
     classes = scenario.config.classes
-    fig = Figure(figsize=(4 * len(classes), 6.2))
+    fig = Figure(figsize=(4 * len(classes), 6.4), layout="constrained")
     axes = fig.subplots(2, len(classes), squeeze=False)
     minutes = _minutes(run.timeline.times_s)
     for col, c in enumerate(classes):
@@ -85,12 +85,11 @@ def _per_class_figure(scenario: Scenario, run: PolicyRun, title: str) -> Figure:
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle(title)
     return fig
 
 
 def _share_figure(scenario: Scenario, run: PolicyRun) -> Figure:
-    fig = Figure(figsize=(12, 3.2))
+    fig = Figure(figsize=(12, 3.2), layout="constrained")
     ax = fig.subplots()
     minutes = _minutes(run.timeline.times_s)
     total = scenario.config.total_weight
@@ -109,7 +108,7 @@ def _share_figure(scenario: Scenario, run: PolicyRun) -> Figure:
 def _alert_figure(outcome: Outcome, duration_s: float) -> Figure | None:
     if not outcome.alerts:
         return None
-    fig = Figure(figsize=(12, 0.6 + 0.35 * len(outcome.alerts)))
+    fig = Figure(figsize=(12, 0.8 + 0.35 * len(outcome.alerts)), layout="constrained")
     ax = fig.subplots()
     for row, alert in enumerate(outcome.alerts):
         severity = alert.labels.get("severity", "")
@@ -157,7 +156,7 @@ def write_report(path: Path, scenario: Scenario, outcomes: Sequence[Outcome]) ->
     sections = []
     for outcome in outcomes:
         run = outcome.run
-        figures = [_per_class_figure(scenario, run, f"policy {run.policy}"), _share_figure(scenario, run)]
+        figures = [_per_class_figure(scenario, run), _share_figure(scenario, run)]
         timeline = _alert_figure(outcome, scenario.duration)
         if timeline is not None:
             figures.append(timeline)
