@@ -389,7 +389,7 @@ def parse_scenario(data: object, source: str | None = None, base: Path | None = 
     def expect(raw: object, path: str) -> dict[str, Expectation]:
         if not isinstance(raw, dict):
             raise ConfigError(path, f"expected a mapping of policy to fire/silent lists, got {raw!r}")
-        return {_choice(policies)(p, f"{path}.{p}"): _expectation(v, f"{path}.{p}", source) for p, v in raw.items()}
+        return {_choice(POLICIES)(p, f"{path}.{p}"): _expectation(v, f"{path}.{p}", source) for p, v in raw.items()}
 
     scenario = Scenario(
         name=r.require("name", _string),

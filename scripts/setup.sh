@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One-time set-up on a fresh Debian/Ubuntu machine: the servers fairctl talks to (from Debian's
-# packages, only when missing) and fairctl itself with its test extras. Safe to run again.
+# One-time set-up on a fresh Debian/Ubuntu machine: the servers fairctl talks to and a headless
+# browser for the report test (from Debian's packages, only when missing), and fairctl itself with
+# its test extras. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +9,7 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 { command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the test that renders fairctl simulate --report
 
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""
