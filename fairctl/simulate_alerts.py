@@ -31,8 +31,7 @@ from exporter import metrics as m
 from exporter.collector import FairnessCollector
 from fairness_core import Config, Scheduler, Snapshot
 
-EXPORTER_JOB = "fairctl-exporter"  # the scrape job of the simulated exporter
-INSTANCE = "simulator:29100"
+INSTANCE = "simulator:29100"  # the simulated exporter's scrape target
 PROMTOOL_MISSING = ("promtool not found on PATH: install Debian's `prometheus` package "
                     "(bash scripts/setup.sh does) to see which alerts fire and when")
 # Wall-clock figures of the simulating process, not of the simulated system.
@@ -89,6 +88,7 @@ class SeriesRecorder:
         self._collector = FairnessCollector(config, cast(Scheduler, self._replay))
         self._values: dict[str, list[float | None]] = {}
         self._keys: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}  # most series recur every scrape
+        self._target = {"job": config.alerts.exporter_job, "instance": INSTANCE}  # what the rules select on
         self.scrapes = 0
 
     def observe(self, now_ms: int, snapshot: Snapshot) -> None:
@@ -109,7 +109,7 @@ class SeriesRecorder:
         cache = (name, tuple(labels.items()))
         key = self._keys.get(cache)
         if key is None:
-            key = self._keys[cache] = _series_key(name, {**labels, "job": EXPORTER_JOB, "instance": INSTANCE})
+            key = self._keys[cache] = _series_key(name, {**labels, **self._target})
         values = self._values.setdefault(key, [None] * self.scrapes)
         values.append(float(value))
 

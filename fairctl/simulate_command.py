@@ -36,6 +36,8 @@ from .simulate_alerts import PROMTOOL_MISSING, AlertEvaluationError, FiredAlert,
 app = typer.Typer()
 
 EXIT_EXPECTATION = 1
+# Labels every simulated alert carries alike (the simulated exporter's job), or shown apart.
+HIDDEN_LABELS = {"severity", "job", "instance"}
 PROGRESS_EVERY_S = 0.2
 
 
@@ -153,7 +155,7 @@ def human(seconds: float) -> str:
 
 
 def alert_label(alert: FiredAlert) -> str:
-    inner = ",".join(f'{k}="{v}"' for k, v in sorted(alert.labels.items()) if k != "severity")
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(alert.labels.items()) if k not in HIDDEN_LABELS)
     severity = alert.labels.get("severity")
     return alert.alert + (f"{{{inner}}}" if inner else "") + (f" ({severity})" if severity else "")
 

@@ -94,10 +94,21 @@ class Stream:
 
 
 @dataclass(frozen=True)
+class Crash:
+    """``count`` slots of a pool die at ``at`` (their running jobs are abandoned: the leases expire
+    and the reaper hands the jobs back) and come back ``restart_after`` later (None: never)."""
+
+    at: float
+    count: int
+    restart_after: float | None
+
+
+@dataclass(frozen=True)
 class Pool:
     name: str
     count: int
     classes: tuple[str, ...] | None  # None: every class
+    crashes: tuple[Crash, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -273,8 +284,19 @@ def _pool(value: object, path: str, source: str | None, config: Config, index: i
             raise ConfigError(cpath, f"expected all or a non-empty list of class names, got {raw!r}")
         return tuple(_choice(config.class_names)(c, f"{cpath}[{i}]") for i, c in enumerate(raw))
 
+    def crashes(raw: object, cpath: str) -> tuple[Crash, ...]:
+        if not isinstance(raw, list):
+            raise ConfigError(cpath, f"expected a list of {{at, count, restart_after}}, got {raw!r}")
+        out = []
+        for i, item in enumerate(raw):
+            c = _Reader(item, f"{cpath}[{i}]", source)
+            out.append(Crash(at=c.require("at", _offset), count=c.require("count", _int_between(1, 100_000)),
+                             restart_after=c.get("restart_after", None, parse_duration)))
+            c.done()
+        return tuple(out)
+
     out = Pool(name=r.get("name", f"pool-{index}", _string), count=r.require("count", _int_between(1, 100_000)),
-               classes=r.get("classes", None, classes))
+               classes=r.get("classes", None, classes), crashes=r.get("crashes", (), crashes))
     r.done()
     return out
 

@@ -10,9 +10,11 @@ How the fleet is modelled: every slot of a worker pool is one ``fairctl worker``
 job, work it for its service time, ack, pop again); pools register their slots like workers do,
 so ``reserved_slots`` applies; the periodic sweeps run at the worker's own intervals (reap every
 second, aging every ten); jobs longer than a third of the visibility timeout are heartbeated, as
-the worker does. An idle slot pops again whenever anything changes (an arrival, a completion, a
-sweep). Every ``scrape_interval`` the model's snapshot is taken, as the exporter would, and handed
-to an optional observer (the alert evaluation turns those into Prometheus series).
+the worker does. A pool's ``crashes`` kill slots mid-job: nobody acks their jobs, the leases
+expire and the reaper redelivers them, as after a ``kill -9`` (the registration is kept). An idle
+slot pops again whenever anything changes (an arrival, a completion, a sweep). Every
+``scrape_interval`` the model's snapshot is taken, as the exporter would, and handed to an
+optional observer (the alert evaluation turns those into Prometheus series).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ SWEEP_LIMIT = 1000  # jobs per reap/aging sweep, as the worker passes them
 HEARTBEAT_SHARE = 3  # the worker extends leases every visibility_timeout / 3
 
 # Event kinds, in the order they are processed when they fall on the same millisecond.
-_COMPLETE, _HEARTBEAT, _ARRIVE, _REAP, _PROMOTE, _SCRAPE = range(6)
+_COMPLETE, _HEARTBEAT, _CRASH, _RESTART, _ARRIVE, _REAP, _PROMOTE, _SCRAPE = range(8)
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,9 @@ class Simulation:
         self._stream_of = array("H", [0])  # job id -> stream (ids start at 1)
         self._pool_classes = [list(p.classes) if p.classes is not None else None for p in scenario.workers]
         self._idle = [p.count for p in scenario.workers]
+        self._running: list[dict[int, Lease]] = [{} for _ in scenario.workers]  # token -> lease being worked
+        self._abandoned: set[int] = set()  # tokens of jobs whose slot crashed
+        self._tokens = itertools.count()
         self._heartbeat_ms = int(self.config.leases.visibility_timeout * 1000 / HEARTBEAT_SHARE)
         self._waits: dict[str, array[int]] = {n: array("q") for n in self.names}
         self._completed: Counter[str] = Counter()
@@ -195,9 +200,23 @@ class Simulation:
         lease = Lease(job_id=str(job.id), queue=entry.queue, tenant=entry.tenant, reason=job.reason, task=job.task,
                       payload=None, enqueued_at=job.enqueued_ms / 1000.0, attempts=entry.attempts)
         done = now + service_ms
-        self._push(done, _COMPLETE, (pool, lease))
+        token = next(self._tokens)
+        self._running[pool][token] = lease
+        self._push(done, _COMPLETE, (pool, token))
         if service_ms > self._heartbeat_ms:
-            self._push(now + self._heartbeat_ms, _HEARTBEAT, (lease, done))
+            self._push(now + self._heartbeat_ms, _HEARTBEAT, (token, lease, done))
+
+    def _crash(self, pool: int, count: int) -> int:
+        """Kill ``count`` slots of ``pool``, busy ones first (a crash takes running jobs with it;
+        their leases are left to expire). Returns how many died."""
+        running = self._running[pool]
+        victims = sorted(running)[:count]
+        for token in victims:
+            del running[token]
+            self._abandoned.add(token)
+        idle = min(self._idle[pool], count - len(victims))
+        self._idle[pool] -= idle
+        return len(victims) + idle
 
     def _dispatch(self, now: int) -> None:
         """Every idle slot pops until its pool finds nothing it may take."""
@@ -240,6 +259,9 @@ class Simulation:
             model.register_worker(0, f"sim/{pool.name}", pool.count, ttl)
         for i, stream in enumerate(self.scenario.streams):
             self._schedule_arrival(i, stream, None)
+        for p, pool in enumerate(self.scenario.workers):
+            for crash in pool.crashes:
+                self._push(int(crash.at * 1000), _CRASH, (p, crash))
         self._push(int(REAP_EVERY_S * 1000), _REAP)
         self._push(int(PROMOTE_EVERY_S * 1000), _PROMOTE)
         self._push(0, _SCRAPE)
@@ -250,15 +272,27 @@ class Simulation:
         while heap and heap[0][0] <= end:
             now, kind, _, arg = pop(heap)
             if kind == _COMPLETE:
-                pool, lease = arg
+                pool, token = arg
+                if token in self._abandoned:
+                    self._abandoned.discard(token)
+                    continue  # its slot died: nobody acks, the lease expires
+                lease = self._running[pool].pop(token)
                 if model.ack(now, lease):
                     self._completed[lease.queue] += 1
                 self._idle[pool] += 1
             elif kind == _HEARTBEAT:
-                lease, done = arg
-                if model.extend(now, lease) and now + self._heartbeat_ms < done:
+                token, lease, done = arg
+                if token not in self._abandoned and model.extend(now, lease) and now + self._heartbeat_ms < done:
                     self._push(now + self._heartbeat_ms, _HEARTBEAT, arg)
                 continue  # nothing changed for the other slots
+            elif kind == _CRASH:
+                pool, crash = arg
+                died = self._crash(pool, crash.count)
+                if crash.restart_after is not None and died:
+                    self._push(now + int(crash.restart_after * 1000), _RESTART, (pool, died))
+            elif kind == _RESTART:
+                pool, slots = arg
+                self._idle[pool] += slots
             elif kind == _ARRIVE:
                 self._arrive(now, arg)
             elif kind == _REAP:

@@ -14,7 +14,7 @@ import yaml
 
 from fairness_core import BudgetRejected, ConfigError, Model, load_config
 from fairness_core.scenario import DEFAULT_SCENARIO, load_scenario, parse_scenario
-from fairness_core.simulator import simulate
+from fairness_core.simulator import Simulation, simulate
 
 from .conftest import EXAMPLE_CONFIG, ROOT
 
@@ -119,6 +119,8 @@ def test_shipped_scenarios_load() -> None:
         ("workers.0.count", 0, "workers[0].count", "between 1"),
         ("workers.0.classes", ["jobs:urgent"], "workers[0].classes[0]", "expected one of jobs:high"),
         ("workers.0.classes", "some", "workers[0].classes", "expected all or a non-empty list"),
+        ("workers.0.crashes", [{"at": "1m"}], "workers[0].crashes[0].count", "is required"),
+        ("workers.0.crashes", [{"at": "1m", "count": 1, "restart_after": 0}], "workers[0].crashes[0].restart_after", "expected a duration"),
         ("streams.0.arrivals", {"poisson": {"rate_per_s": 0}}, "streams[0].arrivals.poisson.rate_per_s", "must be > 0"),
         ("streams.0.arrivals", {"gamma": {}}, "streams[0].arrivals", "exactly one of: poisson, constant, burst"),
         ("streams.0.arrivals", {"burst": {"at": "3h", "count": 5}}, "streams[0].arrivals.burst.at", "inside the scenario's duration"),
@@ -252,3 +254,18 @@ def test_mini_storm_fifo_starves_the_interactive_class_weighted_fair_does_not() 
     # Tenant isolation: the other tenants' digests wait behind the storm without it, not with it.
     assert weighted.quiet_max_age_s["jobs:low"] > 5 * 60
     assert fair.quiet_max_age_s["jobs:low"] < 30
+
+
+def test_a_crashed_slot_abandons_its_job_to_the_reaper() -> None:
+    """Two 90-second jobs on two slots; one slot dies at 10 s for good. Its job is never acked:
+    the lease (visibility 5 min) expires at 300 s, the reaper (every second) returns it then and the
+    surviving slot, idle since 90 s, works it again until 390 s."""
+    scenario = scenario_of([{"task": "newsletter", "tenant": "acme", "arrivals": {"burst": {"at": 0, "count": 2}},
+                             "service_s": {"constant": 90}}], "400s",
+                           workers=[{"count": 2, "crashes": [{"at": "10s", "count": 1}]}])
+    simulation = Simulation(scenario, "fifo")
+    run = simulation.run()
+    assert run.classes["jobs:low"].jobs == 2 and run.classes["jobs:low"].wait_max_s == 0  # first leases only
+    assert simulation.model.stats["redelivered\tjobs:low"] == 1
+    assert simulation.model.stats["processed\tjobs:low"] == 2
+    assert simulation.model.stats["inflight\tjobs:low"] == 0
