@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from . import demo, exporter_command, queue_commands, simulate_command, worker_command
+from . import demo, exporter_command, generate_command, queue_commands, simulate_command, worker_command
 
 app = typer.Typer(
     help="Fair Redis job queues: priority classes with weighted shares, fair queuing across tenants, "
@@ -13,7 +13,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-for group in (queue_commands, worker_command, exporter_command, demo, simulate_command):
+for group in (queue_commands, worker_command, exporter_command, demo, simulate_command, generate_command):
     app.add_typer(group.app)
 
 

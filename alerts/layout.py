@@ -1,0 +1,14 @@
+"""Where the generated files go, relative to the output root (the repository by default)."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+GENERATED_DIR = PurePosixPath("alerts/generated")
+RULES_FILE = PurePosixPath("fairctl-rules.yml")
+TESTS_DIR = PurePosixPath("tests")
+RUNBOOKS_DIR = PurePosixPath("runbooks")
+
+
+def runbook_file(alert: str) -> PurePosixPath:
+    return RUNBOOKS_DIR / f"{alert}.md"

@@ -1,0 +1,122 @@
+"""Recording rules: the expressions several alerts (and the dashboards) share, evaluated once.
+
+Names follow Prometheus's ``level:metric:operation`` convention under the ``fairctl`` level and
+are built from the metric contract; they carry no window so that dashboards can rely on them
+whatever ``alerts.rate_window`` is. Every raw series is deduplicated across exporters first
+(:func:`alerts.promql.dedup`). Import the name constants; never retype them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter import metrics as m
+from fairness_core.config import OVER_BUDGET_REASON, Config
+
+from .promql import dedup, deduped_rate, excluding, over_time, share
+
+LEVEL = "fairctl"
+
+
+def _name(spec: m.MetricSpec, operation: str) -> str:
+    return f"{LEVEL}:{spec.name.removesuffix('_total')}:{operation}"
+
+
+# Gauges served once per exporter, deduplicated.
+DEDUPED_GAUGES: tuple[m.MetricSpec, ...] = (
+    m.QUEUE_OLDEST_AGE, m.QUEUE_QUIET_OLDEST_AGE, m.QUEUE_DEPTH, m.QUEUE_ACTIVE_TENANTS,
+    m.QUEUE_MAX_AGE, m.QUEUE_WEIGHT_RATIO, m.QUEUE_ARRIVAL_BUDGET,
+)
+OLDEST_AGE, QUIET_AGE, DEPTH, ACTIVE_TENANTS, MAX_AGE, WEIGHT_RATIO, ARRIVAL_BUDGET = (
+    _name(spec, "max") for spec in DEDUPED_GAUGES)
+BACKLOGGED = _name(m.QUEUE_DEPTH, "backlogged")
+PROCESSED_RATE = _name(m.JOBS_PROCESSED, "rate")
+PROCESSED_SHARE = _name(m.JOBS_PROCESSED, "share")
+TENANT_SHARE = _name(m.JOBS_PROCESSED, "tenant_share")
+ENTITLED_SHARE = _name(m.QUEUE_WEIGHT_RATIO, "backlogged")
+BACKLOGGED_SHARE = _name(m.JOBS_PROCESSED, "backlogged_share")
+ENQUEUED_RATE = _name(m.JOBS_ENQUEUED, "rate")
+REASON_SHARE = _name(m.JOBS_ENQUEUED, "reason_share")
+REASON_BASELINE = _name(m.JOBS_ENQUEUED, "reason_share_baseline")
+REQUESTED_RATE = _name(m.JOBS_ENQUEUED, "requested_rate")
+REQUESTED_SHARE = _name(m.JOBS_ENQUEUED, "requested_share")
+REDELIVERED_RATE = _name(m.JOBS_REDELIVERED, "rate")
+WAIT_P99 = _name(m.JOBS_WAIT, "p99")
+
+
+@dataclass(frozen=True)
+class Recording:
+    name: str
+    expr: str
+    why: str
+
+
+def zero_filled(expr: str) -> str:
+    """``expr`` with a 0 for every configured class it has no series for (a class that never
+    completed a job has no completion series at all, and must count as 0, not vanish)."""
+    return f"({expr})\nor\n({WEIGHT_RATIO} * 0)"
+
+
+def recording_rules(config: Config) -> tuple[Recording, ...]:
+    """Every recording rule, in dependency order (one group evaluates them in turn)."""
+    window, budget_window = config.alerts.rate_window, config.scheduler.budget_window
+    baseline = config.alerts.reason_baseline
+    enqueued_then = deduped_rate(m.JOBS_ENQUEUED.name, budget_window, baseline)
+    backlogged_part = f"{WEIGHT_RATIO} * {BACKLOGGED}"
+    processed_part = f"{PROCESSED_RATE} * {BACKLOGGED}"
+    requested = (
+        "(\n" + zero_filled(f"sum without ({m.REASON}) ("
+                            f"{deduped_rate(excluding(m.JOBS_ENQUEUED, m.REASON, OVER_BUDGET_REASON), budget_window)})")
+        + f"\n)\n+ {deduped_rate(m.JOBS_DEMOTED.name, budget_window)}"
+        f"\n+ {deduped_rate(m.JOBS_REJECTED.name, budget_window)}"
+    )
+    return (
+        *(Recording(_name(spec, "max"), dedup(spec.name), f"{spec.name}, one value whatever the number of exporters.")
+          for spec in DEDUPED_GAUGES),
+        Recording(
+            BACKLOGGED,
+            f"(\n  {dedup(over_time('min_over_time', m.QUEUE_DEPTH.name, window))} > bool 0\n)\n"
+            f"* (\n  {dedup(over_time('max_over_time', m.QUEUE_PAUSED.name, window))} == bool 0\n)",
+            "1 when the class had due jobs through the whole window and was never paused in it, else 0.",
+        ),
+        Recording(
+            PROCESSED_RATE,
+            zero_filled(f"sum without ({m.TENANT}) ({deduped_rate(m.JOBS_PROCESSED.name, window)})"),
+            "Completions per second per class, rated per exporter then deduplicated.",
+        ),
+        Recording(PROCESSED_SHARE, share(PROCESSED_RATE, m.QUEUE),
+                  "Document 000's realised share: each class's part of all completions."),
+        Recording(
+            TENANT_SHARE,
+            f"{deduped_rate(excluding(m.JOBS_PROCESSED, m.TENANT, m.OTHER_TENANT), window)}\n"
+            f"  / ignoring ({m.TENANT}) group_left\n{PROCESSED_RATE}",
+            f"Each named tenant's part of its class's completions ({m.OTHER_TENANT} is many tenants, not one).",
+        ),
+        Recording(ENTITLED_SHARE, share(backlogged_part, m.QUEUE),
+                  "The share of completions each backlogged class's weight entitles it to among the backlogged classes."),
+        Recording(BACKLOGGED_SHARE, share(processed_part, m.QUEUE),
+                  "The share each backlogged class realised among the backlogged classes."),
+        Recording(REQUESTED_RATE, requested,
+                  "Arrivals per second that the classification rules put in each class, before any budget "
+                  f"demotion: jobs queued for their own reason (not {OVER_BUDGET_REASON!r}), demoted or rejected."),
+        Recording(REQUESTED_SHARE, share(REQUESTED_RATE, m.QUEUE),
+                  "Each class's share of the arrivals asked for, to compare with its arrival budget."),
+        Recording(ENQUEUED_RATE, deduped_rate(m.JOBS_ENQUEUED.name, budget_window),
+                  "Arrivals per second by class and classification reason."),
+        Recording(REASON_SHARE, share(ENQUEUED_RATE, m.REASON),
+                  "Each reason's share of its class's arrivals."),
+        Recording(
+            REASON_BASELINE,
+            f"(\n{share(enqueued_then, m.REASON)}\n)\nor\n("
+            f"{REASON_SHARE} * 0\n  and ignoring ({m.REASON})\nsum without ({m.REASON}) ({enqueued_then}) > 0\n)",
+            "The same share one baseline ago; 0 for a reason that is new in a class that had arrivals then "
+            "(a new classification rule), nothing when the class had no arrivals then.",
+        ),
+        Recording(REDELIVERED_RATE, deduped_rate(m.JOBS_REDELIVERED.name, window),
+                  "Expired leases per second per class."),
+        Recording(
+            WAIT_P99,
+            f"histogram_quantile(0.99, {deduped_rate(m.JOBS_WAIT.series('_bucket'), window)})",
+            "99th percentile of the enqueue-to-lease wait per class over the window.",
+        ),
+    )

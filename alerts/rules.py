@@ -1,0 +1,236 @@
+"""The alerts of DESIGN.md's table, built from the config, the metric contract and the recordings.
+
+Per-class thresholds (SLO, weight, arrival budget) are read from the exporter's ``queue_*`` config
+gauges, so one rules file serves every deployment of the same classes; the rest (tolerances,
+windows, ``for:``) come from the config's ``alerts:`` section. Only two alerts name classes: the
+starvation alert, whose severity and ``for:`` depend on the class (the most urgent class pages),
+and the inversion alert, which is about the most urgent class alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from exporter import metrics as m
+from fairness_core.config import ClassConfig, Config
+
+from . import recording as rec
+from .annotations import Query, Text
+from .layout import GENERATED_DIR, runbook_file
+from .promql import dedup, duration, number, over_time, quote, selector
+
+CRITICAL, WARNING, INFO = "critical", "warning", "info"
+# Prometheus's own per-target series: the only name used here that is not the exporter's.
+UP = "up"
+JOB = "job"
+
+QUEUE_STARVING = "QueueStarving"
+QUEUE_SHARE_BELOW_WEIGHT = "QueueShareBelowWeight"
+PRIORITY_MIX_DRIFT = "PriorityMixDrift"
+PRIORITY_REASON_SHIFT = "PriorityReasonShift"
+TENANT_DOMINATING_QUEUE = "TenantDominatingQueue"
+QUIET_TENANTS_STARVING = "QuietTenantsStarving"
+QUEUE_STALLED = "QueueStalled"
+PRIORITY_INVERSION = "PriorityInversion"
+JOBS_REDELIVERED_HIGH = "JobsRedeliveredHigh"
+FAIRNESS_EXPORTER_DOWN = "FairnessExporterDown"
+FAIRNESS_EXPORTER_REDIS_DOWN = "FairnessExporterRedisDown"
+
+SLO = {"slo": Query(rec.MAX_AGE)}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One rule of an alert: most alerts have one; QueueStarving has one per class."""
+
+    expr: str
+    for_seconds: float
+    severity: str
+    queue: str | None = None
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    fires_when: str  # one line for the README table and the runbook
+    summary: Text
+    description: Text
+    variants: tuple[Variant, ...]
+
+    def variant(self, queue: str | None = None) -> Variant:
+        """The rule serving ``queue``; the only rule of an alert that has one."""
+        if len(self.variants) == 1:
+            return self.variants[0]
+        return next(v for v in self.variants if v.queue == queue)
+
+
+def starving_for(config: Config, cls: ClassConfig) -> float:
+    """QueueStarving's ``for:`` for one class: ``alerts.for`` if set, else max_age / 4 in whole
+    minutes between 1m and 15m (document 000's 15m for a 1h SLO; a minute for a 60s SLO)."""
+    configured = config.alerts.for_durations[QUEUE_STARVING]
+    if configured is not None:
+        return configured
+    return float(min(15, max(1, int(cls.max_age / 4 // 60))) * 60)
+
+
+def for_seconds(config: Config, alert: str) -> float:
+    value = config.alerts.for_durations[alert]
+    if value is None:
+        raise ValueError(f"{alert} has a per-class for:")
+    return value
+
+
+def _one(config: Config, alert: str, expr: str, severity: str) -> tuple[Variant, ...]:
+    return (Variant(expr, for_seconds(config, alert), severity),)
+
+
+def _class(name: str) -> str:
+    return f"{{{m.QUEUE}={quote(name)}}}"
+
+
+def build_alerts(config: Config) -> tuple[Alert, ...]:
+    """Every alert, in the order of DESIGN.md's table."""
+    a = config.alerts
+    window, budget_window = duration(a.rate_window), duration(config.scheduler.budget_window)
+    min_arrivals = config.scheduler.budget_min_arrivals
+    urgent = config.classes[0].name
+    stall = a.stall_after
+    up = selector(UP, **{JOB: a.exporter_job})
+    return (
+        Alert(
+            QUEUE_STARVING,
+            f"the class's oldest due job is older than its max_age ({m.QUEUE_MAX_AGE.name})",
+            Text("$queue: the oldest job has waited longer than the class's SLO"),
+            Text("The oldest due job in $queue has waited $value:duration; the class's SLO (max_age) is "
+                 "$slo:duration. Every job behind it waits too.", SLO),
+            tuple(
+                Variant(f"{rec.OLDEST_AGE}{_class(c.name)} > {rec.MAX_AGE}{_class(c.name)}",
+                        starving_for(config, c), CRITICAL if c.name == urgent else WARNING, c.name)
+                for c in config.classes
+            ),
+        ),
+        Alert(
+            QUEUE_SHARE_BELOW_WEIGHT,
+            f"a class backlogged for {window} realises less than {number(a.share_tolerance)} x the share its "
+            "weight entitles it to among the backlogged classes (never when it gets more because others are empty)",
+            Text("$queue gets far less than its weight"),
+            Text(f"Over the last {window}, $queue got $value:percent of the jobs completed for the backlogged "
+                 f"classes: less than {number(a.share_tolerance)} x the $entitled:percent its weight entitles it "
+                 "to, while other classes were backlogged too.", {"entitled": Query(rec.ENTITLED_SHARE)}),
+            _one(config, QUEUE_SHARE_BELOW_WEIGHT,
+                 f"{rec.BACKLOGGED_SHARE}\n  < {number(a.share_tolerance)} * {rec.ENTITLED_SHARE}", WARNING),
+        ),
+        Alert(
+            PRIORITY_MIX_DRIFT,
+            f"a class's share of the arrivals asked for over {budget_window} exceeds its arrival_budget "
+            f"({m.QUEUE_ARRIVAL_BUDGET.name}), with at least {min_arrivals} arrivals",
+            Text("$queue is asked for more than its arrival budget"),
+            Text(f"Over the last {budget_window}, the classification rules put $value:percent of all arrivals "
+                 "in $queue (counting the jobs then demoted or rejected); its arrival_budget is "
+                 "$budget:percent. The budget holds the excess back; find the rule or caller that drifted.",
+                 {"budget": Query(rec.ARRIVAL_BUDGET)}),
+            _one(config, PRIORITY_MIX_DRIFT,
+                 f"{rec.REQUESTED_SHARE} > {rec.ARRIVAL_BUDGET}\n  and ignoring ({m.QUEUE})\n"
+                 f"sum without ({m.QUEUE}) ({rec.REQUESTED_RATE}) * {number(config.scheduler.budget_window)} "
+                 f">= {min_arrivals}", WARNING),
+        ),
+        Alert(
+            PRIORITY_REASON_SHIFT,
+            f"one classification reason's share of a class's arrivals rose by more than "
+            f"{number(a.reason_shift * 100)} points against {duration(a.reason_baseline)} ago "
+            f"(classes with at least {min_arrivals} arrivals per {budget_window})",
+            Text('"$reason" grew in $queue'),
+            Text(f'"$reason" gave $value:percent of the arrivals into $queue over the last {budget_window}, '
+                 f"against $baseline:percent {duration(a.reason_baseline)} earlier: a classification rule, "
+                 "or what callers send, changed.",
+                 {"baseline": Query(rec.REASON_BASELINE, (m.QUEUE, m.REASON))}),
+            _one(config, PRIORITY_REASON_SHIFT,
+                 f"{rec.REASON_SHARE} > {rec.REASON_BASELINE} + {number(a.reason_shift)}\n"
+                 f"  and ignoring ({m.REASON})\nsum without ({m.REASON}) ({rec.ENQUEUED_RATE}) * "
+                 f"{number(config.scheduler.budget_window)} >= {min_arrivals}", INFO),
+        ),
+        Alert(
+            TENANT_DOMINATING_QUEUE,
+            f"one tenant gets more than {number(a.tenant_dominance * 100)}% of a class's completions over "
+            f"{window} while at least one other tenant has jobs waiting in it",
+            Text("Tenant $tenant takes most of $queue"),
+            Text(f"Over the last {window}, tenant $tenant got $value:percent of the jobs completed in $queue "
+                 "while $active:number tenants had jobs waiting in it.",
+                 {"active": Query(rec.ACTIVE_TENANTS)}),
+            _one(config, TENANT_DOMINATING_QUEUE,
+                 f"{rec.TENANT_SHARE} > {number(a.tenant_dominance)}\n  and ignoring ({m.TENANT})\n"
+                 f"{rec.ACTIVE_TENANTS} >= 2", WARNING),
+        ),
+        Alert(
+            QUIET_TENANTS_STARVING,
+            "the oldest job among a class's non-noisy tenants is older than the class's max_age",
+            Text("Quiet tenants of $queue wait longer than its SLO"),
+            Text("The oldest due job among the tenants of $queue that are not flooding it has waited "
+                 "$value:duration, over the class's SLO of $slo:duration: fair queuing is not protecting "
+                 "the small tenants.", SLO),
+            _one(config, QUIET_TENANTS_STARVING, f"{rec.QUIET_AGE} > {rec.MAX_AGE}", WARNING),
+        ),
+        Alert(
+            QUEUE_STALLED,
+            f"a class that is not paused had due jobs for {duration(stall)} and completed none",
+            Text("$queue has due jobs but completes none"),
+            Text(f"$queue has had at least $value:number due jobs for {duration(stall)} and completed none, "
+                 "and it was not paused."),
+            _one(config, QUEUE_STALLED,
+                 f"{dedup(over_time('min_over_time', m.QUEUE_DEPTH.name, stall))} > 0\n"
+                 f"  and\n{dedup(m.QUEUE_DEPTH.name + ' offset ' + duration(stall))} > 0\n"
+                 f"  unless\n{dedup(over_time('max_over_time', m.QUEUE_PAUSED.name, stall))} > 0\n"
+                 f"  unless\nsum without ({m.TENANT}) ("
+                 f"{dedup(over_time('increase', m.JOBS_PROCESSED.name, stall))}) > 0", CRITICAL),
+        ),
+        Alert(
+            PRIORITY_INVERSION,
+            f"{urgent}'s p99 wait over {window} exceeds its max_age while at most "
+            f"{a.inversion_max_depth} of its jobs are due",
+            Text("$queue waits longer than its SLO while nearly empty"),
+            Text(f"The p99 wait of $queue over the last {window} is $value:duration, over its SLO of "
+                 "$slo:duration, with only $depth:number jobs due: the worker slots are busy with other "
+                 "classes' long jobs.", {**SLO, "depth": Query(rec.DEPTH)}),
+            (Variant(f"{rec.WAIT_P99}{_class(urgent)} > {rec.MAX_AGE}{_class(urgent)}\n"
+                     f"  and\n{rec.DEPTH}{_class(urgent)} <= {a.inversion_max_depth}",
+                     for_seconds(config, PRIORITY_INVERSION), WARNING, urgent),),
+        ),
+        Alert(
+            JOBS_REDELIVERED_HIGH,
+            f"expired leases exceed {number(a.redelivery_ratio * 100)}% of a class's completions over {window}",
+            Text("Leases of $queue are expiring"),
+            Text(f"Over the last {window}, expired leases in $queue came to $value:percent of its completed "
+                 f"jobs (more than {number(a.redelivery_ratio * 100)}%; +Inf: none completed): workers die "
+                 f"or jobs outlive leases.visibility_timeout ({duration(config.leases.visibility_timeout)})."),
+            _one(config, JOBS_REDELIVERED_HIGH,
+                 f"{rec.REDELIVERED_RATE} / {rec.PROCESSED_RATE} > {number(a.redelivery_ratio)}", WARNING),
+        ),
+        Alert(
+            FAIRNESS_EXPORTER_DOWN,
+            f"no target of job {a.exporter_job} is up (or there is none)",
+            Text("No fairctl exporter is up in job $job"),
+            Text("Prometheus reaches no fairctl exporter of job $job: the queue alerts cannot fire."),
+            _one(config, FAIRNESS_EXPORTER_DOWN,
+                 f"{dedup(up)} == 0\n  or\nabsent({up})", CRITICAL),
+        ),
+        Alert(
+            FAIRNESS_EXPORTER_REDIS_DOWN,
+            "no exporter can read the scheduler's bookkeeping from Redis",
+            Text("The fairctl exporters cannot read Redis"),
+            Text(f"No exporter of job $job has read the queues from Redis ({m.EXPORTER_REDIS_UP.name} 0 "
+                 "everywhere): Redis is down or too slow, and the queue alerts cannot fire."),
+            _one(config, FAIRNESS_EXPORTER_REDIS_DOWN, f"{dedup(m.EXPORTER_REDIS_UP.name)} == 0", CRITICAL),
+        ),
+    )
+
+
+def links(config: Config, alert: str) -> Mapping[str, Text]:
+    """``runbook_url`` and ``dashboard_url``: the config's templates, or relative paths into the
+    generated runbooks (the dashboard default is the runbook's own dashboard section)."""
+    runbook = str(GENERATED_DIR / runbook_file(alert))
+    templates = {
+        "runbook_url": config.alerts.runbook_url or runbook,
+        "dashboard_url": config.alerts.dashboard_url or f"{runbook}#dashboard",
+    }
+    return {key: Text(template.format(alert=alert, queue=f"${m.QUEUE}:url")) for key, template in templates.items()}

@@ -1,0 +1,112 @@
+"""One Markdown runbook per alert, rendered with jinja2 from templates shipped as package data.
+
+The templates hold the prose (taken from document 000's failure modes); every PromQL query they
+show comes from :func:`diagnostics`, built here from the metric contract and the recording rules,
+so the runbooks never spell a metric name and always match the rules they explain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+import jinja2
+
+from exporter import metrics as m
+from fairness_core.config import OVER_BUDGET_REASON, Config
+
+from . import recording as rec
+from . import rules as r
+from .layout import RUNBOOKS_DIR, runbook_file
+from .promql import dedup, deduped_rate, duration, number, over_time, selector
+
+INDEX = RUNBOOKS_DIR / "README.md"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """A query to run while investigating: what it shows, and the PromQL."""
+
+    title: str
+    promql: str
+
+
+def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
+    """Every query the runbooks show, by the key the templates use."""
+    window = config.alerts.rate_window
+    inflight = dedup(m.QUEUE_INFLIGHT.name)
+    d = Diagnostic
+    return {
+        "oldest_vs_slo": d("Oldest due job per class against its SLO (above 1: older than max_age)",
+                           f"{rec.OLDEST_AGE} / {rec.MAX_AGE}"),
+        "quiet_vs_slo": d("Oldest job of the quiet (non-noisy) tenants against the SLO",
+                          f"{rec.QUIET_AGE} / {rec.MAX_AGE}"),
+        "depth": d("Due jobs per class", rec.DEPTH),
+        "delayed": d("Failed jobs waiting out their retry backoff", dedup(m.QUEUE_DELAYED.name)),
+        "paused": d("Paused classes (1: paused with fairctl pause)", dedup(m.QUEUE_PAUSED.name)),
+        "inflight": d("Leased jobs per class: who holds the worker slots", inflight),
+        "fleet_busy": d("Leased jobs against the slots the fleet registered (near 1: saturated)",
+                        f"sum without ({m.QUEUE}) ({inflight})\n  / {dedup(m.WORKER_SLOTS.name)}"),
+        "throughput": d("Completions per second per class", rec.PROCESSED_RATE),
+        "share_vs_weight": d("Realised share against configured weight (document 000's comparison; "
+                             "above 1 is the surplus of empty classes, as it should be)",
+                             f"{rec.PROCESSED_SHARE} / {rec.WEIGHT_RATIO}"),
+        "backlogged": d(f"Classes backlogged through the last {duration(window)} and not paused", rec.BACKLOGGED),
+        "backlogged_share": d("Realised against entitled share among the backlogged classes (what "
+                              "QueueShareBelowWeight compares)", f"{rec.BACKLOGGED_SHARE} / {rec.ENTITLED_SHARE}"),
+        "requested_vs_budget": d("Share of arrivals asked for against the arrival budget (above 1: over budget)",
+                                 f"{rec.REQUESTED_SHARE} / {rec.ARRIVAL_BUDGET}"),
+        "demoted": d("Arrivals demoted one class down by the budget, per second",
+                     deduped_rate(m.JOBS_DEMOTED.name, window)),
+        "rejected": d("Arrivals rejected by the budget, per second", deduped_rate(m.JOBS_REJECTED.name, window)),
+        "reason_rate": d("Arrivals per second by class and classification reason: which rule sends what",
+                         f"sort_desc({rec.ENQUEUED_RATE})"),
+        "reason_shift": d(f"Each reason's share of its class now, minus {duration(config.alerts.reason_baseline)} ago",
+                          f"{rec.REASON_SHARE} - {rec.REASON_BASELINE}"),
+        "top_tenants": d("The five tenants with the largest share of their class's completions",
+                         f"topk(5, {rec.TENANT_SHARE})"),
+        "noisy": d("Tenants judged noisy per class (more than 10% of its leased jobs)", dedup(m.QUEUE_NOISY_TENANTS.name)),
+        "active_tenants": d("Tenants with due jobs per class", rec.ACTIVE_TENANTS),
+        "fairness_index": d("Jain's fairness index over the class's backlogged tenants (1: fair; 1/n: one takes all)",
+                            dedup(m.QUEUE_FAIRNESS_INDEX.name)),
+        "oldest_tenants": d("The ten tenants whose oldest job has waited longest",
+                            f"topk(10, {dedup(m.TENANT_OLDEST_AGE.name)})"),
+        "wait_p99_vs_slo": d("p99 enqueue-to-lease wait per class against its SLO", f"{rec.WAIT_P99} / {rec.MAX_AGE}"),
+        "completed_lately": d(f"Jobs completed per class over the last {duration(config.alerts.stall_after)}",
+                              f"sum without ({m.TENANT}) "
+                              f"({dedup(over_time('increase', m.JOBS_PROCESSED.name, config.alerts.stall_after))})"),
+        "failed": d("Failed attempts per second per class (handlers raising)", deduped_rate(m.JOBS_FAILED.name, window)),
+        "redelivered_vs_completed": d("Expired leases against completions per class",
+                                      f"{rec.REDELIVERED_RATE} / {rec.PROCESSED_RATE}"),
+        "dead_letters": d("Jobs in the dead-letter list", dedup(m.DEAD_LETTERS.name)),
+        "up": d("Which exporter targets Prometheus reaches", selector(r.UP, **{r.JOB: config.alerts.exporter_job})),
+        "redis_up": d("Which exporters read Redis (per exporter, not deduplicated)", m.EXPORTER_REDIS_UP.name),
+        "scrape_errors": d("Why scrapes could not read Redis (timeout, unavailable, error), per second",
+                           over_time("rate", m.EXPORTER_SCRAPE_ERRORS.name, 300)),
+        "scrape_duration": d(f"Time a scrape takes (exporter.scrape_timeout is {duration(config.exporter.scrape_timeout)})",
+                             m.EXPORTER_SCRAPE_DURATION.name),
+    }
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("alerts", "templates"), undefined=jinja2.StrictUndefined,
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+    )
+
+
+def render(config: Config) -> dict[PurePosixPath, str]:
+    """Every runbook and their index, by path relative to the generated directory."""
+    env = _environment()
+    alerts = r.build_alerts(config)
+    common = {
+        "config": config, "q": diagnostics(config), "alerts": alerts, "duration": duration, "number": number,
+        "urgent": config.classes[0].name, "bulk": config.classes[-1].name,
+        "dashboard_url": config.alerts.dashboard_url, "over_budget_reason": OVER_BUDGET_REASON,
+        "other_tenant": m.OTHER_TENANT,
+    }
+    files = {runbook_file(a.name): env.get_template(f"runbooks/{a.name}.md.j2").render(alert=a, **common)
+             for a in alerts}
+    files[INDEX] = env.get_template("index.md.j2").render(**common)
+    return files

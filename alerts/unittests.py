@@ -1,0 +1,526 @@
+"""promtool unit tests for the generated rules, generated from the same config.
+
+Each alert gets a file with at least one case where it fires (exact labels, value and annotations,
+rendered by :mod:`alerts.annotations`) and one control where it must stay silent. The inputs are
+the series an exporter would serve, named through the metric contract, with a ``job`` and an
+``instance`` label; some cases run two exporters with identical series to show nothing is counted
+twice. Scenarios take class names, SLOs and thresholds from the config, so ``fairctl check``
+proves the rules generated for any config, not only the example.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.utils import floatToGoString
+
+from exporter import metrics as m
+from fairness_core.config import OVER_BUDGET_REASON, Config, ConfigError
+
+from . import recording as rec
+from . import rules as r
+from .layout import RULES_FILE, TESTS_DIR
+from .promql import duration, number, quote
+
+INSTANCES = ("exporter-0:29100", "exporter-1:29100")
+BUCKET_LABEL = "le"
+EXPR_PRECISION = 0.001
+
+
+# ---------------------------------------------------------------------------------- the model
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    labels: Mapping[str, str]
+    values: str
+
+    def text(self) -> str:
+        return self.name + "{" + ", ".join(f"{k}={quote(v)}" for k, v in sorted(self.labels.items())) + "}"
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One alert expected to fire: its labels (with severity), value and annotation query results."""
+
+    labels: Mapping[str, str]
+    value: float
+    queried: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Check:
+    minute: int
+    alert: str
+    firing: tuple[Firing, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: Mapping[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class ExprCheck:
+    minute: int
+    record: str
+    samples: tuple[Sample, ...]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    series: tuple[Series, ...]
+    checks: tuple[Check, ...] = ()
+    expr_checks: tuple[ExprCheck, ...] = ()
+
+
+@dataclass(frozen=True)
+class TestFile:
+    name: str
+    cases: tuple[Case, ...]
+    interval_minutes: int = 1
+
+
+# ---------------------------------------------------------------------------------- value strings
+
+def flat(value: float, minutes: int) -> str:
+    """One sample per interval from 0 to ``minutes`` inclusive."""
+    return f"{number(value)}x{minutes}"
+
+
+def ramp(step: float, minutes: int, start: float = 0) -> str:
+    return f"{number(start)}+{number(step)}x{minutes}"
+
+
+def listed(values: Iterable[float]) -> str:
+    return " ".join(number(v) for v in values)
+
+
+def prom_round(value: float, to_nearest: float) -> float:
+    """PromQL's ``round(value, to_nearest)``, operation for operation."""
+    inverse = 1 / to_nearest
+    return math.floor(value * inverse + 0.5) / inverse
+
+
+def minutes(seconds: float) -> int:
+    return math.ceil(seconds / 60)
+
+
+# ---------------------------------------------------------------------------------- scenarios
+
+class Scenario:
+    """What every scenario needs: the config, its alerts, and series named like the exporter's."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.alerts = {a.name: a for a in r.build_alerts(config)}
+        self.job = config.alerts.exporter_job
+        self.window = minutes(config.alerts.rate_window)
+
+    def series(self, spec: m.MetricSpec, values: str, *, exporters: int = 1, suffix: str = "",
+               **labels: str) -> list[Series]:
+        """``spec``'s series as ``exporters`` exporters serve it (identical values)."""
+        name = spec.series(suffix) if suffix else spec.name
+        return [Series(name, {"job": self.job, "instance": instance, **labels}, values)
+                for instance in INSTANCES[:exporters]]
+
+    def for_minutes(self, alert: str, queue: str | None = None) -> int:
+        return minutes(self.alerts[alert].variant(queue).for_seconds)
+
+    def firing(self, alert: str, value: float, queue: str | None = None, queried: Mapping[str, float] | None = None,
+               **labels: str) -> Firing:
+        """An expected alert: the expression's labels plus the rule's severity."""
+        expr_labels = {"job": self.job, **({m.QUEUE: queue} if queue else {}), **labels}
+        return Firing({**expr_labels, "severity": self.alerts[alert].variant(queue).severity}, value, queried or {})
+
+    def classes(self, count: int) -> list[tuple[str, float]]:
+        """``count`` classes as (name, weight ratio among them): the config's most urgent first,
+        padded with made-up classes for configs with fewer."""
+        weights = [(c.name, float(c.weight)) for c in self.config.classes[:count]]
+        weights += [(f"extra-{i}", weights[-1][1]) for i in range(count - len(weights))]
+        total = sum(w for _, w in weights)
+        return [(name, w / total) for name, w in weights]
+
+    def reasons(self, queue: str) -> list[str]:
+        """The reasons the classification rules give ``queue`` (as the exporter pre-creates them)."""
+        return list(dict.fromkeys(rule.reason for rule in self.config.classification if rule.queue == queue))
+
+
+def _starving(s: Scenario) -> list[Case]:
+    alert = r.QUEUE_STARVING
+    fire_at = {c.name: math.floor(c.max_age / 60) + 1 + s.for_minutes(alert, c.name) for c in s.config.classes}
+    end = max(fire_at.values()) + 1
+    growing = [x for c in s.config.classes for x in (
+        *s.series(m.QUEUE_OLDEST_AGE, ramp(60, end), queue=c.name),
+        *s.series(m.QUEUE_MAX_AGE, flat(c.max_age, end), queue=c.name))]
+    checks = tuple(
+        Check(t, alert, tuple(s.firing(alert, 60 * t, c.name, {"slo": c.max_age})
+                              for c in s.config.classes if fire_at[c.name] <= t))
+        for t in sorted({t for at in fire_at.values() for t in (at - 1, at)})
+    )
+    burst = [x for c in s.config.classes for x in (
+        *s.series(m.QUEUE_DEPTH, listed([0, 5000, 2500, 500, 0, 0, 0, 0, 0]), queue=c.name),
+        *s.series(m.QUEUE_OLDEST_AGE, listed(c.max_age * f for f in (0, 0.5, 0.9, 0.6, 0, 0, 0, 0, 0)), queue=c.name),
+        *s.series(m.QUEUE_MAX_AGE, flat(c.max_age, 8), queue=c.name))]
+    return [
+        Case("every class's oldest job ages past its SLO: each fires after its own for:, with its severity",
+             tuple(growing), checks),
+        Case("a burst drains while its oldest job is younger than the SLO: silent throughout",
+             tuple(burst), tuple(Check(t, alert) for t in range(9))),
+    ]
+
+
+def _share_below_weight(s: Scenario) -> list[Case]:
+    alert = r.QUEUE_SHARE_BELOW_WEIGHT
+    tolerance = s.config.alerts.share_tolerance
+    end = s.window + s.for_minutes(alert) + 1
+
+    def inputs(weights: Sequence[tuple[str, float]], shares: Mapping[str, float | None],
+               empty: str | None = None) -> tuple[Series, ...]:
+        """Every class but ``empty`` backlogged; a share of None: no job of the class ever completed."""
+        out: list[Series] = []
+        for name, weight in weights:
+            out += s.series(m.QUEUE_DEPTH, flat(0 if name == empty else 1000, end), queue=name)
+            out += s.series(m.QUEUE_PAUSED, flat(0, end), queue=name)
+            out += s.series(m.QUEUE_WEIGHT_RATIO, flat(weight, end), queue=name)
+            if (part := shares[name]) is not None:
+                out += s.series(m.JOBS_PROCESSED, ramp(600 * part, end), queue=name, tenant="tenant-1")
+        return tuple(out)
+
+    def shares(weights: Sequence[tuple[str, float]], name: str, part: float) -> dict[str, float]:
+        """``name`` takes ``part`` of the completions, the others split the rest by weight."""
+        weight = dict(weights)[name]
+        return {other: w * (1 - part) / (1 - weight) for other, w in weights if other != name} | {name: part}
+
+    weights = s.classes(max(2, len(s.config.classes)))
+    starved, starved_weight = weights[-1]
+    starved_share = starved_weight * tolerance / 2
+    entitled = {"entitled": starved_weight}
+    three = s.classes(max(3, len(s.config.classes)))
+    top, top_weight = three[0]
+    return [
+        Case(f"every class backlogged, {starved} realises a fraction of its weight: fires for it alone",
+             inputs(weights, shares(weights, starved, starved_share)),
+             (Check(end, alert, (s.firing(alert, starved_share, starved, entitled),)),)),
+        Case(f"every class backlogged, {starved} never completed a job: fires for it",
+             inputs(weights, {**shares(weights, starved, 0), starved: None}),
+             (Check(end, alert, (s.firing(alert, 0, starved, entitled),)),)),
+        # The empty class's few arrivals take far less than its weight (a rule blind to backlogs
+        # would call it starved), and each other class realises MORE than its weight: the
+        # surplus is being reallocated, as it should be.
+        Case(f"{top} is empty, so the others realise more than their weights: silent",
+             inputs(three, shares(three, top, top_weight * tolerance / 2), empty=top), (Check(end, alert),)),
+    ]
+
+
+def _mix_drift(s: Scenario) -> list[Case]:
+    alert = r.PRIORITY_MIX_DRIFT
+    config = s.config
+    names = [name for name, _ in s.classes(max(2, len(config.classes)))]
+    budgeted = next((c for c in config.classes if c.arrival_budget is not None), None)
+    queue, budget = (budgeted.name, budgeted.arrival_budget or 0) if budgeted else (names[0], 0.2)
+    index = names.index(queue)
+    demotes = config.scheduler.budget_action == "demote" and index + 1 < len(names)
+    lower = names[index + 1] if index + 1 < len(names) else names[index - 1]
+    window = minutes(config.scheduler.budget_window)
+    end = window + s.for_minutes(alert) + 1
+    enough = config.scheduler.budget_min_arrivals / window  # arrivals per minute
+
+    def inputs(asked: float, per_minute: float, exporters: int) -> tuple[Series, ...]:
+        """``asked`` of ``per_minute`` arrivals ask for ``queue``; the budget admits its share."""
+        admitted = min(asked, budget)
+        counters = {name: {"demoted": 0.0, "rejected": 0.0} for name in names}
+        counters[queue]["demoted" if demotes else "rejected"] = (asked - admitted) * per_minute
+        enqueued = {(queue, (s.reasons(queue) or ["default"])[0]): admitted * per_minute,
+                    (lower, (s.reasons(lower) or ["default"])[0]): (1 - asked) * per_minute}
+        if demotes:
+            enqueued[(lower, OVER_BUDGET_REASON)] = (asked - admitted) * per_minute
+        out = [x for (name, reason), rate in enqueued.items()
+               for x in s.series(m.JOBS_ENQUEUED, ramp(rate, end), exporters=exporters, queue=name, reason=reason)]
+        for name in names:
+            out += s.series(m.QUEUE_WEIGHT_RATIO, flat(1 / len(names), end), exporters=exporters, queue=name)
+            out += s.series(m.QUEUE_ARRIVAL_BUDGET, flat(budget if name == queue else 1, end), exporters=exporters, queue=name)
+            out += s.series(m.JOBS_DEMOTED, ramp(counters[name]["demoted"], end), exporters=exporters, queue=name)
+            out += s.series(m.JOBS_REJECTED, ramp(counters[name]["rejected"], end), exporters=exporters, queue=name)
+        return tuple(out)
+
+    asked = (1 + budget) / 2
+    return [
+        Case(f"two exporters; {number(asked * 100)}% of arrivals ask for {queue}: fires once",
+             inputs(asked, 100 * enough, 2), (Check(end, alert, (s.firing(alert, asked, queue, {"budget": budget}),)),)),
+        Case(f"{queue} asked for half its budget: silent", inputs(budget / 2, 100 * enough, 1), (Check(end, alert),)),
+        Case("two exporters each see the same few arrivals, all for one class: fewer than "
+             "scheduler.budget_min_arrivals once deduplicated, so silent",
+             inputs(1.0, 0.75 * enough, 2), (Check(end, alert),)),
+    ]
+
+
+def _reason_shift(s: Scenario, step: int) -> list[Case]:
+    alert = r.PRIORITY_REASON_SHIFT
+    config = s.config
+    queue = config.classes[0].name
+    old, *others = s.reasons(queue) or ["default"]
+    second = others[0] if others else "another reason"
+    new = "a new classification rule"
+    baseline = minutes(config.alerts.reason_baseline)
+    after = -(-(minutes(config.scheduler.budget_window) + s.for_minutes(alert)) // step) * step + 2 * step
+    end = baseline + after
+    before_n, after_n = baseline // step, after // step
+
+    def counter(before: float | None, later: float) -> str:
+        """Arrivals per minute ``before`` the baseline (None: no series yet) and ``later``."""
+        if before is None:
+            return f"_x{before_n + 1} {ramp(later * step, after_n - 1)}"
+        return f"{ramp(before * step, before_n)} {ramp(later * step, after_n - 1, (before * before_n + later) * step)}"
+
+    def inputs(mix: Mapping[str, tuple[float | None, float]]) -> tuple[Series, ...]:
+        return tuple(x for reason, (before, later) in mix.items()
+                     for x in s.series(m.JOBS_ENQUEUED, counter(before, later), queue=queue, reason=reason))
+
+    share = 0.6
+    return [
+        Case(f"a new reason brings {number(share * 100)}% of {queue}'s arrivals: fires for it, not for the one that shrank",
+             inputs({old: (100, 100 * (1 - share)), new: (None, 100 * share)}),
+             (Check(end, alert, (s.firing(alert, share, queue, {"baseline": 0}, reason=new),)),)),
+        Case("the same mix as a day ago: silent", inputs({old: (70, 70), second: (30, 30)}), (Check(end, alert),)),
+        Case("no arrivals a day ago (a fresh install): silent",
+             inputs({old: (None, 100 * (1 - share)), new: (None, 100 * share)}), (Check(end, alert),)),
+    ]
+
+
+def _tenant_dominating(s: Scenario) -> list[Case]:
+    alert = r.TENANT_DOMINATING_QUEUE
+    queue = s.config.classes[-1].name
+    end = s.window + s.for_minutes(alert) + 1
+    big = (1 + s.config.alerts.tenant_dominance) / 2
+
+    def inputs(shares: Mapping[str, float], active: int) -> tuple[Series, ...]:
+        out = s.series(m.QUEUE_ACTIVE_TENANTS, flat(active, end), queue=queue)
+        out += s.series(m.QUEUE_WEIGHT_RATIO, flat(1, end), queue=queue)
+        for tenant, tenant_share in shares.items():
+            out += s.series(m.JOBS_PROCESSED, ramp(600 * tenant_share, end), queue=queue, tenant=tenant)
+        return tuple(out)
+
+    rest = {"tenant-small-1": (1 - big) / 2, "tenant-small-2": (1 - big) / 2}
+    return [
+        Case(f"one tenant gets {number(big * 100)}% of {queue} while two others wait: fires for it",
+             inputs({"tenant-big": big, **rest}, 3),
+             (Check(end, alert, (s.firing(alert, big, queue, {"active": 3}, tenant="tenant-big"),)),)),
+        Case("the big tenant is alone in the class: silent", inputs({"tenant-big": 1}, 1), (Check(end, alert),)),
+        Case(f"the many tenants folded into {m.OTHER_TENANT} take most: not one tenant, silent",
+             inputs({m.OTHER_TENANT: big, **rest}, 50), (Check(end, alert),)),
+    ]
+
+
+def _quiet_tenants(s: Scenario) -> list[Case]:
+    alert = r.QUIET_TENANTS_STARVING
+    cls = s.config.classes[0]
+    fire_at = math.floor(cls.max_age / 60) + 1 + s.for_minutes(alert)
+    slo = s.series(m.QUEUE_MAX_AGE, flat(cls.max_age, fire_at), queue=cls.name)
+    return [
+        Case(f"the quiet tenants' oldest job in {cls.name} ages past the SLO: fires after for:",
+             tuple(slo + s.series(m.QUEUE_QUIET_OLDEST_AGE, ramp(60, fire_at), queue=cls.name)),
+             (Check(fire_at - 1, alert),
+              Check(fire_at, alert, (s.firing(alert, 60 * fire_at, cls.name, {"slo": cls.max_age}),)))),
+        Case("only the noisy tenant's own backlog is old, quiet tenants are served: silent",
+             tuple(slo + s.series(m.QUEUE_OLDEST_AGE, ramp(60, fire_at), queue=cls.name)
+                   + s.series(m.QUEUE_QUIET_OLDEST_AGE, flat(10, fire_at), queue=cls.name)),
+             (Check(fire_at, alert),)),
+    ]
+
+
+def _stalled(s: Scenario) -> list[Case]:
+    alert = r.QUEUE_STALLED
+    stall = minutes(s.config.alerts.stall_after)
+    fire_at = stall + s.for_minutes(alert)
+    end = fire_at + 1
+    (counted, _), (never, _) = s.classes(2)
+
+    def inputs(queue: str, paused: int, per_minute: float | None) -> list[Series]:
+        out = s.series(m.QUEUE_DEPTH, flat(500, end), queue=queue)
+        out += s.series(m.QUEUE_PAUSED, flat(paused, end), queue=queue)
+        if per_minute is not None:
+            out += s.series(m.JOBS_PROCESSED, ramp(per_minute, end, 1234), queue=queue, tenant="tenant-1")
+        return out
+
+    return [
+        Case(f"{counted}'s completions stop, {never} never completed a job: both fire after {duration(60 * stall)} + for:",
+             tuple(inputs(counted, 0, 0) + inputs(never, 0, None)),
+             (Check(fire_at - 1, alert),
+              Check(fire_at, alert, tuple(s.firing(alert, 500, q) for q in sorted((counted, never))))),
+             ),
+        Case(f"{counted} is paused: silent", tuple(inputs(counted, 1, 0)), (Check(end, alert),)),
+        Case(f"{counted} completes a job a minute: silent", tuple(inputs(counted, 0, 1)), (Check(end, alert),)),
+    ]
+
+
+def _inversion(s: Scenario) -> list[Case]:
+    alert = r.PRIORITY_INVERSION
+    cls = s.config.classes[0]
+    edges = [b for b in m.WAIT_BUCKETS if b >= cls.max_age]
+    if len(edges) < 2:
+        raise ConfigError("classes[0].max_age", f"{alert} needs an SLO below {floatToGoString(m.WAIT_BUCKETS[-2])}s: "
+                          f"{m.JOBS_WAIT.name} cannot tell longer waits apart", s.config.source)
+    low, high = edges[0], edges[1]
+    end = s.window + s.for_minutes(alert) + 1
+    limit = s.config.alerts.inversion_max_depth
+    # Below the limit once deduplicated, above it if two exporters' depths were summed.
+    shallow = limit // 2 + 1 if limit else 0
+
+    def inputs(waits_over: float, depth: float, exporters: int) -> tuple[Series, ...]:
+        """Ten leases a minute, each having waited just over ``waits_over`` seconds."""
+        out = s.series(m.QUEUE_DEPTH, flat(depth, end), exporters=exporters, queue=cls.name)
+        out += s.series(m.QUEUE_MAX_AGE, flat(cls.max_age, end), exporters=exporters, queue=cls.name)
+        for bound in (*m.WAIT_BUCKETS, math.inf):
+            out += s.series(m.JOBS_WAIT, ramp(10 if bound > waits_over else 0, end), exporters=exporters,
+                            suffix="_bucket", queue=cls.name, **{BUCKET_LABEL: floatToGoString(bound)})
+        return tuple(out)
+
+    p99 = low + (high - low) * 0.99
+    return [
+        Case(f"two exporters; {cls.name} waits over its SLO with {shallow} jobs due: fires once",
+             inputs(low, shallow, 2),
+             (Check(end, alert, (s.firing(alert, p99, cls.name, {"slo": cls.max_age, "depth": shallow}),)),)),
+        Case(f"{cls.name} waits over its SLO with a deep backlog (starvation, not inversion): silent",
+             inputs(low, limit + 100, 1), (Check(end, alert),)),
+        Case(f"{cls.name}'s waits are short: silent", inputs(0, shallow, 1), (Check(end, alert),)),
+    ]
+
+
+def _redelivered(s: Scenario) -> list[Case]:
+    alert = r.JOBS_REDELIVERED_HIGH
+    queue = s.config.classes[0].name
+    ratio = s.config.alerts.redelivery_ratio
+    for_minutes = s.for_minutes(alert)
+    end = s.window + for_minutes + 1
+
+    def inputs(redelivered: str) -> tuple[Series, ...]:
+        return tuple(s.series(m.JOBS_PROCESSED, ramp(100, end), queue=queue, tenant="tenant-1")
+                     + s.series(m.QUEUE_WEIGHT_RATIO, flat(1, end), queue=queue)
+                     + s.series(m.JOBS_REDELIVERED, redelivered, queue=queue))
+
+    cases = [
+        Case(f"leases expire at {number(4 * ratio * 100)}% of completions: fires",
+             inputs(ramp(400 * ratio, end)), (Check(end, alert, (s.firing(alert, 4 * ratio, queue),)),)),
+        Case(f"leases expire at {number(ratio * 50)}% of completions: silent",
+             inputs(ramp(50 * ratio, end)), (Check(end, alert),)),
+    ]
+    if for_minutes > s.window:  # a burst leaves the window before for: elapses
+        burst = 400 * ratio * s.window
+        cases.append(Case("one burst of expiries (a worker killed once): silent while it is in the window",
+                          inputs(f"{flat(0, 4)} {flat(burst, end - 5)}"),
+                          tuple(Check(t, alert) for t in range(5, end + 1, 2))))
+    return cases
+
+
+def _exporter_down(s: Scenario) -> list[Case]:
+    alert = r.FAIRNESS_EXPORTER_DOWN
+    end = s.for_minutes(alert) + 1
+    up = r.UP
+
+    def inputs(*values: int) -> tuple[Series, ...]:
+        return tuple(Series(up, {"job": s.job, "instance": instance}, flat(value, end))
+                     for instance, value in zip(INSTANCES, values))
+
+    return [
+        Case("both exporters down: fires once", inputs(0, 0), (Check(end, alert, (s.firing(alert, 0),)),)),
+        Case("no exporter target at all: fires", (), (Check(end, alert, (s.firing(alert, 1),)),)),
+        Case("one of two exporters down, the other still sees: silent", inputs(0, 1), (Check(end, alert),)),
+    ]
+
+
+def _redis_down(s: Scenario) -> list[Case]:
+    alert = r.FAIRNESS_EXPORTER_REDIS_DOWN
+    end = s.for_minutes(alert) + 1
+
+    def inputs(*values: int) -> tuple[Series, ...]:
+        return tuple(Series(m.EXPORTER_REDIS_UP.name, {"job": s.job, "instance": instance}, flat(value, end))
+                     for instance, value in zip(INSTANCES, values))
+
+    return [
+        Case("no exporter can read Redis: fires once", inputs(0, 0), (Check(end, alert, (s.firing(alert, 0),)),)),
+        Case("one exporter cannot read Redis, the other can: silent", inputs(0, 1), (Check(end, alert),)),
+    ]
+
+
+def _recording(s: Scenario) -> list[Case]:
+    """Two exporters serving the same queues: every recorded figure counts them once."""
+    end = s.window + 1
+    weights = s.classes(max(2, len(s.config.classes)))
+    per_minute = {name: max(1, round(600 * w)) for name, w in weights}
+    total = sum(per_minute.values())
+    series = [x for name, w in weights for x in (
+        *s.series(m.QUEUE_DEPTH, flat(7, end), exporters=2, queue=name),
+        *s.series(m.QUEUE_WEIGHT_RATIO, flat(w, end), exporters=2, queue=name),
+        *s.series(m.JOBS_PROCESSED, ramp(per_minute[name], end), exporters=2, queue=name, tenant="tenant-1"))]
+
+    def samples(value: Callable[[str], float]) -> tuple[Sample, ...]:
+        return tuple(Sample({"job": s.job, m.QUEUE: name}, value(name)) for name, _ in weights)
+
+    return [Case(
+        "two exporters serve identical series: depth, rates and shares are those of one",
+        tuple(series), expr_checks=(
+            ExprCheck(end, rec.DEPTH, samples(lambda name: 7)),
+            ExprCheck(end, rec.PROCESSED_RATE, samples(lambda name: per_minute[name] / 60)),
+            ExprCheck(end, rec.PROCESSED_SHARE, samples(lambda name: per_minute[name] / total)),
+        ))]
+
+
+REASON_SHIFT_STEP = 5  # minutes between samples: a day of history stays small
+
+
+def test_files(config: Config) -> tuple[TestFile, ...]:
+    """One file per alert (named after it) and one for the recording rules."""
+    s = Scenario(config)
+    return (
+        TestFile(r.QUEUE_STARVING, tuple(_starving(s))),
+        TestFile(r.QUEUE_SHARE_BELOW_WEIGHT, tuple(_share_below_weight(s))),
+        TestFile(r.PRIORITY_MIX_DRIFT, tuple(_mix_drift(s))),
+        TestFile(r.PRIORITY_REASON_SHIFT, tuple(_reason_shift(s, REASON_SHIFT_STEP)), REASON_SHIFT_STEP),
+        TestFile(r.TENANT_DOMINATING_QUEUE, tuple(_tenant_dominating(s))),
+        TestFile(r.QUIET_TENANTS_STARVING, tuple(_quiet_tenants(s))),
+        TestFile(r.QUEUE_STALLED, tuple(_stalled(s))),
+        TestFile(r.PRIORITY_INVERSION, tuple(_inversion(s))),
+        TestFile(r.JOBS_REDELIVERED_HIGH, tuple(_redelivered(s))),
+        TestFile(r.FAIRNESS_EXPORTER_DOWN, tuple(_exporter_down(s))),
+        TestFile(r.FAIRNESS_EXPORTER_REDIS_DOWN, tuple(_redis_down(s))),
+        TestFile("recording", tuple(_recording(s))),
+    )
+
+
+# ---------------------------------------------------------------------------------- promtool YAML
+
+def document(config: Config, test_file: TestFile) -> dict[str, Any]:
+    """The promtool test file, its rule file named relative to it (as promtool resolves it)."""
+    alerts = {a.name: a for a in r.build_alerts(config)}
+    step = f"{test_file.interval_minutes}m"
+    rules_path = "/".join([".."] * len(TESTS_DIR.parts) + [str(RULES_FILE)])
+
+    def expected(alert: r.Alert, firing: Firing) -> dict[str, Any]:
+        texts = {"summary": alert.summary, "description": alert.description, **r.links(config, alert.name)}
+        return {"exp_labels": dict(firing.labels),
+                "exp_annotations": {k: t.render(firing.labels, firing.value, firing.queried) for k, t in texts.items()}}
+
+    def case(c: Case) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": c.name, "interval": step,
+            "input_series": [{"series": x.text(), "values": x.values} for x in c.series],
+        }
+        if c.checks:
+            out["alert_rule_test"] = [
+                {"eval_time": f"{chk.minute}m", "alertname": chk.alert,
+                 "exp_alerts": [expected(alerts[chk.alert], f) for f in chk.firing]} for chk in c.checks]
+        if c.expr_checks:
+            # Rounded: promtool compares exactly, and rate()'s extrapolation leaves float noise.
+            out["promql_expr_test"] = [
+                {"expr": f"round({chk.record}, {number(EXPR_PRECISION)})", "eval_time": f"{chk.minute}m",
+                 "exp_samples": [{"labels": Series("", x.labels, "").text(), "value": prom_round(x.value, EXPR_PRECISION)}
+                                 for x in chk.samples]} for chk in c.expr_checks]
+        return out
+
+    return {"rule_files": [rules_path], "evaluation_interval": step, "tests": [case(c) for c in test_file.cases]}

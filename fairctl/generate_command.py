@@ -1,0 +1,52 @@
+"""``fairctl generate``: write every generated file from the config, or check they are current."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from alerts.output import ALERTS
+
+from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
+from .generated import OutputSet, differences, plan, write
+
+app = typer.Typer()
+
+# Every set `fairctl generate` writes, each under its own directory of --out.
+OUTPUT_SETS: tuple[OutputSet, ...] = (ALERTS,)
+
+
+@app.command()
+def generate(
+    out: Annotated[Path, typer.Option(
+        "--out", metavar="DIR", help="Root the generated directories go under (alerts/generated/ ...).")] = Path("."),
+    check: Annotated[bool, typer.Option(
+        "--check", help="Write nothing; exit 1 listing every file that regenerating would change.")] = False,
+    config: ConfigOption = DEFAULT_CONFIG,
+) -> None:
+    """Generate the Prometheus rules, their promtool unit tests and the runbooks from the config.
+
+    Each output set owns its directory: files in it that are no longer generated are removed (and
+    reported by --check), so the committed output always matches the config."""
+    cfg = load(config, None)
+    with clear_errors():
+        planned = plan(cfg, out, OUTPUT_SETS)
+    if check:
+        stale = differences(planned, out, OUTPUT_SETS)
+        for change in stale:
+            typer.echo(f"{change.path}: {change.what}", err=True)
+        if stale:
+            typer.echo(f"fairctl: {len(stale)} generated file(s) out of date; run: fairctl generate --config {config}",
+                       err=True)
+            raise typer.Exit(1)
+        typer.echo(f"{len(planned)} generated files are up to date")
+        return
+    try:
+        changes = write(planned, out, OUTPUT_SETS)
+    except OSError as exc:
+        fail("--out", f"cannot write {exc.filename}: {exc.strerror}")
+    for change in changes:
+        typer.echo(f"{change.path}: {'removed' if change.path not in planned else change.what}")
+    typer.echo(f"{len(planned)} files generated, {len(changes)} changed")
