@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import typer
 
-from . import demo, exporter_command, generate_command, queue_commands, simulate_command, worker_command
+from . import (
+    check_commands, demo, exporter_command, generate_command, queue_commands, simulate_command, worker_command,
+)
 
 app = typer.Typer(
     help="Fair Redis job queues: priority classes with weighted shares, fair queuing across tenants, "
@@ -13,7 +15,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-for group in (queue_commands, worker_command, exporter_command, demo, simulate_command, generate_command):
+for group in (queue_commands, worker_command, exporter_command, demo, simulate_command, generate_command,
+              check_commands):
     app.add_typer(group.app)
 
 

@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from fairness_core import ConfigError, load_config, parse_config
-from fairness_core import Model
+from fairness_core import ConfigError, Model, load_config, parse_config
 from fairness_core.config import ALERT_FOR, OVER_BUDGET_REASON, AlertsConfig
 
 from .conftest import EXAMPLE_CONFIG

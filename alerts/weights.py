@@ -1,0 +1,120 @@
+"""The weights lint: does every class's weight let it keep up with its expected load?
+
+Document 000: "Compute the required share from arrival rate and service time, then set weights so
+each class has at least that much, and give the surplus to the latency-sensitive class." The
+formula used here, for a fleet of N worker slots (jobs run at once, ``alerts.worker_slots``):
+
+* **needed**: class c keeps up when it gets ``rho_c = arrival_rate_c * service_time_c / N`` of
+  the fleet's slot time (its utilisation of the whole fleet). Above 1 no weight can save it;
+  the needs of all classes together above 1 mean the fleet itself is too small.
+* **guaranteed**: a weight is a share of *pops*, not of time. When every class is backlogged,
+  class c gets ``w_c / sum(w)`` of the jobs started, which occupy
+  ``g_c = w_c * S_c / sum_i(w_i * S_i)`` of the slot time (S: service time). When some class has no
+  ``service_time``, equal service times are assumed and ``g_c = w_c / sum(w)``.
+* A class whose ``g_c < rho_c`` falls behind whenever the others are busy; the smallest weight
+  that fixes it, the others unchanged, is ``rho_c * sum_(i != c)(w_i * S_i) / ((1 - rho_c) * S_c)``.
+
+Weights of zero cannot happen: the config refuses them (``classes[i].weight: must be > 0``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fairness_core.config import Config
+
+
+@dataclass(frozen=True)
+class ClassNeed:
+    index: int
+    name: str
+    weight: int
+    weight_share: float  # of pops, every class backlogged
+    guaranteed: float  # of slot time, every class backlogged
+    arrival_rate: float | None  # jobs/s
+    service_time: float | None  # s
+    needed: float | None  # of slot time, to keep up
+    min_weight: int | None  # None: no figures, or no weight can do it
+
+    @property
+    def short(self) -> bool:
+        return self.needed is not None and self.guaranteed < self.needed
+
+
+@dataclass(frozen=True)
+class WeightsReport:
+    slots: int | None
+    equal_service_times: bool
+    classes: tuple[ClassNeed, ...]
+
+    def warnings(self) -> list[str]:
+        """One line per problem, naming the config field to change."""
+        has_load = any(c.arrival_rate is not None for c in self.classes)
+        if has_load and self.slots is None:
+            return [("classes have arrival_rate and service_time but the fleet's size is unknown: "
+                     "set alerts.worker_slots (or pass --slots) to check the weights against the load")]
+        out = []
+        total = sum(c.needed or 0 for c in self.classes)
+        if total > 1:
+            out.append(f"the classes need {total:.0%} of the fleet's {self.slots} slots together: "
+                       "no weights can keep up; add workers (alerts.worker_slots)")
+        for c in self.classes:
+            if not c.short:
+                continue
+            fix = (f"raise it to at least {c.min_weight}" if c.min_weight is not None
+                   else "it needs more than the whole fleet: add workers")
+            out.append(f"classes[{c.index}].weight: {c.name} needs {c.needed:.1%} of the slot time to keep up "
+                       f"({c.arrival_rate:g}/s x {c.service_time:g}s / {self.slots} slots), its weight {c.weight} "
+                       f"guarantees {c.guaranteed:.1%} when every class is backlogged; {fix}")
+        return out
+
+
+def _min_weight(needed: float, own_time: float, others: float) -> int | None:
+    if needed >= 1:
+        return None
+    return max(1, math.ceil(needed * others / ((1 - needed) * own_time) - 1e-9))
+
+
+def weights_report(config: Config, slots: int | None = None) -> WeightsReport:
+    """The derived table; ``slots`` overrides ``alerts.worker_slots``."""
+    slots = slots if slots is not None else config.alerts.worker_slots
+    classes = config.classes
+    timed = all(c.service_time is not None for c in classes)
+    time_of = [(c.service_time or 0.0) if timed else 1.0 for c in classes]
+    work = [c.weight * t for c, t in zip(classes, time_of)]
+    needs = []
+    for i, c in enumerate(classes):
+        needed = (c.arrival_rate * c.service_time / slots
+                  if c.arrival_rate is not None and c.service_time is not None and slots else None)
+        own_time = c.service_time if timed and c.service_time else 1.0
+        needs.append(ClassNeed(
+            index=i, name=c.name, weight=c.weight, weight_share=c.weight / config.total_weight,
+            guaranteed=work[i] / sum(work), arrival_rate=c.arrival_rate, service_time=c.service_time,
+            needed=needed,
+            min_weight=None if needed is None else _min_weight(needed, own_time, sum(work) - work[i]),
+        ))
+    return WeightsReport(slots, not timed, tuple(needs))
+
+
+def table(report: WeightsReport) -> str:
+    """The report as aligned text, for ``fairctl weights`` and ``fairctl check``."""
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1%}"
+
+    rows = [("class", "weight", "pop share", "time share", "arrivals/s", "service s", "needs", "min weight", "")]
+    for c in report.classes:
+        rows.append((
+            c.name, str(c.weight), pct(c.weight_share), pct(c.guaranteed),
+            "-" if c.arrival_rate is None else f"{c.arrival_rate:g}",
+            "-" if c.service_time is None else f"{c.service_time:g}",
+            pct(c.needed), "-" if c.min_weight is None else str(c.min_weight),
+            "SHORT" if c.short else ("ok" if c.needed is not None else ""),
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    notes = [f"fleet: {report.slots} worker slots" if report.slots else "fleet: size unknown (alerts.worker_slots)",
+             "time share: of the fleet's slot time when every class is backlogged"
+             + (" (equal service times assumed: not every class has service_time)" if report.equal_service_times else ""),
+             "needs: arrival_rate x service_time / slots, the slot time the class needs to keep up"]
+    return "\n".join(lines + [""] + notes)

@@ -1,0 +1,72 @@
+"""``fairctl check`` and ``fairctl weights``: is the config sound, and do its rules work?"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from alerts import promtool
+from alerts.layout import RULES_FILE, TESTS_DIR
+from alerts.output import ALERTS
+from alerts.weights import table, weights_report
+from fairness_core import Config
+
+from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
+from .generated import plan, write
+
+app = typer.Typer()
+
+SlotsOption = Annotated[Optional[int], typer.Option(
+    "--slots", min=1, show_default=False,
+    help="Worker slots of the fleet (jobs run at once); default alerts.worker_slots from the config.")]
+
+
+def _weights(cfg: Config, slots: int | None) -> list[str]:
+    report = weights_report(cfg, slots)
+    typer.echo(table(report))
+    warnings = report.warnings()
+    for line in warnings:
+        typer.echo(f"warning: {line}", err=True)
+    return warnings
+
+
+@app.command()
+def weights(config: ConfigOption = DEFAULT_CONFIG, slots: SlotsOption = None) -> None:
+    """Print each class's share of the work and of the fleet's time, and what its load needs.
+
+    From the optional classes[].arrival_rate and service_time: the slot time each class needs to
+    keep up (arrival_rate x service_time / slots) against what its weight guarantees when every
+    class is backlogged, with the smallest weight that would do."""
+    _weights(load(config, None), slots)
+
+
+@app.command()
+def check(config: ConfigOption = DEFAULT_CONFIG, slots: SlotsOption = None) -> None:
+    """Validate the config, lint the weights, and run promtool on the rules it generates.
+
+    Generates the rules and their unit tests in a scratch directory, then runs promtool check
+    rules and promtool test rules on them. Exit 0 when all pass (weight warnings do not fail),
+    1 when promtool reports a failure, 2 for a bad config or a missing promtool."""
+    cfg = load(config, None)
+    typer.echo(f"{config}: valid")
+    _weights(cfg, slots)
+    try:
+        promtool.binary()
+    except promtool.PromtoolMissing:
+        fail(promtool.BINARY, promtool.MISSING)
+    with tempfile.TemporaryDirectory(prefix="fairctl-check-") as tmp:
+        with clear_errors():
+            planned = plan(cfg, Path(tmp), (ALERTS,))
+        write(planned, Path(tmp), (ALERTS,))
+        generated = Path(tmp) / ALERTS.directory
+        tests = sorted(path for path in planned if path.parent == generated / TESTS_DIR)
+        try:
+            promtool.check_rules(generated / RULES_FILE)
+            promtool.test_rules(*tests)
+        except promtool.PromtoolFailed as exc:
+            typer.echo(f"fairctl: {exc}", err=True)
+            raise typer.Exit(1) from None
+    typer.echo(f"promtool check rules: {RULES_FILE} passed; promtool test rules: {len(tests)} files passed")
