@@ -31,6 +31,7 @@ from fairness_core.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 from fairness_core.simulator import PolicyRun, scenario_config, simulate
 
 from .common import fail
+from .status_view import format_age
 from .simulate_alerts import PROMTOOL_MISSING, AlertEvaluationError, FiredAlert, SeriesRecorder, evaluate
 
 app = typer.Typer()
@@ -144,14 +145,9 @@ def run_policies(scenario: Scenario, policies: Sequence[str], rules: Path | None
 
 
 def human(seconds: float) -> str:
-    """A duration for a table cell: 0.35s, 12.3s, 12m05s, 2h01m."""
-    if seconds < 10:
-        return f"{seconds:.2f}s"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    """A duration for a table cell, as ``fairctl status`` writes ages, with sub-second waits kept
+    to the hundredth (an interactive job's wait is usually well under a second)."""
+    return f"{seconds:.2f}s" if seconds < 1 else format_age(seconds)
 
 
 def alert_label(alert: FiredAlert) -> str:

@@ -11,7 +11,6 @@ the scenario file; the repository's example by default) and may patch individual
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -375,16 +374,23 @@ def _patch(data: Any, patch: object, path: str) -> None:
                 node = node[name]
 
 
+def _read_yaml(path: Path, what: str) -> object:
+    """A YAML file's document; ConfigError (without a field path) when it cannot be read."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError("", f"cannot read {what} {path}: {exc.strerror}", str(path)) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError("", f"{what} {path} is not valid YAML: {exc}", str(path)) from None
+
+
 def _config(r: _Reader, base: Path) -> Config:
     raw_path = r.get("config", None, _string)
     path = (base / raw_path).resolve() if raw_path is not None else EXAMPLE_CONFIG
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise r.error("config", f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise r.error("config", f"{path} is not valid YAML: {exc}") from None
-    data = copy.deepcopy(data)
+        data = _read_yaml(path, "config file")
+    except ConfigError as exc:
+        raise r.error("config", exc.message) from None
     patch = r.get("config_patch", None, lambda v, p: v)
     if patch is not None:
         try:
@@ -443,13 +449,4 @@ def _list_of(key: str, source: str | None, low: int, high: int) -> Any:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file; raises :class:`ConfigError` naming the bad field."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("", f"cannot read scenario file: {exc.strerror}", source) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError("", f"not valid YAML: {exc}", source) from None
-    return parse_scenario(data, source, Path(path).resolve().parent)
+    return parse_scenario(_read_yaml(Path(path), "scenario file"), str(path), Path(path).resolve().parent)
