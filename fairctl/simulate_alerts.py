@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,13 +25,12 @@ from typing import Any, cast
 
 import yaml
 
+from alerts import promtool
 from exporter import metrics as m
 from exporter.collector import FairnessCollector
 from fairness_core import Config, Scheduler, Snapshot
 
 INSTANCE = "simulator:29100"  # the simulated exporter's scrape target
-PROMTOOL_MISSING = ("promtool not found on PATH: install Debian's `prometheus` package "
-                    "(bash scripts/setup.sh does) to see which alerts fire and when")
 # Wall-clock figures of the simulating process, not of the simulated system.
 _NOT_SIMULATED = {m.EXPORTER_SCRAPE_DURATION.family_name}
 
@@ -208,11 +205,8 @@ def _periods(times: Iterable[float], step: float) -> tuple[tuple[float, float], 
 
 
 def evaluate(rules_file: Path, group: str, series: list[dict[str, str]], *, scrape_interval: float,
-             evaluation_interval: float, duration: float, promtool: str = "promtool") -> list[FiredAlert]:
+             evaluation_interval: float, duration: float) -> list[FiredAlert]:
     """Run ``promtool test rules`` over ``series`` and return the alerts that fired, first first."""
-    binary = shutil.which(promtool)
-    if binary is None:
-        raise AlertEvaluationError(PROMTOOL_MISSING)
     names = alert_names(rules_file)
     steps = int(duration // evaluation_interval)
     checks = [{"alertname": name, "eval_time": _promtool_duration(k * evaluation_interval)}
@@ -223,14 +217,18 @@ def evaluate(rules_file: Path, group: str, series: list[dict[str, str]], *, scra
         "tests": [{"name": group, "interval": _promtool_duration(scrape_interval),
                    "input_series": series, "alert_rule_test": checks}],
     }
+    fired: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="fairctl-simulate-") as tmp:
         test_file = Path(tmp) / "simulation_test.yml"
         test_file.write_text(yaml.safe_dump(test, sort_keys=False, width=1 << 20), encoding="utf-8")
-        proc = subprocess.run([binary, "test", "rules", str(test_file)], capture_output=True, text=True, check=False)
-    output = proc.stdout + proc.stderr
-    fired = parse_report(output, group)
-    if proc.returncode != 0 and not fired:
-        raise AlertEvaluationError(f"promtool test rules failed: {output.strip()[-2000:]}")
+        try:
+            promtool.test_rules(test_file)  # passing: no alert fired at any step
+        except promtool.PromtoolFailed as exc:
+            fired = parse_report(exc.report, group)
+            if not fired:
+                raise AlertEvaluationError(str(exc)[-2000:]) from None
+        except promtool.PromtoolMissing as exc:
+            raise AlertEvaluationError(str(exc)) from None
     alerts = [FiredAlert(name, dict(labels), min(times), _periods(times, evaluation_interval))
               for (name, labels), times in fired.items()]
     return sorted(alerts, key=lambda a: (a.first_firing_s, a.alert, sorted(a.labels.items())))

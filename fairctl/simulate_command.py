@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -25,14 +24,16 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from alerts import promtool
+from alerts.output import rules_text
 from fairness_core import ConfigError, parse_duration
 from fairness_core.config import POLICIES
 from fairness_core.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 from fairness_core.simulator import PolicyRun, scenario_config, simulate
 
 from .common import fail
+from .simulate_alerts import AlertEvaluationError, FiredAlert, SeriesRecorder, evaluate
 from .status_view import format_age
-from .simulate_alerts import PROMTOOL_MISSING, AlertEvaluationError, FiredAlert, SeriesRecorder, evaluate
 
 app = typer.Typer()
 
@@ -219,17 +220,16 @@ def as_json(scenario: Scenario, outcomes: Sequence[Outcome]) -> dict[str, Any]:
 
 
 def _rules_for(scenario: Scenario, given: Path | None, workdir: Path) -> tuple[Path | None, str | None]:
-    """The rules file to evaluate and, when there is none, the line that says why."""
-    if shutil.which("promtool") is None:
-        return None, f"alerts not evaluated: {PROMTOOL_MISSING}"
+    """The rules file to evaluate (``--rules``, else the rules ``fairctl generate`` would write for
+    the scenario's config, config_patch included) and, when there is none, the line that says why."""
+    try:
+        promtool.binary()
+    except promtool.PromtoolMissing as exc:
+        return None, f"alerts not evaluated: {exc}"
     if given is not None:
         if not given.is_file():
             fail("--rules", f"no such file: {given}")
         return given, None
-    try:
-        from alerts.output import rules_text  # type: ignore[import-not-found]
-    except ImportError:
-        return None, "alerts not evaluated: this installation has no generated rules (alerts/); pass --rules FILE"
     path = workdir / "rules.yml"
     path.write_text(rules_text(scenario.config), encoding="utf-8")
     return path, None

@@ -20,7 +20,7 @@ from typer.testing import CliRunner, Result
 from fairctl.cli import app
 from fairctl.simulate_alerts import encode_values, parse_report
 
-from .conftest import EXAMPLE_CONFIG
+from .conftest import EXAMPLE_CONFIG, ROOT
 from .test_simulate_core import MINI_STORM
 
 runner = CliRunner()
@@ -189,3 +189,13 @@ def test_report_renders_in_headless_chromium(tmp_path: Path, rules: Path) -> Non
     colours = image.getcolors(maxcolors=1 << 20) or []
     not_white = sum(n for n, rgb in colours if rgb != (255, 255, 255))
     assert len(colours) > 50 and not_white > 0.05 * image.width * image.height
+
+
+@pytest.mark.parametrize("scenario", sorted(p.name for p in (ROOT / "scenarios").glob("*.yaml") if p.name != "marketing-storm.yaml"))
+def test_failure_mode_scenarios_raise_the_alert_that_must_catch_them(scenario: str) -> None:
+    """Document 000's failure modes, each under the rules ``fairctl generate`` writes for its
+    config: the alert that must catch it fires, the ones that must not stay silent. (The storm
+    itself runs in the README's main job and benchmarks.simulator, not here: it takes ~20 s.)"""
+    result = invoke(ROOT / "scenarios" / scenario, "--processes", "1")
+    assert result.exit_code == 0, result.output
+    assert "EXPECTATION FAILED" not in result.stdout and "as expected by the scenario" in result.stdout
