@@ -166,7 +166,7 @@ class ExporterConfig:
     window: float = 600.0
     scrape_timeout: float = 2.0
     noisy_min_inflight: int = 5
-    fairness_sample: int = 200
+    fairness_sample: int = 50
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .classification import classify
-from .config import Config
+from .config import OVER_BUDGET_REASON, Config
 from .jobs import (
     BudgetRejected, Enqueued, InvalidJob, Lease, check_task, check_tenant, check_tier, encode_payload, one_line,
 )
@@ -187,7 +187,7 @@ class Model:
                     self._stat("rejected", self.names[ci], 1)
                     return None, reason
                 self._stat("demoted", self.names[ci], 1)
-                ci, reason = ci + 1, "over priority budget"
+                ci, reason = ci + 1, OVER_BUDGET_REASON
         self._count_arrivals(ci, 1)
         return ci, reason
 

@@ -17,7 +17,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .classification import classify
-from .config import Config
+from .config import OVER_BUDGET_REASON, Config
 from .jobs import (
     BudgetRejected, Enqueued, InvalidJob, Lease, RedisUnavailable, check_task, check_tenant, check_tier, encode_payload,
     lease_from_envelope, one_line,
@@ -55,6 +55,7 @@ def script_config(config: Config) -> str:
         "window_ms": int(config.exporter.window * 1000),
         "label_limit": config.exporter.tenant_label_limit,
         "inflight_top": INFLIGHT_TOP,
+        "over_budget_reason": OVER_BUDGET_REASON,
     }, separators=(",", ":"))
 
 

@@ -148,7 +148,7 @@ local function apply_budget(ci, reason)
         return nil, reason
       end
       stat('demoted', cfg.classes[ci], 1)
-      ci, reason = ci + 1, 'over priority budget'
+      ci, reason = ci + 1, cfg.over_budget_reason
     end
   end
   redis.call('HINCRBY', K_ARR, 'cur\t*', 1)
