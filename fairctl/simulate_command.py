@@ -176,8 +176,9 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
         for row in rows:
             lines.append("  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
                                           for i, (cell, w) in enumerate(zip(row, widths))))
-        quiet_class = max(run.quiet_max_age_s, key=lambda q: run.quiet_max_age_s[q])
-        lines.append(f"  quiet tenants' oldest age: {human(run.quiet_max_age_s[quiet_class])} ({quiet_class})")
+        worst, typical = (max(figures, key=lambda q: figures[q]) for figures in (run.quiet_max_age_s, run.quiet_p95_age_s))
+        lines.append(f"  quiet tenants' oldest age: max {human(run.quiet_max_age_s[worst])} ({worst}), "
+                     f"95% of scrapes under {human(run.quiet_p95_age_s[typical])} ({typical})")
         fairness = ", ".join(f"{q} {v:.2f}" for q, v in run.fairness_index.items() if v is not None)
         lines.append(f"  tenant fairness index (mean while 2+ tenants wait): {fairness or '-'}")
         if outcome.alerts is not None:
@@ -208,6 +209,7 @@ def as_json(scenario: Scenario, outcomes: Sequence[Outcome]) -> dict[str, Any]:
                 {"alert": a.alert, "labels": dict(a.labels), "first_firing_s": a.first_firing_s,
                  "firing_periods_s": [list(p) for p in a.periods]} for a in outcome.alerts],
             "quiet_tenant_max_age_s": run.quiet_max_age_s,
+            "quiet_tenant_p95_age_s": run.quiet_p95_age_s,
             "fairness_index": run.fairness_index,
             "jobs_enqueued": run.jobs_enqueued,
             "jobs_started": run.jobs_started,

@@ -79,6 +79,8 @@ class PolicyRun:
     policy: str
     classes: dict[str, ClassResult]
     quiet_max_age_s: dict[str, float]  # non-noisy tenants' oldest age, maximum over the scrapes
+    quiet_p95_age_s: dict[str, float]  # ... and its 95th percentile (a scrape that catches the noisy
+    # tenant with fewer than exporter.noisy_min_inflight jobs in flight counts it as quiet)
     fairness_index: dict[str, float | None]  # mean over scrapes with 2+ backlogged tenants (None: never)
     timeline: Timeline
     jobs_started: int
@@ -102,7 +104,7 @@ def _sampler(service: Service, rng: random.Random) -> Callable[[], float]:
     return lambda: rng.lognormvariate(mu, service.b)
 
 
-def _percentile(ordered: Sequence[int], q: float) -> int:
+def _percentile(ordered: Sequence[Any], q: float) -> Any:
     """Nearest-rank percentile of an already sorted sequence."""
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
@@ -328,6 +330,8 @@ class Simulation:
         return PolicyRun(
             policy=self.policy, classes=classes,
             quiet_max_age_s={name: max(tl.quiet_age[name], default=0.0) for name in self.names},
+            quiet_p95_age_s={name: _percentile(sorted(tl.quiet_age[name]), 0.95) if tl.quiet_age[name] else 0.0
+                             for name in self.names},
             fairness_index=fairness, timeline=tl,
             jobs_started=sum(len(w) for w in self._waits.values()), jobs_enqueued=self.model.seq, wall_s=wall_s,
         )
