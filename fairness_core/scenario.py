@@ -11,7 +11,6 @@ the scenario file; the repository's example by default) and may patch individual
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -63,12 +62,6 @@ class Service:
     kind: str
     a: float
     b: float = 0.0
-
-    @property
-    def mean(self) -> float:
-        if self.kind == "lognormal":
-            return self.a * math.exp(self.b * self.b / 2)
-        return self.a
 
 
 @dataclass(frozen=True)
