@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from alerts.output import ALERTS
+from dashboards.output import DASHBOARDS_OUTPUT
 
 from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
 from .generated import OutputSet, differences, plan, write
@@ -15,7 +16,7 @@ from .generated import OutputSet, differences, plan, write
 app = typer.Typer()
 
 # Every set `fairctl generate` writes, each under its own directory of --out.
-OUTPUT_SETS: tuple[OutputSet, ...] = (ALERTS,)
+OUTPUT_SETS: tuple[OutputSet, ...] = (ALERTS, DASHBOARDS_OUTPUT)
 
 
 @app.command()
@@ -26,7 +27,7 @@ def generate(
         "--check", help="Write nothing; exit 1 listing every file that regenerating would change.")] = False,
     config: ConfigOption = DEFAULT_CONFIG,
 ) -> None:
-    """Generate the Prometheus rules, their promtool unit tests and the runbooks from the config.
+    """Generate the Prometheus rules, their promtool unit tests, the runbooks and the dashboards from the config.
 
     Each output set owns its directory: files in it that are no longer generated are removed (and
     reported by --check), so the committed output always matches the config."""

@@ -1,6 +1,6 @@
 """Generated files: what ``fairctl generate`` writes and what ``--check`` compares.
 
-An output set (the alerts today, the dashboards next) renders the config into ``{relative path:
+An output set (the alerts, the dashboards) renders the config into ``{relative path:
 text}`` under a directory it owns (``alerts/generated``). Registering another set is adding it to
 ``OUTPUT_SETS`` in fairctl/generate_command.py; nothing else changes. A set owns its directory:
 files in it that the set no longer generates are reported by ``--check`` and deleted on write,
@@ -9,7 +9,7 @@ so a renamed alert does not leave a stale runbook behind.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
@@ -27,6 +27,15 @@ class OutputSet(Protocol):
     def directory(self) -> PurePosixPath: ...
 
     def render(self, config: Config) -> Mapping[PurePosixPath, str]: ...
+
+
+@dataclass(frozen=True)
+class RenderedSet:
+    """An output set whose render is a plain function (no state beyond its name and directory)."""
+
+    name: str
+    directory: PurePosixPath
+    render: Callable[[Config], Mapping[PurePosixPath, str]]
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,6 +23,8 @@ from fairctl.redis_server import find_binary, free_port
 from fairness_core import Config, Scheduler
 
 PROMETHEUS_HINT = "install it with: apt-get install -y prometheus (promtool comes with it)"
+# The job_name the test Prometheus scrapes the exporters under.
+JOB = "fairness"
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -81,11 +84,13 @@ def promtool_check_metrics(text: str) -> subprocess.CompletedProcess[str]:
 
 class Prometheus:
     """A real ``prometheus`` scraping ``targets`` every second, on a free loopback port, with its
-    data in ``directory``; :meth:`query` is the HTTP API's instant query."""
+    data in ``directory``, evaluating ``rule_files`` every second; :meth:`query` is the HTTP API's
+    instant query."""
 
-    def __init__(self, targets: list[str], directory: Path) -> None:
+    def __init__(self, targets: list[str], directory: Path, rule_files: tuple[Path, ...] = ()) -> None:
         self.binary = find_binary("prometheus", PROMETHEUS_HINT)
         self.targets = targets
+        self.rule_files = rule_files
         self.directory = directory
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
@@ -98,7 +103,8 @@ class Prometheus:
     def start(self, timeout: float = 30.0) -> Prometheus:
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "fairness", "static_configs": [{"targets": self.targets}]}],
+            "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": self.targets}]}],
+            "rule_files": [str(path) for path in self.rule_files],
         }
         config_file = self.directory / "prometheus.yml"
         config_file.write_text(yaml.safe_dump(config))
@@ -119,13 +125,18 @@ class Prometheus:
         self.stop()
         raise RuntimeError(f"prometheus did not become ready within {timeout:.0f}s")
 
+    def api(self, path: str, params: dict[str, str]) -> Any:
+        """One HTTP API call's ``data``, asserting it succeeded."""
+        reply = json.loads(fetch(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"))
+        assert reply["status"] == "success", reply
+        return reply["data"]
+
     def query(self, expr: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
         """An instant query's vector: (labels, value) per series."""
         params = {"query": expr, **({"time": f"{at:.3f}"} if at is not None else {})}
-        reply = json.loads(fetch(f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}"))
-        assert reply["status"] == "success", reply
-        assert reply["data"]["resultType"] == "vector", reply
-        return [(r["metric"], float(r["value"][1])) for r in reply["data"]["result"]]
+        data = self.api("query", params)
+        assert data["resultType"] == "vector", data
+        return [(r["metric"], float(r["value"][1])) for r in data["result"]]
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -1,0 +1,6 @@
+"""Grafana dashboards generated from the config and the metric contract (``fairctl generate``).
+
+The overview answers "is every class within its SLO and getting its weight?" and the tenant
+drill-down answers "what is this one tenant getting?"; both read the same recording rules as the
+alerts, so a panel and the alert it explains never disagree.
+"""

@@ -1,0 +1,269 @@
+"""The two dashboards as grafanalib objects, built from the config, the metric contract and the
+recording rules, and their import-ready JSON.
+
+Panels are declared as sections of (panel, width) and placed by :func:`layout`, so adding a panel
+never means recomputing coordinates by hand. Every panel and query uses the ``$datasource``
+variable, which the ``DS_PROMETHEUS`` import input defaults, so nothing names a datasource uid.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import attr
+from grafanalib._gen import DashboardEncoder
+from grafanalib.core import (
+    REFRESH_ON_TIME_RANGE_CHANGE,
+    Annotations,
+    Dashboard,
+    DashboardLink,
+    DataSourceInput,
+    GridPos,
+    Panel,
+    RowPanel,
+    Target,
+    Template,
+    Templating,
+    Text,
+    Time,
+    TimeSeries,
+)
+
+from alerts import recording as rec
+from alerts.layout import GENERATED_DIR as ALERTS_DIR
+from alerts.layout import runbook_file
+from alerts.promql import number
+from alerts.rules import build_alerts
+from exporter import metrics as m
+from fairness_core.config import Config
+
+from . import queries as q
+from .layout import OVERVIEW_UID, TENANT_UID
+
+INPUT = "DS_PROMETHEUS"
+DATASOURCE = {"type": "prometheus", "uid": q.var(q.DATASOURCE_VAR)}
+TAG = "fairctl"
+GRID_WIDTH = 24
+PANEL_HEIGHT = 8
+# The oldest Grafana whose dashboard model (timeseries panels, datasource refs by uid) this uses.
+GRAFANA_VERSION = "9.0.0"
+PANEL_NAMES = {"timeseries": "Time series", "text": "Text"}
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str
+
+
+def timeseries(title: str, description: str, queries: Sequence[Query], unit: str, *,
+               slo: float | None = None, dashed: str | None = None, stacked: bool = False,
+               max_value: int | None = None) -> TimeSeries:
+    """A time-series panel. ``slo`` draws a red threshold line there; ``dashed`` draws the series
+    whose legend ends with it dashed (the configured target a realised value is read against)."""
+    overrides = [] if dashed is None else [{
+        "matcher": {"id": "byRegexp", "options": f".* {dashed}$"},
+        "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}],
+    }]
+    steps = [{"color": "green", "value": None}] + ([] if slo is None else [{"color": "red", "value": slo}])
+    return TimeSeries(
+        title=title, description=description, dataSource=DATASOURCE, unit=unit, overrides=overrides,
+        targets=[Target(expr=x.expr, legendFormat=x.legend, refId=chr(ord("A") + i), datasource=DATASOURCE)
+                 for i, x in enumerate(queries)],
+        thresholds=steps, thresholdsStyleMode="off" if slo is None else "line",
+        stacking={"mode": "normal", "group": "A"} if stacked else {}, fillOpacity=30 if stacked else 0,
+        valueMin=0, valueMax=max_value, legendDisplayMode="table", legendPlacement="right",
+    )
+
+
+Section = tuple[str, Sequence[tuple[Panel, int]]]
+
+
+def layout(sections: Sequence[Section]) -> list[Panel]:
+    """A row per section and its panels left to right, wrapping at the grid's width."""
+    out: list[Panel] = []
+    y = 0
+    for title, cells in sections:
+        out.append(RowPanel(title=title, dataSource=DATASOURCE, gridPos=GridPos(h=1, w=GRID_WIDTH, x=0, y=y)))
+        y, x = y + 1, 0
+        for panel, width in cells:
+            if x + width > GRID_WIDTH:
+                y, x = y + PANEL_HEIGHT, 0
+            out.append(attr.evolve(panel, gridPos=GridPos(h=PANEL_HEIGHT, w=width, x=x, y=y)))
+            x += width
+        y += PANEL_HEIGHT
+    return out
+
+
+def per_class(expr: str, suffix: str = "") -> Query:
+    return Query(expr, "{{" + m.QUEUE + "}}" + suffix)
+
+
+def runbook_url(config: Config, alert: str) -> str:
+    """The alert's runbook as its rules link it (the configured template, else the generated file)."""
+    template = config.alerts.runbook_url or str(ALERTS_DIR / runbook_file(alert))
+    return template.format(alert=alert, queue="")
+
+
+def alerts_panel(config: Config) -> Text:
+    rows = [f"| [{a.name}]({runbook_url(config, a.name)}) | {a.fires_when} |" for a in build_alerts(config)]
+    return Text(title="Alerts and runbooks", dataSource=DATASOURCE, content="\n".join(
+        ["Firing alerts of this kit are the red annotations on every graph.", "",
+         "| Alert (runbook) | Fires when |", "|---|---|", *rows]))
+
+
+def alert_annotation(config: Config) -> dict[str, Any]:
+    """The kit's firing alerts as annotations on every panel (Prometheus's ALERTS series)."""
+    names = "|".join(a.name for a in build_alerts(config))
+    return {
+        "name": "fairctl alerts", "datasource": DATASOURCE, "enable": True, "hide": False, "iconColor": "red",
+        "expr": f"{q.ALERTS}{{alertstate=\"firing\",alertname=~\"{names}\"}}", "step": "60s",
+        "titleFormat": "{{alertname}}", "textFormat": "{{" + m.QUEUE + "}} {{severity}}",
+        "tagKeys": "severity," + m.QUEUE, "useValueForTime": False,
+    }
+
+
+def variables(config: Config, *extra: Template) -> Templating:
+    """The datasource (defaulted by the import input) and the job (defaulted from the config)."""
+    return Templating(list=[
+        Template(name=q.DATASOURCE_VAR, label="Data source", type="datasource", query="prometheus",
+                 default=f"${{{INPUT}}}"),
+        Template(name=q.JOB_VAR, label="Exporter job", dataSource=DATASOURCE, default=config.alerts.exporter_job,
+                 query=f"label_values({m.EXPORTER_BUILD_INFO.name}, {q.JOB})",
+                 refresh=REFRESH_ON_TIME_RANGE_CHANGE),
+        *extra,
+    ])
+
+
+def dashboard(config: Config, uid: str, title: str, description: str, sections: Sequence[Section],
+              *extra: Template) -> Dashboard:
+    return Dashboard(
+        uid=uid, title=title, description=description, tags=[TAG], editable=True, refresh="30s",
+        time=Time("now-6h", "now"), timezone="browser", panels=layout(sections),
+        templating=variables(config, *extra), annotations=Annotations(list=[alert_annotation(config)]),
+        links=[DashboardLink(title="fairctl", type="dashboards", tags=[TAG], asDropdown=True, includeVars=True,
+                             keepTime=True)],
+        inputs=[DataSourceInput(name=INPUT, label="Prometheus", pluginId="prometheus", pluginName="Prometheus",
+                                description="The Prometheus that scrapes the fairctl exporters")],
+    ).auto_panel_ids()
+
+
+def overview(config: Config) -> Dashboard:
+    """Per class: SLO, share against weight, arrivals against budget, load, waits; then tenants,
+    lease churn and the alerts with their runbooks."""
+    window = config.alerts.rate_window
+    oldest = [(timeseries(
+        f"Oldest job age: {c.name}", f"Age of the oldest due job in {c.name}; the red line is its max_age SLO "
+        f"({number(c.max_age)}s, QueueStarving).",
+        [Query(q.select(rec.OLDEST_AGE, q.eq(m.QUEUE, c.name)), "oldest age")], "s", slo=c.max_age),
+        max(6, GRID_WIDTH // len(config.classes))) for c in config.classes]
+    return dashboard(config, OVERVIEW_UID, "fairctl: overview",
+                     "Priority classes and tenants of the fairctl queues (generated by fairctl generate).", [
+        ("Service level per class", oldest),
+        ("Shares", [
+            (timeseries("Realised share vs configured weight",
+                        "Each class's part of all completions (solid) against its weight / total weight (dashed).",
+                        [per_class(q.select(rec.PROCESSED_SHARE), " realised"),
+                         per_class(q.select(rec.WEIGHT_RATIO), " weight")],
+                        "percentunit", dashed="weight", max_value=1), 8),
+            (timeseries("Arrival mix vs budget",
+                        "Each class's share of the arrivals the rules asked for (before demotion), against its "
+                        "arrival_budget (dashed; PriorityMixDrift).",
+                        [per_class(q.select(rec.REQUESTED_SHARE), " asked"),
+                         per_class(q.select(rec.ARRIVAL_BUDGET), " budget")],
+                        "percentunit", dashed="budget", max_value=1), 8),
+            (timeseries("Arrivals by classification reason", "Jobs queued per second, by class and reason.",
+                        [Query(q.select(rec.ENQUEUED_RATE), "{{" + m.QUEUE + "}}: {{" + m.REASON + "}}")],
+                        "reqps", stacked=True), 8),
+        ]),
+        ("Load", [
+            (timeseries("Depth", "Due jobs waiting per class.", [per_class(q.select(rec.DEPTH))], "short"), 6),
+            (timeseries("Throughput", "Jobs completed per second per class.",
+                        [per_class(q.select(rec.PROCESSED_RATE))], "reqps"), 6),
+            (timeseries("In flight", "Jobs leased to workers right now, per class.",
+                        [per_class(q.gauge(m.QUEUE_INFLIGHT))], "short", stacked=True), 6),
+            (timeseries("Wait p50 / p99", "Enqueue-to-lease wait per class (PriorityInversion reads the p99).",
+                        [per_class(q.quantile(0.5, m.JOBS_WAIT.series("_bucket"), window), " p50"),
+                         per_class(q.select(rec.WAIT_P99), " p99")], "s"), 6),
+        ]),
+        ("Tenants", [
+            (timeseries(f"Top {config.exporter.topk_tenants} tenants' share",
+                        "Share of all completions of the busiest tenants (TenantDominatingQueue).",
+                        [Query(q.gauge(m.TENANT_SHARE), "{{" + m.TENANT + "}}")], "percentunit", max_value=1), 6),
+            (timeseries("Quiet tenants' oldest age",
+                        "Oldest due job among each class's non-noisy tenants (QuietTenantsStarving).",
+                        [per_class(q.select(rec.QUIET_AGE))], "s"), 6),
+            (timeseries("Noisy tenants", "Tenants holding over 10% of a class's in-flight jobs.",
+                        [per_class(q.gauge(m.QUEUE_NOISY_TENANTS))], "short"), 6),
+            (timeseries("Fairness index", "Jain's index over the most backlogged tenants (1 = fair).",
+                        [per_class(q.gauge(m.QUEUE_FAIRNESS_INDEX))], "none", max_value=1), 6),
+        ]),
+        ("Leases and moves between classes", [
+            (timeseries("Lease redeliveries", "Expired leases per second (JobsRedeliveredHigh).",
+                        [per_class(q.select(rec.REDELIVERED_RATE))], "reqps"), 8),
+            (timeseries("Promotions and demotions",
+                        "Jobs aged up a class (promote_after) and arrivals sent down by an arrival budget.",
+                        [per_class(q.rate(m.JOBS_PROMOTED.name, window), " promoted"),
+                         per_class(q.rate(m.JOBS_DEMOTED.name, window), " demoted")], "reqps"), 8),
+            (alerts_panel(config), 8),
+        ]),
+    ])
+
+
+def tenant(config: Config) -> Dashboard:
+    """One tenant (the ``$tenant`` variable) against the rest of its classes."""
+    window = config.alerts.rate_window
+    this, rest = q.eq(m.TENANT, q.var(q.TENANT_VAR)), q.ne(m.TENANT, q.var(q.TENANT_VAR))
+    processed = m.JOBS_PROCESSED.name
+    tenants = Template(
+        name=q.TENANT_VAR, label="Tenant", dataSource=DATASOURCE, refresh=REFRESH_ON_TIME_RANGE_CHANGE,
+        query=q.label_values(processed, m.TENANT, q.ne(m.TENANT, m.OTHER_TENANT)))
+    return dashboard(config, TENANT_UID, "fairctl: tenant", "One tenant against the rest of its classes.", [
+        ("Tenant $tenant", [
+            (timeseries("Share of its classes' completions",
+                        "The tenant's part of each class's completions (TenantDominatingQueue).",
+                        [per_class(q.select(rec.TENANT_SHARE, this))], "percentunit", max_value=1), 12),
+            (timeseries(f"Share of all completions (top {config.exporter.topk_tenants})",
+                        "The tenant against the other busiest tenants.",
+                        [Query(q.gauge(m.TENANT_SHARE, this), "$tenant"),
+                         Query(q.gauge(m.TENANT_SHARE, rest), "{{" + m.TENANT + "}}")], "percentunit",
+                        max_value=1), 12),
+            (timeseries("Oldest job age", "The tenant's oldest due job against its class's oldest.",
+                        [per_class(q.gauge(m.TENANT_OLDEST_AGE, this), " $tenant"),
+                         per_class(q.select(rec.OLDEST_AGE), " class")], "s", dashed="class"), 12),
+            (timeseries("Throughput per class", "Jobs of the tenant completed per second, against all others.",
+                        [per_class(f"sum without ({m.TENANT}) ({q.rate(processed, window, this)})", " $tenant"),
+                         per_class(f"sum without ({m.TENANT}) ({q.rate(processed, window, rest)})", " rest")],
+                        "reqps", dashed="rest"), 12),
+        ]),
+    ], tenants)
+
+
+DASHBOARDS = (overview, tenant)
+
+
+def requires(board: Dashboard) -> list[dict[str, str]]:
+    """What Grafana checks on import: itself, the datasource plugin and each panel plugin used."""
+    panel_types = sorted({p.to_json_data()["type"] for p in board._iter_panels()} - {"row"})
+    return [{"type": "grafana", "id": "grafana", "name": "Grafana", "version": GRAFANA_VERSION},
+            {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+            *({"type": "panel", "id": t, "name": PANEL_NAMES[t], "version": ""} for t in panel_types)]
+
+
+def without_nulls(data: Any) -> Any:
+    """grafanalib writes every unset option as null, which Grafana's schema does not allow where
+    it expects an object; omitted means default. Threshold values stay: null is the base step."""
+    if isinstance(data, dict):
+        return {k: without_nulls(v) for k, v in data.items() if v is not None or k == "value"}
+    if isinstance(data, list):
+        return [without_nulls(v) for v in data]
+    return data
+
+
+def to_json(board: Dashboard) -> str:
+    data = without_nulls(json.loads(json.dumps(board.to_json_data(), cls=DashboardEncoder)))
+    data["__requires"] = requires(board)
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,16 @@
+"""Where the generated dashboards go and what Grafana knows them by (links point at the uids)."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+GENERATED_DIR = PurePosixPath("dashboards/generated")
+PROVISIONING_DIR = PurePosixPath("provisioning")
+# The directory the dashboard provider reads inside the Grafana container (compose/ mounts the JSON there).
+CONTAINER_DASHBOARDS = "/var/lib/grafana/dashboards/fairctl"
+OVERVIEW_UID = "fairctl-overview"
+TENANT_UID = "fairctl-tenant"
+
+
+def dashboard_file(uid: str) -> PurePosixPath:
+    return PurePosixPath(f"{uid}.json")

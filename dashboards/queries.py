@@ -1,0 +1,55 @@
+"""PromQL for the panels: every selector carries the dashboard's ``$job`` variable, so one
+Prometheus holding several deployments shows the one picked, and no job label is written here.
+
+Raw series are deduplicated across exporters exactly as the rules do (:func:`alerts.promql.dedup`);
+recording rules already are, and are used wherever one fits.
+"""
+
+from __future__ import annotations
+
+from alerts.promql import dedup, deduped_rate, quote
+from exporter.metrics import MetricSpec
+
+JOB = "job"
+JOB_VAR = "job"
+TENANT_VAR = "tenant"
+DATASOURCE_VAR = "datasource"
+# Prometheus's own series of firing/pending alerts: the only name here not from the contract.
+ALERTS = "ALERTS"
+
+
+def var(name: str) -> str:
+    return f"${name}"
+
+
+def eq(label: str, value: str) -> str:
+    return f"{label}={quote(value)}"
+
+
+def ne(label: str, value: str) -> str:
+    return f"{label}!={quote(value)}"
+
+
+def select(name: str, *matchers: str) -> str:
+    """``name{job=~"$job", matchers...}``: a regex match so that an "All" job value also works."""
+    return name + "{" + ",".join((f"{JOB}=~{quote(var(JOB_VAR))}", *matchers)) + "}"
+
+
+def gauge(spec: MetricSpec, *matchers: str) -> str:
+    """A raw gauge, one value whatever the number of exporters."""
+    return dedup(select(spec.name, *matchers))
+
+
+def rate(series: str, seconds: float, *matchers: str) -> str:
+    """A counter's per-second rate, rated per exporter then deduplicated (like the rules)."""
+    return deduped_rate(select(series, *matchers), seconds)
+
+
+def quantile(q: float, bucket_series: str, seconds: float) -> str:
+    return f"histogram_quantile({q}, {rate(bucket_series, seconds)})"
+
+
+def label_values(series: str, label: str, *matchers: str) -> str:
+    """A Grafana template variable query listing ``label``'s values."""
+    return f"label_values({select(series, *matchers)}, {label})"
+

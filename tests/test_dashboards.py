@@ -1,0 +1,184 @@
+"""The generated dashboards: current with the config, written against the metric contract, parsed
+by Grafana's own dashboard model (grafana-foundation-sdk), laid out on the grid without overlap, and
+importable anywhere (datasource and job are variables, ``__inputs``/``__requires`` present)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.plugins import register_default_plugins
+from grafana_foundation_sdk.models import dashboard as schema
+from typer.testing import CliRunner
+
+from alerts import recording
+from alerts.rules import build_alerts
+from dashboards import queries as q
+from dashboards.build import DATASOURCE, GRID_WIDTH, INPUT, overview
+from dashboards.layout import (
+    CONTAINER_DASHBOARDS,
+    GENERATED_DIR,
+    OVERVIEW_UID,
+    TENANT_UID,
+    dashboard_file,
+)
+from dashboards.output import render
+from exporter import metrics as m
+from fairctl.cli import app
+from fairness_core import load_config
+
+from .conftest import EXAMPLE_CONFIG, ROOT, make_config
+from .test_alerts import metric_names
+
+GENERATED = ROOT / GENERATED_DIR
+UIDS = (OVERVIEW_UID, TENANT_UID)
+
+
+def committed(uid: str) -> dict[str, Any]:
+    return json.loads((GENERATED / dashboard_file(uid)).read_text())
+
+
+def panels(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every panel, rows included (rows are expanded: their panels are top-level)."""
+    return data["panels"]
+
+
+def panel_queries(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """(panel title, expr) of every panel target."""
+    return [(p["title"], t["expr"]) for p in panels(data) for t in p.get("targets", [])]
+
+
+def variable_queries(data: dict[str, Any]) -> dict[str, str]:
+    return {v["name"]: v["query"] for v in data["templating"]["list"] if v["type"] == "query"}
+
+
+def variable_series(query: str) -> str:
+    """The series selector of a ``label_values(selector, label)`` variable query."""
+    match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
+    assert match, query
+    return match.group(1)
+
+
+def annotation_queries(data: dict[str, Any]) -> list[str]:
+    return [a["expr"] for a in data["annotations"]["list"]]
+
+
+def test_committed_output_is_what_the_example_config_generates() -> None:
+    files = render(load_config(EXAMPLE_CONFIG))
+    assert {dashboard_file(uid) for uid in UIDS} <= files.keys()
+    for rel, text in files.items():
+        assert (GENERATED / rel).read_text() == text, f"{rel}: run fairctl generate"
+
+
+@pytest.mark.parametrize("uid", UIDS)
+def test_every_metric_name_in_every_query_is_in_the_contract_or_recorded(uid: str) -> None:
+    data = committed(uid)
+    contract = {spec.name for spec in m.ALL} | {m.JOBS_WAIT.series(s) for s in ("_bucket", "_sum", "_count")}
+    recorded = {rule.name for rule in recording.recording_rules(load_config(EXAMPLE_CONFIG))}
+    expressions = [expr for _, expr in panel_queries(data)] + [*map(variable_series, variable_queries(data).values())]
+    expressions += annotation_queries(data)
+    used = set().union(*map(metric_names, expressions))
+    assert used <= contract | recorded | {q.ALERTS}, used - contract - recorded
+    assert len(panel_queries(data)) >= 7
+
+
+def test_the_grafana_schema_parses_every_panel_target_variable_and_annotation() -> None:
+    """grafana-foundation-sdk's models (generated from Grafana's schema) decode the JSON into typed
+    panels and Prometheus queries, and encode back the same ids, positions and queries."""
+    register_default_plugins()
+    for uid in UIDS:
+        data = committed(uid)
+        board = schema.Dashboard.from_json(data)
+        again = json.loads(json.dumps(board, cls=JSONEncoder))
+        assert [(p["id"], p["type"], p["gridPos"]) for p in again["panels"]] == \
+               [(p["id"], p["type"], p["gridPos"]) for p in panels(data)]
+        assert panel_queries(again) == panel_queries(data)
+        assert [v["name"] for v in again["templating"]["list"]] == [v["name"] for v in data["templating"]["list"]]
+        assert annotation_queries(again) == annotation_queries(data)
+        for panel in board.panels or []:
+            if isinstance(panel, schema.Panel) and panel.type_val != "row":
+                # The panel plugin's own options model was used, not a bare dict.
+                assert type(panel.options).__module__.endswith(panel.type_val), (panel.title, type(panel.options))
+                assert all(type(t).__module__.endswith("prometheus") for t in panel.targets or []), panel.title
+
+
+@pytest.mark.parametrize("uid", UIDS)
+def test_panel_ids_are_unique_and_panels_fit_the_grid_without_overlap(uid: str) -> None:
+    placed = panels(committed(uid))
+    ids = [p["id"] for p in placed]
+    assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
+    cells: dict[tuple[int, int], str] = {}
+    for p in placed:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["y"] >= 0 and g["w"] > 0 and g["h"] > 0 and g["x"] + g["w"] <= GRID_WIDTH, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = p["title"]
+
+
+@pytest.mark.parametrize("uid", UIDS)
+def test_datasource_and_job_are_variables_and_the_json_imports_through_the_ui(uid: str) -> None:
+    data = committed(uid)
+    assert [i["name"] for i in data["__inputs"]] == [INPUT] and data["__inputs"][0]["pluginId"] == "prometheus"
+    required = {(r["type"], r["id"]) for r in data["__requires"]}
+    assert {("grafana", "grafana"), ("datasource", "prometheus")} <= required
+    assert {("panel", p["type"]) for p in panels(data) if p["type"] != "row"} <= required
+    variables = {v["name"]: v for v in data["templating"]["list"]}
+    assert variables[q.DATASOURCE_VAR]["type"] == "datasource"
+    assert variables[q.DATASOURCE_VAR]["current"]["value"] == f"${{{INPUT}}}"
+    assert variables[q.JOB_VAR]["current"]["value"] == load_config(EXAMPLE_CONFIG).alerts.exporter_job
+    refs = [p["datasource"] for p in panels(data)] + [t["datasource"] for p in panels(data) for t in p.get("targets", [])]
+    refs += [a["datasource"] for a in data["annotations"]["list"]]
+    assert refs and all(ref == DATASOURCE for ref in refs)
+    for title, expr in panel_queries(data):
+        assert f'{q.JOB}=~"${q.JOB_VAR}"' in expr, title
+        assert all(f"{label}=" not in expr.replace(f'{q.JOB}=~"', "") for label in ("job", "namespace", "cluster")), title
+
+
+def test_every_alert_is_an_annotation_and_links_its_runbook() -> None:
+    config = load_config(EXAMPLE_CONFIG)
+    data = committed(OVERVIEW_UID)
+    (annotation,) = annotation_queries(data)
+    text = next(p["options"]["content"] for p in panels(data) if p["type"] == "text")
+    for alert in build_alerts(config):
+        assert alert.name in annotation
+        assert f"[{alert.name}](alerts/generated/runbooks/{alert.name}.md)" in text
+        assert (ROOT / "alerts/generated/runbooks" / f"{alert.name}.md").is_file()
+
+
+def test_each_class_has_its_oldest_age_panel_with_its_slo_as_a_threshold_line() -> None:
+    classes = [{"name": f"c{i}", "weight": 10 - i, "max_age": f"{i + 1}m"} for i in range(5)]
+    config = make_config(classes=classes, classification=[{"class": "c4", "reason": "default"}],
+                         alerts={"runbook_url": "https://runbooks.example.com/{alert}"})
+    data = json.loads(json.dumps(overview(config).to_json_data(), default=lambda o: o.to_json_data()))
+    oldest = [p for p in panels(data) if p["title"].startswith("Oldest job age")]
+    assert [p["title"] for p in oldest] == [f"Oldest job age: c{i}" for i in range(5)]
+    for i, p in enumerate(oldest):
+        assert p["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]["value"] == 60.0 * (i + 1)
+        assert p["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] == "line"
+        assert f'{m.QUEUE}="c{i}"' in p["targets"][0]["expr"]
+    text = next(p["options"]["content"] for p in panels(data) if p["type"] == "text")
+    assert "(https://runbooks.example.com/QueueStarving)" in text
+
+
+def test_provisioning_loads_the_dashboards_from_a_default_prometheus() -> None:
+    provisioning = GENERATED / "provisioning"
+    (datasource,) = yaml.safe_load((provisioning / "datasources/fairctl.yml").read_text())["datasources"]
+    assert datasource["type"] == "prometheus" and datasource["isDefault"] is True
+    (provider,) = yaml.safe_load((provisioning / "dashboards/fairctl.yml").read_text())["providers"]
+    assert provider["type"] == "file" and provider["options"]["path"] == CONTAINER_DASHBOARDS
+
+
+def test_generate_check_covers_the_dashboards(tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["generate", "--out", str(tmp_path), "--config", str(EXAMPLE_CONFIG)]).exit_code == 0
+    board = tmp_path / GENERATED_DIR / dashboard_file(OVERVIEW_UID)
+    board.write_text(board.read_text().replace("Throughput", "Thruput"))
+    checked = runner.invoke(app, ["generate", "--check", "--out", str(tmp_path), "--config", str(EXAMPLE_CONFIG)])
+    assert checked.exit_code == 1 and f"{board}: changed" in checked.output
