@@ -91,7 +91,8 @@ QUEUE_PAUSED = _gauge("queue_paused", Q, "1 while the class is paused (fairctl p
 QUEUE_ACTIVE_TENANTS = _gauge("queue_active_tenants", Q, "Tenants with due jobs in the class.")
 QUEUE_NOISY_TENANTS = _gauge(
     "queue_noisy_tenants", Q,
-    "Tenants holding more than 10% of the class's in-flight jobs and at least exporter.noisy_min_inflight.")
+    "Tenants holding more than 10% of the class's in-flight jobs (at least exporter.noisy_min_inflight) "
+    "or of its queued jobs (at least exporter.noisy_min_queued).")
 QUEUE_QUIET_OLDEST_AGE = _gauge(
     "queue_quiet_oldest_message_age_seconds", Q,
     "Age of the oldest due job among the class's non-noisy tenants (0 when none wait).")

@@ -166,6 +166,7 @@ class ExporterConfig:
     window: float = 600.0
     scrape_timeout: float = 2.0
     noisy_min_inflight: int = 5
+    noisy_min_queued: int = 100
     fairness_sample: int = 50
 
 
@@ -478,6 +479,7 @@ def _exporter(value: object, path: str, source: str | None) -> ExporterConfig:
         window=r.get("window", ExporterConfig.window, parse_duration),
         scrape_timeout=r.get("scrape_timeout", ExporterConfig.scrape_timeout, parse_duration),
         noisy_min_inflight=r.get("noisy_min_inflight", ExporterConfig.noisy_min_inflight, _int_between(1, 10**6)),
+        noisy_min_queued=r.get("noisy_min_queued", ExporterConfig.noisy_min_queued, _int_between(1, 10**9)),
         fairness_sample=r.get("fairness_sample", ExporterConfig.fairness_sample, _int_between(2, 10_000)),
     )
     r.done()

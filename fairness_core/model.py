@@ -475,7 +475,7 @@ class Model:
             raw[name] = RawClass(
                 heads=cls.heads.head(heads_to_read(exp.topk_tenants)),
                 active_tenants=len(cls.tags),
-                top_backlog=cls.backlog.top(exp.topk_tenants),
+                top_backlog=cls.backlog.top(max(exp.topk_tenants, INFLIGHT_TOP)),
                 top_inflight=cls.inflight.top(INFLIGHT_TOP),
                 served_now=served_now.top(2 * exp.topk_tenants),
                 served_before=served_before.top(2 * exp.topk_tenants),

@@ -23,9 +23,11 @@ WAIT_BUCKETS_S: tuple[float, ...] = (
 # Per-class lifecycle counters kept by the scripts (stats field "<name>\t<class>").
 COUNTERS = ("processed", "failed", "redelivered", "dead", "promoted", "demoted", "rejected")
 
-# The SQS fair-queue rule: a tenant is noisy when it holds more than this share of a class's
-# in-flight jobs (and at least exporter.noisy_min_inflight of its own). At most 9 tenants can
-# exceed 10%, so the 10 tenants with most in-flight jobs always include every noisy one.
+# A tenant is noisy in a class when it holds more than this share of the class's in-flight jobs
+# (the SQS fair-queue rule; and at least exporter.noisy_min_inflight of its own) or of its queued
+# jobs (at least exporter.noisy_min_queued): a flood that fairness keeps to a few slots is still
+# noisy by its backlog. At most 9 tenants can exceed 10%, so the 10 tenants with most jobs in
+# flight, and the 10 with most queued, always include every noisy one.
 NOISY_SHARE = 0.10
 INFLIGHT_TOP = 10
 
@@ -43,7 +45,7 @@ class RawClass:
 
     heads: Pairs  # oldest tenant heads first: (tenant, enqueued ms)
     active_tenants: int
-    top_backlog: Pairs  # (tenant, queued jobs), most first
+    top_backlog: Pairs  # (tenant, queued jobs), most first: max(k, INFLIGHT_TOP) of them
     top_inflight: Pairs  # (tenant, leased jobs), most first
     served_now: Pairs  # (tenant, processed in the current window bucket), most first
     served_before: Pairs  # the same for the previous bucket
@@ -118,8 +120,10 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
     def get(counter: str) -> int:
         return int(stats.get(f"{counter}\t{name}", 0))
 
-    inflight = get("inflight")
-    noisy = tuple(t for t, n in raw.top_inflight if n > NOISY_SHARE * inflight and n >= exp.noisy_min_inflight)
+    inflight, depth = get("inflight"), get("depth")
+    by_inflight = [t for t, n in raw.top_inflight if n > NOISY_SHARE * inflight and n >= exp.noisy_min_inflight]
+    by_backlog = [t for t, n in raw.top_backlog if n > NOISY_SHARE * depth and n >= exp.noisy_min_queued]
+    noisy = tuple(dict.fromkeys(by_inflight + by_backlog))
     quiet = next((ms for t, ms in raw.heads if t not in noisy), None)
     processed = get("processed")
     labelled = {t: int(n) for t, n in raw.labelled}
@@ -144,7 +148,7 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
         wait_buckets=tuple(int(stats.get(f"wb\t{name}\t{i + 1}", 0)) for i in range(len(WAIT_BUCKETS_S) + 1)),
         wait_sum=get("ws") / 1000.0,
         wait_count=get("wc"),
-        top_backlog=tuple((t, int(n)) for t, n in raw.top_backlog),
+        top_backlog=tuple((t, int(n)) for t, n in raw.top_backlog[: exp.topk_tenants]),
         top_inflight=tuple((t, int(n)) for t, n in raw.top_inflight),
         noisy_tenants=noisy,
         quiet_oldest_age=age(quiet),

@@ -92,3 +92,16 @@ def test_window_buckets_age_out(client: redis.Redis) -> None:
     clock.advance(25 * 60)
     assert s.snapshot().classes["jobs:low"].processed_window == 0
     assert s.snapshot().tenant_shares == ()
+
+
+def test_a_flood_kept_to_few_slots_is_still_noisy_by_its_backlog(client: redis.Redis) -> None:
+    s, clock = scheduler(client, noisy_min_queued=100)
+    for _ in range(300):
+        s.enqueue("newsletter", "storm")
+    s.pop(1)  # one storm job in flight: below noisy_min_inflight
+    clock.advance(60)
+    s.enqueue("newsletter", "digest")
+    clock.advance(5)
+    low = s.snapshot().classes["jobs:low"]
+    assert low.noisy_tenants == ("storm",)
+    assert low.oldest_age == pytest.approx(65) and low.quiet_oldest_age == pytest.approx(5)

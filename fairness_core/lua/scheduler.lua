@@ -477,7 +477,7 @@ function ops.snapshot()
     classes[i] = {
       redis.call('ZRANGE', ckey(c, 'heads'), 0, nheads - 1, 'WITHSCORES'),
       redis.call('ZCARD', ckey(c, 'tags')),
-      redis.call('ZREVRANGE', ckey(c, 'backlog'), 0, k - 1, 'WITHSCORES'),
+      redis.call('ZREVRANGE', ckey(c, 'backlog'), 0, math.max(k, cfg.inflight_top) - 1, 'WITHSCORES'),
       redis.call('ZREVRANGE', ckey(c, 'inflight'), 0, cfg.inflight_top - 1, 'WITHSCORES'),
       served(bucket, 2 * k),
       served(bucket - 1, 2 * k),
