@@ -416,21 +416,15 @@ class Model:
         moved = 0
         for i in range(1, len(self.names)):
             after = self.promote_ms[i]
-            if after <= 0:
+            if after <= 0 or moved >= limit:
                 continue
             queue, up = self.names[i], self.names[i - 1]
             cls = self.classes[queue]
             cutoff = now - after
-            rounds = 0
-            while moved < limit and rounds < limit:
-                rounds += 1
-                head = cls.heads.first()
-                if head is None or head[1] > cutoff:
-                    break
-                tenant = head[0]
+            for tenant in cls.heads.up_to(cutoff, limit - moved):
                 q = cls.queues[tenant]
                 overdue = 0
-                for k in range(min(len(q), limit - moved)):
+                for k in range(min(len(q), self.config.tenants.batch, limit - moved)):
                     if q[k].enqueued_ms > cutoff:
                         break
                     overdue += 1
@@ -441,6 +435,8 @@ class Model:
                     self._push_head(up, tenant, items)
                     self._stat("promoted", queue, len(items))
                     moved += len(items)
+                if moved >= limit:
+                    break
         return moved
 
     def register_worker(self, now: int, worker_id: str, slots: int, ttl: float) -> None:

@@ -159,7 +159,8 @@ class Scheduler:
         return int(self._call("reap", limit))
 
     def promote_overdue(self, limit: int = SWEEP_LIMIT) -> int:
-        """Aging: move jobs older than their class's ``promote_after`` one class up."""
+        """Aging: move jobs older than their class's ``promote_after`` one class up, at most
+        ``tenants.batch`` per tenant per sweep (oldest tenants first), so a flood stays a flood."""
         return int(self._call("promote", limit))
 
     def register_worker(self, worker_id: str, slots: int, ttl: float) -> None:

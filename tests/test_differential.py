@@ -114,6 +114,10 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
 @example(params=PLAIN, ops=[ORDER, ("sleep", 10), ORDER, ("pop", 2, None), ("nack", 1), ("sleep", 3500), ("reap",)])
 # A retry whose backoff has passed is served by the next pop.
 @example(params=PLAIN, ops=[ORDER, ("pop", 1, None), ("nack", 0), ("sleep", 600), ("pop", 1, None)])
+# Aging promotes at most a batch per tenant per sweep.
+@example(params={**PLAIN, "promote": True}, ops=[
+    ("enqueue", "newsletter", "acme", None, False, 5), ("enqueue", "newsletter", "b", None, False, 1),
+    ("sleep", 4000), ("sleep", 2000), ("promote",)])
 # A wait of exactly a histogram bucket's upper bound (50 ms) falls into that bucket.
 @example(params=PLAIN, ops=[ORDER, ("sleep", 49), ("pop", 1, None)])
 def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: list[tuple]) -> None:

@@ -116,6 +116,18 @@ def test_aging_promotes_overdue_low_jobs_one_class_up(client: redis.Redis) -> No
     assert leases == {old: "jobs:medium", young: "jobs:low"}
 
 
+def test_aging_promotes_a_batch_per_tenant_so_a_flood_stays_a_flood(client: redis.Redis) -> None:
+    s, clock = at(client, tenants={"batch": 10})
+    for _ in range(50):
+        s.enqueue("newsletter", "storm")
+    s.enqueue("newsletter", "digest")
+    clock.advance(31 * 60)
+    assert s.promote_overdue() == 11
+    snap = s.snapshot().classes
+    assert dict(snap["jobs:medium"].top_backlog) == {"storm": 10, "digest": 1}
+    assert dict(snap["jobs:low"].top_backlog) == {"storm": 40}
+
+
 def test_priority_budget_demotes_the_excess_with_a_reason(client: redis.Redis) -> None:
     s, _ = at(client, scheduler={"budget_min_arrivals": 10})  # jobs:high arrival_budget 0.20
     for i in range(80):

@@ -405,22 +405,20 @@ function ops.reap()
 end
 
 -- ARGV[5]: limit. Aging: jobs waiting longer than their class's promote_after move one class up.
+-- Aging is fair too: one visit per overdue tenant, oldest first, at most `batch` jobs each, so a
+-- flood's backlog cannot turn into a flood of promoted jobs in the class above.
 function ops.promote()
   local budget = tonumber(ARGV[5])
   local moved = 0
   for i = 2, NCLASS do
     local after = cfg.promote_ms[i]
-    if after > 0 then
+    if after > 0 and moved < budget then
       local c, up = cfg.classes[i], cfg.classes[i - 1]
       local cutoff = now - after
-      local rounds = 0
-      while moved < budget and rounds < budget do
-        rounds = rounds + 1
-        local tenant, score = head_score(c)
-        if tenant == nil or score > cutoff then break end
+      for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', ckey(c, 'heads'), '-inf', cutoff, 'LIMIT', 0, budget - moved)) do
         local qk = tkey(c, tenant)
         local overdue = 0
-        for _, env in ipairs(redis.call('LRANGE', qk, 0, budget - moved - 1)) do
+        for _, env in ipairs(redis.call('LRANGE', qk, 0, math.min(cfg.batch, budget - moved) - 1)) do
           local _, enq = header(env)
           if enq > cutoff then break end
           overdue = overdue + 1
@@ -434,6 +432,7 @@ function ops.promote()
           stat('promoted', c, #items)
           moved = moved + #items
         end
+        if moved >= budget then break end
       end
     end
   end
