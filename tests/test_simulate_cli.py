@@ -143,6 +143,14 @@ def test_the_default_scenario_is_the_marketing_storm() -> None:
     assert "2,30" in result.stdout  # 2.3M jobs enqueued (and the steady streams)
 
 
+def test_the_readme_main_job_meets_the_storm_expectations() -> None:
+    """The whole storm under the four policies, exactly as the README's main job runs it (~30 s):
+    every policy's outcome must agree with the scenario's ``expect``."""
+    result = invoke()
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("as expected by the scenario") == 4 and "EXPECTATION FAILED" not in result.stdout
+
+
 def test_series_encoding_and_report_parsing() -> None:
     """Runs of a constant step collapse (promtool adds the step cumulatively: checked bit for bit),
     vanished series get a staleness marker; promtool's failure report reads back per group."""
@@ -195,7 +203,7 @@ def test_report_renders_in_headless_chromium(tmp_path: Path, rules: Path) -> Non
 def test_failure_mode_scenarios_raise_the_alert_that_must_catch_them(scenario: str) -> None:
     """Document 000's failure modes, each under the rules ``fairctl generate`` writes for its
     config: the alert that must catch it fires, the ones that must not stay silent. (The storm
-    itself runs in the README's main job and benchmarks.simulator, not here: it takes ~20 s.)"""
+    itself has its own test above.)"""
     result = invoke(ROOT / "scenarios" / scenario, "--processes", "1")
     assert result.exit_code == 0, result.output
     assert "EXPECTATION FAILED" not in result.stdout and "as expected by the scenario" in result.stdout
