@@ -26,6 +26,22 @@ def find_binary(name: str, hint: str) -> str:
     return path
 
 
+def stop_process(process: subprocess.Popen[bytes] | None, *, timeout: float = 10.0, kill: bool = False) -> None:
+    """Stop a child server: SIGTERM (or SIGKILL with ``kill``), then SIGKILL if it has not exited
+    within ``timeout``; always reaped, so no zombie is left behind."""
+    if process is None or process.poll() is not None:
+        return
+    if kill:
+        process.kill()
+    else:
+        process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class RedisServer:
     """A redis-server child process with its own data directory, stopped on exit.
 
@@ -70,16 +86,7 @@ class RedisServer:
         raise RuntimeError(f"redis-server did not answer on port {self.port} within {timeout:.0f}s")
 
     def stop(self, *, kill: bool = False) -> None:
-        if self.process and self.process.poll() is None:
-            if kill:
-                self.process.kill()
-            else:
-                self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, kill=kill)
         self.process = None
 
     def close(self) -> None:

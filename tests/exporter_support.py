@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.collector import scrape_client
 from exporter.server import ExporterServer, exporter_server
-from fairctl.redis_server import find_binary, free_port
+from fairctl.redis_server import find_binary, free_port, stop_process
 from fairness_core import Config, Scheduler
 
 PROMETHEUS_HINT = "install it with: apt-get install -y prometheus (promtool comes with it)"
@@ -139,13 +139,7 @@ class Prometheus:
         return [(r["metric"], float(r["value"][1])) for r in data["result"]]
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=20)
         self.process = None
 
     def __enter__(self) -> Prometheus:
