@@ -586,15 +586,17 @@ def _check_rules(rules: tuple[Rule, ...], class_names: set[str], source: str | N
         raise ConfigError(f"classification[{len(rules) - 1}]", "the last rule must have no conditions (a catch-all), so every job gets a class", source)
 
 
+def read_yaml(path: Path, what: str) -> object:
+    """A YAML file's document; ConfigError (without a field path) when it cannot be read or parsed.
+    Shared by config and scenario files so both fail the same way."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError("", f"cannot read {what} {path}: {exc.strerror}", str(path)) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError("", f"{what} {path} is not valid YAML: {exc}", str(path)) from None
+
+
 def load_config(path: str | Path) -> Config:
     """Read and validate a fairness.yaml; raises :class:`ConfigError` naming the bad field."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("", f"cannot read config file: {exc.strerror}", source) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError("", f"not valid YAML: {exc}", source) from None
-    return parse_config(data, source)
+    return parse_config(read_yaml(Path(path), "config file"), str(path))

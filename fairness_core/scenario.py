@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .classification import classify
 from .config import (
     POLICIES, Config, ConfigError, _bool, _choice, _int_between, _Reader, _string, parse_config, parse_duration,
+    read_yaml,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -367,21 +366,11 @@ def _patch(data: Any, patch: object, path: str) -> None:
                 node = node[name]
 
 
-def _read_yaml(path: Path, what: str) -> object:
-    """A YAML file's document; ConfigError (without a field path) when it cannot be read."""
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError("", f"cannot read {what} {path}: {exc.strerror}", str(path)) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError("", f"{what} {path} is not valid YAML: {exc}", str(path)) from None
-
-
 def _config(r: _Reader, base: Path) -> Config:
     raw_path = r.get("config", None, _string)
     path = (base / raw_path).resolve() if raw_path is not None else EXAMPLE_CONFIG
     try:
-        data = _read_yaml(path, "config file")
+        data = read_yaml(path, "config file")
     except ConfigError as exc:
         raise r.error("config", exc.message) from None
     patch = r.get("config_patch", None, lambda v, p: v)
@@ -442,4 +431,4 @@ def _list_of(key: str, source: str | None, low: int, high: int) -> Any:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file; raises :class:`ConfigError` naming the bad field."""
-    return parse_scenario(_read_yaml(Path(path), "scenario file"), str(path), Path(path).resolve().parent)
+    return parse_scenario(read_yaml(Path(path), "scenario file"), str(path), Path(path).resolve().parent)
