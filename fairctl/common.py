@@ -8,7 +8,6 @@ show a traceback; each message starts with the argument to fix.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ import typer
 from fairness_core import (
     BudgetRejected, Config, ConfigError, InvalidJob, RedisUnavailable, Scheduler, load_config, redis_client,
 )
+from fairness_core.redis_url import check_url
 
 BAD_ARGUMENT = 2
 
@@ -28,7 +28,8 @@ ConfigOption = Annotated[Path, typer.Option(
 )]
 RedisUrlOption = Annotated[Optional[str], typer.Option(
     "--redis-url", envvar="FAIRCTL_REDIS_URL", show_default=False,
-    help="Redis to use instead of the config's redis.url (redis://, rediss:// or unix://).",
+    help="Redis to use instead of the config's redis.url (redis://, rediss://, unix://, "
+         "redis+cluster:// or rediss+cluster://; user:password@ for ACLs).",
 )]
 DEFAULT_CONFIG = Path("fairness.yaml")
 
@@ -60,8 +61,10 @@ def load(config_path: Path, redis_url: str | None) -> Config:
         config = load_config(config_path)
     if redis_url is None:
         return config
-    if not re.match(r"^(redis|rediss|unix)://", redis_url):
-        fail("--redis-url", "expected a redis://, rediss:// or unix:// URL")  # never echo: may hold a password
+    try:
+        check_url(redis_url)
+    except ValueError as exc:  # the message never echoes the URL: it may hold a password
+        fail("--redis-url", str(exc))
     return dataclasses.replace(config, redis=dataclasses.replace(config.redis, url=redis_url))
 
 
@@ -71,8 +74,8 @@ def connect(config: Config) -> Scheduler:
     whole operations itself instead."""
     try:
         client = redis_client(config.redis.url)
-    except ValueError as exc:  # redis-py's message does not repeat the URL
-        fail("--redis-url", f"not a usable Redis URL: {exc}")
+    except ValueError as exc:  # the message never repeats the URL
+        fail("--redis-url", str(exc))
     return Scheduler(config, client)
 
 

@@ -58,8 +58,8 @@ def exporter(
     tls = _tls(tls_cert, tls_key)
     try:
         scheduler = Scheduler(cfg, scrape_client(cfg))
-    except ValueError as exc:  # redis-py's message does not repeat the URL
-        fail("--redis-url", f"not a usable Redis URL: {exc}")
+    except ValueError as exc:  # the message never repeats the URL
+        fail("--redis-url", str(exc))
     server = exporter_server(cfg, scheduler, host, port, tls=tls)
     try:
         server.start()

@@ -3,9 +3,10 @@ tenants, on Redis, atomically, with leases. Nothing here imports the exporter, a
 
 from .classification import Classification, classify
 from .config import Config, ConfigError, load_config, parse_config, parse_duration
+from .connection import redis_client
 from .jobs import BudgetRejected, Enqueued, FairnessError, InvalidJob, Lease, RedisUnavailable
 from .model import Model
-from .scheduler import Scheduler, redis_client
+from .scheduler import Scheduler
 from .snapshot import ClassSnapshot, Snapshot
 
 __all__ = [

@@ -17,6 +17,8 @@ from typing import Any, Callable, Mapping, TypeVar
 
 import yaml
 
+from .redis_url import check_url
+
 POLICIES = ("fifo", "strict", "weighted", "weighted-fair")
 BUDGET_ACTIONS = ("demote", "reject")
 # Class names, tier names and the key prefix end up in Redis keys and Prometheus labels.
@@ -110,6 +112,8 @@ class ClassConfig:
     arrival_budget: float | None = None
     reserved_slots: int = 0
     promote_after: float | None = None
+    # QueueStarving's for: for this class (None: alerts.for, else derived from max_age).
+    starving_for: float | None = None
     # Expected load, for the weights lint only: jobs per second and seconds per job.
     arrival_rate: float | None = None
     service_time: float | None = None
@@ -389,8 +393,10 @@ def _list(value: object, path: str) -> list[Any]:
 def _redis(value: object, path: str, source: str | None) -> RedisConfig:
     r = _Reader(value, path, source)
     url = r.get("url", RedisConfig.url, _string)
-    if not re.match(r"^(redis|rediss|unix)://", url):
-        raise r.error("url", f"expected a redis://, rediss:// or unix:// URL, got {url!r}")
+    try:
+        check_url(url)
+    except ValueError as exc:  # never quote the URL: it may hold a password
+        raise r.error("url", str(exc)) from None
     prefix = r.get("prefix", RedisConfig.prefix, _name)
     r.done()
     return RedisConfig(url=url, prefix=prefix)
@@ -418,6 +424,7 @@ def _class(value: object, path: str, source: str | None) -> ClassConfig:
         arrival_budget=r.get("arrival_budget", None, _ratio),
         reserved_slots=r.get("reserved_slots", 0, _int_between(0, 100_000)),
         promote_after=r.get("promote_after", None, parse_duration),
+        starving_for=r.get("starving_for", None, parse_duration),
         arrival_rate=r.get("arrival_rate", None, _arrival_rate),
         service_time=r.get("service_time", None, parse_duration),
     )

@@ -8,18 +8,14 @@ and nothing is lost or half-written when a worker or the connection dies between
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from importlib import resources
-from typing import Any, Callable, Iterator, Sequence
-
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from typing import Any, Callable, Sequence
 
 from .classification import classify
 from .config import OVER_BUDGET_REASON, Config
+from .connection import redis_errors
 from .jobs import (
-    BudgetRejected, Enqueued, InvalidJob, Lease, RedisUnavailable, check_task, check_tenant, check_tier, encode_payload,
+    BudgetRejected, Enqueued, InvalidJob, Lease, check_task, check_tenant, check_tier, encode_payload,
     lease_from_envelope, one_line,
 )
 from .keys import Keys
@@ -57,24 +53,6 @@ def script_config(config: Config) -> str:
         "inflight_top": INFLIGHT_TOP,
         "over_budget_reason": OVER_BUDGET_REASON,
     }, separators=(",", ":"))
-
-
-@contextmanager
-def redis_errors(client: Any) -> Iterator[None]:
-    """Turn connection failures into :class:`RedisUnavailable` without leaking credentials."""
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
-        where = f"{kwargs.get('host', kwargs.get('path', 'redis'))}:{kwargs.get('port', '')}".rstrip(":")
-        raise RedisUnavailable(f"Redis at {where} is unavailable ({type(exc).__name__})") from None
-
-
-def redis_client(url: str, *, connect_timeout: float = 3.0, timeout: float = 10.0) -> redis.Redis:
-    """A client that fails fast with no client-side retries: re-sending a script whose reply was
-    lost could apply it twice (a duplicate enqueue), so whole operations are retried by the caller."""
-    return redis.Redis.from_url(url, socket_connect_timeout=connect_timeout, socket_timeout=timeout,
-                                retry=Retry(NoBackoff(), 0))
 
 
 class Scheduler:

@@ -1,0 +1,100 @@
+"""Redis clients for fairctl, built in this one place: plain, TLS, ACL user/password, Cluster.
+
+The URL says which (see :mod:`fairness_core.redis_url`); ``redis+cluster://`` and
+``rediss+cluster://`` get redis-py's cluster client, which discovers the other nodes from the one
+named. A queue group's keys share one hash tag, so every scheduler script runs on the one master
+that owns its slot.
+
+Clients never retry a command themselves: re-sending a script whose reply was lost could apply it
+twice (a duplicate enqueue), so whole operations are retried by the caller (the worker does).
+Errors name host and port only: the URL may hold a password, so it is never repeated.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+from redis.exceptions import ClusterDownError, RedisClusterException
+from redis.retry import Retry
+
+from .jobs import RedisUnavailable
+from .redis_url import check_url, is_cluster, location, without_cluster
+
+
+def redis_client(url: str, *, connect_timeout: float = 3.0, timeout: float = 10.0) -> redis.Redis | ClusterClient:
+    """The client for ``url`` (see the module docstring), failing fast with no retries.
+
+    No I/O happens here: a cluster is discovered on first use, so an exporter or worker can start
+    while Redis is down. ValueError (without the URL) when the URL is unusable."""
+    check_url(url)
+    options: dict[str, Any] = {"socket_connect_timeout": connect_timeout, "socket_timeout": timeout,
+                               "retry": Retry(NoBackoff(), 0)}
+    if is_cluster(url):
+        return ClusterClient(url, options)
+    return redis.Redis.from_url(url, **options)
+
+
+class ClusterClient:
+    """redis-py's :class:`RedisCluster`, created on first use rather than at construction (which
+    contacts the cluster), so a process can start while the cluster is unreachable. Attribute
+    access is forwarded to the cluster client; scripts are registered without contacting it."""
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        self._url = without_cluster(url)
+        self._options = options
+        self._client: RedisCluster | None = None
+        self._lock = threading.Lock()
+        self.where = location(url)
+
+    def cluster(self) -> RedisCluster:
+        """The cluster client, discovering the cluster's nodes and slots the first time."""
+        with self._lock:
+            if self._client is None:
+                self._client = RedisCluster.from_url(self._url, **self._options)
+            return self._client
+
+    def register_script(self, script: str) -> Script:
+        # Encoded here: Script would otherwise ask the (not yet created) client for its encoder.
+        return Script(self, script.encode("utf-8"))  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cluster(), name)
+
+
+# Failures of the connection or of the cluster's availability, as opposed to a command's error.
+_UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, ClusterDownError, RedisClusterException)
+
+
+@contextmanager
+def redis_errors(client: Any) -> Iterator[None]:
+    """Turn connection failures into :class:`RedisUnavailable` naming host and port only."""
+    try:
+        yield
+    except _UNAVAILABLE as exc:
+        kind, place = _describe(client)
+        if isinstance(exc, redis.AuthenticationError):
+            raise RedisUnavailable(f"{kind} at {place} refused the user name or password ({type(exc).__name__})") from None
+        raise RedisUnavailable(f"{kind} at {place} is unavailable ({type(exc).__name__})") from None
+
+
+def _describe(client: Any) -> tuple[str, str]:
+    """What and where (host:port, or a socket path) a client talks to; its kwargs hold no URL."""
+    if isinstance(client, ClusterClient):
+        return "Redis Cluster", client.where
+    if isinstance(client, RedisCluster):
+        return "Redis Cluster", client.get_default_node().name
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    return "Redis", f"{kwargs.get('host', kwargs.get('path', 'redis'))}:{kwargs.get('port', '')}".rstrip(":")

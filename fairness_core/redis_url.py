@@ -1,0 +1,53 @@
+"""Redis URLs: which forms fairctl accepts, and how to name one without its secrets.
+
+``redis://`` (TCP), ``rediss://`` (TLS; ``?ssl_ca_certs=PATH`` and redis-py's other ``ssl_*``
+query options), ``unix://`` (a socket), each with optional ``user:password@``; ``redis+cluster://``
+and ``rediss+cluster://`` name one seed node of a Redis Cluster. A URL may hold a password, so no
+message built here ever quotes one.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from redis.connection import parse_url
+
+CLUSTER_SUFFIX = "+cluster"
+URL_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+URL_HINT = "expected a redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL"
+_SCHEME = re.compile(r"^([a-z+]+)://")
+
+
+def is_cluster(url: str) -> bool:
+    return urlsplit(url).scheme.endswith(CLUSTER_SUFFIX)
+
+
+def without_cluster(url: str) -> str:
+    """The URL redis-py's own parser reads (it knows no ``+cluster`` schemes)."""
+    return url.replace(CLUSTER_SUFFIX, "", 1) if is_cluster(url) else url
+
+
+def check_url(url: str) -> None:
+    """ValueError, never quoting the URL, unless redis-py can use it."""
+    match = _SCHEME.match(url)
+    if match is None or match.group(1) not in URL_SCHEMES:
+        raise ValueError(URL_HINT)
+    try:
+        options = parse_url(without_cluster(url))
+    except ValueError:  # redis-py's message may quote part of the URL (a "port" that is a password)
+        raise ValueError("not a usable Redis URL: check host, port and query options, and percent-encode "
+                         "characters such as / ? # @ : in the user name and password") from None
+    if is_cluster(url) and options.get("db", 0) != 0:
+        raise ValueError("a Redis Cluster has only database 0; drop the /<db> from the URL")
+
+
+def location(url: str) -> str:
+    """``host:port`` (or the socket path) of a URL, for messages: never the user or password."""
+    parts = urlsplit(without_cluster(url))
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or parts.path or "redis"
+    return f"{host}:{port}" if port else host
