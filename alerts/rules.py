@@ -66,8 +66,11 @@ class Alert:
 
 
 def starving_for(config: Config, cls: ClassConfig) -> float:
-    """QueueStarving's ``for:`` for one class: ``alerts.for`` if set, else max_age / 4 in whole
-    minutes between 1m and 15m (document 000's 15m for a 1h SLO; a minute for a 60s SLO)."""
+    """QueueStarving's ``for:`` for one class: the class's ``starving_for`` if set, else
+    ``alerts.for`` if set, else max_age / 4 in whole minutes between 1m and 15m (document 000's
+    15m for a 1h SLO; a minute for a 60s SLO)."""
+    if cls.starving_for is not None:
+        return cls.starving_for
     configured = config.alerts.for_durations[QUEUE_STARVING]
     if configured is not None:
         return configured

@@ -23,7 +23,6 @@ import dataclasses
 import heapq
 import itertools
 import math
-import random
 import time
 from array import array
 from collections import Counter
@@ -31,10 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .arrivals import Arrival, service_samplers, stream_arrivals
 from .config import Config
 from .jobs import BudgetRejected, Lease
 from .model import Model
-from .scenario import Burst, Constant, Poisson, Scenario, Service, Stream, TenantPool
+from .scenario import Scenario, Stream
 from .snapshot import Snapshot
 from .worker import PROMOTE_EVERY_S, REAP_EVERY_S
 
@@ -93,17 +93,6 @@ def scenario_config(scenario: Scenario, policy: str) -> Config:
     return dataclasses.replace(scenario.config, scheduler=dataclasses.replace(scenario.config.scheduler, policy=policy))
 
 
-def _sampler(service: Service, rng: random.Random) -> Callable[[], float]:
-    """Service time in seconds from the stream's distribution."""
-    if service.kind == "constant":
-        return lambda: service.a
-    if service.kind == "exponential":
-        rate = 1.0 / service.a
-        return lambda: rng.expovariate(rate)
-    mu = math.log(service.a)
-    return lambda: rng.lognormvariate(mu, service.b)
-
-
 def _percentile(ordered: Sequence[Any], q: float) -> Any:
     """Nearest-rank percentile of an already sorted sequence."""
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
@@ -125,10 +114,8 @@ class Simulation:
         self.end_ms = int(scenario.duration * 1000)
         self._heap: list[tuple[int, int, int, Any]] = []
         self._order = itertools.count()
-        self._arrival_rng = [random.Random(f"{scenario.seed}:arrivals:{i}") for i in range(len(scenario.streams))]
-        self._service = [_sampler(s.service, random.Random(f"{scenario.seed}:service:{i}"))
-                         for i, s in enumerate(scenario.streams)]
-        self._next_arrival: list[float] = [0.0] * len(scenario.streams)
+        self._arrivals = [stream_arrivals(scenario, i, scenario.duration) for i in range(len(scenario.streams))]
+        self._service = service_samplers(scenario)
         self._stream_of = array("H", [0])  # job id -> stream (ids start at 1)
         self._pool_classes = [list(p.classes) if p.classes is not None else None for p in scenario.workers]
         self._idle = [p.count for p in scenario.workers]
@@ -150,41 +137,17 @@ class Simulation:
     def _push(self, at_ms: int, kind: int, arg: Any = None) -> None:
         heapq.heappush(self._heap, (at_ms, kind, next(self._order), arg))
 
-    def _schedule_arrival(self, i: int, stream: Stream, after_s: float | None) -> None:
-        """The stream's next arrival (``after_s`` None: its first)."""
-        arrivals = stream.arrivals
-        if isinstance(arrivals, Burst):
-            if after_s is None:
-                self._push(int(arrivals.at * 1000), _ARRIVE, i)
-            return
-        if isinstance(arrivals, Poisson):
-            gap = self._arrival_rng[i].expovariate(arrivals.rate_per_s)
-            at = (stream.start if after_s is None else after_s) + gap
-        else:
-            assert isinstance(arrivals, Constant)
-            at = stream.start if after_s is None else after_s + 1.0 / arrivals.rate_per_s
-        if (stream.stop is None or at < stream.stop) and at * 1000 <= self.end_ms:
-            self._next_arrival[i] = at
-            self._push(round(at * 1000), _ARRIVE, i)
+    def _schedule_arrival(self, i: int) -> None:
+        """Stream ``i``'s next arrival, if it has one before the end."""
+        arrival = next(self._arrivals[i], None)
+        if arrival is not None:
+            self._push(round(arrival.at * 1000), _ARRIVE, arrival)
 
-    def _tenant(self, i: int, stream: Stream) -> str:
-        tenant = stream.tenant
-        if isinstance(tenant, TenantPool):
-            return f"{tenant.prefix}{self._arrival_rng[i].randrange(tenant.size)}"
-        return tenant
-
-    def _arrive(self, now: int, i: int) -> None:
-        stream = self.scenario.streams[i]
-        if isinstance(stream.arrivals, Burst):
-            if isinstance(stream.tenant, TenantPool):
-                counts = Counter(self._tenant(i, stream) for _ in range(stream.arrivals.count))
-            else:
-                counts = Counter({stream.tenant: stream.arrivals.count})
-            for tenant, n in counts.items():
-                self._submit(now, i, stream, tenant, n)
-            return
-        self._submit(now, i, stream, self._tenant(i, stream), 1)
-        self._schedule_arrival(i, stream, self._next_arrival[i])
+    def _arrive(self, now: int, arrival: Arrival) -> None:
+        stream = self.scenario.streams[arrival.stream]
+        for tenant, n in arrival.tenants:
+            self._submit(now, arrival.stream, stream, tenant, n)
+        self._schedule_arrival(arrival.stream)
 
     def _submit(self, now: int, i: int, stream: Stream, tenant: str, n: int) -> None:
         before = self.model.seq
@@ -259,8 +222,8 @@ class Simulation:
         ttl = self.scenario.duration + 3600  # registrations outlive the run: nobody re-registers
         for pool in self.scenario.workers:
             model.register_worker(0, f"sim/{pool.name}", pool.count, ttl)
-        for i, stream in enumerate(self.scenario.streams):
-            self._schedule_arrival(i, stream, None)
+        for i in range(len(self.scenario.streams)):
+            self._schedule_arrival(i)
         for p, pool in enumerate(self.scenario.workers):
             for crash in pool.crashes:
                 self._push(int(crash.at * 1000), _CRASH, (p, crash))

@@ -1,0 +1,81 @@
+"""A :class:`Config` back as the YAML document that :func:`parse_config` reads.
+
+Processes started for a derived config (a drill's time-compressed one, a scenario's patched one)
+read it from a file like any other: this writes that file. ``parse_config(config_to_data(c))``
+gives ``c`` back (durations at millisecond resolution, as they are written).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from .config import ALERT_FOR, Config, format_duration
+
+
+def _duration(seconds: float | None) -> str | None:
+    return None if seconds is None else format_duration(seconds)
+
+
+def config_to_data(config: Config) -> dict[str, Any]:
+    """Every field of ``config``, optional ones only when set, in the example file's order."""
+    s, t, le, e, a = config.scheduler, config.tenants, config.leases, config.exporter, config.alerts
+    classes = []
+    for c in config.classes:
+        item: dict[str, Any] = {"name": c.name, "weight": c.weight, "max_age": format_duration(c.max_age),
+                                "reserved_slots": c.reserved_slots}
+        optional = {"arrival_budget": c.arrival_budget, "promote_after": _duration(c.promote_after),
+                    "starving_for": _duration(c.starving_for), "arrival_rate": c.arrival_rate,
+                    "service_time": _duration(c.service_time)}
+        item.update({k: v for k, v in optional.items() if v is not None})
+        classes.append(item)
+    rules = []
+    for r in config.classification:
+        rule: dict[str, Any] = {"class": r.queue, "reason": r.reason}
+        if r.tasks is not None:
+            rule["tasks"] = sorted(r.tasks)
+        if r.user_waiting is not None:
+            rule["user_waiting"] = r.user_waiting
+        if r.tenant_tier is not None:
+            rule["tenant_tier"] = r.tenant_tier
+        rules.append(rule)
+    alerts: dict[str, Any] = {
+        "rate_window": format_duration(a.rate_window), "share_tolerance": a.share_tolerance,
+        "tenant_dominance": a.tenant_dominance, "reason_shift": a.reason_shift,
+        "reason_baseline": format_duration(a.reason_baseline), "stall_after": format_duration(a.stall_after),
+        "inversion_max_depth": a.inversion_max_depth, "redelivery_ratio": a.redelivery_ratio,
+        "exporter_job": a.exporter_job,
+        "for": {k: format_duration(v) for k, v in a.for_durations.items() if v is not None and v != ALERT_FOR[k]},
+    }
+    optional_alerts = {"runbook_url": a.runbook_url, "dashboard_url": a.dashboard_url, "worker_slots": a.worker_slots}
+    alerts.update({k: v for k, v in optional_alerts.items() if v is not None})
+    exporter: dict[str, Any] = {
+        "topk_tenants": e.topk_tenants, "tenant_label_limit": e.tenant_label_limit,
+        "window": format_duration(e.window), "scrape_timeout": format_duration(e.scrape_timeout),
+        "noisy_min_inflight": e.noisy_min_inflight, "noisy_min_queued": e.noisy_min_queued,
+        "fairness_sample": e.fairness_sample,
+    }
+    if e.listen is not None:
+        exporter["listen"] = e.listen
+    return {
+        "redis": {"url": config.redis.url, "prefix": config.redis.prefix},
+        "scheduler": {"policy": s.policy, "max_payload_bytes": s.max_payload_bytes,
+                      "budget_window": format_duration(s.budget_window), "budget_min_arrivals": s.budget_min_arrivals,
+                      "budget_action": s.budget_action},
+        "classes": classes,
+        "tenants": {"tiers": dict(t.tiers), "default_tier": t.default_tier, "batch": t.batch,
+                    "max_id_bytes": t.max_id_bytes},
+        "classification": rules,
+        "leases": {"visibility_timeout": format_duration(le.visibility_timeout), "max_attempts": le.max_attempts,
+                   "retry_backoff": format_duration(le.retry_backoff),
+                   "retry_backoff_max": format_duration(le.retry_backoff_max)},
+        "exporter": exporter,
+        "alerts": alerts,
+    }
+
+
+def config_to_yaml(config: Config, header: str = "") -> str:
+    """The config file's text, with ``header`` as a leading comment."""
+    comment = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
+    return comment + yaml.safe_dump(config_to_data(config), sort_keys=False, allow_unicode=True)
