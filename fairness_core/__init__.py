@@ -4,13 +4,13 @@ tenants, on Redis, atomically, with leases. Nothing here imports the exporter, a
 from .classification import Classification, classify
 from .config import Config, ConfigError, load_config, parse_config, parse_duration
 from .connection import redis_client
-from .jobs import BudgetRejected, Enqueued, FairnessError, InvalidJob, Lease, RedisUnavailable
+from .jobs import BudgetRejected, Enqueued, FairnessError, InvalidJob, Lease, Popped, RedisUnavailable
 from .model import Model
 from .scheduler import Scheduler
 from .snapshot import ClassSnapshot, Snapshot
 
 __all__ = [
     "BudgetRejected", "Classification", "Enqueued", "ClassSnapshot", "Config", "ConfigError", "FairnessError",
-    "InvalidJob", "Lease", "Model", "RedisUnavailable", "Scheduler", "Snapshot", "classify",
+    "InvalidJob", "Lease", "Model", "Popped", "RedisUnavailable", "Scheduler", "Snapshot", "classify",
     "load_config", "parse_config", "parse_duration", "redis_client",
 ]

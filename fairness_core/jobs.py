@@ -128,6 +128,15 @@ class Lease:
     attempts: int
 
 
+@dataclass(frozen=True)
+class Popped:
+    """What ``ack_and_pop`` did: for each lease given, whether its ack counted (False: the lease
+    had expired, as with ``ack``), and the newly leased jobs."""
+
+    acked: list[bool]
+    leases: list[Lease]
+
+
 def lease_from_envelope(queue: str, tenant: str, attempts: int, envelope: str) -> Lease:
     job_id, enqueued_ms, _, _, task, reason, payload = envelope.split("\t", 6)
     return Lease(

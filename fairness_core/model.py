@@ -16,7 +16,8 @@ from typing import Any, Sequence
 from .classification import classify
 from .config import OVER_BUDGET_REASON, Config
 from .jobs import (
-    BudgetRejected, Enqueued, InvalidJob, Lease, check_task, check_tenant, check_tier, encode_payload, one_line,
+    BudgetRejected, Enqueued, InvalidJob, Lease, Popped, check_task, check_tenant, check_tier, encode_payload,
+    one_line,
 )
 from .snapshot import INFLIGHT_TOP, WAIT_BUCKETS_S, RawClass, Snapshot, build_snapshot, heads_to_read
 from .zset import ZSet
@@ -280,6 +281,12 @@ class Model:
 
     def pop(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Lease]:
         return [_to_lease(e) for e in self.pop_entries(now, max_jobs, classes=classes)]
+
+    def ack_and_pop(self, now: int, done: Sequence[Lease], max_jobs: int = 1, *,
+                    classes: Sequence[str] | None = None) -> Popped:
+        """The acks, then the pop, in one step, as the Lua's ``pop`` with acks does it."""
+        acked = [self.ack(now, lease) for lease in done]
+        return Popped(acked=acked, leases=self.pop(now, max_jobs, classes=classes))
 
     def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[_Leased]:
         """Like :meth:`pop`, returning the model's own records (cheaper for the simulator)."""

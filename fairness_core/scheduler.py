@@ -15,8 +15,8 @@ from .classification import classify
 from .config import OVER_BUDGET_REASON, Config
 from .connection import redis_errors
 from .jobs import (
-    BudgetRejected, Enqueued, InvalidJob, Lease, check_task, check_tenant, check_tier, encode_payload,
-    lease_from_envelope, one_line,
+    BudgetRejected, Enqueued, InvalidJob, Lease, Popped, check_task, check_tenant, check_tier,
+    encode_payload, lease_from_envelope, one_line,
 )
 from .keys import Keys
 from .snapshot import INFLIGHT_TOP, WAIT_BUCKETS_S, RawClass, Snapshot, build_snapshot, heads_to_read
@@ -107,6 +107,13 @@ class Scheduler:
     def pop(self, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Lease]:
         """Lease up to ``max_jobs`` jobs, chosen by the configured policy; ``classes`` limits a
         reserved pool to some classes. Returns an empty list when nothing is due."""
+        return self.ack_and_pop((), max_jobs, classes=classes).leases
+
+    def ack_and_pop(self, done: Sequence[Lease], max_jobs: int = 1, *,
+                    classes: Sequence[str] | None = None) -> Popped:
+        """Complete ``done`` (each exactly as :meth:`ack` would) and lease the next jobs, in one
+        script call: a worker pays one round trip per job instead of two, the way BullMQ's
+        move-to-finished hands back the next job. The acks are applied before the pop."""
         if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or not 1 <= max_jobs <= MAX_POP:
             raise ValueError(f"max_jobs: expected 1..{MAX_POP}, got {max_jobs!r}")
         allowed = ""
@@ -114,8 +121,10 @@ class Scheduler:
             allowed = ",".join(str(self._class_index(c, "classes") + 1) for c in classes)
             if not allowed:
                 raise ValueError("classes: expected at least one class name, or None for all")
-        _now, items = self._call("pop", max_jobs, allowed)
-        return [lease_from_envelope(_text(c), _text(t), int(a), _text(env)) for c, t, a, env in items]
+        settle = [arg for lease in done for arg in (lease.job_id, lease.attempts)]
+        _now, items, acked = self._call("pop", max_jobs, allowed, *settle)
+        return Popped(acked=[bool(a) for a in acked],
+                      leases=[lease_from_envelope(_text(c), _text(t), int(a), _text(env)) for c, t, a, env in items])
 
     def ack(self, lease: Lease) -> bool:
         """Complete a job. False when the lease had expired and the job went back to the queue."""

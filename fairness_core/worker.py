@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from types import FrameType
 from typing import TypeVar
 
@@ -281,16 +282,25 @@ class Worker:
     # ------------------------------------------------------------------ slots
 
     def _slot_loop(self) -> None:
+        """Pop, work, repeat. A finished job's ack rides with the slot's next pop (one round trip
+        per job); the lease stays held, and heartbeated, until that call settles it. When the slot
+        stops, acks still pending are sent on their own. A worker killed in between loses no job:
+        the unacked lease expires and the job runs again (at least once, as before)."""
         idle = IDLE_MIN_S
+        done: list[Lease] = []
         while not self._stopping.is_set():
             try:
-                leases = self._call(lambda: self.scheduler.pop(self.batch, classes=self.classes), self._stopping)
+                popped = self._call(lambda: self.scheduler.ack_and_pop(done, self.batch, classes=self.classes),
+                                    self._stopping)
             except Exception:  # a bug or a Redis error reply: keep the slot alive, do not spin
                 log.exception("pop failed")
                 self._stopping.wait(jittered(OUTAGE_MAX_S))
                 continue
-            if leases is None:
-                return
+            if popped is None:
+                break
+            self._settled(done, popped.acked)
+            done = []
+            leases = popped.leases
             if not leases:
                 self._stopping.wait(jittered(idle))
                 idle = min(idle * 2, IDLE_MAX_S)
@@ -299,20 +309,23 @@ class Worker:
             with self._held_lock:
                 self._held.update((lease.job_id, lease) for lease in leases)
             for lease in leases:
-                if not self._halt.is_set():
-                    self._work(lease)
+                if not self._halt.is_set() and self._work(lease):
+                    done.append(lease)
+                else:
+                    self._release(lease)
+        for lease in done:
+            self._settled([lease], [self._call(partial(self.scheduler.ack, lease), self._halt)])
 
-    def _work(self, lease: Lease) -> None:
+    def _work(self, lease: Lease) -> bool:
+        """Run the job; True when it succeeded and awaits its ack. A failure is nacked here."""
         try:
             error = self._run_handler(lease)
             if error is None:
-                self._settle_ack(lease)
-            else:
-                self._settle_nack(lease, error)
+                return True
+            self._settle_nack(lease, error)
         except Exception:
             log.exception("settling job %s failed; its lease will expire and it will be delivered again", lease.job_id)
-        finally:
-            self._release(lease)
+        return False
 
     def _run_handler(self, lease: Lease) -> str | None:
         """None on success, else the error stored with the job."""
@@ -325,10 +338,13 @@ class Worker:
             return str(exc) or type(exc).__name__
         return None
 
-    def _settle_ack(self, lease: Lease) -> None:
-        if self._call(lambda: self.scheduler.ack(lease), self._halt) is False:
-            # Expired and re-queued (at least once), or acked already by a call whose reply was lost.
-            log.warning("job %s finished but its lease was no longer held; it may run again", lease.job_id)
+    def _settled(self, done: list[Lease], acked: Sequence[bool | None]) -> None:
+        """Stop heartbeating acked leases; say so when an ack came too late (None: never sent)."""
+        for lease, ok in zip(done, acked):
+            if ok is False:
+                # Expired and re-queued (at least once), or acked already by a call whose reply was lost.
+                log.warning("job %s finished but its lease was no longer held; it may run again", lease.job_id)
+            self._release(lease)
 
     def _settle_nack(self, lease: Lease, error: str) -> None:
         outcome = self._call(lambda: self.scheduler.nack(lease, error), self._halt)

@@ -62,6 +62,26 @@ def test_ack_completes_and_a_stale_lease_cannot_ack(client: redis.Redis) -> None
     assert (c.depth, c.inflight, c.counters["processed"], c.counters["redelivered"]) == (0, 0, 1, 1)
 
 
+def test_acks_riding_with_a_pop_settle_first_and_say_which_counted(client: redis.Redis) -> None:
+    s, clock = at(client, leases={"visibility_timeout": "10s"})  # jobs:high reserves 2 of 3 slots
+    s.register_worker("w1", 3, ttl=60)
+    for n in range(3):
+        s.enqueue("order", "acme", {"n": n})
+    (first,) = s.pop(5)
+    assert s.pop(5) == [], "the one slot left to jobs:medium is taken"
+    done = s.ack_and_pop([first, first], 5)
+    assert done.acked == [True, False], "the repeated ack is stale, as a second ack() would be"
+    assert [lease.payload for lease in done.leases] == [{"n": 1}], "the ack freed the slot before the pop"
+    clock.advance(11)
+    assert s.reap() == 1
+    late = s.ack_and_pop(done.leases, 5)
+    assert late.acked == [False] and [lease.attempts for lease in late.leases] == [2], "an expired lease cannot ack"
+    last = s.ack_and_pop(late.leases, 5)
+    assert last.acked == [True] and [lease.payload for lease in last.leases] == [{"n": 2}]
+    c = s.snapshot().classes["jobs:medium"]
+    assert (c.depth, c.inflight, c.counters["processed"], c.counters["redelivered"]) == (0, 1, 2, 1)
+
+
 def test_heartbeat_keeps_a_long_job_leased(client: redis.Redis) -> None:
     s, clock = at(client, leases={"visibility_timeout": "10s"})
     s.enqueue("order", "acme")

@@ -198,6 +198,50 @@ local function lease(c, tenant, items, out)
   redis.call('ZINCRBY', ckey(c, 'inflight'), #items, tenant)
 end
 
+-- Look up a live lease; a lease whose job was reaped (or redelivered since) is stale.
+local function held(id, attempts)
+  local rec = redis.call('HGET', K_LEASED, id)
+  if not rec then return nil end
+  local c, tenant, att, env = parse_record(rec)
+  if att ~= attempts then return nil end
+  return c, tenant, att, env
+end
+
+local function release_lease(id, c, tenant)
+  redis.call('HDEL', K_LEASED, id)
+  redis.call('ZREM', K_LEASES, id)
+  stat('inflight', c, -1)
+  if tonumber(redis.call('ZINCRBY', ckey(c, 'inflight'), -1, tenant)) <= 0 then
+    redis.call('ZREM', ckey(c, 'inflight'), tenant)
+  end
+end
+
+-- Windowed service per tenant: one sorted set per window-long bucket (the exporter reads the
+-- current and the previous one), and cumulative counts for the first tenant_label_limit tenants.
+local function count_processed(c, tenant)
+  local bucket = math.floor(now / cfg.window_ms)
+  local served = ckey(c, 'served:' .. bucket)
+  local total = ckey(c, 'servedn:' .. bucket)
+  redis.call('ZINCRBY', served, 1, tenant)
+  redis.call('INCR', total)
+  redis.call('PEXPIRE', served, 3 * cfg.window_ms)
+  redis.call('PEXPIRE', total, 3 * cfg.window_ms)
+  local done = ckey(c, 'done')
+  if redis.call('ZSCORE', done, tenant) or redis.call('ZCARD', done) < cfg.label_limit then
+    redis.call('ZINCRBY', done, 1, tenant)
+  end
+end
+
+-- Complete a leased job: 1, or 0 when the lease is stale (expired and reaped, or redelivered since).
+local function settle(id, attempts)
+  local c, tenant = held(id, attempts)
+  if not c then return 0 end
+  release_lease(id, c, tenant)
+  stat('processed', c, 1)
+  count_processed(c, tenant)
+  return 1
+end
+
 -- Capacity left for class i once the unused reservations of the other classes are held back.
 local function capacity(i, inflight, slots)
   if slots <= 0 or not cfg.has_reserved then return math.huge end
@@ -214,8 +258,12 @@ local function head_score(c)
   return h[1], tonumber(h[2])
 end
 
--- ARGV[5]: max jobs, ARGV[6]: allowed classes as "1,3" (1-based) or "" for all
+-- ARGV[5]: max jobs, ARGV[6]: allowed classes as "1,3" (1-based) or "" for all,
+-- ARGV[7..]: job id and attempts of each lease to ack first (the worker's finished jobs ride with
+-- its next pop: one round trip per job). Returns {now, leased records, 1/0 per ack}.
 function ops.pop()
+  local acked = {}
+  for i = 7, #ARGV, 2 do acked[#acked + 1] = settle(ARGV[i], tonumber(ARGV[i + 1])) end
   release_delayed(100)
   local want = tonumber(ARGV[5])
   local allowed = {}
@@ -309,51 +357,12 @@ function ops.pop()
     end
     redis.call('HSET', K_SWRR, unpack(args))
   end
-  return {tostring(now), out}
-end
-
--- Look up a live lease; a lease whose job was reaped (or redelivered since) is stale.
-local function held(id, attempts)
-  local rec = redis.call('HGET', K_LEASED, id)
-  if not rec then return nil end
-  local c, tenant, att, env = parse_record(rec)
-  if att ~= attempts then return nil end
-  return c, tenant, att, env
-end
-
-local function release_lease(id, c, tenant)
-  redis.call('HDEL', K_LEASED, id)
-  redis.call('ZREM', K_LEASES, id)
-  stat('inflight', c, -1)
-  if tonumber(redis.call('ZINCRBY', ckey(c, 'inflight'), -1, tenant)) <= 0 then
-    redis.call('ZREM', ckey(c, 'inflight'), tenant)
-  end
-end
-
--- Windowed service per tenant: one sorted set per window-long bucket (the exporter reads the
--- current and the previous one), and cumulative counts for the first tenant_label_limit tenants.
-local function count_processed(c, tenant)
-  local bucket = math.floor(now / cfg.window_ms)
-  local served = ckey(c, 'served:' .. bucket)
-  local total = ckey(c, 'servedn:' .. bucket)
-  redis.call('ZINCRBY', served, 1, tenant)
-  redis.call('INCR', total)
-  redis.call('PEXPIRE', served, 3 * cfg.window_ms)
-  redis.call('PEXPIRE', total, 3 * cfg.window_ms)
-  local done = ckey(c, 'done')
-  if redis.call('ZSCORE', done, tenant) or redis.call('ZCARD', done) < cfg.label_limit then
-    redis.call('ZINCRBY', done, 1, tenant)
-  end
+  return {tostring(now), out, acked}
 end
 
 -- ARGV[5]: job id, ARGV[6]: attempts of the lease
 function ops.ack()
-  local c, tenant = held(ARGV[5], tonumber(ARGV[6]))
-  if not c then return 0 end
-  release_lease(ARGV[5], c, tenant)
-  stat('processed', c, 1)
-  count_processed(c, tenant)
-  return 1
+  return settle(ARGV[5], tonumber(ARGV[6]))
 end
 
 -- ARGV[5]: job id, ARGV[6]: attempts, ARGV[7]: error text (one line)
