@@ -11,12 +11,14 @@ from alerts.output import ALERTS
 from dashboards.output import DASHBOARDS_OUTPUT
 
 from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
+from .compose_output import COMPOSE_OUTPUT
 from .generated import OutputSet, differences, plan, write
+from .kubernetes_output import KUBERNETES_OUTPUT
 
 app = typer.Typer()
 
 # Every set `fairctl generate` writes, each under its own directory of --out.
-OUTPUT_SETS: tuple[OutputSet, ...] = (ALERTS, DASHBOARDS_OUTPUT)
+OUTPUT_SETS: tuple[OutputSet, ...] = (ALERTS, DASHBOARDS_OUTPUT, COMPOSE_OUTPUT, KUBERNETES_OUTPUT)
 
 
 @app.command()

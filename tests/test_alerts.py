@@ -21,8 +21,8 @@ from alerts.layout import GENERATED_DIR, RULES_FILE, TESTS_DIR, runbook_file
 from alerts.output import ALERTS, render
 from alerts.rules import UP, build_alerts
 from alerts.runbooks import diagnostics
-from dashboards.layout import GENERATED_DIR as DASHBOARDS_DIR
 from exporter import metrics as m
+from fairctl.generate_command import OUTPUT_SETS
 from fairctl.generated import plan, write
 from fairness_core import Config, load_config, parse_config
 from fairness_core.config import ALERT_FOR
@@ -153,8 +153,8 @@ def test_generate_check_is_clean_on_the_committed_output() -> None:
 
 
 def test_generate_check_lists_edited_missing_and_stray_files_and_generate_repairs_them(tmp_path: Path) -> None:
-    shutil.copytree(GENERATED, tmp_path / GENERATED_DIR)
-    shutil.copytree(ROOT / DASHBOARDS_DIR, tmp_path / DASHBOARDS_DIR)
+    for output in OUTPUT_SETS:
+        shutil.copytree(ROOT / output.directory, tmp_path / output.directory)
     generated = tmp_path / GENERATED_DIR
     edited, removed, stray = generated / runbook_file("QueueStalled"), generated / TESTS_DIR / "QueueStarving.yml", \
         generated / "runbooks" / "OldAlert.md"

@@ -1,0 +1,22 @@
+"""What the container deployments (``compose/`` and ``deploy/kubernetes/``) agree on: where the
+config is mounted, the image's name, and how often Prometheus scrapes and evaluates.
+
+Kept apart from ``stack_config`` because the native stack runs on the host, not in containers.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from exporter.collector import fairctl_version
+
+# The config file inside every fairctl container (a bind mount in compose, a ConfigMap in Kubernetes).
+CONFIG_DIR = PurePosixPath("/etc/fairctl")
+CONFIG_FILE = CONFIG_DIR / "fairness.yaml"
+# Real time, not the drill's compressed time: the rules' rate windows are minutes long.
+SCRAPE_INTERVAL_S = 15.0
+
+
+def image() -> str:
+    """The image the repository's Dockerfile builds, tagged with the installed version."""
+    return f"fairctl:{fairctl_version()}"

@@ -1,0 +1,142 @@
+"""The ``kubernetes`` output set of ``fairctl generate``: plain manifests under deploy/kubernetes/
+(no Helm) built from the same artifacts as everything else, so ``generate --check`` keeps them
+current: the config file as a ConfigMap, a worker Deployment with the exporter as a sidecar, a
+Service and ServiceMonitor for it, the generated rules as a PrometheusRule and the generated
+dashboards as ConfigMaps for Grafana's dashboard sidecar.
+
+The Redis URL, which may hold a password, is read from a Secret the operator creates
+(``REDIS_SECRET``/``REDIS_SECRET_KEY``); no manifest carries it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from alerts.output import HEADER, rules_text, yaml_text
+from dashboards.output import render as render_dashboards
+from exporter.server import DEFAULT_PORT
+from fairness_core.config import Config, ConfigError
+
+from .containers import CONFIG_DIR, CONFIG_FILE, SCRAPE_INTERVAL_S, image
+from .generated import RenderedSet
+
+GENERATED_DIR = PurePosixPath("deploy/kubernetes")
+NAME = "fairctl"
+CONFIG_MAP, WORKERS, EXPORTER_SERVICE, RULES = f"{NAME}-config", f"{NAME}-workers", f"{NAME}-exporter", f"{NAME}-rules"
+REDIS_SECRET, REDIS_SECRET_KEY = f"{NAME}-redis", "url"
+METRICS_PORT_NAME = "metrics"
+# The label a Service carries its Prometheus job name in (ServiceMonitor jobLabel), so `up` has
+# job=alerts.exporter_job as FairnessExporterDown expects.
+JOB_LABEL = "fairctl-job"
+# The Grafana dashboard sidecar's convention (kiwigrid k8s-sidecar, kube-prometheus-stack).
+DASHBOARD_LABEL, DASHBOARD_FOLDER_ANNOTATION = "grafana_dashboard", "grafana_folder"
+WORKER_REPLICAS, WORKER_CONCURRENCY = 2, 4
+# The worker's default --grace of 30 s, plus time to exit.
+TERMINATION_GRACE_S = 45
+SELECTOR = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "worker"}
+
+
+def _metadata(name: str, component: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "labels": {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": component},
+            **extra}
+
+
+def config_map(config: Config) -> dict[str, Any]:
+    """The config file as written (comments and all), which is what every container reads."""
+    if config.source is None:
+        raise ConfigError("", "the Kubernetes ConfigMap embeds the config file: load the config from a file")
+    text = Path(config.source).read_text(encoding="utf-8")
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(CONFIG_MAP, "config"),
+            "data": {CONFIG_FILE.name: text}}
+
+
+def _container(name: str, args: list[str]) -> dict[str, Any]:
+    """A fairctl container: the config mounted read-only, the Redis URL from the Secret, no privileges."""
+    return {
+        "name": name, "image": image(), "args": [*args, "--config", str(CONFIG_FILE)],
+        "env": [{"name": "FAIRCTL_REDIS_URL",
+                 "valueFrom": {"secretKeyRef": {"name": REDIS_SECRET, "key": REDIS_SECRET_KEY}}}],
+        "volumeMounts": [{"name": "config", "mountPath": str(CONFIG_DIR), "readOnly": True},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}},
+    }
+
+
+def deployment() -> dict[str, Any]:
+    """Workers with an exporter sidecar in each pod: the generated rules deduplicate the sidecars' series."""
+    worker = _container("worker", ["worker", "--handlers", "fairctl.handlers:sleep_handlers",
+                                   "--concurrency", str(WORKER_CONCURRENCY)])
+    worker["resources"] = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
+    exporter = _container("exporter", ["exporter", "--listen", f"0.0.0.0:{DEFAULT_PORT}"])
+    probe = {"httpGet": {"path": "/", "port": METRICS_PORT_NAME}, "periodSeconds": 10}
+    exporter |= {"ports": [{"name": METRICS_PORT_NAME, "containerPort": DEFAULT_PORT}],
+                 "readinessProbe": probe, "livenessProbe": probe,
+                 "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}}}
+    pod = {
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        "containers": [worker, exporter],
+        # The root filesystem is read-only; /tmp is the one writable place.
+        "volumes": [{"name": "config", "configMap": {"name": CONFIG_MAP}}, {"name": "tmp", "emptyDir": {}}],
+    }
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(WORKERS, "worker"),
+            "spec": {"replicas": WORKER_REPLICAS, "selector": {"matchLabels": dict(SELECTOR)},
+                     "template": {"metadata": {"labels": dict(SELECTOR)}, "spec": pod}}}
+
+
+def service(config: Config) -> dict[str, Any]:
+    meta = _metadata(EXPORTER_SERVICE, "exporter")
+    meta["labels"][JOB_LABEL] = config.alerts.exporter_job
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+            "spec": {"selector": dict(SELECTOR), "ports": [
+                {"name": METRICS_PORT_NAME, "port": DEFAULT_PORT, "targetPort": METRICS_PORT_NAME}]}}
+
+
+def service_monitor() -> dict[str, Any]:
+    every = f"{SCRAPE_INTERVAL_S:g}s"
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+            "metadata": _metadata(EXPORTER_SERVICE, "exporter"),
+            "spec": {"jobLabel": JOB_LABEL,
+                     "selector": {"matchLabels": {"app.kubernetes.io/name": NAME,
+                                                  "app.kubernetes.io/component": "exporter"}},
+                     "endpoints": [{"port": METRICS_PORT_NAME, "path": "/metrics", "interval": every}]}}
+
+
+def prometheus_rule(config: Config) -> dict[str, Any]:
+    """Exactly the groups of alerts/generated/fairctl-rules.yml."""
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": _metadata(RULES, "rules"),
+            "spec": {"groups": yaml.safe_load(rules_text(config))["groups"]}}
+
+
+def dashboard_config_maps(config: Config) -> dict[PurePosixPath, dict[str, Any]]:
+    """One ConfigMap per generated dashboard (a ConfigMap holds at most 1 MiB)."""
+    out = {}
+    for path, text in render_dashboards(config).items():
+        if path.suffix == ".json":
+            meta = _metadata(f"{NAME}-dashboard-{path.stem.removeprefix(f'{NAME}-')}", "dashboards")
+            meta["labels"][DASHBOARD_LABEL] = "1"
+            meta["annotations"] = {DASHBOARD_FOLDER_ANNOTATION: NAME}
+            out[PurePosixPath(f"dashboard-{path.stem}.yaml")] = {
+                "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {path.name: text}}
+    return out
+
+
+def render(config: Config) -> dict[PurePosixPath, str]:
+    """Every manifest, one object per file, by path relative to the set's directory."""
+    manifests: Mapping[PurePosixPath, dict[str, Any]] = {
+        PurePosixPath("config.yaml"): config_map(config),
+        PurePosixPath("workers.yaml"): deployment(),
+        PurePosixPath("exporter-service.yaml"): service(config),
+        PurePosixPath("exporter-servicemonitor.yaml"): service_monitor(),
+        PurePosixPath("prometheusrule.yaml"): prometheus_rule(config),
+        **dashboard_config_maps(config),
+    }
+    return {path: f"# {HEADER}\n" + yaml_text(manifest) for path, manifest in manifests.items()}
+
+
+KUBERNETES_OUTPUT = RenderedSet("kubernetes", GENERATED_DIR, render)
