@@ -138,7 +138,7 @@ def test_redis_keeps_an_append_only_file_and_everything_uses_it() -> None:
 
 def _subcommand(words: list[str]) -> tuple[Any, list[str]]:
     """The fairctl command the words name (through command groups) and the words after it."""
-    command = typer.main.get_command(app)
+    command: Any = typer.main.get_command(app)
     while getattr(command, "commands", None) is not None and words and not words[0].startswith("-"):
         assert words[0] in command.commands, f"fairctl has no command {words[0]!r}"
         command, words = command.commands[words[0]], words[1:]
@@ -180,6 +180,7 @@ def test_prometheus_scrapes_both_exporters_and_alerts_the_alertmanager(example_c
 
 def test_alertmanager_config_passes_amtool_and_sends_to_the_webhook(tmp_path: Path) -> None:
     config = container_files(s.ALERTMANAGER, tmp_path) / ALERTMANAGER_IN_CONTAINER.relative_to("/")
+    assert config.read_text() == (ROOT / GENERATED_DIR / ALERTMANAGER_FILE).read_text()
     result = subprocess.run([find_binary("amtool", DEBIAN_HINT), "check-config", str(config)],
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
