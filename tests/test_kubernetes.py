@@ -16,9 +16,12 @@ from alerts.layout import RULES_FILE
 from dashboards.layout import GENERATED_DIR as DASHBOARDS_DIR
 from exporter.server import DEFAULT_PORT
 from fairctl import kubernetes_output as k
+from fairctl.compose_output import render as render_compose
 from fairctl.containers import CONFIG_FILE, image
+from fairness_core import load_config
 
 from .conftest import EXAMPLE_CONFIG, ROOT
+from .test_config import with_change
 
 MANIFEST_FILES = sorted((ROOT / k.GENERATED_DIR).glob("*.yaml"))
 MANIFESTS: list[dict[str, Any]] = [yaml.safe_load(path.read_text()) for path in MANIFEST_FILES]
@@ -117,3 +120,14 @@ def test_a_dashboard_config_map_holds_every_generated_dashboard() -> None:
     generated = {p.name: p.read_text() for p in (ROOT / DASHBOARDS_DIR).glob("*.json")}
     assert generated and shipped == generated
     assert all(json.loads(text)["uid"] for text in shipped.values())
+
+
+def test_the_manifests_and_the_compose_configs_follow_the_config(tmp_path: Path) -> None:
+    changed = tmp_path / "fairness.yaml"
+    changed.write_text(yaml.safe_dump(with_change("alerts.exporter_job", "queue-sidecars")))
+    config = load_config(changed)
+    manifests = {path.name: yaml.safe_load(text) for path, text in k.render(config).items()}
+    assert manifests["exporter-service.yaml"]["metadata"]["labels"][k.JOB_LABEL] == "queue-sidecars"
+    assert manifests["config.yaml"]["data"][CONFIG_FILE.name] == changed.read_text()
+    (prometheus,) = [yaml.safe_load(text) for path, text in render_compose(config).items() if path.stem == "prometheus"]
+    assert [job["job_name"] for job in prometheus["scrape_configs"]] == ["queue-sidecars"]
