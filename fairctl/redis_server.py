@@ -1,4 +1,5 @@
-"""Start a throwaway ``redis-server`` on a free loopback port (tests, ``fairctl demo``, stacks)."""
+"""Start a throwaway ``redis-server`` on a free loopback port (tests, ``fairctl demo``, stacks), or
+several of them joined into a Redis Cluster with ``redis-cli --cluster create``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 from types import TracebackType
 
 INSTALL_HINT = "install it with: apt-get install -y redis-server"
+# What a ready server answers to PING: PONG, or that it wants a password first (ACLs, requirepass).
+READY_REPLIES = (b"+PONG", b"-NOAUTH")
 
 
 def free_port() -> int:
@@ -45,7 +48,9 @@ def stop_process(process: subprocess.Popen[bytes] | None, *, timeout: float = 10
 class RedisServer:
     """A redis-server child process with its own data directory, stopped on exit.
 
-    ``appendonly`` turns on AOF (fsync every write) for durability tests.
+    ``appendonly`` turns on AOF (fsync every write) for durability tests; ``extra_args`` are more
+    ``redis-server`` options (TLS ports, ACL users, cluster mode). The plain loopback ``port`` is
+    always served: readiness is checked there.
     """
 
     def __init__(self, *, port: int | None = None, appendonly: bool = False, directory: str | None = None,
@@ -78,7 +83,7 @@ class RedisServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
                     sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
+                    if sock.recv(16).startswith(READY_REPLIES):
                         return self
             except OSError:
                 time.sleep(0.02)
@@ -95,6 +100,61 @@ class RedisServer:
             self._tmp.cleanup()
 
     def __enter__(self) -> "RedisServer":
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class RedisClusterServers:
+    """``masters`` redis-servers in cluster mode (no replicas) joined by ``redis-cli --cluster
+    create``, the slots split evenly among them; :attr:`url` names the first as the seed node."""
+
+    NODE_TIMEOUT_MS = 2000  # a short failure-detection time: these clusters are throwaway
+
+    def __init__(self, masters: int = 3) -> None:
+        self.cli = find_binary("redis-cli", INSTALL_HINT)
+        # The bus port is given: the default, port + 10000, does not exist for free ports above 55535.
+        self.nodes = [
+            RedisServer(extra_args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                    "--cluster-port", str(free_port()),
+                                    "--cluster-node-timeout", str(self.NODE_TIMEOUT_MS)))
+            for _ in range(masters)
+        ]
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def start(self, timeout: float = 60.0) -> "RedisClusterServers":
+        try:
+            for node in self.nodes:
+                node.start()
+            subprocess.run(
+                [self.cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                 "--cluster-replicas", "0", "--cluster-yes"],
+                check=True, capture_output=True, timeout=timeout)
+            deadline = time.monotonic() + timeout
+            while not all(self._cluster_ok(node) for node in self.nodes):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the cluster was not ok on every node within {timeout:.0f}s")
+                time.sleep(0.1)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _cluster_ok(self, node: RedisServer) -> bool:
+        info = subprocess.run([self.cli, "-p", str(node.port), "cluster", "info"],
+                              capture_output=True, text=True, timeout=10).stdout
+        return "cluster_state:ok" in info
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+
+    def __enter__(self) -> "RedisClusterServers":
         return self.start()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

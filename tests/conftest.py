@@ -1,8 +1,15 @@
-"""Shared fixtures: a real redis-server per test module, a fresh queue group per test."""
+"""Shared fixtures: a real redis-server per test module, a fresh queue group per test.
+
+With ``FAIRCTL_TEST_REDIS_URL`` set (tests/test_cluster.py sets a ``redis+cluster://`` URL), the
+``redis_server`` and ``client`` fixtures use that Redis instead, so the same suites run on a
+Redis Cluster; each test's fresh key prefix then lands on whichever master owns its slot.
+"""
 
 from __future__ import annotations
 
 import itertools
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -10,23 +17,35 @@ import pytest
 import redis
 
 from fairctl.redis_server import RedisServer
-from fairness_core import Config, Scheduler, load_config, parse_config
+from fairness_core import Config, Scheduler, load_config, parse_config, redis_client
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = ROOT / "fairness.yaml"
+REDIS_URL_VARIABLE = "FAIRCTL_TEST_REDIS_URL"
 _prefixes = itertools.count()
 
 
+@dataclass(frozen=True)
+class GivenRedis:
+    """A Redis the test run was pointed at (``$FAIRCTL_TEST_REDIS_URL``), not started here."""
+
+    url: str
+
+
 @pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
+def redis_server() -> Iterator[RedisServer | GivenRedis]:
+    given = os.environ.get(REDIS_URL_VARIABLE)
+    if given:
+        yield GivenRedis(given)
+        return
     with RedisServer() as server:
         yield server
 
 
 @pytest.fixture
-def client(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    conn = redis.Redis.from_url(redis_server.url)
-    yield conn
+def client(redis_server: RedisServer | GivenRedis) -> Iterator[redis.Redis]:
+    conn = redis_client(redis_server.url)
+    yield conn  # type: ignore[misc]
     conn.close()
 
 

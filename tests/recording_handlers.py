@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 
-import redis
-
 from fairctl.handlers import sleep_for_service_time
+from fairness_core import redis_client
 from fairness_core.jobs import Lease
 from fairness_core.worker import HandlerRegistry
 
-_client = redis.Redis.from_url(os.environ["RECORD_REDIS_URL"])
+_client = redis_client(os.environ["RECORD_REDIS_URL"])
 _key = os.environ["RECORD_KEY"]
 
 

@@ -1,0 +1,166 @@
+"""fairctl on a real 3-master Redis Cluster (``redis-server --cluster-enabled`` joined by
+``redis-cli --cluster create``), through redis-py's cluster client: the scheduler and exporter
+suites run unchanged against it, and several queue groups spread over the masters, each whole on
+the master that owns its slot."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from redis.crc import key_slot
+from typer.testing import CliRunner
+
+from exporter import metrics as m
+from fairctl.cli import app
+from fairctl.redis_server import RedisClusterServers, RedisServer, free_port
+from fairness_core import RedisUnavailable, Scheduler, redis_client
+from fairness_core.keys import Keys
+
+from .conftest import REDIS_URL_VARIABLE, ROOT, make_config
+from .exporter_support import running_exporter, scrape
+from .support import totals, write_config
+
+pytestmark = pytest.mark.slow
+
+# The suites run again on the cluster: the scheduler's (lifecycle, snapshot, worker) and the exporter's.
+SUITES = ("tests/test_lifecycle.py", "tests/test_snapshot.py", "tests/test_worker.py", "tests/test_exporter.py")
+NOT_ON_A_CLUSTER = (
+    # Lists keys with KEYS, which a cluster client sends to one node; test_bad_input.py checks the same
+    # (every key of a group in its slot) with SCAN, which visits every master, and runs here too.
+    "tests/test_lifecycle.py::test_odd_tenant_ids_stay_in_their_own_namespace",
+    # CLIENT PAUSE goes to a node the cluster client picks, not necessarily the group's master.
+    "tests/test_exporter.py::test_a_stalled_redis_still_gets_an_answer_within_the_budget",
+)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisClusterServers]:
+    with RedisClusterServers(3) as servers:
+        yield servers
+
+
+def node_client(node: RedisServer) -> redis.Redis:
+    return redis.Redis(port=node.port)
+
+
+def groups_on(node: RedisServer) -> set[str]:
+    """Hash tags (queue group prefixes) of the keys stored on one node."""
+    with node_client(node) as conn:
+        return {key.decode()[1:key.decode().index("}")] for key in conn.scan_iter(match="{*}:*", count=1000)}
+
+
+def owner(cluster: RedisClusterServers, key: str) -> int:
+    """Port of the master that owns ``key``'s slot."""
+    with node_client(cluster.nodes[0]) as conn:
+        for start, end, master, *_ in conn.execute_command("CLUSTER", "SLOTS"):
+            if start <= key_slot(key.encode()) <= end:
+                return int(master[1])
+    raise AssertionError(f"no master owns the slot of {key}")
+
+
+def prefixes_one_per_master(cluster: RedisClusterServers) -> list[str]:
+    """Queue-group prefixes (unlike the suites' ``t<n>``) whose slots belong to different masters."""
+    chosen: dict[int, str] = {}
+    for prefix in (f"group-{n}" for n in itertools.count()):
+        chosen.setdefault(owner(cluster, Keys(prefix).base), prefix)
+        if len(chosen) == len(cluster.nodes):
+            return list(chosen.values())
+    raise AssertionError("unreachable")
+
+
+def test_scheduler_and_exporter_suites_pass_on_the_cluster(cluster: RedisClusterServers) -> None:
+    env = {**os.environ, REDIS_URL_VARIABLE: cluster.url, "PYTHONPATH": str(ROOT)}
+    deselect = [arg for test in NOT_ON_A_CLUSTER for arg in ("--deselect", test)]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITES, *deselect],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and " skipped" not in run.stdout, run.stdout[-500:]
+    spread = [groups_on(node) for node in cluster.nodes]
+    assert all(spread), f"the suites' queue groups landed on every master: {[len(g) for g in spread]}"
+    for i, groups in enumerate(spread):
+        for other in spread[i + 1:]:
+            assert not groups & other, "a queue group lives whole on one master"
+
+
+def test_queue_groups_on_three_masters_schedule_and_scrape_independently(cluster: RedisClusterServers) -> None:
+    prefixes = prefixes_one_per_master(cluster)
+    groups = []
+    for n, prefix in enumerate(prefixes):
+        config = make_config(redis={"url": cluster.url, "prefix": prefix}, scheduler={"budget_min_arrivals": 10**9},
+                             leases={"visibility_timeout": "1s", "retry_backoff": "10m"})
+        scheduler = Scheduler(config, redis_client(cluster.url))
+        for i in range(10 * (n + 1)):
+            scheduler.enqueue(("password_reset", "newsletter")[i % 2], f"tenant-{i % 3}")
+        groups.append(scheduler)
+    for n, scheduler in enumerate(groups):
+        size = 10 * (n + 1)
+        leases = scheduler.pop(4)
+        assert scheduler.ack(leases[0]) and scheduler.nack(leases[1], "boom") == "retry"
+        scheduler.pause("jobs:low")
+        assert {lease.queue for lease in scheduler.pop(50)} == {"jobs:high"}
+        assert scheduler.promote_overdue() == 0
+        t = totals(scheduler)
+        assert (t["processed"], t["failed"], t["delayed"]) == (1, 1, 1)
+        assert t["depth"] + t["inflight"] + t["delayed"] + t["processed"] == size
+        assert scheduler.snapshot().classes["jobs:low"].paused
+    time.sleep(1.2)  # past the 1s visibility timeout: the reaper on each master returns the leases
+    for scheduler in groups:
+        inflight = totals(scheduler)["inflight"]
+        assert inflight > 0 and scheduler.reap() == inflight
+        assert totals(scheduler)["redelivered"] == inflight
+    for prefix in prefixes:
+        holders = [node.port for node in cluster.nodes if prefix in groups_on(node)]
+        assert holders == [owner(cluster, Keys(prefix).base)], "every key of a group on the master owning its tag"
+    for n, scheduler in enumerate(groups):
+        with running_exporter(scheduler.config) as exporter:
+            got = scrape(exporter.url)
+        assert got.value(m.EXPORTER_REDIS_UP.name) == 1
+        depth = sum(got.value(m.QUEUE_DEPTH.name, queue=q) for q in scheduler.config.class_names)
+        inflight = sum(got.value(m.QUEUE_INFLIGHT.name, queue=q) for q in scheduler.config.class_names)
+        assert depth + inflight + 2 == 10 * (n + 1), "each scrape sees its own group only"
+        assert got.value(m.QUEUE_PAUSED.name, queue="jobs:low") == 1
+
+
+def test_fairctl_commands_take_a_cluster_url(cluster: RedisClusterServers, tmp_path: Path) -> None:
+    path, config = write_config(tmp_path, cluster.url)
+    result = CliRunner().invoke(app, ["enqueue", "newsletter", "--tenant", "acme", "--count", "3",
+                                      "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    status = CliRunner().invoke(app, ["status", "--interval", "0", "--json", "--config", str(path)])
+    assert status.exit_code == 0, status.output
+    assert Scheduler(config, redis_client(cluster.url)).snapshot().classes["jobs:low"].depth == 3
+
+
+def test_an_unreachable_cluster_is_a_clear_error_and_the_exporter_still_answers(tmp_path: Path) -> None:
+    url = f"redis+cluster://app:hunter2@127.0.0.1:{free_port()}"
+    config = make_config(redis={"url": url}, exporter={"scrape_timeout": "1s"})
+    scheduler = Scheduler(config, redis_client(url, connect_timeout=1))  # nothing contacted yet
+    with pytest.raises(RedisUnavailable, match=r"^Redis Cluster at 127\.0\.0\.1:\d+ is unavailable") as err:
+        scheduler.enqueue("newsletter", "acme")
+    assert "hunter2" not in str(err.value)
+    with running_exporter(config) as exporter:
+        got = scrape(exporter.url)
+    assert got.value(m.EXPORTER_REDIS_UP.name) == 0 and got.seconds < 1.0 + 1.0
+    assert "hunter2" not in got.text
+    path, _ = write_config(tmp_path, url)
+    result = CliRunner().invoke(app, ["enqueue", "newsletter", "--tenant", "a", "--config", str(path)])
+    assert result.exit_code == 2 and result.stderr.startswith("fairctl: error: --redis-url: Redis Cluster at ")
+    assert "hunter2" not in result.output
+
+
+@pytest.mark.parametrize("url, message", [
+    ("redis+cluster://127.0.0.1:7000/3", "only database 0"),
+    ("redis+clusterx://127.0.0.1:7000", "expected a redis://"),
+])
+def test_bad_cluster_urls_are_refused_without_quoting_them(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as err:
+        redis_client(url)
+    assert "7000" not in str(err.value)
