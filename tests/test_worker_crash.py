@@ -1,10 +1,12 @@
-"""``fairctl worker`` processes under SIGKILL and SIGTERM: nothing lost, redeliveries exact."""
+"""``fairctl worker`` processes under SIGKILL (while a producer keeps enqueueing) and SIGTERM:
+nothing lost, redeliveries exact."""
 
 from __future__ import annotations
 
 import random
 import signal
 import subprocess
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -13,13 +15,15 @@ import pytest
 import redis
 
 from fairctl.redis_server import RedisServer
-from fairness_core import Scheduler
+from fairness_core import Scheduler, redis_client
 
 from .support import spawn_worker, totals, wait_for, write_config
 
 pytestmark = pytest.mark.slow
 
-JOBS = 20_000
+UPFRONT = 5_000  # queued before the workers start
+STREAMED = 15_000  # enqueued by a producer while workers are being killed
+CHUNK = 500  # the producer enqueues this many, then pauses, so its stream spans many kills
 PROCESSES = 4
 # Spread over all three classes (enterprise tenants' unlisted tasks go to jobs:medium) and tiers.
 TASKS = ["password_reset", "order_confirmation", "newsletter", "invoice_pdf", "nightly_digest"]
@@ -42,16 +46,30 @@ def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
         proc.wait()
 
 
-def test_sigkilled_workers_lose_nothing_and_redeliveries_are_exact(
+def enqueue_jobs(scheduler: Scheduler, start: int, count: int, ids: set[str]) -> None:
+    for i in range(start, start + count):
+        tenant, tier = TENANTS[i % len(TENANTS)]
+        ids.add(scheduler.enqueue(TASKS[i % len(TASKS)], tenant, tier=tier))
+
+
+def producer(scheduler: Scheduler, ids: set[str]) -> threading.Thread:
+    """Enqueues STREAMED jobs in chunks with pauses: continuous load while workers die."""
+    def run() -> None:
+        for start in range(UPFRONT, UPFRONT + STREAMED, CHUNK):
+            enqueue_jobs(scheduler, start, CHUNK, ids)
+            time.sleep(0.3)
+    thread = threading.Thread(target=run, name="producer", daemon=True)
+    thread.start()
+    return thread
+
+
+def test_sigkilled_workers_under_continuous_load_lose_nothing_and_redeliveries_are_exact(
         redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
     path, config = write_config(tmp_path, redis_server.url, leases={"visibility_timeout": "2s", "max_attempts": 1000})
     scheduler = Scheduler(config, client)
     key = f"{config.redis.prefix}:record"
-    ids = set()
-    for i in range(JOBS):
-        tenant, tier = TENANTS[i % len(TENANTS)]
-        ids.add(scheduler.enqueue(TASKS[i % len(TASKS)], tenant, tier=tier))
-    assert len(ids) == JOBS
+    ids: set[str] = set()
+    enqueue_jobs(scheduler, 0, UPFRONT, ids)
 
     def spawn(i: int) -> subprocess.Popen[bytes]:
         return spawn_worker(path, tmp_path / f"worker-{i}.log", key, redis_server.url,
@@ -59,11 +77,12 @@ def test_sigkilled_workers_lose_nothing_and_redeliveries_are_exact(
 
     def finished() -> bool:
         t = totals(scheduler)
-        return t["processed"] == JOBS and t["depth"] == t["inflight"] == t["delayed"] == 0
+        return t["processed"] == UPFRONT + STREAMED and t["depth"] == t["inflight"] == t["delayed"] == 0
 
     rng = random.Random(2)
     workers = [spawn(i) for i in range(PROCESSES)]
-    kills = 0
+    stream = producer(Scheduler(config, redis_client(redis_server.url)), ids)
+    kills = kills_while_producing = 0
     deadline = time.monotonic() + 180
     try:
         while not finished():
@@ -74,19 +93,23 @@ def test_sigkilled_workers_lose_nothing_and_redeliveries_are_exact(
             workers[victim].wait()
             workers[victim] = spawn(victim)
             kills += 1
+            kills_while_producing += stream.is_alive()
     finally:
         stop_all(workers)
+        stream.join(timeout=60)
 
     t = totals(scheduler)
     deliveries = recorded(client, key)
+    assert len(ids) == UPFRONT + STREAMED
     assert set(deliveries) == ids, "every job ran to completion at least once"
     for job_id, attempts in deliveries.items():
         if len(attempts) > 1:
             assert max(attempts) >= 2, f"job {job_id} ran twice without a redelivery: {attempts}"
     assert t["redelivered"] == sum(max(a) - 1 for a in deliveries.values())
     assert t["failed"] == t["dead"] == 0
-    assert kills > 0 and t["redelivered"] > 0, "the kills must have cut leases short"
-    print(f"\n{kills} SIGKILLs, {t['redelivered']} redeliveries, "
+    assert kills_while_producing > 0 and t["redelivered"] > 0, "the kills must have cut leases short under load"
+    print(f"\n{len(ids)} jobs ({STREAMED} enqueued during the kills), {kills} SIGKILLs ({kills_while_producing} "
+          f"while producing), {t['redelivered']} redeliveries, "
           f"{sum(len(a) > 1 for a in deliveries.values())} jobs completed more than once")
 
 
