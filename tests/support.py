@@ -64,6 +64,15 @@ def spawn_worker(config_path: Path, log_path: Path, record_key: str, redis_url: 
         )
 
 
+def spawn_exporter(config_path: Path, log_path: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``fairctl exporter`` in its own process, logging to ``log_path``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("FAIRCTL_REDIS_URL", None)
+    with log_path.open("ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "fairctl", "exporter", "--config", str(config_path), *args],
+                                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
 @contextmanager
 def running(worker: Worker) -> Iterator[threading.Thread]:
     """Run ``worker`` in a thread (no signal handlers there); stop it and expect a clean exit."""
