@@ -6,7 +6,8 @@ from __future__ import annotations
 import typer
 
 from . import (
-    check_commands, demo, exporter_command, generate_command, queue_commands, simulate_command, worker_command,
+    check_commands, demo, drill_command, exporter_command, generate_command, queue_commands, simulate_command,
+    stack_command, worker_command,
 )
 
 app = typer.Typer(
@@ -15,9 +16,10 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-for group in (queue_commands, worker_command, exporter_command, demo, simulate_command, generate_command,
-              check_commands):
+for group in (queue_commands, worker_command, exporter_command, demo, simulate_command, drill_command,
+              generate_command, check_commands):
     app.add_typer(group.app)
+app.add_typer(stack_command.app, name="stack")
 
 
 def main() -> None:

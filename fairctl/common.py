@@ -59,6 +59,11 @@ def load(config_path: Path, redis_url: str | None) -> Config:
     """The config with ``--redis-url`` applied; fails with exit code 2 on any config error."""
     with clear_errors():
         config = load_config(config_path)
+    return with_redis_url(config, redis_url)
+
+
+def with_redis_url(config: Config, redis_url: str | None) -> Config:
+    """``config`` on ``--redis-url`` when one is given; fails with exit code 2 on a bad URL."""
     if redis_url is None:
         return config
     try:

@@ -71,11 +71,13 @@ class Scheduler:
         self._cfg_json = script_config(config)
         self._fixed_keys = self.keys.fixed()
 
-    def _call(self, op: str, *args: object) -> Any:
+    def _argv(self, op: object, *args: object) -> list[object]:
         now = "" if self._clock is None else str(int(self._clock()))
-        argv = [op, self._cfg_json, self.keys.base, now, *args]
+        return [op, self._cfg_json, self.keys.base, now, *args]
+
+    def _call(self, op: str, *args: object) -> Any:
         with redis_errors(self.client):
-            return self._script(keys=self._fixed_keys, args=argv)
+            return self._script(keys=self._fixed_keys, args=self._argv(op, *args))
 
     # ------------------------------------------------------------------ producing
 
@@ -87,20 +89,44 @@ class Scheduler:
     def submit(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
                user_waiting: bool = False) -> Enqueued:
         """Like :meth:`enqueue`, also telling the class and reason the job was queued under."""
+        head, body = self._enqueue_args(task, tenant, tier, user_waiting), encode_payload(payload, self.config)
+        reply = self._call(*head, body)
+        return self._enqueued(reply, head)
+
+    def submit_many(self, task: str, tenant: str, payloads: Sequence[Any], *, tier: str | None = None,
+                    user_waiting: bool = False) -> list[Enqueued | None]:
+        """One job per payload, all for the same task and tenant, in one pipelined round trip: a
+        burst (a load generator, a backfill) is not held to one round trip per job. Each job is
+        its own atomic script call, exactly as :meth:`submit`'s; None for a job a priority budget
+        rejected. Every payload is checked before anything is sent."""
+        head = self._enqueue_args(task, tenant, tier, user_waiting)
+        bodies = [encode_payload(p, self.config) for p in payloads]
+        pipe = self.client.pipeline(transaction=False)
+        for body in bodies:
+            self._script(keys=self._fixed_keys, args=self._argv(*head, body), client=pipe)
+        with redis_errors(self.client):
+            replies = pipe.execute()
+        return [self._enqueued(reply, head, raise_rejected=False) for reply in replies]
+
+    def _enqueue_args(self, task: str, tenant: str, tier: str | None, user_waiting: bool) -> tuple[object, ...]:
+        """The enqueue op's arguments but the payload, after checking each (InvalidJob names it)."""
         task = check_task(task)
         tenant = check_tenant(tenant, self.config)
         tier = check_tier(tier, self.config)
-        body = encode_payload(payload, self.config)
         if not isinstance(user_waiting, bool):
             raise InvalidJob("user_waiting", f"expected true or false, got {user_waiting!r}")
         decision = classify(self.config, task, tier=tier, user_waiting=user_waiting)
-        job_id, queue, reason = self._call(
-            "enqueue", self.config.class_index(decision.queue) + 1, tenant,
-            self.config.tenants.cost(tier), task, decision.reason, body,
-        )
-        if not job_id:
-            raise BudgetRejected(f"{decision.queue} is over its arrival budget; job for tenant {tenant!r} rejected")
-        return Enqueued(_text(job_id), _text(queue), _text(reason))
+        return ("enqueue", self.config.class_index(decision.queue) + 1, tenant,
+                self.config.tenants.cost(tier), task, decision.reason)
+
+    def _enqueued(self, reply: Any, head: tuple[object, ...], *, raise_rejected: bool = True) -> Enqueued | None:
+        job_id, queue, reason = reply
+        if job_id:
+            return Enqueued(_text(job_id), _text(queue), _text(reason))
+        if not raise_rejected:
+            return None
+        asked = self.config.class_names[int(str(head[1])) - 1]
+        raise BudgetRejected(f"{asked} is over its arrival budget; job for tenant {head[2]!r} rejected")
 
     # ------------------------------------------------------------------ consuming
 

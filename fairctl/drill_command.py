@@ -1,0 +1,179 @@
+"""``fairctl drill`` and ``fairctl loadgen``: a scenario live, against real Redis and workers."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from fairness_core.config import POLICIES, ConfigError, parse_duration
+from fairness_core.loadgen import LoadGenerator, Replay, volume_for
+from fairness_core.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
+from fairness_core.simulator import scenario_config
+
+from .common import RedisUrlOption, clear_errors, connect, fail, with_redis_url
+from .drill import External, PolicyDrill, as_json, run_policy_drill
+from .simulate_command import human
+from .stack import StackError
+from .timescale import SpeedTooHigh, compress
+
+app = typer.Typer()
+
+DEFAULT_SPEED = 120.0
+# What this 2-core machine carries beside Prometheus, Alertmanager and two exporters.
+DEFAULT_MAX_RATE = 150.0  # live jobs per second through the workers
+DEFAULT_MAX_BURST = 20_000  # live jobs enqueued at one instant
+EXIT_EXPECTATION = 1
+
+ScenarioArgument = Annotated[Optional[Path], typer.Argument(
+    metavar="[SCENARIO]", show_default=False,
+    help="Scenario YAML; default: scenarios/marketing-storm.yaml (document 004's incident).")]
+SpeedOption = Annotated[float, typer.Option(
+    min=1, help="Scenario seconds per real second (120: one scenario hour in 30 s). Every duration in the "
+                "config and the rules is divided by it.")]
+UntilOption = Annotated[Optional[str], typer.Option(
+    metavar="DURATION", show_default=False, help="Replay only the first DURATION of the scenario (default: all of it).")]
+VolumeOption = Annotated[Optional[float], typer.Option(
+    min=1, show_default=False,
+    help="Scenario jobs per live job, with service times stretched alike so ages and shares keep their shape; "
+         f"default: the least that keeps the workers under {DEFAULT_MAX_RATE:g} jobs/s and bursts under "
+         f"{DEFAULT_MAX_BURST:,} jobs.")]
+
+
+def _scenario(path: Path | None) -> Scenario:
+    try:
+        return load_scenario(path or DEFAULT_SCENARIO)
+    except ConfigError as exc:
+        fail("SCENARIO", str(exc))
+
+
+def _replay(scenario: Scenario, speed: float, until: str | None, volume: float | None) -> Replay:
+    try:
+        end = scenario.duration if until is None else parse_duration(until, "--until")
+    except ConfigError as exc:
+        fail("--until", str(exc).removeprefix("--until: "))
+    if end > scenario.duration:
+        fail("--until", f"the scenario lasts {human(scenario.duration)}; got {until}")
+    chosen = volume or volume_for(scenario, speed, max_rate=DEFAULT_MAX_RATE, max_burst=DEFAULT_MAX_BURST)
+    return Replay(speed=speed, volume=chosen, until=end)
+
+
+def render(drills: list[PolicyDrill], scenario: Scenario) -> str:
+    lines = []
+    for d in drills:
+        r = d.replay
+        lines.append(f"policy {d.policy}: {human(r.until)} of {scenario.name} at speed {r.speed:g}, one live job per "
+                     f"{r.volume:.3g} ({sum(d.load.enqueued.values()):,} live jobs; {d.wall_s:.0f}s)")
+        rows = [("alert", "first firing", "delivered", "simulate")]
+        rows += [(str(a), *("-" if t is None else human(t) for t in (a.first_firing_s, a.delivered_s, a.simulated_s)))
+                 for a in d.alerts]
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+        if len(rows) == 1:
+            lines.append("  no alert fired, live or simulated")
+        lines += [f"  EXPECTATION FAILED: {v}" for v in d.violations]
+        lines += [f"  DIFFERS FROM SIMULATE: {v}" for v in d.disagreements]
+        if not d.violations and d.policy in scenario.expect:
+            lines.append("  as expected by the scenario")
+        lines.append("")
+    return "\n".join(lines)
+
+
+@app.command()
+def drill(
+    scenario_file: ScenarioArgument = None,
+    policy: Annotated[Optional[list[str]], typer.Option(
+        "--policy", "-p", metavar="P", show_default=False,
+        help="Policy to drill; repeat for several. Default: fifo and weighted-fair.")] = None,
+    speed: SpeedOption = DEFAULT_SPEED,
+    until: UntilOption = None,
+    volume: VolumeOption = None,
+    json_file: Annotated[Optional[Path], typer.Option(
+        "--json", metavar="FILE", show_default=False, help="Also write the timeline as JSON.")] = None,
+    directory: Annotated[Optional[Path], typer.Option(
+        "--dir", metavar="DIR", show_default=False,
+        help="Keep each policy's stack (config, rules, logs) under DIR/POLICY; default: a temporary directory.")] = None,
+    redis_url: RedisUrlOption = None,
+    prometheus_url: Annotated[Optional[str], typer.Option(
+        metavar="URL", show_default=False,
+        help="Drill a team's own stack: read the timeline from this Prometheus (needs --redis-url; see the README).")] = None,
+    alertmanager_url: Annotated[Optional[str], typer.Option(
+        metavar="URL", show_default=False, help="With --prometheus-url: the Alertmanager to read deliveries from.")] = None,
+) -> None:
+    """Replay a scenario live and check the alerts that fire, against the scenario's expect.
+
+    Per policy: a native stack (fairctl stack) with the config and rules compressed by --speed,
+    the scenario's worker pools as real fairctl workers, the load generator enqueueing its
+    arrivals, Prometheus evaluating the rules every second and Alertmanager delivering to a
+    webhook. Prints each alert's first firing in scenario time (in Prometheus, at the webhook,
+    and as fairctl simulate predicts it); exits 1 when the run contradicts the scenario's expect
+    or the simulation."""
+    scenario = _scenario(scenario_file)
+    chosen = tuple(policy) if policy else ("fifo", "weighted-fair")
+    for name in chosen:
+        if name not in POLICIES:
+            fail("--policy", f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+    if (redis_url is None) != (prometheus_url is None):
+        fail("--prometheus-url" if prometheus_url is None else "--redis-url",
+             "--redis-url and --prometheus-url go together (a team's own stack), or neither (start one)")
+    replay = _replay(scenario, speed, until, volume)
+    external = None
+    if redis_url is not None and prometheus_url is not None:
+        external = External(with_redis_url(scenario.config, redis_url).redis.url, prometheus_url, alertmanager_url)
+    try:
+        compress(scenario.config, replay, scrape_interval=1.0)
+    except SpeedTooHigh as exc:
+        fail("--speed", str(exc))
+    drills = []
+    with tempfile.TemporaryDirectory(prefix="fairctl-drill-") as tmp:
+        root = directory or Path(tmp)
+        for name in chosen:
+            try:
+                with clear_errors():
+                    drills.append(run_policy_drill(scenario, name, replay, root, external=external,
+                                                   say=lambda line: typer.echo(f"drill: {line}", err=True)))
+            except (StackError, FileNotFoundError) as exc:
+                fail("--dir", str(exc), code=1)
+    typer.echo(render(drills, scenario), nl=False)
+    if json_file is not None:
+        json_file.write_text(json.dumps(as_json(scenario, drills), indent=2) + "\n", encoding="utf-8")
+    if any(d.violations or d.disagreements for d in drills):
+        raise typer.Exit(EXIT_EXPECTATION)
+
+
+@app.command()
+def loadgen(
+    scenario_file: ScenarioArgument = None,
+    redis_url: RedisUrlOption = None,
+    policy: Annotated[Optional[str], typer.Option(
+        metavar="P", show_default=False, help="Scheduler policy in the jobs' config; default: the scenario config's.")] = None,
+    speed: SpeedOption = 1.0,
+    until: UntilOption = None,
+    volume: VolumeOption = None,
+) -> None:
+    """Enqueue a scenario's arrivals into Redis in real time, for workers of your own to consume.
+
+    Time is compressed by --speed, volume thinned by --volume (see fairctl drill). Jobs carry {"service_s": S} payloads (fairctl.handlers:sleep_handlers
+    sleeps that long). Queues under the scenario config's redis.prefix; stops at the end or on Ctrl-C."""
+    scenario = _scenario(scenario_file)
+    if policy is not None and policy not in POLICIES:
+        fail("--policy", f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    replay = _replay(scenario, speed, until, volume)
+    config = scenario_config(scenario, policy or scenario.config.scheduler.policy)
+    config = with_redis_url(config, redis_url)
+    stop = threading.Event()
+    generator = LoadGenerator(scenario, connect(config), replay, stop=stop)
+    typer.echo(f"loadgen: {scenario.name}, {human(replay.until)} at speed {replay.speed:g}, one live job per "
+               f"{replay.volume:.3g}, into {config.redis.prefix}", err=True)
+    try:
+        stats = generator.run()
+    except KeyboardInterrupt:
+        stop.set()
+        stats = generator.stats
+    typer.echo(f"enqueued {sum(stats.enqueued.values()):,} jobs ({', '.join(f'{k}: {v:,}' for k, v in stats.enqueued.items())}); "
+               f"rejected by budgets {sum(stats.rejected.values()):,}; at most {stats.max_lag_s:.2f}s behind; "
+               f"{stats.retries} retries while Redis was away")

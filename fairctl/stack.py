@@ -1,0 +1,335 @@
+"""``fairctl stack``: Redis, the workers, two exporters, Prometheus with the generated rules,
+Alertmanager and a webhook receiver, run natively from the binaries on PATH, on loopback.
+
+Everything lives under one directory: the config and rules each process reads, their data, their
+logs, and ``stack.json``, the record of what was started (program, pid, port). ``down`` stops
+exactly the processes in that record (a pid whose command line no longer matches is someone
+else's and is left alone) and checks that their ports are free again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from alerts.output import rules_text
+from fairctl.redis_server import find_binary, free_port
+from fairness_core.config import Config
+from fairness_core.config_dump import config_to_yaml
+
+from . import stack_config as sc
+
+STATE_FILE = "stack.json"
+CONFIG_FILE = "fairness.yaml"
+WEBHOOK_LOG = "webhook.jsonl"
+PROMETHEUS_HINT = "install it with: apt-get install -y prometheus"
+ALERTMANAGER_HINT = "install it with: apt-get install -y prometheus-alertmanager"
+STOP_TIMEOUT_S = 10.0
+READY_TIMEOUT_S = 60.0
+# Alertmanager: notify within a second of an alert firing; never repeat within a drill.
+GROUP_WAIT_S, GROUP_INTERVAL_S, REPEAT_INTERVAL_S = 1.0, 1.0, 3600.0
+
+
+class StackError(RuntimeError):
+    """A service would not start, or the stack directory holds something else."""
+
+
+@dataclass(frozen=True)
+class WorkerPool:
+    """Worker processes of one pool: ``slots`` threads in all, serving ``classes`` (None: all)."""
+
+    name: str
+    slots: int
+    classes: tuple[str, ...] | None = None
+
+
+@dataclass
+class Service:
+    name: str
+    pid: int
+    argv: list[str]
+    started: str
+    port: int | None = None
+    url: str | None = None
+    log: str = ""
+
+
+@dataclass
+class StackState:
+    directory: str
+    interval: float
+    redis_url: str
+    prometheus_url: str
+    alertmanager_url: str
+    webhook_log: str
+    services: list[Service] = field(default_factory=list)
+
+    def save(self) -> None:
+        path = Path(self.directory) / STATE_FILE
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, directory: Path) -> StackState:
+        path = directory / STATE_FILE
+        if not path.is_file():
+            raise StackError(f"{directory} holds no stack ({STATE_FILE} missing); start one with: fairctl stack up --dir {directory}")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return cls(**{**data, "services": [Service(**s) for s in data["services"]]})
+
+
+def _port_free(port: int) -> bool:
+    """Nothing listens on or holds ``port`` (a closed connection's TIME_WAIT does not count: the
+    servers themselves rebind with SO_REUSEADDR)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(service: str, taken: set[int]) -> int:
+    """The service's usual port (the compose stack's) when free, else any free loopback port."""
+    preferred = sc.PORTS[service]
+    port = preferred if preferred is not None and preferred not in taken and _port_free(preferred) else free_port()
+    while port in taken:
+        port = free_port()
+    taken.add(port)
+    return port
+
+
+def _stat(pid: int) -> list[str]:
+    """``/proc/PID/stat`` after the command name (state first); empty when there is no such pid."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().rpartition(")")[2].split()
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie has finished: only its parent's wait is missing)."""
+    fields = _stat(pid)
+    return bool(fields) and fields[0] != "Z"
+
+
+def started_at(pid: int) -> str:
+    """The process's start time in clock ticks since boot: with the pid, it names one process
+    for good (a pid alone can be reused after the process is gone)."""
+    fields = _stat(pid)
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def _redis_ok(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class Stack:
+    """Starts and stops one native stack under ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory.resolve()
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ------------------------------------------------------------------ up
+
+    def up(self, config: Config, *, pools: Sequence[WorkerPool], interval: float = 1.0,
+           threads_per_process: int = 16) -> StackState:
+        """Start every service for ``config`` (its redis.url is replaced by the stack's Redis)
+        and wait until each answers; on any failure, stop what was started and raise."""
+        if (self.directory / STATE_FILE).exists() and any(_alive(s.pid) for s in StackState.load(self.directory).services):
+            raise StackError(f"a stack is already running under {self.directory}; stop it with: fairctl stack down --dir {self.directory}")
+        for sub in ("logs", "data/redis", "data/prometheus", "data/alertmanager"):
+            (self.directory / sub).mkdir(parents=True, exist_ok=True)
+        binaries = {"redis": find_binary("redis-server", "install it with: apt-get install -y redis-server"),
+                    "prometheus": find_binary("prometheus", PROMETHEUS_HINT),
+                    "alertmanager": _alertmanager_binary()}
+        taken: set[int] = set()
+        ports = {name: pick_port(name, taken) for name in (sc.REDIS, *sc.EXPORTERS, sc.WEBHOOK, sc.PROMETHEUS, sc.ALERTMANAGER)}
+        redis_url = f"redis://127.0.0.1:{ports[sc.REDIS]}/0"
+        state = StackState(
+            directory=str(self.directory), interval=interval, redis_url=redis_url,
+            prometheus_url=f"http://127.0.0.1:{ports[sc.PROMETHEUS]}",
+            alertmanager_url=f"http://127.0.0.1:{ports[sc.ALERTMANAGER]}",
+            webhook_log=str(self.directory / WEBHOOK_LOG))
+        self._write_files(config, redis_url, ports, interval)
+        fairctl = [sys.executable, "-m", "fairctl"]
+        config_file = str(self.directory / CONFIG_FILE)
+        try:
+            self._start(state, sc.REDIS, ports[sc.REDIS], [
+                binaries["redis"], "--port", str(ports[sc.REDIS]), "--bind", "127.0.0.1",
+                "--dir", str(self.directory / "data/redis"), "--save", "", "--appendonly", "yes",
+                "--appendfsync", "everysec", "--daemonize", "no"], lambda: _redis_ok(ports[sc.REDIS]))
+            self._start(state, sc.WEBHOOK, ports[sc.WEBHOOK], [
+                *fairctl, "stack", "webhook", "--listen", f"127.0.0.1:{ports[sc.WEBHOOK]}", "--log", state.webhook_log],
+                lambda: _http_ok(f"http://127.0.0.1:{ports[sc.WEBHOOK]}/"))
+            for name in sc.EXPORTERS:
+                self._start(state, name, ports[name], [
+                    *fairctl, "exporter", "--config", config_file, "--listen", f"127.0.0.1:{ports[name]}"],
+                    lambda p=ports[name]: _http_ok(f"http://127.0.0.1:{p}/metrics"))
+            self._start(state, sc.ALERTMANAGER, ports[sc.ALERTMANAGER], [
+                binaries["alertmanager"], f"--config.file={self.directory / 'alertmanager.yml'}",
+                f"--storage.path={self.directory / 'data/alertmanager'}",
+                f"--web.listen-address=127.0.0.1:{ports[sc.ALERTMANAGER]}", "--cluster.listen-address="],
+                lambda: _http_ok(f"{state.alertmanager_url}/-/ready"))
+            self._start(state, sc.PROMETHEUS, ports[sc.PROMETHEUS], [
+                binaries["prometheus"], f"--config.file={self.directory / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.directory / 'data/prometheus'}",
+                f"--web.listen-address=127.0.0.1:{ports[sc.PROMETHEUS]}", "--rules.alert.resend-delay=1s"],
+                lambda: _http_ok(f"{state.prometheus_url}/-/ready"))
+            self._start_pools(state, pools, threads_per_process)
+        except BaseException:
+            self.down(state)
+            raise
+        return state
+
+    def up_workers(self, config: Config, *, pools: Sequence[WorkerPool], prometheus_url: str,
+                   alertmanager_url: str | None, threads_per_process: int = 16) -> StackState:
+        """Only the workers, on ``config``'s Redis: for drills against a team's own stack."""
+        (self.directory / "logs").mkdir(parents=True, exist_ok=True)
+        (self.directory / CONFIG_FILE).write_text(config_to_yaml(config, "Written by fairctl drill."), encoding="utf-8")
+        state = StackState(directory=str(self.directory), interval=0.0, redis_url=config.redis.url,
+                           prometheus_url=prometheus_url, alertmanager_url=alertmanager_url or "", webhook_log="")
+        try:
+            self._start_pools(state, pools, threads_per_process)
+        except BaseException:
+            self.down(state)
+            raise
+        return state
+
+    def _start_pools(self, state: StackState, pools: Sequence[WorkerPool], threads_per_process: int) -> None:
+        fairctl = [sys.executable, "-m", "fairctl"]
+        for pool in pools:
+            processes = max(1, -(-pool.slots // threads_per_process))
+            for i in range(processes):
+                threads = pool.slots // processes + (1 if i < pool.slots % processes else 0)
+                argv = [*fairctl, "worker", "--config", str(self.directory / CONFIG_FILE),
+                        "--concurrency", str(threads), "--grace", "0"]
+                if pool.classes is not None:
+                    argv += ["--classes", ",".join(pool.classes)]
+                self._start(state, f"{sc.WORKERS}/{pool.name}/{i}", None, argv, None)
+
+    def _write_files(self, config: Config, redis_url: str, ports: dict[str, int], interval: float) -> None:
+        # The exporters must answer within Prometheus's scrape timeout (one interval).
+        exporter = replace(config.exporter, scrape_timeout=min(config.exporter.scrape_timeout, interval * 0.8))
+        live = replace(config, redis=replace(config.redis, url=redis_url), exporter=exporter)
+        files = {
+            CONFIG_FILE: config_to_yaml(live, "Written by fairctl stack up: the config every process of this stack reads."),
+            sc.RULES_FILE: rules_text(live),
+            "prometheus.yml": sc.to_yaml(sc.prometheus_config(
+                exporters=[f"127.0.0.1:{ports[n]}" for n in sc.EXPORTERS],
+                alertmanager=f"127.0.0.1:{ports[sc.ALERTMANAGER]}", rule_files=[sc.RULES_FILE],
+                exporter_job=config.alerts.exporter_job, interval=interval), "Written by fairctl stack up."),
+            "alertmanager.yml": sc.to_yaml(sc.alertmanager_config(
+                f"http://127.0.0.1:{ports[sc.WEBHOOK]}{sc.WEBHOOK_PATH}", group_wait=GROUP_WAIT_S,
+                group_interval=GROUP_INTERVAL_S, repeat_interval=REPEAT_INTERVAL_S), "Written by fairctl stack up."),
+        }
+        for name, text in files.items():
+            (self.directory / name).write_text(text, encoding="utf-8")
+
+    def _start(self, state: StackState, name: str, port: int | None, argv: list[str],
+               ready: Callable[[], bool] | None) -> None:
+        log = self.directory / "logs" / f"{name.replace('/', '-')}.log"
+        with log.open("ab") as out:
+            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       start_new_session=True, cwd=self.directory)
+        self._children[process.pid] = process
+        url = None if port is None else f"http://127.0.0.1:{port}"
+        state.services.append(Service(name, process.pid, argv, started_at(process.pid), port, url, str(log)))
+        state.save()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while ready is not None and not ready():
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+                raise StackError(f"{name} did not start ({' | '.join(tail) or 'no output'}; log: {log})")
+            time.sleep(0.05)
+
+    # ------------------------------------------------------------------ down
+
+    def down(self, state: StackState | None = None) -> list[str]:
+        """Stop every recorded process (newest first) and wait for their ports; returns what
+        was stopped. Raises StackError naming any port still held afterwards."""
+        state = state or StackState.load(self.directory)
+        stopped = []
+        for service in reversed(state.services):
+            if self._stop(service):
+                stopped.append(service.name)
+        held = [f"{s.name} :{s.port}" for s in state.services if s.port is not None and not _wait_free(s.port)]
+        state.services = [s for s in state.services if _alive(s.pid) and self._ours(s)]
+        state.save()
+        if held:
+            raise StackError(f"ports still held after stopping the stack: {', '.join(held)}")
+        return stopped
+
+    def _ours(self, service: Service) -> bool:
+        """The pid is still the process that was started (not a later one that reused the pid)."""
+        return started_at(service.pid) == service.started
+
+    def _stop(self, service: Service) -> bool:
+        if not _alive(service.pid) or not self._ours(service):
+            self._reap(service.pid)
+            return False
+        for sig, wait in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
+            try:
+                os.killpg(service.pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while _alive(service.pid) and time.monotonic() < deadline:
+                self._reap(service.pid)
+                time.sleep(0.05)
+            if not _alive(service.pid):
+                break
+        self._reap(service.pid)
+        return True
+
+    def _reap(self, pid: int) -> None:
+        """Collect a child of this process (a stack started and stopped by the same drill)."""
+        child = self._children.pop(pid, None)
+        if child is not None and child.poll() is None:
+            self._children[pid] = child
+
+    def status(self) -> list[tuple[Service, bool]]:
+        """Every recorded service and whether it still runs."""
+        state = StackState.load(self.directory)
+        return [(s, _alive(s.pid) and self._ours(s)) for s in state.services]
+
+
+def _wait_free(port: int, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not _port_free(port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _alertmanager_binary() -> str:
+    """Debian names it prometheus-alertmanager; upstream archives, alertmanager."""
+    try:
+        return find_binary("prometheus-alertmanager", ALERTMANAGER_HINT)
+    except FileNotFoundError:
+        return find_binary("alertmanager", ALERTMANAGER_HINT)

@@ -1,0 +1,91 @@
+"""``fairctl stack up|down|status``: the whole stack natively, for machines without Docker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from exporter.server import parse_listen
+
+from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
+from .stack import Stack, StackError, WorkerPool
+from .webhook import webhook_server
+
+app = typer.Typer(help="Run Redis, workers, two exporters, Prometheus, Alertmanager and a webhook "
+                       "receiver natively, on loopback.", no_args_is_help=True)
+
+DirOption = Annotated[Path, typer.Option(
+    "--dir", metavar="DIR", help="Where the stack keeps its config, data, logs and stack.json.")]
+DEFAULT_DIR = Path(".fairctl-stack")
+
+
+@app.command()
+def up(
+    directory: DirOption = DEFAULT_DIR,
+    config: ConfigOption = DEFAULT_CONFIG,
+    slots: Annotated[int, typer.Option(min=1, max=1000, help="Worker slots (threads) in all, 16 per process.")] = 8,
+    interval: Annotated[float, typer.Option(
+        min=0.1, max=60, help="Prometheus scrape and rule evaluation interval, seconds.")] = 1.0,
+) -> None:
+    """Start the stack for --config and print where each service listens.
+
+    Redis (AOF on), the workers (fairctl.handlers:sleep_handlers), two exporters on the same
+    Redis, Prometheus with the rules generated from the config, Alertmanager routing every alert
+    to fairctl's webhook receiver (DIR/webhook.jsonl). Ports are the usual ones (6379, 29100,
+    29101, 29110, 9090, 9093) when free, else free loopback ports. Stop it with: fairctl stack down."""
+    cfg = load(config, None)
+    try:
+        with clear_errors():
+            state = Stack(directory).up(cfg, pools=[WorkerPool("workers", slots)], interval=interval)
+    except (StackError, FileNotFoundError) as exc:
+        fail("--dir" if isinstance(exc, StackError) else "PATH", str(exc), code=1)
+    for service in state.services:
+        typer.echo(f"{service.name:<22} pid {service.pid:<8} {service.url or ''}")
+    typer.echo(f"redis: {state.redis_url}\nprometheus: {state.prometheus_url}\nalertmanager: {state.alertmanager_url}\n"
+               f"alerts delivered to: {state.webhook_log}\nstop it with: fairctl stack down --dir {directory}")
+
+
+@app.command()
+def down(directory: DirOption = DEFAULT_DIR) -> None:
+    """Stop exactly the processes `up` started (recorded in DIR/stack.json) and check their ports are free."""
+    try:
+        stopped = Stack(directory).down()
+    except StackError as exc:
+        fail("--dir", str(exc), code=1)
+    typer.echo(f"stopped {len(stopped)} process(es): {', '.join(stopped) or 'none was running'}")
+
+
+@app.command()
+def status(directory: DirOption = DEFAULT_DIR) -> None:
+    """Each service of the stack, running or not; exits 1 when any has stopped."""
+    try:
+        services = Stack(directory).status()
+    except StackError as exc:
+        fail("--dir", str(exc), code=1)
+    if not services:
+        typer.echo(f"no service of the stack under {directory} is running")
+    for service, running in services:
+        typer.echo(f"{service.name:<22} {'running' if running else 'STOPPED':<8} pid {service.pid:<8} {service.url or ''}")
+    if not services or not all(running for _, running in services):
+        raise typer.Exit(1)
+
+
+@app.command(hidden=True)
+def webhook(
+    listen: Annotated[str, typer.Option(metavar="HOST:PORT", help="Address to serve on.")],
+    log: Annotated[Path, typer.Option(metavar="FILE", help="JSON-lines file each notification is appended to.")],
+) -> None:
+    """Alertmanager's webhook receiver: append every notification to --log (the stack runs it)."""
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as exc:
+        fail("--listen", str(exc))
+    server = webhook_server(host, port, log)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

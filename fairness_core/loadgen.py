@@ -1,0 +1,158 @@
+"""The live load generator: a scenario's arrivals enqueued through the real scheduler, in real
+time, compressed by ``speed`` and thinned by ``volume``.
+
+Time compression: scenario second ``t`` is enqueued at ``t / speed`` real seconds after the start.
+Volume: when the machine cannot carry the scenario's jobs at that speed, each live job stands for
+``volume`` scenario jobs (every ``volume``-th job of each stream is replayed, its first one
+included) and every job's service time is multiplied by it, so the fleet's capacity shrinks
+alike: the backlog in jobs over the throughput in jobs per second, i.e. every queue's age, keeps
+its shape, and so do the shares. Each job's payload carries its live service time as
+``{"service_s": s}``, which :data:`fairctl.handlers.sleep_handlers` sleeps for.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from .arrivals import all_arrivals, service_samplers
+from .jobs import RedisUnavailable
+from .scenario import Burst, Scenario, Service, Stream
+from .scheduler import Scheduler
+
+RETRY_EVERY_S = 0.5
+PIPELINE_CHUNK = 2000  # jobs per pipelined round trip in a burst
+
+
+@dataclass(frozen=True)
+class Replay:
+    """How a scenario is replayed live: ``speed`` scenario seconds per real second, one live job
+    per ``volume`` scenario jobs, the first ``until`` scenario seconds."""
+
+    speed: float
+    volume: float
+    until: float
+
+    def __post_init__(self) -> None:
+        if not self.speed > 0:
+            raise ValueError(f"speed: must be > 0, got {self.speed}")
+        if not self.volume >= 1:
+            raise ValueError(f"volume: must be >= 1, got {self.volume}")
+        if not self.until > 0:
+            raise ValueError(f"until: must be > 0, got {self.until}")
+
+    def real_seconds(self, scenario_s: float) -> float:
+        return scenario_s / self.speed
+
+    def scenario_seconds(self, real_s: float) -> float:
+        return real_s * self.speed
+
+    def live_service_s(self, scenario_s: float) -> float:
+        """A job's live service time: compressed by speed, stretched by volume."""
+        return scenario_s * self.volume / self.speed
+
+
+def mean_service_s(service: Service) -> float:
+    if service.kind == "lognormal":
+        return service.a * math.exp(service.b ** 2 / 2)
+    return service.a
+
+
+def volume_for(scenario: Scenario, speed: float, *, max_rate: float, max_burst: int) -> float:
+    """The smallest volume at which the live fleet works at most ``max_rate`` jobs per real second
+    and no burst enqueues more than ``max_burst`` jobs at once (1: replay every job)."""
+    slots = sum(pool.count for pool in scenario.workers)
+    fastest = min(mean_service_s(s.service) for s in scenario.streams)
+    needed = slots / fastest * speed / max_rate
+    largest_burst = max((s.arrivals.count for s in scenario.streams if isinstance(s.arrivals, Burst)), default=0)
+    return max(1.0, needed, largest_burst / max_burst)
+
+
+@dataclass
+class LoadStats:
+    """What the generator did: live jobs queued and rejected by budgets per stream, how late it
+    ran behind the schedule at worst (real s), and enqueue attempts retried while Redis was away."""
+
+    started_at: float = 0.0  # wall-clock epoch seconds of scenario time 0
+    enqueued: Counter[str] = field(default_factory=Counter)
+    rejected: Counter[str] = field(default_factory=Counter)
+    max_lag_s: float = 0.0
+    retries: int = 0
+
+
+class LoadGenerator:
+    """Replays ``scenario`` against ``scheduler``; :meth:`run` returns when ``until`` is reached or
+    ``stop`` is set. Single arrivals keep the scenario's own seed, so the same jobs arrive as in
+    ``fairctl simulate``."""
+
+    def __init__(self, scenario: Scenario, scheduler: Scheduler, replay: Replay, *,
+                 stop: threading.Event | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.scenario = scenario
+        self.scheduler = scheduler
+        self.replay = replay
+        self.stop = stop or threading.Event()
+        self._clock = clock
+        self._owed = [1.0 - 1.0 / replay.volume] * len(scenario.streams)  # live jobs owed, in fractions
+        self._service = service_samplers(scenario)
+        self.stats = LoadStats()
+        self._lock = threading.Lock()
+
+    def live_jobs(self, stream: int, scenario_jobs: int) -> int:
+        """How many live jobs stand for ``scenario_jobs`` of ``stream``: every ``volume``-th job,
+        counted per stream, starting with the stream's first (so each stream starts when it does
+        in the scenario, however sparse it is once thinned)."""
+        owed = self._owed[stream] + scenario_jobs / self.replay.volume
+        jobs = int(owed)
+        self._owed[stream] = owed - jobs
+        return jobs
+
+    def run(self) -> LoadStats:
+        """Replay until ``until`` or ``stop``. Large arrivals (bursts) are queued by a second
+        thread, chunk by chunk, while the steady streams keep their schedule: in the scenario a
+        burst lands at one instant, and the jobs arriving just after it must not wait for it."""
+        self.stats.started_at = time.time()
+        start = self._clock()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="loadgen-burst") as bursts:
+            pending = []
+            for arrival in all_arrivals(self.scenario, self.replay.until):
+                due = start + self.replay.real_seconds(arrival.at)
+                delay = due - self._clock()
+                if (delay > 0 and self.stop.wait(delay)) or self.stop.is_set():
+                    break
+                self.stats.max_lag_s = max(self.stats.max_lag_s, self._clock() - due)
+                stream = self.scenario.streams[arrival.stream]
+                for tenant, n in arrival.tenants:
+                    payloads = [{"service_s": round(self.replay.live_service_s(self._service[arrival.stream]()), 4)}
+                                for _ in range(self.live_jobs(arrival.stream, n))]
+                    for i in range(0, len(payloads), PIPELINE_CHUNK):
+                        job = (stream, tenant, payloads[i:i + PIPELINE_CHUNK])
+                        if len(payloads) > 1:
+                            pending.append(bursts.submit(self._submit, *job))
+                        else:
+                            self._submit(*job)
+            for done in pending:
+                done.result()
+        return self.stats
+
+    def _submit(self, stream: Stream, tenant: str, payloads: list[object]) -> None:
+        """Queue ``payloads``, retrying while Redis is unavailable (a lost reply may then queue a
+        chunk twice: the documented at-least-once enqueue) until it answers or the run stops."""
+        while not self.stop.is_set():
+            try:
+                done = self.scheduler.submit_many(stream.task, tenant, payloads, tier=stream.tier,
+                                                  user_waiting=stream.user_waiting)
+            except RedisUnavailable:
+                with self._lock:
+                    self.stats.retries += 1
+                self.stop.wait(RETRY_EVERY_S)
+                continue
+            queued = sum(1 for d in done if d is not None)
+            with self._lock:
+                self.stats.enqueued[stream.name] += queued
+                self.stats.rejected[stream.name] += len(done) - queued
+            return
