@@ -12,6 +12,7 @@ Errors name host and port only: the URL may hold a password, so it is never repe
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -85,8 +86,12 @@ def redis_errors(client: Any) -> Iterator[None]:
         yield
     except _UNAVAILABLE as exc:
         kind, place = _describe(client)
+        tls = exc.__cause__ or exc.__context__
         if isinstance(exc, redis.AuthenticationError):
             raise RedisUnavailable(f"{kind} at {place} refused the user name or password ({type(exc).__name__})") from None
+        if isinstance(tls, ssl.SSLError):  # its reason names the TLS failure, never a credential
+            raise RedisUnavailable(f"{kind} at {place}: TLS failed ({tls.reason or type(tls).__name__}); for a "
+                                   "private CA give ?ssl_ca_certs=PATH in the rediss:// URL") from None
         raise RedisUnavailable(f"{kind} at {place} is unavailable ({type(exc).__name__})") from None
 
 

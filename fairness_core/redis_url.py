@@ -8,15 +8,23 @@ message built here ever quotes one.
 
 from __future__ import annotations
 
+import inspect
 import re
 from urllib.parse import urlsplit
 
+from redis import connection
 from redis.connection import parse_url
 
 CLUSTER_SUFFIX = "+cluster"
 URL_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 URL_HINT = "expected a redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL"
 _SCHEME = re.compile(r"^([a-z+]+)://")
+# What a URL may set: the keyword arguments of redis-py's connection pool and connections.
+_OPTIONS = frozenset(
+    name for cls in (connection.ConnectionPool, connection.Connection, connection.SSLConnection,
+                     connection.UnixDomainSocketConnection, connection.AbstractConnection)
+    for name in inspect.signature(cls.__init__).parameters
+) - {"self", "kwargs"}
 
 
 def is_cluster(url: str) -> bool:
@@ -38,6 +46,9 @@ def check_url(url: str) -> None:
     except ValueError:  # redis-py's message may quote part of the URL (a "port" that is a password)
         raise ValueError("not a usable Redis URL: check host, port and query options, and percent-encode "
                          "characters such as / ? # @ : in the user name and password") from None
+    if not set(options) <= _OPTIONS:  # redis-py would fail only at the first connection, with a TypeError
+        raise ValueError("the URL's query has an option redis-py does not know; percent-encode a ? or # in the "
+                         "password (%3F, %23)")
     if is_cluster(url) and options.get("db", 0) != 0:
         raise ValueError("a Redis Cluster has only database 0; drop the /<db> from the URL")
 
