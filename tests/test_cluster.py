@@ -30,8 +30,10 @@ from .support import totals, write_config
 
 pytestmark = pytest.mark.slow
 
-# The suites run again on the cluster: the scheduler's (lifecycle, snapshot, worker) and the exporter's.
-SUITES = ("tests/test_lifecycle.py", "tests/test_snapshot.py", "tests/test_worker.py", "tests/test_exporter.py")
+# The suites run again on the cluster: the scheduler's (lifecycle, snapshot, worker), the exporter's and
+# the bad-input properties (tenant ids stay in their group's slot, checked with SCAN over every master).
+SUITES = ("tests/test_lifecycle.py", "tests/test_snapshot.py", "tests/test_worker.py", "tests/test_exporter.py",
+          "tests/test_bad_input.py")
 NOT_ON_A_CLUSTER = (
     # Lists keys with KEYS, which a cluster client sends to one node; test_bad_input.py checks the same
     # (every key of a group in its slot) with SCAN, which visits every master, and runs here too.
