@@ -37,9 +37,12 @@ from .stack import Stack, WorkerPool
 from .timescale import compress
 from .webhook import deliveries, epoch
 
-# Scenario seconds before the end within which a first firing is "borderline": the live and the
-# simulated run may each see it or not, so it is reported but not counted as a disagreement.
+# A first firing in the last tenth of the replay is "borderline": either run may reach it a little
+# later or sooner, so it is reported but not counted as a disagreement. So is an alert the
+# simulation fires less than LAG_EVALUATIONS intervals (in real time) before the end: live, each
+# alert waits for a scrape, then a rule evaluation, which the simulation does not.
 BORDERLINE_SHARE = 0.1
+LAG_EVALUATIONS = 3
 SETTLE_EVALUATIONS = 3
 # ALERTS is read back at this resolution (real s), within Prometheus's limit of points per series.
 QUERY_STEP_S, MAX_POINTS = 0.1, 10_000  # evaluations waited after the replay, for the last alerts to be delivered
@@ -211,7 +214,8 @@ def run_policy_drill(scenario: Scenario, policy: str, replay: Replay, directory:
     scenario_s = replay.scenario_seconds
     # Only what fired within the replay counts; the settling evaluations are for delivery only.
     fired = {k: t for k, t in fired.items() if scenario_s(t - t0) <= replay.until}
-    delivered = {k: t for k, t in delivered.items() if scenario_s(t - t0) <= replay.until}
+    # Alertmanager may still deliver what fired while the stack was starting, before the replay.
+    delivered = {k: t for k, t in delivered.items() if 0 <= scenario_s(t - t0) <= replay.until}
     for key in sorted(fired.keys() | delivered.keys() | prediction.keys(),
                       key=lambda k: (fired.get(k, float("inf")), prediction.get(k, float("inf")), k)):
         result.alerts.append(DrillAlert(
@@ -220,7 +224,7 @@ def run_policy_drill(scenario: Scenario, policy: str, replay: Replay, directory:
             None if key not in delivered else max(0.0, scenario_s(delivered[key] - t0)),
             prediction.get(key)))
     result.violations = _violations(scenario, policy, result.alerts)
-    result.disagreements = _disagreements(result.alerts, replay.until)
+    result.disagreements = _disagreements(result.alerts, replay, interval)
     result.wall_s = time.monotonic() - started
     return result
 
@@ -240,16 +244,17 @@ def _violations(scenario: Scenario, policy: str, alerts: Sequence[DrillAlert]) -
     return out
 
 
-def _disagreements(alerts: Sequence[DrillAlert], until: float) -> list[str]:
-    """Alerts the live run and the simulation disagree on, leaving out first firings in the last
-    tenth of the replay (either run may reach them a scrape later or sooner)."""
-    cutoff = until * (1 - BORDERLINE_SHARE)
+def _disagreements(alerts: Sequence[DrillAlert], replay: Replay, interval: float) -> list[str]:
+    """Alerts the live run and the simulation disagree on, leaving out the borderline ones."""
+    cutoff = replay.until * (1 - BORDERLINE_SHARE)
+    lag = replay.scenario_seconds(LAG_EVALUATIONS * interval)
     out = []
     for a in alerts:
         if (a.first_firing_s is None) == (a.simulated_s is None):
             continue
         seen = a.first_firing_s if a.first_firing_s is not None else a.simulated_s
-        if seen is not None and seen < cutoff:
+        live_cutoff = cutoff if a.first_firing_s is not None else min(cutoff, replay.until - lag)
+        if seen is not None and seen < live_cutoff:
             where = "the drill" if a.first_firing_s is not None else "the simulation"
             out.append(f"{a} fired only in {where} (at {seen:g}s)")
     return out

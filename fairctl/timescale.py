@@ -1,10 +1,11 @@
 """A config with its durations compressed for a drill, so the live rules and the scheduler run
 ``speed`` times faster than production and an alert's timeline maps back to scenario time.
 
-What scales by ``volume``: the thresholds that count queued or arriving jobs
-(``inversion_max_depth``, ``budget_min_arrivals``, ``noisy_min_queued``), since one live job
-stands for ``volume`` scenario jobs; in-flight counts are slots, which are not thinned. What
-scales by ``speed``: every SLO, window, ``for:``, aging delay and budget window (they are
+What scales by ``volume``: the thresholds that count a class's queued or arriving jobs
+(``inversion_max_depth``, ``budget_min_arrivals``), since one live job stands for ``volume``
+scenario jobs. Not the per-tenant ``noisy_min_queued``: thinning leaves a sparse class a few jobs
+of one tenant each, and a scaled threshold would call every one of them noisy (in-flight counts
+are slots, which are not thinned at all). What scales by ``speed``: every SLO, window, ``for:``, aging delay and budget window (they are
 about wall-clock time). What scales by ``speed / volume``: the lease durations, which are about
 how long one job runs, and a live job runs ``volume / speed`` times its scenario service time
 (see :mod:`fairness_core.loadgen`). The expected-load hints of the weights lint are dropped: they
@@ -64,8 +65,7 @@ def compress(config: Config, replay: Replay, *, scrape_interval: float) -> Confi
             leases, visibility_timeout=_ms(leases.visibility_timeout / job_scale),
             retry_backoff=_ms(leases.retry_backoff / job_scale),
             retry_backoff_max=_ms(leases.retry_backoff_max / job_scale)),
-        exporter=dataclasses.replace(config.exporter, window=_ms(config.exporter.window / speed),
-                                     noisy_min_queued=_jobs(config.exporter.noisy_min_queued, volume, 1)),
+        exporter=dataclasses.replace(config.exporter, window=_ms(config.exporter.window / speed)),
         alerts=dataclasses.replace(
             a, rate_window=window, reason_baseline=_ms(a.reason_baseline / speed),
             stall_after=_ms(a.stall_after / speed), worker_slots=None,

@@ -26,7 +26,7 @@ from .scenario import Burst, Scenario, Service, Stream
 from .scheduler import Scheduler
 
 RETRY_EVERY_S = 0.5
-PIPELINE_CHUNK = 2000  # jobs per pipelined round trip in a burst
+PIPELINE_CHUNK = 500  # jobs per pipelined round trip in a burst (Redis serves other clients between them)
 
 
 @dataclass(frozen=True)
