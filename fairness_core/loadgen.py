@@ -97,18 +97,21 @@ class LoadGenerator:
         self.replay = replay
         self.stop = stop or threading.Event()
         self._clock = clock
-        self._owed = [1.0 - 1.0 / replay.volume] * len(scenario.streams)  # live jobs owed, in fractions
+        self._seen = [0] * len(scenario.streams)  # scenario jobs per stream so far
+        self._kept = [0] * len(scenario.streams)  # of which replayed
         self._service = service_samplers(scenario)
         self.stats = LoadStats()
         self._lock = threading.Lock()
 
     def live_jobs(self, stream: int, scenario_jobs: int) -> int:
-        """How many live jobs stand for ``scenario_jobs`` of ``stream``: every ``volume``-th job,
-        counted per stream, starting with the stream's first (so each stream starts when it does
-        in the scenario, however sparse it is once thinned)."""
-        owed = self._owed[stream] + scenario_jobs / self.replay.volume
-        jobs = int(owed)
-        self._owed[stream] = owed - jobs
+        """How many live jobs stand for the next ``scenario_jobs`` of ``stream``: its jobs number
+        1, 1 + volume, 1 + 2 x volume, ... are replayed, so each stream starts when it does in the
+        scenario, however sparse it is once thinned."""
+        if not scenario_jobs:
+            return 0
+        self._seen[stream] += scenario_jobs
+        kept = math.floor((self._seen[stream] - 1) / self.replay.volume + 1e-9) + 1
+        jobs, self._kept[stream] = kept - self._kept[stream], kept
         return jobs
 
     def run(self) -> LoadStats:
