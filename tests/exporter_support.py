@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter import metrics as m
 from exporter.collector import scrape_client
 from exporter.server import ExporterServer, exporter_server
 from fairctl.redis_server import find_binary, free_port, stop_process
@@ -74,6 +75,20 @@ def scrape(url: str, *, context: ssl.SSLContext | None = None) -> Scrape:
     text = fetch(url, context=context)
     seconds = time.monotonic() - started
     return Scrape(text, parse(text), seconds, wall + seconds / 2)
+
+
+def scrape_if_serving(url: str, *, context: ssl.SSLContext | None = None) -> Scrape | None:
+    """A scrape, or None while nothing answers at ``url`` yet (an exporter process starting up)."""
+    try:
+        return scrape(url, context=context)
+    except OSError:
+        return None
+
+
+def redis_up(url: str, *, context: ssl.SSLContext | None = None) -> float | None:
+    """``fairness_exporter_redis_up`` of a scrape, or None while nothing answers."""
+    got = scrape_if_serving(url, context=context)
+    return None if got is None else got.value(m.EXPORTER_REDIS_UP.name)
 
 
 def promtool_check_metrics(text: str) -> subprocess.CompletedProcess[str]:

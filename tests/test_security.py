@@ -22,7 +22,7 @@ from fairctl.redis_server import RedisServer, free_port, stop_process
 from fairness_core import RedisUnavailable, Scheduler, redis_client
 
 from .conftest import EXAMPLE_CONFIG, make_config
-from .exporter_support import fetch, scrape
+from .exporter_support import fetch, redis_up, scrape
 from .support import spawn_exporter, spawn_worker, totals, wait_for, write_config
 from .test_exporter import self_signed
 
@@ -67,14 +67,9 @@ def test_scheduler_worker_and_exporter_over_tls_with_an_acl_user(secure_redis: S
     try:
         wait_for(lambda: totals(scheduler)["processed"] == 20, 60, "the worker to work every job over TLS")
 
-        def answers() -> bool:
-            try:
-                return "Metrics" in fetch(f"https://127.0.0.1:{port}/", context=trusting, timeout=2)
-            except OSError:
-                return False
-
-        wait_for(answers, 30, "the exporter to serve HTTPS")
-        got = scrape(f"https://127.0.0.1:{port}/metrics", context=trusting)
+        metrics = f"https://127.0.0.1:{port}/metrics"
+        wait_for(lambda: redis_up(metrics, context=trusting) == 1, 30, "the exporter to serve HTTPS")
+        got = scrape(metrics, context=trusting)
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.2", port), timeout=2).close()  # bound to 127.0.0.1 only
     finally:
@@ -100,7 +95,7 @@ def test_a_wrong_password_is_named_as_such_and_never_shown(secure_redis: SecureR
     port = free_port()
     exporter = spawn_exporter(path, tmp_path / "exporter.log", "--listen", f"127.0.0.1:{port}")
     try:
-        wait_for(lambda: _up(f"http://127.0.0.1:{port}/metrics") == 0, 30, "the exporter to answer")
+        wait_for(lambda: redis_up(f"http://127.0.0.1:{port}/metrics") == 0, 30, "the exporter to answer")
         text = fetch(f"http://127.0.0.1:{port}/metrics")
     finally:
         exporter.send_signal(signal.SIGTERM)
@@ -115,13 +110,6 @@ def test_an_untrusted_redis_certificate_is_a_clear_tls_error(secure_redis: Secur
         with redis_client(url) as client:
             Scheduler(make_config(redis={"url": url}), client).enqueue("newsletter", "acme")
     assert PASSWORD not in str(err.value)
-
-
-def _up(url: str) -> float | None:
-    try:
-        return scrape(url).value(m.EXPORTER_REDIS_UP.name)
-    except OSError:
-        return None
 
 
 # Passwords with the characters that break URLs unless percent-encoded (/ ? # @ :).
