@@ -3,14 +3,64 @@ so new groups (generate, simulate, exporter, ...) are one import and one ``add_t
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
+
+from typer import Abort
+
+try:  # recent typer bundles its own copy of click
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older typer on the external click
+    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # type: ignore[assignment]
+
+from .common import BAD_ARGUMENT
 
 from . import (
     check_commands, demo, drill_command, exporter_command, generate_command, queue_commands, simulate_command,
     stack_command, worker_command,
 )
 
+
+
+class OneLineErrors(TyperGroup):
+    """Arguments the command line itself cannot parse (an unknown option, a value out of range, a
+    missing argument) fail like every other bad argument: one line naming it, exit code 2, no
+    usage box."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            outcome = super().main(*args, standalone_mode=False, **kwargs)
+        except NoArgsIsHelpError as exc:  # a bare group: its help is the answer
+            exc.show()
+            sys.exit(exc.exit_code)
+        except UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "fairctl"
+            param = getattr(exc, "param", None)
+            if param is None:
+                argument = where
+            elif param.param_type_name == "argument" or not param.opts:
+                argument = (getattr(param, "metavar", None) or str(param.name).upper()).strip("[]")
+            else:
+                argument = param.opts[0]
+            message = exc.message.replace("\n", " ") or exc.format_message()
+            typer.echo(f"fairctl: error: {argument}: {message} (see: {where} --help)", err=True)
+            sys.exit(BAD_ARGUMENT)
+        except ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except Abort:
+            typer.echo("aborted", err=True)
+            sys.exit(1)
+        sys.exit(outcome if isinstance(outcome, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     help="Fair Redis job queues: priority classes with weighted shares, fair queuing across tenants, "
          "and the tools to watch them.",
     no_args_is_help=True,
