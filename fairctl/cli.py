@@ -19,8 +19,8 @@ except ImportError:  # pragma: no cover - older typer on the external click
 from .common import BAD_ARGUMENT
 
 from . import (
-    check_commands, demo, drill_command, exporter_command, generate_command, queue_commands, simulate_command,
-    stack_command, worker_command,
+    bench_command, check_commands, demo, drill_command, exporter_command, generate_command, queue_commands,
+    simulate_command, stack_command, worker_command,
 )
 
 
@@ -70,6 +70,7 @@ for group in (queue_commands, worker_command, exporter_command, demo, simulate_c
               generate_command, check_commands):
     app.add_typer(group.app)
 app.add_typer(stack_command.app, name="stack")
+app.add_typer(bench_command.app)
 
 
 def main() -> None:
