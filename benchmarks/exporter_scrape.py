@@ -1,75 +1,34 @@
 """How much a scrape costs as the queues grow: 10 tenants / 100 jobs, 10,000 / 100,000 and
 100,000 tenants / 1,000,000 jobs, on a redis-server of its own.
 
-For each size it loads the jobs (every tenant has work in every class; some processed, some in
-flight, so every structure the snapshot reads is populated), then scrapes the exporter over HTTP
+For each size it loads the jobs (benchmarks.load: tenants spread over the classes; some jobs
+processed, some in flight, so every structure the snapshot reads is populated), then scrapes the exporter over HTTP
 and reports the median and p95 scrape time, the series served and the Redis commands per scrape
 (``INFO commandstats`` deltas: the script call and every command the script runs inside Redis).
 The ratios are the point: a scrape must stay O(classes + k log n), whatever the tenant count.
 
     python -m benchmarks.exporter_scrape [--tenants 10,10000,100000] [--jobs-per-tenant 10] [--scrapes 50]
-
-Arrival budgets are switched off (the load is not a realistic arrival mix, and demotions would
-only move jobs between classes).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import sys
 import time
 import urllib.request
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import redis
 
 from exporter.collector import scrape_client
 from exporter.server import exporter_server
 from fairctl.redis_server import RedisServer
-from fairness_core import Config, Scheduler, load_config, redis_client
+from fairness_core import Scheduler
 
-EXAMPLE_CONFIG = Path(__file__).resolve().parent.parent / "fairness.yaml"
-TASKS = ("password_reset", "sync_contacts", "newsletter")  # one per class of the example config
-LOADERS = 2  # processes submitting jobs (the machine has 2 cores; redis-server needs one of them)
-POP = 1000  # jobs leased per pop while processing part of the load
-NOT_COMMANDS = {"info", "config"}  # the benchmark's own bookkeeping calls
+from .load import bench_config, populate
 
-
-def bench_config(url: str, prefix: str) -> Config:
-    config = load_config(EXAMPLE_CONFIG)
-    return dataclasses.replace(
-        config, redis=dataclasses.replace(config.redis, url=url, prefix=prefix),
-        scheduler=dataclasses.replace(config.scheduler, budget_min_arrivals=10**9))
-
-
-def load_tenants(url: str, prefix: str, first: int, last: int, jobs_per_tenant: int) -> int:
-    """Submit ``jobs_per_tenant`` jobs for each tenant in [first, last), spread over the classes."""
-    scheduler = Scheduler(bench_config(url, prefix), redis_client(url))
-    for tenant in range(first, last):
-        for j in range(jobs_per_tenant):
-            scheduler.submit(TASKS[(tenant + j) % len(TASKS)], f"tenant-{tenant}")
-    return (last - first) * jobs_per_tenant
-
-
-def load(url: str, prefix: str, tenants: int, jobs_per_tenant: int) -> None:
-    """The jobs, then a fifth of them (at most 20,000) leased and all but 5% of those acked."""
-    step = -(-tenants // LOADERS)
-    with ProcessPoolExecutor(LOADERS) as pool:
-        ranges = [(first, min(tenants, first + step)) for first in range(0, tenants, step)]
-        list(pool.map(load_tenants, *zip(*[(url, prefix, a, b, jobs_per_tenant) for a, b in ranges])))
-    scheduler = Scheduler(bench_config(url, prefix), redis_client(url))
-    leased = min(tenants * jobs_per_tenant // 5, 20_000)
-    kept = leased // 20
-    while leased > 0:
-        leases = scheduler.pop(min(POP, leased))
-        leased -= len(leases)
-        for lease in leases[kept:]:
-            scheduler.ack(lease)
-        kept = max(0, kept - len(leases))
+NOT_COMMANDS = {"info", "config", "slowlog"}  # the benchmark's own bookkeeping calls
 
 
 def commands(client: redis.Redis) -> int:
@@ -92,8 +51,14 @@ class Result:
 def measure(server: RedisServer, label: str, tenants: int, jobs_per_tenant: int, scrapes: int) -> Result:
     prefix = f"bench-{tenants}"
     started = time.monotonic()
-    load(server.url, prefix, tenants, jobs_per_tenant)
+    populate(server.url, prefix, tenants, jobs_per_tenant)
     load_s = time.monotonic() - started
+    return scrape(server, label, prefix, tenants, jobs_per_tenant, scrapes, load_s)
+
+
+def scrape(server: RedisServer, label: str, prefix: str, tenants: int, jobs_per_tenant: int, scrapes: int,
+           load_s: float = 0.0) -> Result:
+    """Scrape the exporter of an already loaded queue group ``scrapes`` times over HTTP."""
     config = bench_config(server.url, prefix)
     admin = redis.Redis.from_url(server.url, decode_responses=True)
     with exporter_server(config, Scheduler(config, scrape_client(config)), "127.0.0.1", 0) as exporter:

@@ -1,0 +1,66 @@
+"""What every measurement shares: repeated timing, the table row it becomes, and the machine line.
+
+Absolute times on a shared 2-core machine mean little, so each row is a ratio against a baseline
+measured in the same run, and each side is the median of several runs taken in turn (ours,
+baseline, ours, baseline, ...) so a burst of load from elsewhere hits both.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+
+import redis
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of BENCHMARKS.md: our figure, the baseline's, their ratio and the target."""
+
+    number: str
+    what: str
+    ours: str
+    baseline: str
+    ratio: float | None
+    target: str
+    met: bool | None  # None: nothing to judge (a peer could not run, or an informative row)
+    limits: str = ""
+
+
+def rate(jobs: int, run: Callable[[], None]) -> float:
+    """Jobs per second of one call of ``run`` (which works ``jobs`` jobs)."""
+    started = time.perf_counter()
+    run()
+    return jobs / (time.perf_counter() - started)
+
+
+def alternate(repeats: int, *runs: Callable[[], float]) -> list[float]:
+    """Median of each ``run``'s result over ``repeats`` rounds, the runs taking turns each round."""
+    results: list[list[float]] = [[] for _ in runs]
+    for _ in range(repeats):
+        for out, run in zip(results, runs):
+            out.append(run())
+    return [statistics.median(r) for r in results]
+
+
+def per_second(value: float) -> str:
+    return f"{value:,.0f} jobs/s"
+
+
+def machine(client: redis.Redis) -> str:
+    """CPU, cores, load, and the versions that the figures depend on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    server = client.info("server")["redis_version"]
+    return (f"{cpu}, {os.cpu_count()} cores, load average {load} at the start; Linux {platform.release()}; "
+            f"Python {platform.python_version()}, redis-py {metadata.version('redis')}; redis-server {server}")

@@ -1,0 +1,40 @@
+"""BENCHMARKS.md: the machine, the table of ratios, and the hand-written notes on what limits the
+figures and what was tried (``benchmarks/notes.md``, appended as it is)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .harness import Row
+
+NOTES = Path(__file__).resolve().parent / "notes.md"
+
+
+def verdict(met: bool | None) -> str:
+    return "n/a" if met is None else ("yes" if met else "**no**")
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| # | measurement | fairctl | baseline | ratio | target | met | notes |",
+        "| --- | --- | --- | --- | ---: | --- | --- | --- |",
+    ]
+    for r in rows:
+        ratio = "" if r.ratio is None else f"{r.ratio:.2f}"
+        lines.append(f"| {r.number} | {r.what} | {r.ours} | {r.baseline} | {ratio} | {r.target} | {verdict(r.met)} "
+                     f"| {r.limits} |")
+    return "\n".join(lines)
+
+
+def write_report(path: Path, rows: list[Row], machine: str, preset: str, repeats: int, elapsed_s: float) -> None:
+    notes = NOTES.read_text(encoding="utf-8") if NOTES.exists() else ""
+    text = (
+        "# Benchmarks\n\n"
+        f"Written by `python -m benchmarks --preset {preset}` on {time.strftime('%Y-%m-%d %H:%M %Z')} in "
+        f"{elapsed_s / 60:.1f} minutes. Each figure is the median of {repeats} runs, taken in turns with its "
+        "baseline on the same redis-server; the ratio is fairctl / baseline.\n\n"
+        f"**Machine:** {machine}.\n\n"
+        f"{table(rows)}\n\n{notes}"
+    )
+    path.write_text(text, encoding="utf-8")

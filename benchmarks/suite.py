@@ -1,0 +1,200 @@
+"""The whole benchmark: every measurement of issue 8 in one run, written to BENCHMARKS.md.
+
+One redis-server holds the 10-tenant state and the 100,000-tenant / 1,000,000-job state side by
+side (SLOWLOG on throughout); a second one, empty, is shared by fairctl, RQ and BullMQ for the
+end-to-end comparison. Each figure is the median of several runs, taken in turns with its baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import redis
+
+from fairctl.redis_server import RedisServer
+from fairness_core import parse_duration
+from fairness_core.config import POLICIES
+from fairness_core.keys import Keys
+from fairness_core.scenario import DEFAULT_SCENARIO, load_scenario
+from fairness_core.simulator import simulate
+
+from . import memory, peers, script_latency, throughput
+from .exporter_scrape import scrape
+from .harness import Row, alternate, machine, per_second
+from .load import PAYLOAD_BYTES, fill, scheduler, work_some
+from .report import write_report
+from .simulator import baseline as model_rate
+
+SMALL, BIG = "small", "big"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each measurement does; ``full`` is what BENCHMARKS.md is written from."""
+
+    repeats: int  # runs per measurement (the median is reported)
+    jobs: int  # jobs per throughput run
+    big_tenants: int  # the large state: tenants ...
+    big_jobs_per_tenant: int  # ... and jobs each
+    small_tenants: int  # the small state of the scrape comparison: tenants ...
+    small_jobs_per_tenant: int  # ... and jobs each
+    scrapes: int
+    e2e_jobs: int  # jobs per end-to-end run
+    concurrency: int  # worker slots of each system in the end-to-end runs (more than the 2 reserved for jobs:high)
+    storm: str | None  # simulated duration of the storm (None: the scenario's own two hours)
+
+
+FULL = Sizes(repeats=5, jobs=5_000, big_tenants=100_000, big_jobs_per_tenant=10, small_tenants=10,
+             small_jobs_per_tenant=10, scrapes=50, e2e_jobs=20_000, concurrency=4, storm=None)
+QUICK = Sizes(repeats=3, jobs=2_000, big_tenants=10_000, big_jobs_per_tenant=10, small_tenants=10,
+              small_jobs_per_tenant=10, scrapes=20, e2e_jobs=5_000, concurrency=4, storm="20m")
+SMOKE = Sizes(repeats=1, jobs=200, big_tenants=200, big_jobs_per_tenant=5, small_tenants=5,
+              small_jobs_per_tenant=4, scrapes=3, e2e_jobs=200, concurrency=4, storm="1m")
+PRESETS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
+    """(1) one job per call, (2) batches of 10, (3) 100,000 tenants against 10, (6) memory,
+    (5) scrapes, (8) the longest script run; all on one redis-server."""
+    client = redis.Redis.from_url(server.url)
+    big_jobs = sizes.big_tenants * sizes.big_jobs_per_tenant
+    log(f"loading {big_jobs:,} jobs for {sizes.big_tenants:,} tenants")
+    ours_bytes = memory.grown_by(client, lambda: fill(server.url, BIG, sizes.big_tenants, sizes.big_jobs_per_tenant))
+    list_bytes = memory.plain_list(client, "plain-list", big_jobs)
+    work_some(server.url, BIG, big_jobs)  # pops of 1,000 jobs, bounded by max_jobs: not part of (8)
+    script_latency.start(client)
+    small, big = scheduler(server.url, SMALL), scheduler(server.url, BIG)
+    n, tenants = sizes.jobs, sizes.small_tenants
+    log("pop+ack throughput against raw LPOP")
+    raw, one, batched, separate, at_big = alternate(
+        sizes.repeats,
+        throughput.raw_lpop(client, "raw-list", n),
+        throughput.scheduler_run(small, n, lambda s, j: throughput.drain(s, j, 1), tenants),
+        throughput.scheduler_run(small, n, lambda s, j: throughput.drain(s, j, 10), tenants),
+        throughput.scheduler_run(small, n, throughput.pop_then_ack, tenants),
+        throughput.scheduler_run(big, n, lambda s, j: throughput.drain(s, j, 1)),
+    )
+    log("exporter scrapes")
+    small_jobs = sizes.small_tenants * sizes.small_jobs_per_tenant
+    fill(server.url, "scrape-small", sizes.small_tenants, sizes.small_jobs_per_tenant)
+    work_some(server.url, "scrape-small", small_jobs)
+    few = scrape(server, "small", "scrape-small", sizes.small_tenants, sizes.small_jobs_per_tenant, sizes.scrapes)
+    many = scrape(server, "large", BIG, sizes.big_tenants, sizes.big_jobs_per_tenant, sizes.scrapes)
+    script_latency.sweeps(big, sizes.repeats * 10)
+    slow = script_latency.longest(client, Keys(BIG).base, 1000)
+    big_label = f"{sizes.big_tenants:,} tenants"
+    per_job, per_list = ours_bytes / big_jobs, list_bytes / big_jobs
+    slowest = ", ".join(f"{op} {us} µs" for op, us in sorted(slow.by_op.items(), key=lambda kv: -kv[1])[:4])
+    return [
+        Row("1", "pop+ack, one job per call (the ack rides with the next pop)", per_second(one),
+            f"raw LPOP {per_second(raw)}", one / raw, "≥ 0.8", one / raw >= 0.8),
+        Row("1b", "pop, then a separate ack call (two round trips per job)", per_second(separate),
+            f"raw LPOP {per_second(raw)}", separate / raw, "informative", None),
+        Row("2", "pop+ack, batches of 10 (max_jobs 10, tenants.batch 10)", per_second(batched),
+            f"raw LPOP {per_second(raw)}", batched / raw, "≥ 4", batched / raw >= 4),
+        Row("3", f"pop+ack, one job per call, {big_label} with work", per_second(at_big),
+            f"{tenants} tenants {per_second(one)}", at_big / one, "≥ 0.8", at_big / one >= 0.8),
+        Row("5", f"exporter scrape, {big_label} / {big_jobs:,} jobs queued",
+            f"{many.median_ms:.1f} ms median, {many.commands:.0f} Redis commands",
+            f"{few.tenants} tenants / {few.jobs} jobs: {few.median_ms:.1f} ms, {few.commands:.0f} commands",
+            many.median_ms / few.median_ms, "< 50 ms; commands ratio 1.0",
+            many.median_ms < 50 and many.commands == few.commands,
+            f"commands ratio {many.commands / few.commands:.2f}"),
+        Row("6", f"Redis memory per queued job ({PAYLOAD_BYTES}-byte JSON payload, {big_label})",
+            f"{per_job:.0f} B", f"plain list {per_list:.0f} B", per_job / per_list, "≤ 2", per_job / per_list <= 2),
+        Row("8", f"longest scheduler script run, {big_label} (SLOWLOG)", f"{slow.longest_us} µs",
+            "1 ms", slow.longest_us / 1000, "no run above 1 ms", slow.over_limit == 0,
+            f"{slow.over_limit} runs above 1 ms; slowest: {slowest or 'none above the log threshold'}"),
+    ]
+
+
+def peer_rows(sizes: Sizes, found: peers.Peers) -> list[Row]:
+    """(4) end-to-end against RQ and BullMQ on one fresh redis-server."""
+    n, c = sizes.e2e_jobs, sizes.concurrency
+    runs = {"fairctl": lambda url, i: peers.fairctl(url, f"f{i}", n, c)}
+    if found.rq_python:
+        runs["RQ"] = lambda url, i: peers.rq(found, url, f"r{i}", n, c)
+    if found.node:
+        runs["BullMQ"] = lambda url, i: peers.bullmq(found, url, f"b{i}", n, c)
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    with RedisServer() as server:
+        for i in range(sizes.repeats):
+            for name, run in runs.items():
+                log(f"end to end: {name}, run {i + 1}")
+                seconds[name].append(run(server.url, i))
+                peers.flush(server.url)
+    ours = n / statistics.median(seconds["fairctl"])
+    versions = peers.versions(found)
+    rows = []
+    for name in ("RQ", "BullMQ"):
+        if name in seconds:
+            theirs = n / statistics.median(seconds[name])
+            rows.append(Row("4", f"end to end, {n:,} no-op jobs, {c} worker slots each, vs {name} {versions.get(name, '')}",
+                            per_second(ours), f"{name} {per_second(theirs)}", ours / theirs, "> 1", ours > theirs,
+                            PEER_SETUP[name].format(c=c, node=versions.get("Node.js", ""))))
+        else:
+            rows.append(Row("4", f"end to end vs {name}", per_second(ours), f"{name}: not run", None, "> 1", None,
+                            found.missing.get(name, "")))
+    return rows
+
+
+PEER_SETUP = {
+    "RQ": "{c} `rq worker` processes (SimpleWorker: no fork per job); fairctl: one `fairctl worker --concurrency {c}`",
+    "BullMQ": "prioritized jobs (priority 1-3), one Worker of concurrency {c} on Node.js {node}",
+}
+
+
+def storm_row(sizes: Sizes) -> Row:
+    """(7) the marketing storm under the four policies, one after the other in this process."""
+    scenario = load_scenario(DEFAULT_SCENARIO)
+    if sizes.storm:
+        scenario = replace(scenario, duration=parse_duration(sizes.storm, "storm"), expect={})
+    totals, jobs = [], 0
+    for i in range(max(1, sizes.repeats // 2)):
+        log(f"storm, all four policies, run {i + 1}")
+        runs = [simulate(scenario, policy) for policy in POLICIES]
+        totals.append(sum(r.wall_s for r in runs))
+        jobs = sum(r.jobs_started for r in runs)
+    wall = statistics.median(totals)
+    bare = statistics.median(model_rate("weighted-fair") for _ in range(sizes.repeats))
+    return Row("7", f"simulated storm ({scenario.duration / 3600:.2f} h), four policies, {jobs:,} jobs started",
+               f"{jobs / wall:,.0f} jobs/s, {wall:.1f} s for all four", f"bare model loop {per_second(bare)}",
+               (jobs / wall) / bare, "well under a minute (< 30 s)", wall < 30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="full", help="sizes (default full)")
+    parser.add_argument("--quick", action="store_const", const="quick", dest="preset", help="same as --preset quick")
+    parser.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"), help="the Markdown report to write")
+    parser.add_argument("--peers", choices=["install", "installed", "none"], default="install",
+                        help="install RQ and BullMQ when missing (default), use them only if installed, or skip them")
+    parser.add_argument("--setup-peers", action="store_true", help="install the peers and exit")
+    args = parser.parse_args(argv)
+    if args.setup_peers:
+        found = peers.install(allowed=True)
+        for name, why in found.missing.items():
+            print(f"{name}: {why}", file=sys.stderr)
+        return 1 if found.missing else 0
+    sizes = PRESETS[args.preset]
+    started = time.monotonic()
+    found = peers.install(allowed=args.peers == "install") if args.peers != "none" else peers.Peers(
+        missing={"RQ": "skipped (--peers none)", "BullMQ": "skipped (--peers none)"})
+    with RedisServer() as server:
+        where = machine(redis.Redis.from_url(server.url))
+        rows = scheduler_rows(server, sizes)
+    rows += peer_rows(sizes, found)
+    rows.append(storm_row(sizes))
+    rows.sort(key=lambda row: row.number)
+    write_report(args.out, rows, where, args.preset, sizes.repeats, time.monotonic() - started)
+    log(f"wrote {args.out} in {time.monotonic() - started:.0f} s")
+    return 0

@@ -1,0 +1,69 @@
+"""Scheduler pop+ack throughput against raw ``LPOP`` from the same Python client on the same Redis.
+
+Raw ``LPOP`` of the same payloads is the physical floor of a Redis pop from Python: one round trip,
+no decision, no lease. The scheduler's loop is the worker's: each call acks the jobs of the call
+before and leases the next (``ack_and_pop``), one job per call or ``batch`` per call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import redis
+
+from fairness_core import Lease, Scheduler
+
+from .harness import rate
+from .load import payload
+
+CHUNK = 10_000  # elements per pipelined RPUSH when filling the raw list
+
+
+def raw_lpop(client: redis.Redis, key: str, jobs: int) -> Callable[[], float]:
+    """One run: fill a plain list with ``jobs`` payloads, then ``LPOP`` them one per call."""
+    def run() -> float:
+        client.delete(key)
+        for first in range(0, jobs, CHUNK):
+            client.rpush(key, *(json.dumps(payload(n), separators=(",", ":"))
+                                for n in range(first, min(jobs, first + CHUNK))))
+        return rate(jobs, lambda: [client.lpop(key) for _ in range(jobs)])
+    return run
+
+
+def refill(sched: Scheduler, tenants: int, jobs: int) -> None:
+    """Queue ``jobs`` jobs over ``tenants`` tenants, all in one class (jobs:medium)."""
+    per = -(-jobs // tenants)
+    for t in range(tenants):
+        sched.submit_many("sync_contacts", f"tenant-{t}", [payload(n) for n in range(per)])
+
+
+def drain(sched: Scheduler, jobs: int, per_call: int) -> None:
+    """Pop and ack ``jobs`` jobs, ``per_call`` per call, each call acking the previous call's."""
+    done: list[Lease] = []
+    left = jobs
+    while left > 0:
+        done = sched.ack_and_pop(done, min(per_call, left)).leases
+        if not done:
+            raise RuntimeError(f"the queue ran dry with {left} jobs still to pop")
+        left -= len(done)
+    for lease in done:
+        sched.ack(lease)
+
+
+def pop_then_ack(sched: Scheduler, jobs: int) -> None:
+    """The loop without acks riding on pops: two round trips per job."""
+    for _ in range(jobs):
+        for lease in sched.pop(1):
+            sched.ack(lease)
+
+
+def scheduler_run(sched: Scheduler, jobs: int, work: Callable[[Scheduler, int], None],
+                  tenants: int | None = None) -> Callable[[], float]:
+    """One run of ``work`` over ``jobs`` jobs; with ``tenants``, the queue is refilled first (a
+    small state is drained by each run; the 100,000-tenant state is far larger than a run)."""
+    def run() -> float:
+        if tenants is not None:
+            refill(sched, tenants, jobs)
+        return rate(jobs, lambda: work(sched, jobs))
+    return run
