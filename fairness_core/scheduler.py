@@ -7,7 +7,7 @@ and nothing is lost or half-written when a worker or the connection dies between
 
 from __future__ import annotations
 
-import json
+import string
 from importlib import resources
 from typing import Any, Callable, Sequence
 
@@ -25,12 +25,14 @@ MAX_POP = 1000
 SWEEP_LIMIT = 1000
 
 _SCRIPT_SOURCE = resources.files("fairness_core").joinpath("lua/scheduler.lua").read_text(encoding="utf-8")
+_CONFIG_SLOT = "local cfg = __CONFIG__"
+_LUA_SAFE = frozenset(string.ascii_letters + string.digits + " _-:./")
 
 
-def script_config(config: Config) -> str:
-    """The config as the Lua script reads it (ARGV[2]); computed once per Scheduler."""
+def script_settings(config: Config) -> dict[str, Any]:
+    """The config as the Lua script reads it (its ``cfg`` table)."""
     classes = config.classes
-    return json.dumps({
+    return {
         "classes": [c.name for c in classes],
         "weights": [c.weight for c in classes],
         "reserved": [c.reserved_slots for c in classes],
@@ -52,7 +54,28 @@ def script_config(config: Config) -> str:
         "label_limit": config.exporter.tenant_label_limit,
         "inflight_top": INFLIGHT_TOP,
         "over_budget_reason": OVER_BUDGET_REASON,
-    }, separators=(",", ":"))
+    }
+
+
+def lua_literal(value: Any) -> str:
+    """``value`` (dicts with identifier keys, lists, strings, numbers, booleans) as a Lua table
+    constructor; strings escape every byte outside a safe set, so no config text can end one."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + "".join(chr(b) if chr(b) in _LUA_SAFE else f"\\{b:03d}" for b in value.encode("utf-8")) + '"'
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{key}={lua_literal(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "{" + ",".join(lua_literal(item) for item in value) + "}"
+    raise TypeError(f"no Lua literal for {type(value).__name__}")
+
+
+def script_source(config: Config) -> str:
+    """The scheduler script with ``config`` compiled in: nothing to send or decode per call."""
+    return _SCRIPT_SOURCE.replace(_CONFIG_SLOT, f"local cfg = {lua_literal(script_settings(config))}", 1)
 
 
 class Scheduler:
@@ -67,13 +90,12 @@ class Scheduler:
         self.client = client
         self.keys = Keys(config.redis.prefix)
         self._clock = clock
-        self._script = client.register_script(_SCRIPT_SOURCE)
-        self._cfg_json = script_config(config)
+        self._script = client.register_script(script_source(config))
         self._fixed_keys = self.keys.fixed()
 
     def _argv(self, op: object, *args: object) -> list[object]:
         now = "" if self._clock is None else str(int(self._clock()))
-        return [op, self._cfg_json, self.keys.base, now, *args]
+        return [op, self.keys.base, now, *args]
 
     def _call(self, op: str, *args: object) -> Any:
         with redis_errors(self.client):

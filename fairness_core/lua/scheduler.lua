@@ -2,8 +2,10 @@
 --
 -- KEYS: the group-wide keys in the order of fairness_core.keys.Keys.fixed(); all share one
 --       {hash tag}, and the per-class/per-tenant keys built below use the same tag (same slot).
--- ARGV[1] operation, ARGV[2] config JSON (fairness_core.scheduler._script_config),
--- ARGV[3] key base ("{prefix}:"), ARGV[4] time override in ms ("" = Redis TIME), ARGV[5..] op args.
+-- ARGV[1] operation, ARGV[2] key base ("{prefix}:"), ARGV[3] time override in ms ("" = Redis TIME),
+-- ARGV[4..] op args. The config is compiled into the script as a Lua table (__CONFIG__ below is
+-- replaced by fairness_core.scheduler.script_source): decoding it from JSON on every call cost
+-- more than a fifth of a pop's time in Redis.
 --
 -- Envelope of a queued job (one list element): id \t enqueued_ms \t attempts \t cost \t task \t reason \t payload
 -- Record of a leased or delayed job: class \t tenant \t attempts \t envelope
@@ -12,11 +14,11 @@
 local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local op = ARGV[1]
-local cfg = cjson.decode(ARGV[2])
-local base = ARGV[3]
+local cfg = __CONFIG__
+local base = ARGV[2]
 local now
-if ARGV[4] ~= '' then
-  now = tonumber(ARGV[4])
+if ARGV[3] ~= '' then
+  now = tonumber(ARGV[3])
 else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -160,39 +162,50 @@ end
 
 local ops = {}
 
--- ARGV[5..]: class index (1-based), tenant, cost, task, reason, payload
+-- ARGV[4..]: class index (1-based), tenant, cost, task, reason, payload
 function ops.enqueue()
-  local ci, reason = apply_budget(tonumber(ARGV[5]), ARGV[9])
-  if ci == nil then return {'', cfg.classes[tonumber(ARGV[5])], reason} end
-  local c, tenant, cost = cfg.classes[ci], ARGV[6], ARGV[7]
+  local ci, reason = apply_budget(tonumber(ARGV[4]), ARGV[8])
+  if ci == nil then return {'', cfg.classes[tonumber(ARGV[4])], reason} end
+  local c, tenant, cost = cfg.classes[ci], ARGV[5], ARGV[6]
   local id = redis.call('INCR', K_SEQ)
-  local env = id .. '\t' .. now .. '\t0\t' .. cost .. '\t' .. ARGV[8] .. '\t' .. reason .. '\t' .. ARGV[10]
+  local env = id .. '\t' .. now .. '\t0\t' .. cost .. '\t' .. ARGV[7] .. '\t' .. reason .. '\t' .. ARGV[9]
   push_tail(c, tenant, cost, env, now)
   redis.call('HINCRBY', K_STATS, 'enq\t' .. c .. '\t' .. reason, 1)
   return {tostring(id), c, reason}
 end
 
-local function observe_wait(c, enq)
-  local wait = now - enq
-  local idx = #cfg.buckets_ms + 1
+local function wait_bucket(wait)
   for i, le in ipairs(cfg.buckets_ms) do
-    if wait <= le then idx = i break end
+    if wait <= le then return i end
   end
-  redis.call('HINCRBY', K_STATS, 'wb\t' .. c .. '\t' .. idx, 1)
-  stat('ws', c, wait)
-  stat('wc', c, 1)
+  return #cfg.buckets_ms + 1
 end
 
--- Lease popped envelopes: deadline in the lease set, record in the leased hash.
+-- Lease popped envelopes: deadlines in the lease set, records in the leased hash, first-attempt
+-- waits in the histogram; one call per structure for the whole visit, not one per job.
 local function lease(c, tenant, items, out)
   local deadline = now + cfg.visibility_ms
+  local deadlines, records, buckets, waited, first = {}, {}, {}, 0, 0
   for _, env in ipairs(items) do
     local id, enq, att = header(env)
     att = att + 1
-    redis.call('ZADD', K_LEASES, deadline, id)
-    redis.call('HSET', K_LEASED, id, c .. '\t' .. tenant .. '\t' .. att .. '\t' .. env)
-    if att == 1 then observe_wait(c, enq) end
+    deadlines[#deadlines + 1] = deadline
+    deadlines[#deadlines + 1] = id
+    records[#records + 1] = id
+    records[#records + 1] = c .. '\t' .. tenant .. '\t' .. att .. '\t' .. env
+    if att == 1 then
+      local idx = wait_bucket(now - enq)
+      buckets[idx] = (buckets[idx] or 0) + 1
+      waited, first = waited + now - enq, first + 1
+    end
     out[#out + 1] = {c, tenant, att, env}
+  end
+  redis.call('ZADD', K_LEASES, unpack(deadlines))
+  redis.call('HSET', K_LEASED, unpack(records))
+  for idx, n in pairs(buckets) do redis.call('HINCRBY', K_STATS, 'wb\t' .. c .. '\t' .. idx, n) end
+  if first > 0 then
+    stat('ws', c, waited)
+    stat('wc', c, first)
   end
   stat('inflight', c, #items)
   redis.call('ZINCRBY', ckey(c, 'inflight'), #items, tenant)
@@ -207,39 +220,71 @@ local function held(id, attempts)
   return c, tenant, att, env
 end
 
-local function release_lease(id, c, tenant)
-  redis.call('HDEL', K_LEASED, id)
-  redis.call('ZREM', K_LEASES, id)
-  stat('inflight', c, -1)
-  if tonumber(redis.call('ZINCRBY', ckey(c, 'inflight'), -1, tenant)) <= 0 then
+-- Take n off a tenant's in-flight count (the member goes when it reaches zero).
+local function release_inflight(c, tenant, n)
+  stat('inflight', c, -n)
+  if tonumber(redis.call('ZINCRBY', ckey(c, 'inflight'), -n, tenant)) <= 0 then
     redis.call('ZREM', ckey(c, 'inflight'), tenant)
   end
 end
 
--- Windowed service per tenant: one sorted set per window-long bucket (the exporter reads the
--- current and the previous one), and cumulative counts for the first tenant_label_limit tenants.
-local function count_processed(c, tenant)
+local function release_lease(id, c, tenant)
+  redis.call('HDEL', K_LEASED, id)
+  redis.call('ZREM', K_LEASES, id)
+  release_inflight(c, tenant, 1)
+end
+
+-- Complete n jobs of a tenant. Windowed service: one sorted set per window-long bucket (the
+-- exporter reads the current and the previous one; each lives three windows from its first
+-- write), and cumulative counts for the first tenant_label_limit tenants.
+local function count_processed(c, tenant, n)
+  release_inflight(c, tenant, n)
+  stat('processed', c, n)
   local bucket = math.floor(now / cfg.window_ms)
   local served = ckey(c, 'served:' .. bucket)
   local total = ckey(c, 'servedn:' .. bucket)
-  redis.call('ZINCRBY', served, 1, tenant)
-  redis.call('INCR', total)
-  redis.call('PEXPIRE', served, 3 * cfg.window_ms)
-  redis.call('PEXPIRE', total, 3 * cfg.window_ms)
+  redis.call('ZINCRBY', served, n, tenant)
+  if redis.call('INCRBY', total, n) == n then
+    redis.call('PEXPIRE', served, 3 * cfg.window_ms)
+    redis.call('PEXPIRE', total, 3 * cfg.window_ms)
+  end
   local done = ckey(c, 'done')
   if redis.call('ZSCORE', done, tenant) or redis.call('ZCARD', done) < cfg.label_limit then
-    redis.call('ZINCRBY', done, 1, tenant)
+    redis.call('ZINCRBY', done, n, tenant)
   end
 end
 
--- Complete a leased job: 1, or 0 when the lease is stale (expired and reaped, or redelivered since).
-local function settle(id, attempts)
-  local c, tenant = held(id, attempts)
-  if not c then return 0 end
-  release_lease(id, c, tenant)
-  stat('processed', c, 1)
-  count_processed(c, tenant)
-  return 1
+-- Ack the leases given as (job id, attempts) pairs in ARGV[first..]: 1 each, or 0 for a stale
+-- lease (expired and reaped, redelivered since, or acked earlier in the same list). The same
+-- state as acking them one by one, with one call per structure and per tenant, not per job.
+local function settle(first)
+  local ids, acked = {}, {}
+  for i = first, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+  if #ids == 0 then return acked end
+  local records = redis.call('HMGET', K_LEASED, unpack(ids))
+  local gone, taken, tenants, order = {}, {}, {}, {}
+  for k, id in ipairs(ids) do
+    acked[k] = 0
+    if records[k] and not taken[id] then
+      local c, tenant, att = parse_record(records[k])
+      if att == tonumber(ARGV[first + 2 * k - 1]) then
+        acked[k], taken[id] = 1, true
+        gone[#gone + 1] = id
+        local key = c .. '\t' .. tenant
+        if tenants[key] == nil then
+          tenants[key] = 0
+          order[#order + 1] = {c, tenant, key}
+        end
+        tenants[key] = tenants[key] + 1
+      end
+    end
+  end
+  if #gone > 0 then
+    redis.call('HDEL', K_LEASED, unpack(gone))
+    redis.call('ZREM', K_LEASES, unpack(gone))
+  end
+  for _, t in ipairs(order) do count_processed(t[1], t[2], tenants[t[3]]) end
+  return acked
 end
 
 -- Capacity left for class i once the unused reservations of the other classes are held back.
@@ -258,19 +303,18 @@ local function head_score(c)
   return h[1], tonumber(h[2])
 end
 
--- ARGV[5]: max jobs, ARGV[6]: allowed classes as "1,3" (1-based) or "" for all,
--- ARGV[7..]: job id and attempts of each lease to ack first (the worker's finished jobs ride with
+-- ARGV[4]: max jobs, ARGV[5]: allowed classes as "1,3" (1-based) or "" for all,
+-- ARGV[6..]: job id and attempts of each lease to ack first (the worker's finished jobs ride with
 -- its next pop: one round trip per job). Returns {now, leased records, 1/0 per ack}.
 function ops.pop()
-  local acked = {}
-  for i = 7, #ARGV, 2 do acked[#acked + 1] = settle(ARGV[i], tonumber(ARGV[i + 1])) end
+  local acked = settle(6)
   release_delayed(100)
-  local want = tonumber(ARGV[5])
+  local want = tonumber(ARGV[4])
   local allowed = {}
-  if ARGV[6] == '' then
+  if ARGV[5] == '' then
     for i = 1, NCLASS do allowed[i] = true end
   else
-    for i in string.gmatch(ARGV[6], '%d+') do allowed[tonumber(i)] = true end
+    for i in string.gmatch(ARGV[5], '%d+') do allowed[tonumber(i)] = true end
   end
   local paused = {}
   for _, name in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[name] = true end
@@ -332,9 +376,9 @@ function ops.pop()
       tenant = t[1]
       local tag = tonumber(t[2])
       redis.call('SET', ckey(c, 'vt'), tag)
-      n = math.min(cfg.batch, want - #out, cap[ci], redis.call('LLEN', tkey(c, tenant)))
       local cost = tonumber(redis.call('HGET', ckey(c, 'cost'), tenant))
-      local items, left = take(c, tenant, n)
+      local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci]))
+      n = #items
       if left > 0 then redis.call('ZADD', ckey(c, 'tags'), tag + n * cost, tenant) end
       lease(c, tenant, items, out)
       -- Charge the class for the whole visit: n-1 more rounds of smooth weighted round-robin.
@@ -360,19 +404,19 @@ function ops.pop()
   return {tostring(now), out, acked}
 end
 
--- ARGV[5]: job id, ARGV[6]: attempts of the lease
+-- ARGV[4]: job id, ARGV[5]: attempts of the lease
 function ops.ack()
-  return settle(ARGV[5], tonumber(ARGV[6]))
+  return settle(4)[1]
 end
 
--- ARGV[5]: job id, ARGV[6]: attempts, ARGV[7]: error text (one line)
+-- ARGV[4]: job id, ARGV[5]: attempts, ARGV[6]: error text (one line)
 function ops.nack()
-  local c, tenant, att, env = held(ARGV[5], tonumber(ARGV[6]))
+  local c, tenant, att, env = held(ARGV[4], tonumber(ARGV[5]))
   if not c then return 'stale' end
-  release_lease(ARGV[5], c, tenant)
+  release_lease(ARGV[4], c, tenant)
   stat('failed', c, 1)
   if att >= cfg.max_attempts then
-    dead_letter(c, tenant, att, env, ARGV[7])
+    dead_letter(c, tenant, att, env, ARGV[6])
     return 'dead'
   end
   local delay = math.min(cfg.backoff_ms * math.pow(2, att - 1), cfg.backoff_max_ms)
@@ -381,17 +425,17 @@ function ops.nack()
   return 'retry'
 end
 
--- ARGV[5]: job id, ARGV[6]: attempts
+-- ARGV[4]: job id, ARGV[5]: attempts
 function ops.extend()
-  if not held(ARGV[5], tonumber(ARGV[6])) then return 0 end
-  redis.call('ZADD', K_LEASES, 'XX', now + cfg.visibility_ms, ARGV[5])
+  if not held(ARGV[4], tonumber(ARGV[5])) then return 0 end
+  redis.call('ZADD', K_LEASES, 'XX', now + cfg.visibility_ms, ARGV[4])
   return 1
 end
 
--- ARGV[5]: limit. Expired leases go back to the head of their tenant's sub-queue (or dead-letter
+-- ARGV[4]: limit. Expired leases go back to the head of their tenant's sub-queue (or dead-letter
 -- after max_attempts deliveries); expired worker registrations give back their slots.
 function ops.reap()
-  local limit = tonumber(ARGV[5])
+  local limit = tonumber(ARGV[4])
   local count = 0
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT', 0, limit)) do
     local c, tenant, att, env = parse_record(redis.call('HGET', K_LEASED, id))
@@ -413,11 +457,11 @@ function ops.reap()
   return count
 end
 
--- ARGV[5]: limit. Aging: jobs waiting longer than their class's promote_after move one class up.
+-- ARGV[4]: limit. Aging: jobs waiting longer than their class's promote_after move one class up.
 -- Aging is fair too: one visit per overdue tenant, oldest first, at most `batch` jobs each, so a
 -- flood's backlog cannot turn into a flood of promoted jobs in the class above.
 function ops.promote()
-  local budget = tonumber(ARGV[5])
+  local budget = tonumber(ARGV[4])
   local moved = 0
   for i = 2, NCLASS do
     local after = cfg.promote_ms[i]
@@ -448,14 +492,14 @@ function ops.promote()
   return moved
 end
 
--- ARGV[5]: worker id, ARGV[6]: slots, ARGV[7]: ttl ms (slots 0 = unregister)
+-- ARGV[4]: worker id, ARGV[5]: slots, ARGV[6]: ttl ms (slots 0 = unregister)
 function ops.register()
-  local w, slots = ARGV[5], tonumber(ARGV[6])
+  local w, slots = ARGV[4], tonumber(ARGV[5])
   local old = num(redis.call('HGET', K_WSLOTS, w))
   redis.call('HINCRBY', K_STATS, 'slots', slots - old)
   if slots > 0 then
     redis.call('HSET', K_WSLOTS, w, slots)
-    redis.call('ZADD', K_WORKERS, now + tonumber(ARGV[7]), w)
+    redis.call('ZADD', K_WORKERS, now + tonumber(ARGV[6]), w)
   else
     redis.call('HDEL', K_WSLOTS, w)
     redis.call('ZREM', K_WORKERS, w)
@@ -463,10 +507,10 @@ function ops.register()
   return 1
 end
 
--- ARGV[5]: k (top lists), ARGV[6]: fairness sample size, ARGV[7]: tenant heads to read.
+-- ARGV[4]: k (top lists), ARGV[5]: fairness sample size, ARGV[6]: tenant heads to read.
 -- Everything the exporter serves, in one call: O(classes * (k + sample) * log n), no scans.
 function ops.snapshot()
-  local k, sample, nheads = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  local k, sample, nheads = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
   local bucket = math.floor(now / cfg.window_ms)
   local classes = {}
   for i = 1, NCLASS do
