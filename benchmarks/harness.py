@@ -48,6 +48,17 @@ def alternate(repeats: int, *runs: Callable[[], float]) -> list[float]:
     return [statistics.median(r) for r in results]
 
 
+def server_us(client: redis.Redis, command: str, run: Callable[[], object]) -> float:
+    """Mean microseconds Redis spent per call of ``command`` (e.g. ``evalsha``) during ``run``."""
+    def totals() -> tuple[int, int]:
+        stats = client.info("commandstats").get(f"cmdstat_{command}", {"usec": 0, "calls": 0})
+        return int(stats["usec"]), int(stats["calls"])
+    usec, calls = totals()
+    run()
+    after_usec, after_calls = totals()
+    return (after_usec - usec) / max(1, after_calls - calls)
+
+
 def per_second(value: float) -> str:
     return f"{value:,.0f} jobs/s"
 

@@ -3,6 +3,7 @@ figures and what was tried (``benchmarks/notes.md``, appended as it is)."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -34,7 +35,8 @@ def write_report(path: Path, rows: list[Row], machine: str, preset: str, repeats
         f"Written by `python -m benchmarks --preset {preset}` on {time.strftime('%Y-%m-%d %H:%M %Z')} in "
         f"{elapsed_s / 60:.1f} minutes. Each figure is the median of {repeats} runs, taken in turns with its "
         "baseline on the same redis-server; the ratio is fairctl / baseline.\n\n"
-        f"**Machine:** {machine}.\n\n"
+        f"**Machine:** {machine}; load average {os.getloadavg()[0]:.2f} at the end (the machine is shared: "
+        "other work ran beside the benchmark).\n\n"
         f"{table(rows)}\n\n{notes}"
     )
     path.write_text(text, encoding="utf-8")

@@ -14,7 +14,7 @@ import redis
 
 from fairness_core import Lease, Scheduler
 
-from .harness import rate
+from .harness import rate, server_us
 from .load import payload
 
 CHUNK = 10_000  # elements per pipelined RPUSH when filling the raw list
@@ -67,3 +67,9 @@ def scheduler_run(sched: Scheduler, jobs: int, work: Callable[[Scheduler, int], 
             refill(sched, tenants, jobs)
         return rate(jobs, lambda: work(sched, jobs))
     return run
+
+
+def script_us(client: redis.Redis, sched: Scheduler, tenants: int, jobs: int, per_call: int) -> float:
+    """Mean microseconds Redis spends in the script per call of :func:`drain` (what limits it)."""
+    refill(sched, tenants, jobs)
+    return server_us(client, "evalsha", lambda: drain(sched, jobs, per_call))
