@@ -123,8 +123,8 @@ def _wait(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.02)
 
 
-def fairctl(url: str, run: str, jobs: int, concurrency: int) -> float:
-    """Seconds for ``jobs`` no-op jobs through one ``fairctl worker --concurrency N``."""
+def fairctl(url: str, run: str, jobs: int, concurrency: int, batch: int = 1) -> float:
+    """Seconds for ``jobs`` no-op jobs through one ``fairctl worker --concurrency N --batch B``."""
     config = bench_config(url, f"e2e-{run}")
     data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
     data["redis"] = {"url": url, "prefix": config.redis.prefix}
@@ -134,7 +134,7 @@ def fairctl(url: str, run: str, jobs: int, concurrency: int) -> float:
     sched = Scheduler(config, redis_client(url))
     worker = subprocess.Popen(
         [sys.executable, "-m", "fairctl", "worker", "--config", file.name, "--handlers",
-         "fairctl.handlers:sleep_handlers", "--concurrency", str(concurrency)],
+         "fairctl.handlers:sleep_handlers", "--concurrency", str(concurrency), "--batch", str(batch)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait(lambda: sched.snapshot().worker_slots >= concurrency, "fairctl worker to register")
