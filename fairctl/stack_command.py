@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -19,6 +20,15 @@ app = typer.Typer(help="Run Redis, workers, two exporters, Prometheus, Alertmana
 DirOption = Annotated[Path, typer.Option(
     "--dir", metavar="DIR", help="Where the stack keeps its config, data, logs and stack.json.")]
 DEFAULT_DIR = Path(".fairctl-stack")
+T = TypeVar("T")
+
+
+def _or_fail(action: Callable[[], T]) -> T:
+    """``action()``; a stack that is missing or will not stop fails naming --dir (exit 1)."""
+    try:
+        return action()
+    except StackError as exc:
+        fail("--dir", str(exc), code=1)
 
 
 @app.command()
@@ -50,20 +60,14 @@ def up(
 @app.command()
 def down(directory: DirOption = DEFAULT_DIR) -> None:
     """Stop exactly the processes `up` started (recorded in DIR/stack.json) and check their ports are free."""
-    try:
-        stopped = Stack(directory).down()
-    except StackError as exc:
-        fail("--dir", str(exc), code=1)
+    stopped = _or_fail(Stack(directory).down)
     typer.echo(f"stopped {len(stopped)} process(es): {', '.join(stopped) or 'none was running'}")
 
 
 @app.command()
 def status(directory: DirOption = DEFAULT_DIR) -> None:
     """Each service of the stack, running or not; exits 1 when any has stopped."""
-    try:
-        services = Stack(directory).status()
-    except StackError as exc:
-        fail("--dir", str(exc), code=1)
+    services = _or_fail(Stack(directory).status)
     if not services:
         typer.echo(f"no service of the stack under {directory} is running")
     for service, running in services:
