@@ -33,6 +33,7 @@ from fairness_core.simulator import scenario_config
 
 from .simulate_alerts import FiredAlert
 from .simulate_command import HIDDEN_LABELS, run_policy
+from .redis_server import wait_until
 from .stack import Stack, WorkerPool
 from .timescale import compress
 from .webhook import deliveries, epoch
@@ -116,25 +117,20 @@ def firing_from_prometheus(prometheus_url: str, start: float, end: float, step: 
 def wait_for_targets(prometheus_url: str, job: str, count: int, timeout: float = 60.0) -> None:
     """Until Prometheus has scraped ``count`` targets of ``job`` successfully: load before that
     would age jobs nobody watches, and the exporter-down alert would fire on the gap."""
-    deadline = time.monotonic() + timeout
-    while True:
-        up = prometheus_api(prometheus_url, "query", {"query": f'up{{job="{job}"}} == 1'})["result"]
-        if len(up) >= count:
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"Prometheus at {prometheus_url} scraped {len(up)} of {count} exporters of job "
-                               f"{job!r} within {timeout:g}s")
-        time.sleep(0.2)
+    def up() -> list[Any]:
+        return list(prometheus_api(prometheus_url, "query", {"query": f'up{{job="{job}"}} == 1'})["result"])
+
+    if not wait_until(lambda: len(up()) >= count, timeout, every=0.2):
+        raise RuntimeError(f"Prometheus at {prometheus_url} scraped {len(up())} of {count} exporters of job "
+                           f"{job!r} within {timeout:g}s")
 
 
 def wait_until_quiet(prometheus_url: str, timeout: float = 60.0) -> None:
     """Until no alert is pending or firing (the gap before the first scrapes can leave one): the
     drill's timeline must start from silence."""
-    deadline = time.monotonic() + timeout
-    while prometheus_api(prometheus_url, "query", {"query": "ALERTS"})["result"]:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"alerts still pending or firing in Prometheus at {prometheus_url} after {timeout:g}s")
-        time.sleep(0.2)
+    if not wait_until(lambda: not prometheus_api(prometheus_url, "query", {"query": "ALERTS"})["result"],
+                      timeout, every=0.2):
+        raise RuntimeError(f"alerts still pending or firing in Prometheus at {prometheus_url} after {timeout:g}s")
 
 
 def delivered_from_alertmanager(alertmanager_url: str) -> dict[AlertKey, float]:

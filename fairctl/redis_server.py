@@ -8,6 +8,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -20,6 +21,27 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, every: float = 0.05) -> bool:
+    """Poll ``condition`` every ``every`` s until it holds (True) or ``timeout`` s pass (False);
+    the one wait loop of the servers this package starts and stops."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(every)
+    return True
+
+
+def redis_answers(port: int) -> bool:
+    """A redis-server on loopback ``port`` answers PING as a ready server does."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(READY_REPLIES)
+    except OSError:
+        return False
 
 
 def find_binary(name: str, hint: str) -> str:
@@ -73,20 +95,17 @@ class RedisServer:
             "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "always",
             "--daemonize", "no", "--logfile", str(self.directory / "redis.log"), *self.extra_args,
         ]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                err = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
+        process = self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                err = process.stderr.read().decode(errors="replace") if process.stderr else ""
                 log = (self.directory / "redis.log")
                 raise RuntimeError(f"redis-server exited: {err or (log.read_text() if log.exists() else '')}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(READY_REPLIES):
-                        return self
-            except OSError:
-                time.sleep(0.02)
+            return redis_answers(self.port)
+
+        if wait_until(ready, timeout, every=0.02):
+            return self
         self.stop()
         raise RuntimeError(f"redis-server did not answer on port {self.port} within {timeout:.0f}s")
 
@@ -135,11 +154,8 @@ class RedisClusterServers:
                 [self.cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
                  "--cluster-replicas", "0", "--cluster-yes"],
                 check=True, capture_output=True, timeout=timeout)
-            deadline = time.monotonic() + timeout
-            while not all(self._cluster_ok(node) for node in self.nodes):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the cluster was not ok on every node within {timeout:.0f}s")
-                time.sleep(0.1)
+            if not wait_until(lambda: all(self._cluster_ok(node) for node in self.nodes), timeout, every=0.1):
+                raise RuntimeError(f"the cluster was not ok on every node within {timeout:.0f}s")
         except BaseException:
             self.close()
             raise

@@ -15,14 +15,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from alerts.output import rules_text
-from fairctl.redis_server import find_binary, free_port
+from fairctl.redis_server import find_binary, free_port, redis_answers, wait_until
 from fairness_core.config import Config
 from fairness_core.config_dump import config_to_yaml
 
@@ -35,6 +34,7 @@ PROMETHEUS_HINT = "install it with: apt-get install -y prometheus"
 ALERTMANAGER_HINT = "install it with: apt-get install -y prometheus-alertmanager"
 STOP_TIMEOUT_S = 10.0
 READY_TIMEOUT_S = 60.0
+PORT_TIMEOUT_S = 5.0  # for a stopped server's port to be free again
 # Alertmanager: notify within a second of an alert firing; never repeat within a drill.
 GROUP_WAIT_S, GROUP_INTERVAL_S, REPEAT_INTERVAL_S = 1.0, 1.0, 3600.0
 
@@ -138,15 +138,6 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def _redis_ok(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
 class Stack:
     """Starts and stops one native stack under ``directory``."""
 
@@ -182,7 +173,7 @@ class Stack:
             self._start(state, sc.REDIS, ports[sc.REDIS], [
                 binaries["redis"], "--port", str(ports[sc.REDIS]), "--bind", "127.0.0.1",
                 "--dir", str(self.directory / "data/redis"), "--save", "", "--appendonly", "yes",
-                "--appendfsync", "everysec", "--daemonize", "no"], lambda: _redis_ok(ports[sc.REDIS]))
+                "--appendfsync", "everysec", "--daemonize", "no"], lambda: redis_answers(ports[sc.REDIS]))
             self._start(state, sc.WEBHOOK, ports[sc.WEBHOOK], [
                 *fairctl, "stack", "webhook", "--listen", f"127.0.0.1:{ports[sc.WEBHOOK]}", "--log", state.webhook_log],
                 lambda: _http_ok(f"http://127.0.0.1:{ports[sc.WEBHOOK]}/"))
@@ -260,12 +251,11 @@ class Stack:
         url = None if port is None else f"http://127.0.0.1:{port}"
         state.services.append(Service(name, process.pid, argv, started_at(process.pid), port, url, str(log)))
         state.save()
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while ready is not None and not ready():
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace").strip().splitlines()[-5:]
-                raise StackError(f"{name} did not start ({' | '.join(tail) or 'no output'}; log: {log})")
-            time.sleep(0.05)
+        if ready is None:
+            return
+        if not wait_until(lambda: process.poll() is not None or ready(), READY_TIMEOUT_S) or process.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            raise StackError(f"{name} did not start ({' | '.join(tail) or 'no output'}; log: {log})")
 
     # ------------------------------------------------------------------ down
 
@@ -277,7 +267,7 @@ class Stack:
         for service in reversed(state.services):
             if self._stop(service):
                 stopped.append(service.name)
-        held = [f"{s.name} :{s.port}" for s in state.services if s.port is not None and not _wait_free(s.port)]
+        held = [f"{s.name} :{s.port}" for s in state.services if s.port is not None and not wait_until(lambda p=s.port: _port_free(p), PORT_TIMEOUT_S)]
         state.services = [s for s in state.services if _alive(s.pid) and self._ours(s)]
         state.save()
         if held:
@@ -297,14 +287,15 @@ class Stack:
                 os.killpg(service.pid, sig)
             except ProcessLookupError:
                 break
-            deadline = time.monotonic() + wait
-            while _alive(service.pid) and time.monotonic() < deadline:
-                self._reap(service.pid)
-                time.sleep(0.05)
-            if not _alive(service.pid):
+            if wait_until(lambda: self._gone(service.pid), wait):
                 break
         self._reap(service.pid)
         return True
+
+    def _gone(self, pid: int) -> bool:
+        """The process has exited (and, if it is this process's child, is reaped)."""
+        self._reap(pid)
+        return not _alive(pid)
 
     def _reap(self, pid: int) -> None:
         """Collect a child of this process (a stack started and stopped by the same drill)."""
@@ -316,15 +307,6 @@ class Stack:
         """Every recorded service and whether it still runs."""
         state = StackState.load(self.directory)
         return [(s, _alive(s.pid) and self._ours(s)) for s in state.services]
-
-
-def _wait_free(port: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not _port_free(port):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def _alertmanager_binary() -> str:
