@@ -11,6 +11,7 @@ from pathlib import PurePosixPath
 
 from alerts.output import HEADER
 from fairness_core.config import Config
+from fairness_core.config_dump import yaml_text
 
 from . import stack_config as s
 from .containers import SCRAPE_INTERVAL_S
@@ -39,7 +40,7 @@ def render(config: Config) -> dict[PurePosixPath, str]:
     alertmanager = s.alertmanager_config(
         f"http://{address(s.WEBHOOK)}{s.WEBHOOK_PATH}", group_wait=GROUP_WAIT_S,
         group_interval=GROUP_INTERVAL_S, repeat_interval=REPEAT_INTERVAL_S)
-    return {PROMETHEUS_FILE: s.to_yaml(prometheus, HEADER), ALERTMANAGER_FILE: s.to_yaml(alertmanager, HEADER)}
+    return {PROMETHEUS_FILE: yaml_text(prometheus, HEADER), ALERTMANAGER_FILE: yaml_text(alertmanager, HEADER)}
 
 
 COMPOSE_OUTPUT = RenderedSet("compose", GENERATED_DIR, render)

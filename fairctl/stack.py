@@ -23,7 +23,7 @@ from pathlib import Path
 from alerts.output import rules_text
 from fairctl.redis_server import find_binary, free_port, redis_answers, wait_until
 from fairness_core.config import Config
-from fairness_core.config_dump import config_to_yaml
+from fairness_core.config_dump import config_to_yaml, yaml_text
 
 from . import stack_config as sc
 
@@ -230,11 +230,11 @@ class Stack:
         files = {
             CONFIG_FILE: config_to_yaml(live, "Written by fairctl stack up: the config every process of this stack reads."),
             sc.RULES_FILE: rules_text(live),
-            "prometheus.yml": sc.to_yaml(sc.prometheus_config(
+            "prometheus.yml": yaml_text(sc.prometheus_config(
                 exporters=[f"127.0.0.1:{ports[n]}" for n in sc.EXPORTERS],
                 alertmanager=f"127.0.0.1:{ports[sc.ALERTMANAGER]}", rule_files=[sc.RULES_FILE],
                 exporter_job=config.alerts.exporter_job, interval=interval), "Written by fairctl stack up."),
-            "alertmanager.yml": sc.to_yaml(sc.alertmanager_config(
+            "alertmanager.yml": yaml_text(sc.alertmanager_config(
                 f"http://127.0.0.1:{ports[sc.WEBHOOK]}{sc.WEBHOOK_PATH}", group_wait=GROUP_WAIT_S,
                 group_interval=GROUP_INTERVAL_S, repeat_interval=REPEAT_INTERVAL_S), "Written by fairctl stack up."),
         }

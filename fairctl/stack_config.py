@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import yaml
-
 from alerts.promql import duration
 from exporter.server import DEFAULT_PORT
 
@@ -65,9 +63,3 @@ def alertmanager_config(webhook_url: str, *, group_wait: float, group_interval: 
         "receivers": [{"name": WEBHOOK_RECEIVER,
                        "webhook_configs": [{"url": webhook_url, "send_resolved": True}]}],
     }
-
-
-def to_yaml(data: Mapping[str, Any], header: str) -> str:
-    """A config file's text: ``header`` as comment lines, then the YAML in the given key order."""
-    comment = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
-    return comment + yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=False)

@@ -7,6 +7,7 @@ gives ``c`` back (durations at millisecond resolution, as they are written).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -75,7 +76,12 @@ def config_to_data(config: Config) -> dict[str, Any]:
     }
 
 
+def yaml_text(data: Mapping[str, Any], header: str = "") -> str:
+    """A YAML file's text: ``header`` as comment lines, then ``data`` in its own key order."""
+    comment = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
+    return comment + yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True)
+
+
 def config_to_yaml(config: Config, header: str = "") -> str:
     """The config file's text, with ``header`` as a leading comment."""
-    comment = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
-    return comment + yaml.safe_dump(config_to_data(config), sort_keys=False, allow_unicode=True)
+    return yaml_text(config_to_data(config), header)
