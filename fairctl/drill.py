@@ -27,7 +27,7 @@ from alerts.output import rules_text
 from fairness_core.config import Config
 from fairness_core.connection import redis_client
 from fairness_core.loadgen import LoadGenerator, LoadStats, Replay
-from fairness_core.scenario import Scenario
+from fairness_core.scenario import Scenario, alert_text
 from fairness_core.scheduler import Scheduler
 from fairness_core.simulator import scenario_config
 
@@ -71,8 +71,7 @@ class DrillAlert:
     simulated_s: float | None
 
     def __str__(self) -> str:
-        inner = ", ".join(f'{k}="{v}"' for k, v in sorted(self.labels.items()))
-        return self.alert + (f"{{{inner}}}" if inner else "")
+        return alert_text(self.alert, sorted(self.labels.items()))
 
 
 @dataclass

@@ -12,7 +12,7 @@ the scenario file; the repository's example by default) and may patch individual
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,12 @@ class Pool:
     crashes: tuple[Crash, ...] = ()
 
 
+def alert_text(alert: str, labels: Iterable[tuple[str, str]]) -> str:
+    """``QueueStarving{queue="jobs:high"}``: an alert and label values as PromQL would select them."""
+    inner = ", ".join(f'{k}="{v}"' for k, v in labels)
+    return alert + (f"{{{inner}}}" if inner else "")
+
+
 @dataclass(frozen=True)
 class AlertMatch:
     """An alert by name, with label values it must carry (``QueueStarving{queue="jobs:high"}``);
@@ -115,8 +121,7 @@ class AlertMatch:
         return alert == self.alert and all(labels.get(k) == v for k, v in self.labels.items())
 
     def __str__(self) -> str:
-        inner = ", ".join(f'{k}="{v}"' for k, v in self.labels.items())
-        return self.alert + (f"{{{inner}}}" if inner else "")
+        return alert_text(self.alert, self.labels.items())
 
 
 @dataclass(frozen=True)
