@@ -8,7 +8,7 @@ show a traceback; each message starts with the argument to fix.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
@@ -18,6 +18,7 @@ import typer
 from fairness_core import (
     BudgetRejected, Config, ConfigError, InvalidJob, RedisUnavailable, Scheduler, load_config, redis_client,
 )
+from fairness_core.config import POLICIES
 from fairness_core.redis_url import check_url
 
 BAD_ARGUMENT = 2
@@ -94,3 +95,11 @@ def check_classes(config: Config, names: list[str], argument: str) -> list[str]:
         if name not in config.class_names:
             fail(argument, f"unknown class {name!r}; configured: {', '.join(config.class_names)}")
     return names
+
+
+def check_policies(names: Sequence[str]) -> tuple[str, ...]:
+    """Scheduling policies given with ``--policy``, each checked against the known ones."""
+    for name in names:
+        if name not in POLICIES:
+            fail("--policy", f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+    return tuple(names)

@@ -10,12 +10,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from fairness_core.config import POLICIES, ConfigError, parse_duration
+from fairness_core.config import ConfigError, parse_duration
 from fairness_core.loadgen import LoadGenerator, Replay, volume_for
 from fairness_core.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 from fairness_core.simulator import scenario_config
 
-from .common import RedisUrlOption, clear_errors, connect, fail, with_redis_url
+from .common import RedisUrlOption, check_policies, clear_errors, connect, fail, with_redis_url
 from .drill import External, PolicyDrill, as_json, run_policy_drill
 from .simulate_command import human
 from .stack import StackError
@@ -113,10 +113,7 @@ def drill(
     and as fairctl simulate predicts it); exits 1 when the run contradicts the scenario's expect
     or the simulation."""
     scenario = _scenario(scenario_file)
-    chosen = tuple(policy) if policy else ("fifo", "weighted-fair")
-    for name in chosen:
-        if name not in POLICIES:
-            fail("--policy", f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+    chosen = check_policies(policy or ("fifo", "weighted-fair"))
     if (redis_url is None) != (prometheus_url is None):
         fail("--prometheus-url" if prometheus_url is None else "--redis-url",
              "--redis-url and --prometheus-url go together (a team's own stack), or neither (start one)")
@@ -160,8 +157,8 @@ def loadgen(
     Time is compressed by --speed, volume thinned by --volume (see fairctl drill). Jobs carry {"service_s": S} payloads (fairctl.handlers:sleep_handlers
     sleeps that long). Queues under the scenario config's redis.prefix; stops at the end or on Ctrl-C."""
     scenario = _scenario(scenario_file)
-    if policy is not None and policy not in POLICIES:
-        fail("--policy", f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    if policy is not None:
+        check_policies([policy])
     replay = _replay(scenario, speed, until, volume)
     config = scenario_config(scenario, policy or scenario.config.scheduler.policy)
     config = with_redis_url(config, redis_url)

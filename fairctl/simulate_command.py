@@ -31,7 +31,7 @@ from fairness_core.config import POLICIES
 from fairness_core.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 from fairness_core.simulator import PolicyRun, scenario_config, simulate
 
-from .common import fail
+from .common import check_policies, fail
 from .simulate_alerts import AlertEvaluationError, FiredAlert, SeriesRecorder, evaluate
 from .status_view import format_age
 
@@ -267,10 +267,7 @@ def simulate_command(
             scenario = replace(scenario, duration=parse_duration(duration, "--duration"), expect={})
     except ConfigError as exc:
         fail("--duration" if exc.path == "--duration" else "SCENARIO", str(exc).removeprefix("--duration: "))
-    chosen = tuple(policy) if policy else scenario.policies
-    for name in chosen:
-        if name not in POLICIES:
-            fail("--policy", f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+    chosen = check_policies(policy or scenario.policies)
     processes = processes or min(os.cpu_count() or 1, len(chosen))
     with tempfile.TemporaryDirectory(prefix="fairctl-simulate-") as tmp:
         rules_file, note = _rules_for(scenario, rules, Path(tmp))
