@@ -33,6 +33,13 @@ def write_config(tmp_path: Path, redis_url: str, **sections: dict[str, Any]) -> 
     return path, load_config(path)
 
 
+def run_fairctl(*args: str | Path, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``fairctl ARGS`` as a user runs it, with no ``FAIRCTL_*`` variable of the test run's leaking in."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRCTL_")}
+    return subprocess.run([sys.executable, "-m", "fairctl", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, check=False, env=env)
+
+
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
     """Poll until ``condition()``; the timeout only bounds a hung test, it is not a speed target."""
     deadline = time.monotonic() + timeout

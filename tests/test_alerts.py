@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from fairness_core import Config, load_config, parse_config
 from fairness_core.config import ALERT_FOR
 
 from .conftest import EXAMPLE_CONFIG, ROOT
+from .support import run_fairctl
 from .test_config import with_change
 
 GENERATED = ROOT / GENERATED_DIR
@@ -140,11 +139,6 @@ def test_check_metrics_judges_an_exposition() -> None:
 
 
 # ------------------------------------------------------------------ generate --check
-
-def run_fairctl(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fairctl", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, check=False)
-
 
 def test_generate_check_is_clean_on_the_committed_output() -> None:
     checked = run_fairctl("generate", "--check", "--config", EXAMPLE_CONFIG)

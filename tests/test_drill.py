@@ -4,9 +4,6 @@ Alertmanager and the webhook receiver, started and stopped as a user would."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -16,13 +13,8 @@ from fairctl.stack import STATE_FILE, _alive, _port_free
 from fairctl.stack_config import WEBHOOK_PATH
 from fairctl.webhook import deliveries
 
-from .conftest import EXAMPLE_CONFIG, ROOT
-
-
-def fairctl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRCTL_")}
-    return subprocess.run([sys.executable, "-m", "fairctl", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env)
+from .conftest import EXAMPLE_CONFIG
+from .support import run_fairctl
 
 
 def _services(directory: Path) -> list[dict[str, object]]:
@@ -31,15 +23,15 @@ def _services(directory: Path) -> list[dict[str, object]]:
 
 @pytest.mark.slow
 def test_stack_up_serves_every_part_and_down_leaves_nothing(tmp_path: Path) -> None:
-    up = fairctl("stack", "up", "--dir", str(tmp_path), "--config", str(EXAMPLE_CONFIG), "--slots", "2")
+    up = run_fairctl("stack", "up", "--dir", str(tmp_path), "--config", str(EXAMPLE_CONFIG), "--slots", "2")
     assert up.returncode == 0, up.stderr
     services = _services(tmp_path)
     try:
         names = {s["name"] for s in services}
         assert {"redis", "exporter", "exporter-2", "webhook", "prometheus", "alertmanager", "workers/workers/0"} <= names
-        assert fairctl("stack", "status", "--dir", str(tmp_path)).returncode == 0
+        assert run_fairctl("stack", "status", "--dir", str(tmp_path)).returncode == 0
         # A second `up` on the same directory refuses rather than starting a twin.
-        again = fairctl("stack", "up", "--dir", str(tmp_path), "--config", str(EXAMPLE_CONFIG))
+        again = run_fairctl("stack", "up", "--dir", str(tmp_path), "--config", str(EXAMPLE_CONFIG))
         assert again.returncode == 1 and "already running" in again.stderr
         by_name = {s["name"]: s for s in services}
         # The webhook receiver logs what Alertmanager would POST.
@@ -54,12 +46,12 @@ def test_stack_up_serves_every_part_and_down_leaves_nothing(tmp_path: Path) -> N
         rules = (tmp_path / "fairctl-rules.yml").read_text()
         assert "QueueStarving" in rules and "1s" in (tmp_path / "prometheus.yml").read_text()
     finally:
-        down = fairctl("stack", "down", "--dir", str(tmp_path))
+        down = run_fairctl("stack", "down", "--dir", str(tmp_path))
     assert down.returncode == 0, down.stderr
     assert f"stopped {len(services)} process(es)" in down.stdout
     assert [s["name"] for s in services if _alive(int(s["pid"]))] == []
     assert [s["port"] for s in services if s["port"] is not None and not _port_free(int(s["port"]))] == []
-    status = fairctl("stack", "status", "--dir", str(tmp_path))
+    status = run_fairctl("stack", "status", "--dir", str(tmp_path))
     assert status.returncode == 1 and "no service" in status.stdout
 
 
@@ -70,8 +62,8 @@ def test_short_storm_drill_pages_for_password_resets_under_fifo(tmp_path: Path) 
     scenario minute a second) the scrape-and-evaluate lag stays well inside the 10m the scenario
     allows, on a busy machine too."""
     out = tmp_path / "drill.json"
-    run = fairctl("drill", "--policy", "fifo", "--until", "15m", "--speed", "60", "--json", str(out),
-                  "--dir", str(tmp_path / "stacks"))
+    run = run_fairctl("drill", "--policy", "fifo", "--until", "15m", "--speed", "60", "--json", str(out),
+                  "--dir", str(tmp_path / "stacks"), timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     policy = json.loads(out.read_text())["policies"]["fifo"]
     alerts = {(a["alert"], a["labels"].get("queue")): a for a in policy["alerts"]}
@@ -95,7 +87,7 @@ def test_short_storm_drill_pages_for_password_resets_under_fifo(tmp_path: Path) 
     (["scenarios/none.yaml"], "SCENARIO", "none.yaml"),
 ])
 def test_drill_rejects_bad_arguments_naming_them(args: list[str], argument: str, words: str) -> None:
-    run = fairctl("drill", *args, timeout=60)
+    run = run_fairctl("drill", *args, timeout=60)
     assert run.returncode == 2, run.stderr
     assert run.stderr.startswith(f"fairctl: error: {argument}: ") and words in run.stderr
     assert "Traceback" not in run.stderr
