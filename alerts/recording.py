@@ -85,7 +85,7 @@ def recording_rules(config: Config) -> tuple[Recording, ...]:
             "Completions per second per class, rated per exporter then deduplicated.",
         ),
         Recording(PROCESSED_SHARE, share(PROCESSED_RATE, m.QUEUE),
-                  "Document 000's realised share: each class's part of all completions."),
+                  "Realised share: each class's part of all completions."),
         Recording(
             TENANT_SHARE,
             f"{deduped_rate(excluding(m.JOBS_PROCESSED, m.TENANT, m.OTHER_TENANT), window)}\n"

@@ -1,4 +1,4 @@
-"""The alerts of DESIGN.md's table, built from the config, the metric contract and the recordings.
+"""The generated alerts, built from the config, the metric contract and the recordings.
 
 Per-class thresholds (SLO, weight, arrival budget) are read from the exporter's ``queue_*`` config
 gauges, so one rules file serves every deployment of the same classes; the rest (tolerances,
@@ -67,8 +67,8 @@ class Alert:
 
 def starving_for(config: Config, cls: ClassConfig) -> float:
     """QueueStarving's ``for:`` for one class: the class's ``starving_for`` if set, else
-    ``alerts.for`` if set, else max_age / 4 in whole minutes between 1m and 15m (document 000's
-    15m for a 1h SLO; a minute for a 60s SLO)."""
+    ``alerts.for`` if set, else max_age / 4 in whole minutes between 1m and 15m (15m for a 1h
+    SLO; a minute for a 60s SLO)."""
     if cls.starving_for is not None:
         return cls.starving_for
     configured = config.alerts.for_durations[QUEUE_STARVING]
@@ -93,7 +93,7 @@ def _class(name: str) -> str:
 
 
 def build_alerts(config: Config) -> tuple[Alert, ...]:
-    """Every alert, in the order of DESIGN.md's table."""
+    """Every alert, in the order the docs list them."""
     a = config.alerts
     window, budget_window = duration(a.rate_window), duration(config.scheduler.budget_window)
     min_arrivals = config.scheduler.budget_min_arrivals

@@ -1,6 +1,6 @@
 """One Markdown runbook per alert, rendered with jinja2 from templates shipped as package data.
 
-The templates hold the prose (taken from document 000's failure modes); every PromQL query they
+The templates hold the prose (the failure modes of a prioritised queue); every PromQL query they
 show comes from :func:`diagnostics`, built here from the metric contract and the recording rules,
 so the runbooks never spell a metric name and always match the rules they explain.
 """
@@ -49,7 +49,7 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "fleet_busy": d("Leased jobs against the slots the fleet registered (near 1: saturated)",
                         f"sum without ({m.QUEUE}) ({inflight})\n  / {dedup(m.WORKER_SLOTS.name)}"),
         "throughput": d("Completions per second per class", rec.PROCESSED_RATE),
-        "share_vs_weight": d("Realised share against configured weight (document 000's comparison; "
+        "share_vs_weight": d("Realised share against configured weight ("
                              "above 1 is the surplus of empty classes, as it should be)",
                              f"{rec.PROCESSED_SHARE} / {rec.WEIGHT_RATIO}"),
         "backlogged": d(f"Classes backlogged through the last {duration(window)} and not paused", rec.BACKLOGGED),

@@ -1,8 +1,8 @@
 """The weights lint: does every class's weight let it keep up with its expected load?
 
-Document 000: "Compute the required share from arrival rate and service time, then set weights so
-each class has at least that much, and give the surplus to the latency-sensitive class." The
-formula used here, for a fleet of N worker slots (jobs run at once, ``alerts.worker_slots``):
+The rule of thumb: compute the share each class needs from its arrival rate and service time,
+set weights so each class has at least that much, and give the surplus to the latency-sensitive
+class. The formula used here, for a fleet of N worker slots (jobs run at once, ``alerts.worker_slots``):
 
 * **needed**: class c keeps up when it gets ``rho_c = arrival_rate_c * service_time_c / N`` of
   the fleet's slot time (its utilisation of the whole fleet). Above 1 no weight can save it;

@@ -23,8 +23,8 @@ import redis
 
 from exporter.collector import scrape_client
 from exporter.server import exporter_server
-from fairctl.redis_server import RedisServer
 from fairness_core import Scheduler
+from fairness_stack.servers import RedisServer
 
 from .load import bench_config, populate
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import redis
 import yaml
 
-from fairctl.redis_server import stop_process
 from fairness_core import Scheduler, redis_client
+from fairness_stack.servers import stop_process
 
 from .load import EXAMPLE_CONFIG, TASKS, bench_config
 

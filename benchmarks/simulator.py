@@ -18,8 +18,8 @@ import sys
 import time
 
 from fairness_core import Model, parse_duration
-from fairness_core.scenario import DEFAULT_SCENARIO, load_scenario
-from fairness_core.simulator import scenario_config, simulate
+from fairness_sim.scenario import DEFAULT_SCENARIO, load_scenario
+from fairness_sim.simulator import scenario_config, simulate
 
 BASELINE_JOBS = 50_000
 

@@ -1,4 +1,4 @@
-"""The whole benchmark: every measurement of issue 8 in one run, written to BENCHMARKS.md.
+"""The whole benchmark: every measurement in one run, written to BENCHMARKS.md.
 
 One redis-server holds the 10-tenant state and the 100,000-tenant / 1,000,000-job state side by
 side (SLOWLOG on throughout); a second one, empty, is shared by fairctl, RQ and BullMQ for the
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import redis
 
-from fairctl.redis_server import RedisServer
 from fairness_core import parse_duration
 from fairness_core.config import POLICIES
 from fairness_core.keys import Keys
-from fairness_core.scenario import DEFAULT_SCENARIO, load_scenario
-from fairness_core.simulator import simulate
+from fairness_sim.scenario import DEFAULT_SCENARIO, load_scenario
+from fairness_sim.simulator import simulate
+from fairness_stack.servers import RedisServer
 
 from . import memory, peers, script_latency, throughput
 from .exporter_scrape import scrape

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any
 
-from alerts.output import HEADER, yaml_text
-from fairctl.generated import RenderedSet
 from fairness_core.config import Config
+from fairness_core.generated import HEADER, RenderedSet, yaml_text
 
 from .build import DASHBOARDS, TAG, to_json
 from .layout import (
@@ -23,7 +22,7 @@ PROMETHEUS_URL = "http://prometheus:9090"
 
 
 def _yaml(data: Any) -> str:
-    return f"# {HEADER}\n" + yaml_text(data)
+    return yaml_text(data, HEADER)
 
 
 def provisioning() -> dict[PurePosixPath, str]:

@@ -17,14 +17,19 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from importlib import metadata
 
 import redis
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from fairness_core import Config, RedisUnavailable, Scheduler, Snapshot, redis_client
+from fairness_core.version import fairctl_version
 
 from . import metrics as m
 
@@ -39,13 +44,6 @@ LIFECYCLE: tuple[tuple[m.MetricSpec, str], ...] = (
     (m.JOBS_FAILED, "failed"), (m.JOBS_REDELIVERED, "redelivered"), (m.JOBS_DEAD_LETTERED, "dead"),
     (m.JOBS_PROMOTED, "promoted"), (m.JOBS_DEMOTED, "demoted"), (m.JOBS_REJECTED, "rejected"),
 )
-
-
-def fairctl_version() -> str:
-    try:
-        return metadata.version("fairctl")
-    except metadata.PackageNotFoundError:  # running from a source tree that was never installed
-        return "unknown"
 
 
 def snapshot_deadline(budget: float) -> float:

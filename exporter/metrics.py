@@ -6,9 +6,9 @@ alert that never fires. ``MetricSpec.name`` is the name as PromQL sees it (count
 ``_total``); ``family_name`` is what prometheus-client wants, because it appends ``_total`` to
 counters itself.
 
-Document 000's queries and its ``LowPriorityQueueStarving`` alert use
-``queue_oldest_message_age_seconds{queue}`` and ``jobs_processed_total`` (summed over
-``queue``/``tenant``) as written, so those names and labels are fixed.
+The names ``queue_oldest_message_age_seconds{queue}`` and ``jobs_processed_total`` (summed over
+``queue``/``tenant``) are the ones queue dashboards and starvation alerts commonly use, and
+users' own queries are written against them, so those names and labels are fixed.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """``fairctl bench``: the benchmark suite (``python -m benchmarks``) from a source checkout.
 
 The benchmarks are not part of the installed package (they install peers and run for minutes), so
-this command imports them from the repository the package was installed from, passing every
-argument through (``fairctl bench --quick``, ``fairctl bench --setup-peers``, ``fairctl bench --help``).
+this command runs them as their own process in the repository the package was installed from,
+passing every argument through (``fairctl bench --quick``, ``fairctl bench --setup-peers``,
+``fairctl bench --help``). Nothing of fairctl imports the benchmarks.
 """
 
 from __future__ import annotations
 
-import importlib
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +26,4 @@ def bench(ctx: typer.Context) -> None:
     if not (ROOT / "benchmarks" / "__main__.py").exists():
         typer.echo(f"fairctl: error: bench: needs a source checkout of fairctl (no benchmarks/ in {ROOT})", err=True)
         raise typer.Exit(2)
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    raise typer.Exit(importlib.import_module("benchmarks.suite").main(ctx.args))
+    raise typer.Exit(subprocess.run([sys.executable, "-m", "benchmarks", *ctx.args], cwd=ROOT).returncode)

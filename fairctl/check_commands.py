@@ -13,9 +13,9 @@ from alerts.layout import RULES_FILE, TESTS_DIR
 from alerts.output import ALERTS
 from alerts.weights import table, weights_report
 from fairness_core import Config
+from fairness_core.generated import plan, write
 
 from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
-from .generated import plan, write
 
 app = typer.Typer()
 

@@ -7,22 +7,27 @@ import sys
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
-
 from typer import Abort
+from typer.core import TyperGroup
 
 try:  # recent typer bundles its own copy of click
     from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 except ImportError:  # pragma: no cover - older typer on the external click
     from click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # type: ignore[assignment]
 
-from .common import BAD_ARGUMENT
-
 from . import (
-    bench_command, check_commands, demo, drill_command, exporter_command, generate_command, queue_commands,
-    simulate_command, stack_command, worker_command,
+    bench_command,
+    check_commands,
+    demo,
+    drill_command,
+    exporter_command,
+    generate_command,
+    queue_commands,
+    simulate_command,
+    stack_command,
+    worker_command,
 )
-
+from .common import BAD_ARGUMENT
 
 
 class OneLineErrors(TyperGroup):

@@ -16,16 +16,24 @@ from typing import Annotated, NoReturn, Optional
 import typer
 
 from fairness_core import (
-    BudgetRejected, Config, ConfigError, InvalidJob, RedisUnavailable, Scheduler, load_config, redis_client,
+    BudgetRejected,
+    Config,
+    ConfigError,
+    InvalidJob,
+    RedisUnavailable,
+    Scheduler,
+    load_config,
+    redis_client,
 )
-from fairness_core.config import POLICIES
+from fairness_core.config import EXAMPLE_CONFIG, POLICIES
 from fairness_core.redis_url import check_url
 
 BAD_ARGUMENT = 2
 
 ConfigOption = Annotated[Path, typer.Option(
     "--config", envvar="FAIRCTL_CONFIG", show_default=True,
-    help="fairness.yaml to read: classes, weights, tenants, classification rules, leases.",
+    help="fairness.yaml to read: classes, weights, tenants, classification rules, leases. Without it and "
+         "with no fairness.yaml here, the example config shipped with fairctl.",
 )]
 RedisUrlOption = Annotated[Optional[str], typer.Option(
     "--redis-url", envvar="FAIRCTL_REDIS_URL", show_default=False,
@@ -57,7 +65,14 @@ def clear_errors(**argument_for_field: str) -> Iterator[None]:
 
 
 def load(config_path: Path, redis_url: str | None) -> Config:
-    """The config with ``--redis-url`` applied; fails with exit code 2 on any config error."""
+    """The config with ``--redis-url`` applied; fails with exit code 2 on any config error.
+
+    With no ``--config`` and no fairness.yaml in the working directory, the example config that
+    ships with fairctl is read (and a line on stderr says so): an installed fairctl generates,
+    checks and demonstrates with no file of the user's at hand."""
+    if config_path == DEFAULT_CONFIG and not config_path.exists():
+        typer.echo(f"fairctl: no {DEFAULT_CONFIG} here; using the example config {EXAMPLE_CONFIG}", err=True)
+        config_path = EXAMPLE_CONFIG
     with clear_errors():
         config = load_config(config_path)
     return with_redis_url(config, redis_url)

@@ -20,10 +20,10 @@ import typer
 
 from fairness_core import Config, Lease, Scheduler, classify
 from fairness_core.worker import HandlerRegistry, Worker
+from fairness_stack.servers import RedisServer
 
 from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, connect, fail, load
 from .handlers import sleep_for_service_time
-from .redis_server import RedisServer
 from .status_view import ClassStatus, class_statuses, render
 
 app = typer.Typer()

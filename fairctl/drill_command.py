@@ -10,16 +10,23 @@ from typing import Annotated, Optional
 
 import typer
 
+from fairness_core.ages import human
 from fairness_core.config import ConfigError, parse_duration
-from fairness_core.loadgen import LoadGenerator, Replay, volume_for
-from fairness_core.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
-from fairness_core.simulator import scenario_config
+from fairness_sim.drill import External, PolicyDrill, as_json, run_policy_drill
+from fairness_sim.loadgen import LoadGenerator, Replay, volume_for
+from fairness_sim.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
+from fairness_sim.simulator import scenario_config
+from fairness_sim.timescale import SpeedTooHigh, compress
+from fairness_stack.supervisor import StackError
 
-from .common import RedisUrlOption, check_policies, clear_errors, connect, fail, with_redis_url
-from .drill import External, PolicyDrill, as_json, run_policy_drill
-from .simulate_command import human
-from .stack import StackError
-from .timescale import SpeedTooHigh, compress
+from .common import (
+    RedisUrlOption,
+    check_policies,
+    clear_errors,
+    connect,
+    fail,
+    with_redis_url,
+)
 
 app = typer.Typer()
 
@@ -31,7 +38,8 @@ EXIT_EXPECTATION = 1
 
 ScenarioArgument = Annotated[Optional[Path], typer.Argument(
     metavar="[SCENARIO]", show_default=False,
-    help="Scenario YAML; default: scenarios/marketing-storm.yaml (document 004's incident).")]
+    help="Scenario YAML, or the name of a shipped scenario (marketing-storm, priority-creep, ...); "
+             "default: marketing-storm, 2.3M newsletters ahead of password resets.")]
 SpeedOption = Annotated[float, typer.Option(
     min=1, help="Scenario seconds per real second (120: one scenario hour in 30 s). Every duration in the "
                 "config and the rules is divided by it.")]
@@ -44,9 +52,9 @@ VolumeOption = Annotated[Optional[float], typer.Option(
          f"{DEFAULT_MAX_BURST:,} jobs.")]
 
 
-def _scenario(path: Path | None) -> Scenario:
+def _scenario(path: Path | None, config_file: Path | None = None) -> Scenario:
     try:
-        return load_scenario(path or DEFAULT_SCENARIO)
+        return load_scenario(path or DEFAULT_SCENARIO, config_file)
     except ConfigError as exc:
         fail("SCENARIO", str(exc))
 
@@ -151,12 +159,16 @@ def loadgen(
     speed: SpeedOption = 1.0,
     until: UntilOption = None,
     volume: VolumeOption = None,
+    config_file: Annotated[Optional[Path], typer.Option(
+        "--config", metavar="FILE", show_default=False,
+        help="Run the scenario on this fairness.yaml (the one your workers read) instead of the config it names; "
+             "its config_patch still applies.")] = None,
 ) -> None:
     """Enqueue a scenario's arrivals into Redis in real time, for workers of your own to consume.
 
     Time is compressed by --speed, volume thinned by --volume (see fairctl drill). Jobs carry {"service_s": S} payloads (fairctl.handlers:sleep_handlers
     sleeps that long). Queues under the scenario config's redis.prefix; stops at the end or on Ctrl-C."""
-    scenario = _scenario(scenario_file)
+    scenario = _scenario(scenario_file, config_file)
     if policy is not None:
         check_policies([policy])
     replay = _replay(scenario, speed, until, volume)

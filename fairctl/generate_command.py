@@ -9,11 +9,11 @@ import typer
 
 from alerts.output import ALERTS
 from dashboards.output import DASHBOARDS_OUTPUT
+from fairness_core.generated import OutputSet, differences, plan, write
+from fairness_stack.compose import COMPOSE_OUTPUT
+from fairness_stack.kubernetes import KUBERNETES_OUTPUT
 
 from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
-from .compose_output import COMPOSE_OUTPUT
-from .generated import OutputSet, differences, plan, write
-from .kubernetes_output import KUBERNETES_OUTPUT
 
 app = typer.Typer()
 

@@ -1,9 +1,9 @@
 """``fairctl simulate``: replay a scenario (the marketing storm by default) under each scheduling
 policy, with no servers, and compare what waits, what starves and which alerts would fire.
 
-The policies run in separate processes (a storm is CPU-bound Python; two cores finish four
-policies in half the time), each on the reference model (fairness_core.simulator) and, when
-promtool is installed, through the real rule evaluation of fairctl.simulate_alerts. The exit code
+The policies run through fairness_sim.policies (each on the reference model and, when promtool is
+installed, through the real rule evaluation); this module is the command and its terminal and
+JSON output. The exit code
 says whether every policy behaved as the scenario's ``expect`` says it must: 0 yes, 1 no, 2 for
 bad input.
 """
@@ -11,14 +11,12 @@ bad input.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -27,64 +25,21 @@ import typer
 from alerts import promtool
 from alerts.output import rules_text
 from fairness_core import ConfigError, parse_duration
+from fairness_core.ages import human
 from fairness_core.config import POLICIES
-from fairness_core.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
-from fairness_core.simulator import PolicyRun, scenario_config, simulate
+from fairness_sim.alert_evaluation import AlertEvaluationError
+from fairness_sim.policies import PROGRESS_EVERY_S, Outcome, alert_label, run_policies
+from fairness_sim.report import write_report
+from fairness_sim.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 
 from .common import check_policies, fail
-from .simulate_alerts import AlertEvaluationError, FiredAlert, SeriesRecorder, evaluate
-from .status_view import format_age
 
 app = typer.Typer()
 
 EXIT_EXPECTATION = 1
-# Labels every simulated alert carries alike (the simulated exporter's job), or shown apart.
-HIDDEN_LABELS = {"severity", "job", "instance"}
-PROGRESS_EVERY_S = 0.2
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """One policy's run and the alerts it fired (None: not evaluated)."""
-
-    run: PolicyRun
-    alerts: list[FiredAlert] | None
-
-    def violations(self, scenario: Scenario) -> list[str] | None:
-        """What contradicts the scenario's ``expect`` (None: nothing to check it against)."""
-        expectation = scenario.expect.get(self.run.policy)
-        if expectation is None or self.alerts is None:
-            return None
-        return expectation.violations([(a.alert, a.labels, a.first_firing_s) for a in self.alerts])
-
-
-# ------------------------------------------------------------------ running the policies
-
-_worker: dict[str, Any] = {}  # in a worker process: the scenario, rules file and shared progress
-
-
-def _init_worker(scenario: Scenario, rules: Path | None, progress: Any) -> None:
-    """Forked worker set-up: the scenario is inherited, never pickled (nor is the Config in it)."""
-    _worker.update(scenario=scenario, rules=rules, progress=progress)
-
-
-def run_policy(scenario: Scenario, policy: str, rules: Path | None,
-               progress: Callable[[float], None] | None = None) -> Outcome:
-    """Simulate one policy and, with a rules file, evaluate its alerts."""
-    recorder = SeriesRecorder(scenario_config(scenario, policy)) if rules is not None else None
-    run = simulate(scenario, policy, observe=recorder.observe if recorder else None, progress=progress)
-    if recorder is None or rules is None:
-        return Outcome(run, None)
-    alerts = evaluate(rules, policy, recorder.input_series(), scrape_interval=scenario.scrape_interval,
-                      evaluation_interval=scenario.evaluation_interval, duration=scenario.duration)
-    return Outcome(run, alerts)
-
-
-def _run_in_worker(policy: str, index: int) -> Outcome:
-    """run_policy in a worker process, reporting progress through the shared array."""
-    def progress(fraction: float) -> None:
-        _worker["progress"][index] = fraction
-    return run_policy(_worker["scenario"], policy, _worker["rules"], progress)
+# ------------------------------------------------------------------ progress
 
 
 class ProgressBar:
@@ -113,48 +68,7 @@ class ProgressBar:
             sys.stderr.flush()
 
 
-def run_policies(scenario: Scenario, policies: Sequence[str], rules: Path | None, processes: int) -> list[Outcome]:
-    """Every policy, ``processes`` at a time, with a progress bar on a terminal."""
-    bar = ProgressBar(policies)
-    fractions = [0.0] * len(policies)
-    try:
-        if processes <= 1:
-            outcomes = []
-            for i, policy in enumerate(policies):
-                def tick(fraction: float, i: int = i) -> None:
-                    fractions[i] = fraction
-                    bar.draw(fractions)
-                outcomes.append(run_policy(scenario, policy, rules, tick))
-            return outcomes
-        context = multiprocessing.get_context("fork")
-        shared = context.Array("d", fractions, lock=False)
-        with ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_init_worker,
-                                 initargs=(scenario, rules, shared)) as pool:
-            futures = [pool.submit(_run_in_worker, p, i) for i, p in enumerate(policies)]
-            pending: set[Future[Outcome]] = set(futures)
-            while pending:
-                finished, pending = wait(pending, timeout=PROGRESS_EVERY_S, return_when=FIRST_EXCEPTION)
-                for future in finished:
-                    future.result()  # raise the first failure now, not after the others finish
-                bar.draw(list(shared))
-            return [f.result() for f in futures]
-    finally:
-        bar.close()
-
-
 # ------------------------------------------------------------------ presenting them
-
-
-def human(seconds: float) -> str:
-    """A duration for a table cell, as ``fairctl status`` writes ages, with sub-second waits kept
-    to the hundredth (an interactive job's wait is usually well under a second)."""
-    return f"{seconds:.2f}s" if seconds < 1 else format_age(seconds)
-
-
-def alert_label(alert: FiredAlert) -> str:
-    inner = ",".join(f'{k}="{v}"' for k, v in sorted(alert.labels.items()) if k not in HIDDEN_LABELS)
-    severity = alert.labels.get("severity")
-    return alert.alert + (f"{{{inner}}}" if inner else "") + (f" ({severity})" if severity else "")
 
 
 def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | None) -> str:
@@ -241,7 +155,8 @@ def _rules_for(scenario: Scenario, given: Path | None, workdir: Path) -> tuple[P
 def simulate_command(
     scenario_file: Annotated[Optional[Path], typer.Argument(
         metavar="[SCENARIO]", show_default=False,
-        help="Scenario YAML; default: scenarios/marketing-storm.yaml (document 004's incident).")] = None,
+        help="Scenario YAML, or the name of a shipped scenario (marketing-storm, priority-creep, ...); "
+             "default: marketing-storm, 2.3M newsletters ahead of password resets.")] = None,
     policy: Annotated[Optional[list[str]], typer.Option(
         "--policy", "-p", metavar="P", show_default=False,
         help=f"Policy to simulate ({', '.join(POLICIES)}); repeat for several. Default: the scenario's list.")] = None,
@@ -272,14 +187,17 @@ def simulate_command(
     with tempfile.TemporaryDirectory(prefix="fairctl-simulate-") as tmp:
         rules_file, note = _rules_for(scenario, rules, Path(tmp))
         try:
-            outcomes = run_policies(scenario, chosen, rules_file, min(processes, len(chosen)))
+            bar = ProgressBar(chosen)
+            try:
+                outcomes = run_policies(scenario, chosen, rules_file, min(processes, len(chosen)), bar.draw)
+            finally:
+                bar.close()
         except AlertEvaluationError as exc:
             fail("--rules", str(exc))
     typer.echo(render(scenario, outcomes, note), nl=False)
     if json_file is not None:
         json_file.write_text(json.dumps(as_json(scenario, outcomes), indent=2) + "\n", encoding="utf-8")
     if report is not None:
-        from .simulate_report import write_report
         write_report(report, scenario, outcomes)
     if any(o.violations(scenario) for o in outcomes):
         raise typer.Exit(EXIT_EXPECTATION)

@@ -9,10 +9,10 @@ from typing import Annotated, TypeVar
 import typer
 
 from exporter.server import parse_listen
+from fairness_stack.supervisor import Stack, StackError, WorkerPool
+from fairness_stack.webhook import webhook_server
 
 from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
-from .stack import Stack, StackError, WorkerPool
-from .webhook import webhook_server
 
 app = typer.Typer(help="Run Redis, workers, two exporters, Prometheus, Alertmanager and a webhook "
                        "receiver natively, on loopback.", no_args_is_help=True)

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fairness_core import Config, Snapshot
+from fairness_core.ages import format_age
 
 HEADERS = ("class", "depth", "oldest", "in-flight", "delayed", "paused", "weight", "share")
 
@@ -27,20 +28,6 @@ class ClassStatus:
     processed: int  # over the interval
     share_pct: float | None  # None when nothing was processed in the interval
     top_tenants: list[tuple[str, int]]
-
-
-def format_age(seconds: float) -> str:
-    """3.2s, 42s, 4m12s, 2h3m, 1d5h: short enough for a table column, exact enough to act on."""
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600}h"
 
 
 def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top: int) -> list[ClassStatus]:

@@ -1,7 +1,7 @@
 """Decide a job's class at enqueue time, from the config's rules, with the reason recorded.
 
 Callers never pass a queue name: one rule set decides, first match wins, and the reason travels
-with the job so a group-by on it tells which rule moved the priority mix (document 000).
+with the job so a group-by on it tells which rule moved the priority mix.
 """
 
 from __future__ import annotations

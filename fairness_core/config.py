@@ -11,14 +11,27 @@ import math
 import re
 import string
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, TypeVar
-
-import yaml
+from typing import Mapping
 
 from .redis_url import check_url
+from .yaml_reader import (
+    ConfigError,
+    Reader,
+    boolean,
+    choice,
+    int_between,
+    kind_of,
+    list_value,
+    nonempty_str,
+    read_yaml,
+)
 
+# The example config shipped inside the package (a checkout's top-level fairness.yaml links to it):
+# the scenarios' fleet, and what fairctl reads when no fairness.yaml is at hand.
+EXAMPLE_CONFIG = Path(str(resources.files(__package__) / "examples" / "fairness.yaml"))
 POLICIES = ("fifo", "strict", "weighted", "weighted-fair")
 BUDGET_ACTIONS = ("demote", "reject")
 # Class names, tier names and the key prefix end up in Redis keys and Prometheus labels.
@@ -33,8 +46,8 @@ _RATE_PART = re.compile(r"^(\d+(?:\.\d+)?)\s*/\s*(s|m|h|d)$")
 # Placeholders a runbook or dashboard URL template may use.
 URL_PLACEHOLDERS = ("alert", "queue")
 # ``for:`` of every generated alert; ``alerts.for`` overrides any of them. None (QueueStarving)
-# means per class: its max_age / 4 in whole minutes, between 1m and 15m, so a 1h SLO gets
-# document 000's 15m and the interactive class pages a minute after its SLO is missed.
+# means per class: its max_age / 4 in whole minutes, between 1m and 15m, so a 1h SLO waits the
+# usual 15m and the interactive class pages a minute after its SLO is missed.
 ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
     "QueueStarving": None,
     "QueueShareBelowWeight": 900.0,
@@ -48,17 +61,6 @@ ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
     "FairnessExporterDown": 300.0,
     "FairnessExporterRedisDown": 120.0,
 })
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; ``path`` names the field (``classes[2].weight``)."""
-
-    def __init__(self, path: str, message: str, source: str | None = None) -> None:
-        self.path = path
-        self.message = message
-        self.source = source
-        where = f"{source}: " if source else ""
-        super().__init__(f"{where}{path}: {message}" if path else f"{where}{message}")
 
 
 def parse_duration(value: object, path: str) -> float:
@@ -225,87 +227,18 @@ class Config:
         return sum(c.weight for c in self.classes)
 
 
-T = TypeVar("T")
-
-
-class _Reader:
-    """Walks a YAML mapping, recording the field path for every error."""
-
-    def __init__(self, data: object, path: str, source: str | None) -> None:
-        if not isinstance(data, dict):
-            raise ConfigError(path or "(top level)", f"expected a mapping, got {_kind(data)}", source)
-        self.data: dict[Any, Any] = data
-        self.path = path
-        self.source = source
-        self.seen: set[str] = set()
-
-    def sub(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def error(self, key: str, message: str) -> ConfigError:
-        return ConfigError(self.sub(key), message, self.source)
-
-    def get(self, key: str, default: T, convert: Callable[[object, str], T]) -> T:
-        self.seen.add(key)
-        if key not in self.data or self.data[key] is None:
-            return default
-        return self._convert(key, convert)
-
-    def require(self, key: str, convert: Callable[[object, str], T]) -> T:
-        self.seen.add(key)
-        if key not in self.data or self.data[key] is None:
-            raise self.error(key, "is required")
-        return self._convert(key, convert)
-
-    def _convert(self, key: str, convert: Callable[[object, str], T]) -> T:
-        try:
-            return convert(self.data[key], self.sub(key))
-        except ConfigError as exc:
-            raise ConfigError(exc.path, exc.message, self.source) from None
-
-    def done(self) -> None:
-        unknown = sorted(str(k) for k in self.data if k not in self.seen)
-        if unknown:
-            raise ConfigError(
-                self.sub(unknown[0]),
-                f"unknown key; expected one of: {', '.join(sorted(self.seen))}",
-                self.source,
-            )
-
-
-def _kind(value: object) -> str:
-    return "nothing" if value is None else type(value).__name__
-
-
-def _string(value: object, path: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(path, f"expected a non-empty string, got {value!r}")
-    return value
-
-
 def _name(value: object, path: str) -> str:
-    text = _string(value, path)
+    text = nonempty_str(value, path)
     if not NAME_PATTERN.match(text):
         raise ConfigError(path, f"expected 1-64 characters of A-Z a-z 0-9 _ . : -, got {text!r}")
     return text
 
 
 def _reason(value: object, path: str) -> str:
-    text = _string(value, path)
+    text = nonempty_str(value, path)
     if any(ch in text for ch in "\t\n\r") or len(text) > 200:
         raise ConfigError(path, "expected one line of at most 200 characters without tabs")
     return text
-
-
-def _int_between(low: int, high: int) -> Callable[[object, str], int]:
-    def convert(value: object, path: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(path, f"expected a whole number, got {value!r}")
-        if not low <= value <= high:
-            raise ConfigError(path, f"must be between {low} and {high}, got {value}")
-        return value
-
-    return convert
 
 
 def _positive_int(value: object, path: str) -> int:
@@ -347,7 +280,7 @@ def _arrival_rate(value: object, path: str) -> float:
 
 
 def _url_template(value: object, path: str) -> str:
-    text = _string(value, path)
+    text = nonempty_str(value, path)
     if any(ch.isspace() or ch == "$" for ch in text):
         raise ConfigError(path, f"expected a URL without spaces or $, got {text!r}")
     try:
@@ -362,37 +295,16 @@ def _url_template(value: object, path: str) -> str:
 
 def _for_durations(value: object, path: str) -> Mapping[str, float | None]:
     if not isinstance(value, dict):
-        raise ConfigError(path, f"expected a mapping of alert name to duration, got {_kind(value)}")
+        raise ConfigError(path, f"expected a mapping of alert name to duration, got {kind_of(value)}")
     for name in value:
         if name not in ALERT_FOR:
             raise ConfigError(f"{path}.{name}", f"unknown alert; expected one of: {', '.join(ALERT_FOR)}")
     return MappingProxyType({**ALERT_FOR, **{k: parse_duration(v, f"{path}.{k}") for k, v in value.items()}})
 
 
-def _bool(value: object, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(path, f"expected true or false, got {value!r}")
-    return value
-
-
-def _choice(options: tuple[str, ...]) -> Callable[[object, str], str]:
-    def convert(value: object, path: str) -> str:
-        if value not in options:
-            raise ConfigError(path, f"expected one of {', '.join(options)}, got {value!r}")
-        return str(value)
-
-    return convert
-
-
-def _list(value: object, path: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise ConfigError(path, f"expected a list, got {_kind(value)}")
-    return value
-
-
 def _redis(value: object, path: str, source: str | None) -> RedisConfig:
-    r = _Reader(value, path, source)
-    url = r.get("url", RedisConfig.url, _string)
+    r = Reader(value, path, source)
+    url = r.get("url", RedisConfig.url, nonempty_str)
     try:
         check_url(url)
     except ValueError as exc:  # never quote the URL: it may hold a password
@@ -403,26 +315,26 @@ def _redis(value: object, path: str, source: str | None) -> RedisConfig:
 
 
 def _scheduler(value: object, path: str, source: str | None) -> SchedulerConfig:
-    r = _Reader(value, path, source)
+    r = Reader(value, path, source)
     out = SchedulerConfig(
-        policy=r.get("policy", SchedulerConfig.policy, _choice(POLICIES)),
-        max_payload_bytes=r.get("max_payload_bytes", SchedulerConfig.max_payload_bytes, _int_between(1, 512 * 1024 * 1024)),
+        policy=r.get("policy", SchedulerConfig.policy, choice(POLICIES)),
+        max_payload_bytes=r.get("max_payload_bytes", SchedulerConfig.max_payload_bytes, int_between(1, 512 * 1024 * 1024)),
         budget_window=r.get("budget_window", SchedulerConfig.budget_window, parse_duration),
-        budget_min_arrivals=r.get("budget_min_arrivals", SchedulerConfig.budget_min_arrivals, _int_between(1, 10**9)),
-        budget_action=r.get("budget_action", SchedulerConfig.budget_action, _choice(BUDGET_ACTIONS)),
+        budget_min_arrivals=r.get("budget_min_arrivals", SchedulerConfig.budget_min_arrivals, int_between(1, 10**9)),
+        budget_action=r.get("budget_action", SchedulerConfig.budget_action, choice(BUDGET_ACTIONS)),
     )
     r.done()
     return out
 
 
 def _class(value: object, path: str, source: str | None) -> ClassConfig:
-    r = _Reader(value, path, source)
+    r = Reader(value, path, source)
     out = ClassConfig(
         name=r.require("name", _name),
         weight=r.require("weight", _positive_int),
         max_age=r.require("max_age", parse_duration),
         arrival_budget=r.get("arrival_budget", None, _ratio),
-        reserved_slots=r.get("reserved_slots", 0, _int_between(0, 100_000)),
+        reserved_slots=r.get("reserved_slots", 0, int_between(0, 100_000)),
         promote_after=r.get("promote_after", None, parse_duration),
         starving_for=r.get("starving_for", None, parse_duration),
         arrival_rate=r.get("arrival_rate", None, _arrival_rate),
@@ -436,12 +348,12 @@ def _class(value: object, path: str, source: str | None) -> ClassConfig:
 
 
 def _tenants(value: object, path: str, source: str | None) -> TenantsConfig:
-    r = _Reader(value, path, source)
+    r = Reader(value, path, source)
 
     def tiers(raw: object, tpath: str) -> dict[str, int]:
         if not isinstance(raw, dict) or not raw:
-            raise ConfigError(tpath, f"expected a non-empty mapping of tier name to weight, got {_kind(raw)}")
-        return {_name(k, f"{tpath}.{k}"): _int_between(1, 1000)(v, f"{tpath}.{k}") for k, v in raw.items()}
+            raise ConfigError(tpath, f"expected a non-empty mapping of tier name to weight, got {kind_of(raw)}")
+        return {_name(k, f"{tpath}.{k}"): int_between(1, 1000)(v, f"{tpath}.{k}") for k, v in raw.items()}
 
     tier_map = r.get("tiers", {"default": 1}, tiers)
     default_tier = r.get("default_tier", next(iter(tier_map)) if "default" not in tier_map else "default", _name)
@@ -450,18 +362,18 @@ def _tenants(value: object, path: str, source: str | None) -> TenantsConfig:
     out = TenantsConfig(
         tiers=tier_map,
         default_tier=default_tier,
-        batch=r.get("batch", TenantsConfig.batch, _int_between(1, 1000)),
-        max_id_bytes=r.get("max_id_bytes", TenantsConfig.max_id_bytes, _int_between(1, 4096)),
+        batch=r.get("batch", TenantsConfig.batch, int_between(1, 1000)),
+        max_id_bytes=r.get("max_id_bytes", TenantsConfig.max_id_bytes, int_between(1, 4096)),
     )
     r.done()
     return out
 
 
 def _leases(value: object, path: str, source: str | None) -> LeasesConfig:
-    r = _Reader(value, path, source)
+    r = Reader(value, path, source)
     out = LeasesConfig(
         visibility_timeout=r.get("visibility_timeout", LeasesConfig.visibility_timeout, parse_duration),
-        max_attempts=r.get("max_attempts", LeasesConfig.max_attempts, _int_between(1, 1000)),
+        max_attempts=r.get("max_attempts", LeasesConfig.max_attempts, int_between(1, 1000)),
         retry_backoff=r.get("retry_backoff", LeasesConfig.retry_backoff, parse_duration),
         retry_backoff_max=r.get("retry_backoff_max", LeasesConfig.retry_backoff_max, parse_duration),
     )
@@ -470,7 +382,7 @@ def _leases(value: object, path: str, source: str | None) -> LeasesConfig:
 
 
 def _listen(value: object, path: str) -> str:
-    text = _string(value, path)
+    text = nonempty_str(value, path)
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(path, f"expected HOST:PORT such as 0.0.0.0:9000 or [::1]:9000, got {text!r}")
@@ -478,23 +390,23 @@ def _listen(value: object, path: str) -> str:
 
 
 def _exporter(value: object, path: str, source: str | None) -> ExporterConfig:
-    r = _Reader(value, path, source)
+    r = Reader(value, path, source)
     out = ExporterConfig(
         listen=r.get("listen", None, _listen),
-        topk_tenants=r.get("topk_tenants", ExporterConfig.topk_tenants, _int_between(1, 100)),
-        tenant_label_limit=r.get("tenant_label_limit", ExporterConfig.tenant_label_limit, _int_between(1, 10_000)),
+        topk_tenants=r.get("topk_tenants", ExporterConfig.topk_tenants, int_between(1, 100)),
+        tenant_label_limit=r.get("tenant_label_limit", ExporterConfig.tenant_label_limit, int_between(1, 10_000)),
         window=r.get("window", ExporterConfig.window, parse_duration),
         scrape_timeout=r.get("scrape_timeout", ExporterConfig.scrape_timeout, parse_duration),
-        noisy_min_inflight=r.get("noisy_min_inflight", ExporterConfig.noisy_min_inflight, _int_between(1, 10**6)),
-        noisy_min_queued=r.get("noisy_min_queued", ExporterConfig.noisy_min_queued, _int_between(1, 10**9)),
-        fairness_sample=r.get("fairness_sample", ExporterConfig.fairness_sample, _int_between(2, 10_000)),
+        noisy_min_inflight=r.get("noisy_min_inflight", ExporterConfig.noisy_min_inflight, int_between(1, 10**6)),
+        noisy_min_queued=r.get("noisy_min_queued", ExporterConfig.noisy_min_queued, int_between(1, 10**9)),
+        fairness_sample=r.get("fairness_sample", ExporterConfig.fairness_sample, int_between(2, 10_000)),
     )
     r.done()
     return out
 
 
 def _alerts(value: object, path: str, source: str | None) -> AlertsConfig:
-    r = _Reader(value, path, source)
+    r = Reader(value, path, source)
     d = AlertsConfig
     out = AlertsConfig(
         rate_window=r.get("rate_window", d.rate_window, parse_duration),
@@ -503,12 +415,12 @@ def _alerts(value: object, path: str, source: str | None) -> AlertsConfig:
         reason_shift=r.get("reason_shift", d.reason_shift, _fraction),
         reason_baseline=r.get("reason_baseline", d.reason_baseline, parse_duration),
         stall_after=r.get("stall_after", d.stall_after, parse_duration),
-        inversion_max_depth=r.get("inversion_max_depth", d.inversion_max_depth, _int_between(0, 10**6)),
+        inversion_max_depth=r.get("inversion_max_depth", d.inversion_max_depth, int_between(0, 10**6)),
         redelivery_ratio=r.get("redelivery_ratio", d.redelivery_ratio, _fraction),
         exporter_job=r.get("exporter_job", d.exporter_job, _reason),
         runbook_url=r.get("runbook_url", None, _url_template),
         dashboard_url=r.get("dashboard_url", None, _url_template),
-        worker_slots=r.get("worker_slots", None, _int_between(1, 10**6)),
+        worker_slots=r.get("worker_slots", None, int_between(1, 10**6)),
         for_durations=r.get("for", ALERT_FOR, _for_durations),
     )
     r.done()
@@ -518,10 +430,10 @@ def _alerts(value: object, path: str, source: str | None) -> AlertsConfig:
 
 
 def _rule(value: object, path: str, source: str | None, tiers: Mapping[str, int]) -> Rule:
-    r = _Reader(value, path, source)
+    r = Reader(value, path, source)
 
     def tasks(raw: object, tpath: str) -> frozenset[str]:
-        items = _list(raw, tpath)
+        items = list_value(raw, tpath)
         if not items:
             raise ConfigError(tpath, "expected at least one task name")
         return frozenset(_name(t, f"{tpath}[{i}]") for i, t in enumerate(items))
@@ -533,7 +445,7 @@ def _rule(value: object, path: str, source: str | None, tiers: Mapping[str, int]
         queue=r.require("class", _name),
         reason=r.require("reason", _reason),
         tasks=r.get("tasks", None, tasks),
-        user_waiting=r.get("user_waiting", None, _bool),
+        user_waiting=r.get("user_waiting", None, boolean),
         tenant_tier=tier,
     )
     r.done()
@@ -542,7 +454,7 @@ def _rule(value: object, path: str, source: str | None, tiers: Mapping[str, int]
 
 def parse_config(data: object, source: str | None = None) -> Config:
     """Validate an already-parsed YAML document (a dict) into a :class:`Config`."""
-    r = _Reader(data, "", source)
+    r = Reader(data, "", source)
     redis_cfg = r.get("redis", RedisConfig(), lambda v, p: _redis(v, p, source))
     scheduler = r.get("scheduler", SchedulerConfig(), lambda v, p: _scheduler(v, p, source))
     tenants = r.get("tenants", TenantsConfig(), lambda v, p: _tenants(v, p, source))
@@ -550,11 +462,11 @@ def parse_config(data: object, source: str | None = None) -> Config:
     exporter = r.get("exporter", ExporterConfig(), lambda v, p: _exporter(v, p, source))
     alerts = r.get("alerts", AlertsConfig(), lambda v, p: _alerts(v, p, source))
     classes = tuple(
-        _class(item, f"classes[{i}]", source) for i, item in enumerate(r.require("classes", _list))
+        _class(item, f"classes[{i}]", source) for i, item in enumerate(r.require("classes", list_value))
     )
     rules = tuple(
         _rule(item, f"classification[{i}]", source, tenants.tiers)
-        for i, item in enumerate(r.require("classification", _list))
+        for i, item in enumerate(r.require("classification", list_value))
     )
     r.done()
     _check_classes(classes, scheduler, source)
@@ -591,17 +503,6 @@ def _check_rules(rules: tuple[Rule, ...], class_names: set[str], source: str | N
     last = rules[-1]
     if (last.tasks, last.user_waiting, last.tenant_tier) != (None, None, None):
         raise ConfigError(f"classification[{len(rules) - 1}]", "the last rule must have no conditions (a catch-all), so every job gets a class", source)
-
-
-def read_yaml(path: Path, what: str) -> object:
-    """A YAML file's document; ConfigError (without a field path) when it cannot be read or parsed.
-    Shared by config and scenario files so both fail the same way."""
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError("", f"cannot read {what} {path}: {exc.strerror}", str(path)) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError("", f"{what} {path} is not valid YAML: {exc}", str(path)) from None
 
 
 def load_config(path: str | Path) -> Config:

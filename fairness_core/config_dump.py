@@ -7,12 +7,10 @@ gives ``c`` back (durations at millisecond resolution, as they are written).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from .config import ALERT_FOR, Config, format_duration
+from .generated import yaml_text
 
 
 def _duration(seconds: float | None) -> str | None:
@@ -74,12 +72,6 @@ def config_to_data(config: Config) -> dict[str, Any]:
         "exporter": exporter,
         "alerts": alerts,
     }
-
-
-def yaml_text(data: Mapping[str, Any], header: str = "") -> str:
-    """A YAML file's text: ``header`` as comment lines, then ``data`` in its own key order."""
-    comment = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
-    return comment + yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True)
 
 
 def config_to_yaml(config: Config, header: str = "") -> str:

@@ -2,7 +2,7 @@
 
 The envelope is one Redis list element per queued job. The tenant and class are implied by the
 sub-queue it sits in; the classification reason travels in the envelope, next to the tenant,
-never inside the payload (document 000: route on the envelope without deserialising the work).
+never inside the payload: the scheduler routes on the envelope without deserialising the work.
 Layout (tab-separated, payload last so the scripts never copy it to read the header)::
 
     id \t enqueued_ms \t attempts \t cost \t task \t reason \t payload-json

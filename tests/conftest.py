@@ -16,8 +16,8 @@ from typing import Any, Iterator
 import pytest
 import redis
 
-from fairctl.redis_server import RedisServer
 from fairness_core import Config, Scheduler, load_config, parse_config, redis_client
+from fairness_stack.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = ROOT / "fairness.yaml"

@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter import metrics as m
 from exporter.collector import scrape_client
 from exporter.server import ExporterServer, exporter_server
-from fairctl.redis_server import find_binary, free_port, stop_process
 from fairness_core import Config, Scheduler
+from fairness_stack.servers import find_binary, free_port, stop_process
 
 PROMETHEUS_HINT = "install it with: apt-get install -y prometheus (promtool comes with it)"
 # The job_name the test Prometheus scrapes the exporters under.

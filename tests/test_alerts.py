@@ -21,9 +21,9 @@ from alerts.rules import UP, build_alerts
 from alerts.runbooks import diagnostics
 from exporter import metrics as m
 from fairctl.generate_command import OUTPUT_SETS
-from fairctl.generated import plan, write
 from fairness_core import Config, load_config, parse_config
 from fairness_core.config import ALERT_FOR
+from fairness_core.generated import plan, write
 
 from .conftest import EXAMPLE_CONFIG, ROOT
 from .support import run_fairctl

@@ -12,8 +12,8 @@ from typer.testing import CliRunner, Result
 from alerts.weights import weights_report
 from fairctl.cli import app
 from fairctl.generate_command import OUTPUT_SETS
-from fairctl.generated import plan
 from fairness_core import load_config, parse_config
+from fairness_core.generated import plan
 
 from .conftest import EXAMPLE_CONFIG
 from .test_config import with_change

@@ -13,9 +13,10 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from fairctl.cli import app
-from fairctl.redis_server import RedisServer, free_port
-from fairctl.status_view import class_statuses, format_age
+from fairctl.status_view import class_statuses
 from fairness_core import Scheduler, load_config
+from fairness_core.ages import format_age
+from fairness_stack.servers import RedisServer, free_port
 
 from .conftest import EXAMPLE_CONFIG
 from .support import write_config

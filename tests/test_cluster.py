@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 from exporter import metrics as m
 from fairctl.cli import app
-from fairctl.redis_server import RedisClusterServers, RedisServer, free_port
 from fairness_core import RedisUnavailable, Scheduler, redis_client
 from fairness_core.keys import Keys
+from fairness_stack.servers import RedisClusterServers, RedisServer, free_port
 
 from .conftest import REDIS_URL_VARIABLE, ROOT, make_config
 from .exporter_support import running_exporter, scrape

@@ -19,11 +19,16 @@ import yaml
 from dashboards.layout import CONTAINER_DASHBOARDS
 from dashboards.layout import GENERATED_DIR as DASHBOARDS_DIR
 from dashboards.output import PROMETHEUS_URL
-from fairctl import stack_config as s
 from fairctl.cli import app
-from fairctl.compose_output import ALERTMANAGER_FILE, GENERATED_DIR, PROMETHEUS_FILE, address
-from fairctl.containers import CONFIG_FILE, SCRAPE_INTERVAL_S, image
-from fairctl.redis_server import find_binary, free_port, stop_process
+from fairness_stack import configs as s
+from fairness_stack.compose import (
+    ALERTMANAGER_FILE,
+    GENERATED_DIR,
+    PROMETHEUS_FILE,
+    address,
+)
+from fairness_stack.containers import CONFIG_FILE, SCRAPE_INTERVAL_S, image
+from fairness_stack.servers import find_binary, free_port, stop_process
 
 from .conftest import ROOT
 from .support import wait_for

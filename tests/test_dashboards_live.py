@@ -15,9 +15,9 @@ from alerts.output import rules_text
 from dashboards import queries as q
 from dashboards.build import DASHBOARDS, to_json
 from fairctl.handlers import sleep_handlers
-from fairctl.redis_server import RedisServer
 from fairness_core import Config, Scheduler, redis_client
 from fairness_core.worker import Worker
+from fairness_stack.servers import RedisServer
 
 from .conftest import make_config
 from .exporter_support import JOB, Prometheus, running_exporter

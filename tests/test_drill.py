@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fairctl.stack import STATE_FILE, _alive, _port_free
-from fairctl.stack_config import WEBHOOK_PATH
-from fairctl.webhook import deliveries
+from fairness_stack.configs import WEBHOOK_PATH
+from fairness_stack.supervisor import STATE_FILE, _alive, _port_free
+from fairness_stack.webhook import deliveries
 
 from .conftest import EXAMPLE_CONFIG
 from .support import run_fairctl

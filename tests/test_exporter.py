@@ -30,14 +30,13 @@ from exporter import metrics as m
 from exporter.server import exporter_server, tls_context
 from fairctl.cli import app
 from fairctl.handlers import sleep_handlers
-from fairctl.redis_server import RedisServer, free_port
 from fairness_core import Config, Lease, Scheduler, redis_client
 from fairness_core.worker import Worker
+from fairness_stack.servers import RedisServer, free_port
 
 from .conftest import ROOT, make_config
 from .exporter_support import fetch, promtool_check_metrics, running_exporter, scrape
-from .support import wait_for, write_config
-from .support import running
+from .support import running, wait_for, write_config
 
 NO_BUDGET = {"budget_min_arrivals": 10**9}  # arrival budgets are not what these tests measure
 CLASSES = ("jobs:high", "jobs:medium", "jobs:low")

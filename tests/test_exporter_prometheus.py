@@ -12,10 +12,10 @@ import redis
 
 from exporter import metrics as m
 from fairctl.handlers import sleep_handlers
-from fairctl.redis_server import RedisServer
 from fairness_core import Scheduler, redis_client
 from fairness_core.keys import Keys
 from fairness_core.worker import Worker
+from fairness_stack.servers import RedisServer
 
 from .conftest import make_config
 from .exporter_support import Prometheus, running_exporter

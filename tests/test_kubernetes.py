@@ -15,10 +15,10 @@ from alerts.layout import GENERATED_DIR as ALERTS_DIR
 from alerts.layout import RULES_FILE
 from dashboards.layout import GENERATED_DIR as DASHBOARDS_DIR
 from exporter.server import DEFAULT_PORT
-from fairctl import kubernetes_output as k
-from fairctl.compose_output import render as render_compose
-from fairctl.containers import CONFIG_FILE, image
 from fairness_core import load_config
+from fairness_stack import kubernetes as k
+from fairness_stack.compose import render as render_compose
+from fairness_stack.containers import CONFIG_FILE, image
 
 from .conftest import EXAMPLE_CONFIG, ROOT
 from .test_config import with_change

@@ -10,7 +10,7 @@ import redis
 from redis.crc import key_slot
 
 from fairness_core import BudgetRejected, InvalidJob, RedisUnavailable, Scheduler
-from fairctl.redis_server import RedisServer
+from fairness_stack.servers import RedisServer
 
 from .conftest import make_config
 from .redis_state import read_state

@@ -8,12 +8,17 @@ import pytest
 import redis
 
 from alerts.rules import starving_for
-from fairctl.timescale import SpeedTooHigh, compress
 from fairness_core import Scheduler
-from fairness_core.arrivals import all_arrivals
 from fairness_core.jobs import InvalidJob
-from fairness_core.loadgen import LoadGenerator, Replay, volume_for
-from fairness_core.scenario import DEFAULT_SCENARIO, Scenario, load_scenario, parse_scenario
+from fairness_sim.arrivals import all_arrivals
+from fairness_sim.loadgen import LoadGenerator, Replay, volume_for
+from fairness_sim.scenario import (
+    DEFAULT_SCENARIO,
+    Scenario,
+    load_scenario,
+    parse_scenario,
+)
+from fairness_sim.timescale import SpeedTooHigh, compress
 
 from .conftest import EXAMPLE_CONFIG, make_config
 from .support import totals

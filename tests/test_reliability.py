@@ -15,13 +15,20 @@ import redis
 
 from exporter import metrics as m
 from fairctl.handlers import sleep_for_service_time
-from fairctl.redis_server import RedisServer, free_port, stop_process
 from fairness_core import Lease, RedisUnavailable, Scheduler, redis_client
 from fairness_core.worker import HandlerRegistry, Worker
+from fairness_stack.servers import RedisServer, free_port, stop_process
 
 from .conftest import make_config
 from .exporter_support import redis_up, running_exporter, scrape
-from .support import running, spawn_exporter, spawn_worker, totals, wait_for, write_config
+from .support import (
+    running,
+    spawn_exporter,
+    spawn_worker,
+    totals,
+    wait_for,
+    write_config,
+)
 from .test_worker_crash import recorded
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from fairctl.redis_server import RedisServer
 from fairness_core import Config, Scheduler, load_config, redis_client
+from fairness_stack.servers import RedisServer
 
 from .support import spawn_worker, totals, wait_for, write_config
 from .test_worker_crash import stop_all

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from exporter import metrics as m
 from fairctl.cli import app
-from fairctl.redis_server import RedisServer, free_port, stop_process
 from fairness_core import RedisUnavailable, Scheduler, redis_client
+from fairness_stack.servers import RedisServer, free_port, stop_process
 
 from .conftest import EXAMPLE_CONFIG, make_config
 from .exporter_support import fetch, redis_up, scrape

@@ -18,7 +18,7 @@ from PIL import Image
 from typer.testing import CliRunner, Result
 
 from fairctl.cli import app
-from fairctl.simulate_alerts import encode_values, parse_report
+from fairness_sim.alert_evaluation import encode_values, parse_report
 
 from .conftest import EXAMPLE_CONFIG, ROOT
 from .test_simulate_core import MINI_STORM

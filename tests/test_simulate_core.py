@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from fairness_core import BudgetRejected, ConfigError, Model, load_config
-from fairness_core.scenario import DEFAULT_SCENARIO, load_scenario, parse_scenario
-from fairness_core.simulator import Simulation, simulate
+from fairness_sim.scenario import DEFAULT_SCENARIO, load_scenario, parse_scenario
+from fairness_sim.simulator import Simulation, simulate
 
 from .conftest import EXAMPLE_CONFIG, ROOT
 

@@ -11,9 +11,9 @@ import redis
 
 from fairctl.common import connect
 from fairctl.handlers import sleep_handlers
-from fairctl.redis_server import RedisServer, free_port
 from fairness_core import Lease, Scheduler
 from fairness_core.worker import HandlerRegistry, Worker
+from fairness_stack.servers import RedisServer, free_port
 
 from .conftest import make_config
 from .support import running, totals, wait_for

@@ -21,11 +21,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from alerts.output import rules_text
-from fairctl.redis_server import find_binary, free_port, redis_answers, wait_until
 from fairness_core.config import Config
-from fairness_core.config_dump import config_to_yaml, yaml_text
+from fairness_core.config_dump import config_to_yaml
+from fairness_core.generated import yaml_text
+from fairness_stack.servers import find_binary, free_port, redis_answers, wait_until
 
-from . import stack_config as sc
+from . import configs as sc
 
 STATE_FILE = "stack.json"
 CONFIG_FILE = "fairness.yaml"

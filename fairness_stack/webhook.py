@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from .stack_config import WEBHOOK_PATH
+from .configs import WEBHOOK_PATH
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 

@@ -30,13 +30,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairness_core.config import Config
+from fairness_core.jobs import BudgetRejected, Lease
+from fairness_core.model import Model
+from fairness_core.snapshot import Snapshot
+from fairness_core.worker import PROMOTE_EVERY_S, REAP_EVERY_S
+
 from .arrivals import Arrival, service_samplers, stream_arrivals
-from .config import Config
-from .jobs import BudgetRejected, Lease
-from .model import Model
 from .scenario import Scenario, Stream
-from .snapshot import Snapshot
-from .worker import PROMOTE_EVERY_S, REAP_EVERY_S
 
 Observer = Callable[[int, Snapshot], None]
 Progress = Callable[[float], None]

@@ -14,18 +14,30 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .classification import classify
-from .config import (
-    POLICIES, Config, ConfigError, _bool, _choice, _int_between, _Reader, _string, parse_config, parse_duration,
+from fairness_core.classification import classify
+from fairness_core.config import (
+    EXAMPLE_CONFIG,
+    POLICIES,
+    Config,
+    parse_config,
+    parse_duration,
+)
+from fairness_core.yaml_reader import (
+    ConfigError,
+    Reader,
+    boolean,
+    choice,
+    int_between,
+    nonempty_str,
     read_yaml,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE_CONFIG = ROOT / "fairness.yaml"
-SCENARIOS = ROOT / "scenarios"
+# The scenarios shipped inside the package; ``fairctl simulate priority-creep`` names one of them.
+SCENARIOS = Path(str(resources.files(__package__) / "scenarios"))
 DEFAULT_SCENARIO = SCENARIOS / "marketing-storm.yaml"
 MAX_STREAMS = 65_535  # the simulator keeps each job's stream in a 16-bit array
 _LABEL = r'[A-Za-z_][A-Za-z0-9_]*\s*=\s*"(?:[^"\\]|\\.)*"'
@@ -197,10 +209,10 @@ def _one_of(value: object, path: str, options: tuple[str, ...]) -> tuple[str, ob
 
 def _arrivals(value: object, path: str, source: str | None) -> Arrivals:
     kind, inner = _one_of(value, path, ("poisson", "constant", "burst"))
-    r = _Reader(inner, f"{path}.{kind}", source)
+    r = Reader(inner, f"{path}.{kind}", source)
     out: Arrivals
     if kind == "burst":
-        out = Burst(at=r.get("at", 0.0, _offset), count=r.require("count", _int_between(1, 100_000_000)))
+        out = Burst(at=r.get("at", 0.0, _offset), count=r.require("count", int_between(1, 100_000_000)))
     else:
         rate = r.require("rate_per_s", _number(positive=True))
         out = Poisson(rate) if kind == "poisson" else Constant(rate)
@@ -212,7 +224,7 @@ def _service(value: object, path: str, source: str | None) -> Service:
     kind, inner = _one_of(value, path, ("constant", "exponential", "lognormal"))
     if kind == "constant":
         return Service("constant", _number(positive=True)(inner, f"{path}.constant"))
-    r = _Reader(inner, f"{path}.{kind}", source)
+    r = Reader(inner, f"{path}.{kind}", source)
     if kind == "exponential":
         out = Service("exponential", r.require("mean", _number(positive=True)))
     else:
@@ -223,21 +235,21 @@ def _service(value: object, path: str, source: str | None) -> Service:
 
 def _tenant(value: object, path: str, source: str | None) -> str | TenantPool:
     if isinstance(value, str):
-        return _string(value, path)
-    r = _Reader(value, path, source)
-    out = TenantPool(size=r.require("pool", _int_between(1, 10_000_000)), prefix=r.get("prefix", "tenant-", _string))
+        return nonempty_str(value, path)
+    r = Reader(value, path, source)
+    out = TenantPool(size=r.require("pool", int_between(1, 10_000_000)), prefix=r.get("prefix", "tenant-", nonempty_str))
     r.done()
     return out
 
 
-def _stream_job(r: _Reader, config: Config) -> tuple[str, str, bool]:
+def _stream_job(r: Reader, config: Config) -> tuple[str, str, bool]:
     """(task, tier, user_waiting) of a stream. An explicit ``class`` becomes the task, tier and
     user_waiting of the first classification rule that sends jobs there, so even these jobs go
     through the production classification (and carry that rule's reason)."""
-    tier = r.get("tier", config.tenants.default_tier, _choice(tuple(config.tenants.tiers)))
-    user_waiting = r.get("user_waiting", False, _bool)
-    task = r.get("task", None, _string)
-    queue = r.get("class", None, _choice(config.class_names))
+    tier = r.get("tier", config.tenants.default_tier, choice(tuple(config.tenants.tiers)))
+    user_waiting = r.get("user_waiting", False, boolean)
+    task = r.get("task", None, nonempty_str)
+    queue = r.get("class", None, choice(config.class_names))
     if (task is None) == (queue is None):
         raise r.error("task", "give exactly one of task (classified by the config's rules) or class")
     if task is not None:
@@ -253,10 +265,10 @@ def _stream_job(r: _Reader, config: Config) -> tuple[str, str, bool]:
 
 
 def _stream(value: object, path: str, source: str | None, config: Config, duration: float) -> Stream:
-    r = _Reader(value, path, source)
+    r = Reader(value, path, source)
     task, tier, user_waiting = _stream_job(r, config)
     stream = Stream(
-        name=r.get("name", task, _string), task=task, tier=tier, user_waiting=user_waiting,
+        name=r.get("name", task, nonempty_str), task=task, tier=tier, user_waiting=user_waiting,
         tenant=r.require("tenant", lambda v, p: _tenant(v, p, source)),
         arrivals=r.require("arrivals", lambda v, p: _arrivals(v, p, source)),
         service=r.require("service_s", lambda v, p: _service(v, p, source)),
@@ -271,27 +283,27 @@ def _stream(value: object, path: str, source: str | None, config: Config, durati
 
 
 def _pool(value: object, path: str, source: str | None, config: Config, index: int) -> Pool:
-    r = _Reader(value, path, source)
+    r = Reader(value, path, source)
 
     def classes(raw: object, cpath: str) -> tuple[str, ...] | None:
         if raw == "all":
             return None
         if not isinstance(raw, list) or not raw:
             raise ConfigError(cpath, f"expected all or a non-empty list of class names, got {raw!r}")
-        return tuple(_choice(config.class_names)(c, f"{cpath}[{i}]") for i, c in enumerate(raw))
+        return tuple(choice(config.class_names)(c, f"{cpath}[{i}]") for i, c in enumerate(raw))
 
     def crashes(raw: object, cpath: str) -> tuple[Crash, ...]:
         if not isinstance(raw, list):
             raise ConfigError(cpath, f"expected a list of {{at, count, restart_after}}, got {raw!r}")
         out = []
         for i, item in enumerate(raw):
-            c = _Reader(item, f"{cpath}[{i}]", source)
-            out.append(Crash(at=c.require("at", _offset), count=c.require("count", _int_between(1, 100_000)),
+            c = Reader(item, f"{cpath}[{i}]", source)
+            out.append(Crash(at=c.require("at", _offset), count=c.require("count", int_between(1, 100_000)),
                              restart_after=c.get("restart_after", None, parse_duration)))
             c.done()
         return tuple(out)
 
-    out = Pool(name=r.get("name", f"pool-{index}", _string), count=r.require("count", _int_between(1, 100_000)),
+    out = Pool(name=r.get("name", f"pool-{index}", nonempty_str), count=r.require("count", int_between(1, 100_000)),
                classes=r.get("classes", None, classes), crashes=r.get("crashes", (), crashes))
     r.done()
     return out
@@ -304,21 +316,21 @@ def _alert_match(value: object, path: str, source: str | None, fire: bool) -> Al
             raise ConfigError(path, f'expected an alert name, optionally with labels: QueueStarving{{queue="jobs:high"}}; got {value!r}', source)
         pairs = _MATCHER.findall(match.group(2) or "")
         return AlertMatch(match.group(1), {k: v.replace('\\"', '"') for k, v in pairs})
-    r = _Reader(value, path, source)
+    r = Reader(value, path, source)
 
     def labels(raw: object, lpath: str) -> dict[str, str]:
         if not isinstance(raw, dict):
             raise ConfigError(lpath, f"expected a mapping of label name to value, got {raw!r}")
-        return {str(k): _string(v, f"{lpath}.{k}") for k, v in raw.items()}
+        return {str(k): nonempty_str(v, f"{lpath}.{k}") for k, v in raw.items()}
 
-    out = AlertMatch(alert=r.require("alert", _string), labels=r.get("labels", {}, labels),
+    out = AlertMatch(alert=r.require("alert", nonempty_str), labels=r.get("labels", {}, labels),
                      before=r.get("before", None, parse_duration) if fire else None)
     r.done()
     return out
 
 
 def _expectation(value: object, path: str, source: str | None) -> Expectation:
-    r = _Reader(value, path, source)
+    r = Reader(value, path, source)
 
     def matches(fire: bool) -> Any:
         def convert(raw: object, lpath: str) -> tuple[AlertMatch, ...]:
@@ -335,7 +347,7 @@ def _expectation(value: object, path: str, source: str | None) -> Expectation:
 def _policies(value: object, path: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         raise ConfigError(path, f"expected a non-empty list of policies ({', '.join(POLICIES)}), got {value!r}")
-    out = tuple(_choice(POLICIES)(p, f"{path}[{i}]") for i, p in enumerate(value))
+    out = tuple(choice(POLICIES)(p, f"{path}[{i}]") for i, p in enumerate(value))
     if len(set(out)) != len(out):
         raise ConfigError(path, "lists a policy twice")
     return out
@@ -371,9 +383,9 @@ def _patch(data: Any, patch: object, path: str) -> None:
                 node = node[name]
 
 
-def _config(r: _Reader, base: Path) -> Config:
-    raw_path = r.get("config", None, _string)
-    path = (base / raw_path).resolve() if raw_path is not None else EXAMPLE_CONFIG
+def _config(r: Reader, base: Path, instead: Path | None) -> Config:
+    raw_path = r.get("config", None, nonempty_str)
+    path = instead or ((base / raw_path).resolve() if raw_path is not None else EXAMPLE_CONFIG)
     try:
         data = read_yaml(path, "config file")
     except ConfigError as exc:
@@ -391,10 +403,12 @@ def _config(r: _Reader, base: Path) -> Config:
 # ------------------------------------------------------------------ the scenario
 
 
-def parse_scenario(data: object, source: str | None = None, base: Path | None = None) -> Scenario:
-    """Validate an already-parsed scenario document; ``base`` resolves its ``config`` path."""
-    r = _Reader(data, "", source)
-    config = _config(r, base or Path.cwd())
+def parse_scenario(data: object, source: str | None = None, base: Path | None = None,
+                   config_file: Path | None = None) -> Scenario:
+    """Validate an already-parsed scenario document; ``base`` resolves its ``config`` path, and
+    ``config_file`` replaces that file (its ``config_patch`` still applies)."""
+    r = Reader(data, "", source)
+    config = _config(r, base or Path.cwd(), config_file)
     duration = r.require("duration", parse_duration)
     streams_raw = r.require("streams", _list_of("streams", source, 1, MAX_STREAMS))
     workers_raw = r.require("workers", _list_of("workers", source, 1, 1000))
@@ -404,13 +418,13 @@ def parse_scenario(data: object, source: str | None = None, base: Path | None = 
     def expect(raw: object, path: str) -> dict[str, Expectation]:
         if not isinstance(raw, dict):
             raise ConfigError(path, f"expected a mapping of policy to fire/silent lists, got {raw!r}")
-        return {_choice(POLICIES)(p, f"{path}.{p}"): _expectation(v, f"{path}.{p}", source) for p, v in raw.items()}
+        return {choice(POLICIES)(p, f"{path}.{p}"): _expectation(v, f"{path}.{p}", source) for p, v in raw.items()}
 
     scenario = Scenario(
-        name=r.require("name", _string),
-        description=r.get("description", "", _string),
+        name=r.require("name", nonempty_str),
+        description=r.get("description", "", nonempty_str),
         duration=duration,
-        seed=r.get("seed", 0, _int_between(0, 2**63 - 1)),
+        seed=r.get("seed", 0, int_between(0, 2**63 - 1)),
         config=config,
         workers=tuple(_pool(w, f"workers[{i}]", source, config, i) for i, w in enumerate(workers_raw)),
         streams=tuple(_stream(s, f"streams[{i}]", source, config, duration) for i, s in enumerate(streams_raw)),
@@ -434,6 +448,23 @@ def _list_of(key: str, source: str | None, low: int, high: int) -> Any:
     return convert
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file; raises :class:`ConfigError` naming the bad field."""
-    return parse_scenario(read_yaml(Path(path), "scenario file"), str(path), Path(path).resolve().parent)
+def shipped_scenarios() -> list[str]:
+    """The names of the scenarios shipped with fairctl, sorted."""
+    return sorted(p.stem for p in SCENARIOS.glob("*.yaml"))
+
+
+def scenario_file(name_or_path: str | Path) -> Path:
+    """A scenario file as given, or a shipped scenario by name (``marketing-storm``) when no such
+    file exists and the name has no directory or suffix."""
+    path = Path(name_or_path)
+    shipped = SCENARIOS / f"{path.name}.yaml"
+    if not path.exists() and path.parent == Path(".") and not path.suffix and shipped.is_file():
+        return shipped
+    return path
+
+
+def load_scenario(path: str | Path, config_file: Path | None = None) -> Scenario:
+    """Read and validate a scenario file (or a shipped scenario by name), on ``config_file`` instead of
+    the config file it names when given; raises :class:`ConfigError` naming the bad field."""
+    found = scenario_file(path)
+    return parse_scenario(read_yaml(found, "scenario file"), str(found), found.resolve().parent, config_file)

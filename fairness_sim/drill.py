@@ -1,7 +1,7 @@
 """``fairctl drill``: a scenario replayed live on the real parts, and the alert timeline read back.
 
 Per policy: the scenario's config with that policy is compressed by the speed
-(:mod:`fairctl.timescale`), a stack runs it (or the workers run against a team's own Redis,
+(:mod:`fairness_sim.timescale`), a stack runs it (or the workers run against a team's own Redis,
 Prometheus and Alertmanager), the load generator enqueues the scenario's arrivals through
 ``Scheduler.submit``, and once the replay ends the firing alerts are read from Prometheus
 (``ALERTS``) and from what Alertmanager delivered to the webhook receiver. Each alert's first
@@ -26,17 +26,17 @@ from typing import Any
 from alerts.output import rules_text
 from fairness_core.config import Config
 from fairness_core.connection import redis_client
-from fairness_core.loadgen import LoadGenerator, LoadStats, Replay
-from fairness_core.scenario import Scenario, alert_text
 from fairness_core.scheduler import Scheduler
-from fairness_core.simulator import scenario_config
+from fairness_sim.loadgen import LoadGenerator, LoadStats, Replay
+from fairness_sim.scenario import Scenario, alert_text
+from fairness_sim.simulator import scenario_config
+from fairness_stack.servers import wait_until
+from fairness_stack.supervisor import Stack, WorkerPool
+from fairness_stack.webhook import deliveries, epoch
 
-from .simulate_alerts import FiredAlert
-from .simulate_command import HIDDEN_LABELS, run_policy
-from .redis_server import wait_until
-from .stack import Stack, WorkerPool
+from .alert_evaluation import FiredAlert
+from .policies import HIDDEN_LABELS, run_policy
 from .timescale import compress
-from .webhook import deliveries, epoch
 
 # A first firing in the last tenth of the replay is "borderline": either run may reach it a little
 # later or sooner, so it is reported but not counted as a disagreement. So is an alert the

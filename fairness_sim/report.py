@@ -19,10 +19,11 @@ import matplotlib
 matplotlib.use("svg")  # no display, no GUI toolkit: the figures only become SVG text
 from matplotlib.figure import Figure  # noqa: E402  (after choosing the backend)
 
-from fairness_core.scenario import Scenario  # noqa: E402
-from fairness_core.simulator import PolicyRun  # noqa: E402
+from fairness_core.ages import human  # noqa: E402
 
-from .simulate_command import Outcome, alert_label, human  # noqa: E402
+from .policies import Outcome, alert_label  # noqa: E402
+from .scenario import Scenario  # noqa: E402
+from .simulator import PolicyRun  # noqa: E402
 
 COLOURS = ("#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 SHARE_SMOOTHING = 20  # scrapes averaged in the realised-share plot (5 minutes at 15 s)

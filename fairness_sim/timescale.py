@@ -8,7 +8,7 @@ of one tenant each, and a scaled threshold would call every one of them noisy (i
 are slots, which are not thinned at all). What scales by ``speed``: every SLO, window, ``for:``, aging delay and budget window (they are
 about wall-clock time). What scales by ``speed / volume``: the lease durations, which are about
 how long one job runs, and a live job runs ``volume / speed`` times its scenario service time
-(see :mod:`fairness_core.loadgen`). The expected-load hints of the weights lint are dropped: they
+(see :mod:`fairness_sim.loadgen`). The expected-load hints of the weights lint are dropped: they
 describe production traffic, not the drill's.
 """
 
@@ -18,7 +18,7 @@ import dataclasses
 
 from alerts.rules import starving_for
 from fairness_core.config import Config, format_duration
-from fairness_core.loadgen import Replay
+from fairness_sim.loadgen import Replay
 
 # A rate over fewer scrapes than this is noise: the compressed rate window must cover them.
 MIN_SCRAPES_PER_WINDOW = 4

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
-from exporter.collector import fairctl_version
+from fairness_core.version import fairctl_version
 
 # The config file inside every fairctl container (a bind mount in compose, a ConfigMap in Kubernetes).
 CONFIG_DIR = PurePosixPath("/etc/fairctl")

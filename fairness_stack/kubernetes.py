@@ -16,13 +16,13 @@ from typing import Any
 
 import yaml
 
-from alerts.output import HEADER, rules_text, yaml_text
+from alerts.output import rules_text
 from dashboards.output import render as render_dashboards
 from exporter.server import DEFAULT_PORT
 from fairness_core.config import Config, ConfigError
+from fairness_core.generated import HEADER, RenderedSet, yaml_text
 
 from .containers import CONFIG_DIR, CONFIG_FILE, SCRAPE_INTERVAL_S, image
-from .generated import RenderedSet
 
 GENERATED_DIR = PurePosixPath("deploy/kubernetes")
 NAME = "fairctl"
@@ -136,7 +136,7 @@ def render(config: Config) -> dict[PurePosixPath, str]:
         PurePosixPath("prometheusrule.yaml"): prometheus_rule(config),
         **dashboard_config_maps(config),
     }
-    return {path: f"# {HEADER}\n" + yaml_text(manifest) for path, manifest in manifests.items()}
+    return {path: yaml_text(manifest, HEADER) for path, manifest in manifests.items()}
 
 
 KUBERNETES_OUTPUT = RenderedSet("kubernetes", GENERATED_DIR, render)

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
-from alerts.output import HEADER
 from fairness_core.config import Config
-from fairness_core.config_dump import yaml_text
+from fairness_core.generated import HEADER, RenderedSet, yaml_text
 
-from . import stack_config as s
+from . import configs as s
 from .containers import SCRAPE_INTERVAL_S
-from .generated import RenderedSet
 
 GENERATED_DIR = PurePosixPath("compose/generated")
 PROMETHEUS_FILE = PurePosixPath("prometheus.yml")

@@ -20,10 +20,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from fairness_core.jobs import RedisUnavailable
+from fairness_core.scheduler import Scheduler
+
 from .arrivals import all_arrivals, service_samplers
-from .jobs import RedisUnavailable
 from .scenario import Burst, Scenario, Service, Stream
-from .scheduler import Scheduler
 
 RETRY_EVERY_S = 0.5
 PIPELINE_CHUNK = 500  # jobs per pipelined round trip in a burst (Redis serves other clients between them)

@@ -1,0 +1,102 @@
+"""Each policy of a scenario simulated on the reference model and, given a rules file, its alerts
+evaluated through promtool: what ``fairctl simulate`` compares and ``fairctl drill`` checks
+against.
+
+The policies run in separate processes (a storm is CPU-bound Python; two cores finish four
+policies in half the time). Forked workers inherit the scenario rather than unpickling it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .alert_evaluation import FiredAlert, SeriesRecorder, evaluate
+from .scenario import Scenario
+from .simulator import PolicyRun, scenario_config, simulate
+
+# Labels every simulated alert carries alike (the simulated exporter's job), or shown apart.
+HIDDEN_LABELS = {"severity", "job", "instance"}
+PROGRESS_EVERY_S = 0.2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One policy's run and the alerts it fired (None: not evaluated)."""
+
+    run: PolicyRun
+    alerts: list[FiredAlert] | None
+
+    def violations(self, scenario: Scenario) -> list[str] | None:
+        """What contradicts the scenario's ``expect`` (None: nothing to check it against)."""
+        expectation = scenario.expect.get(self.run.policy)
+        if expectation is None or self.alerts is None:
+            return None
+        return expectation.violations([(a.alert, a.labels, a.first_firing_s) for a in self.alerts])
+
+
+# ------------------------------------------------------------------ running the policies
+
+_worker: dict[str, Any] = {}  # in a worker process: the scenario, rules file and shared progress
+
+
+def _init_worker(scenario: Scenario, rules: Path | None, progress: Any) -> None:
+    """Forked worker set-up: the scenario is inherited, never pickled (nor is the Config in it)."""
+    _worker.update(scenario=scenario, rules=rules, progress=progress)
+
+
+def run_policy(scenario: Scenario, policy: str, rules: Path | None,
+               progress: Callable[[float], None] | None = None) -> Outcome:
+    """Simulate one policy and, with a rules file, evaluate its alerts."""
+    recorder = SeriesRecorder(scenario_config(scenario, policy)) if rules is not None else None
+    run = simulate(scenario, policy, observe=recorder.observe if recorder else None, progress=progress)
+    if recorder is None or rules is None:
+        return Outcome(run, None)
+    alerts = evaluate(rules, policy, recorder.input_series(), scrape_interval=scenario.scrape_interval,
+                      evaluation_interval=scenario.evaluation_interval, duration=scenario.duration)
+    return Outcome(run, alerts)
+
+
+def _run_in_worker(policy: str, index: int) -> Outcome:
+    """run_policy in a worker process, reporting progress through the shared array."""
+    def progress(fraction: float) -> None:
+        _worker["progress"][index] = fraction
+    return run_policy(_worker["scenario"], policy, _worker["rules"], progress)
+
+
+def run_policies(scenario: Scenario, policies: Sequence[str], rules: Path | None, processes: int,
+                 progress: Callable[[Sequence[float]], None] | None = None) -> list[Outcome]:
+    """Every policy, ``processes`` at a time; ``progress`` gets each policy's completed fraction
+    (at least every PROGRESS_EVERY_S when the policies run in other processes)."""
+    report = progress or (lambda fractions: None)
+    fractions = [0.0] * len(policies)
+    if processes <= 1:
+        outcomes = []
+        for i, policy in enumerate(policies):
+            def tick(fraction: float, i: int = i) -> None:
+                fractions[i] = fraction
+                report(fractions)
+            outcomes.append(run_policy(scenario, policy, rules, tick))
+        return outcomes
+    context = multiprocessing.get_context("fork")
+    shared = context.Array("d", fractions, lock=False)
+    with ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_init_worker,
+                             initargs=(scenario, rules, shared)) as pool:
+        futures = [pool.submit(_run_in_worker, p, i) for i, p in enumerate(policies)]
+        pending: set[Future[Outcome]] = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=PROGRESS_EVERY_S, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                future.result()  # raise the first failure now, not after the others finish
+            report(list(shared))
+        return [f.result() for f in futures]
+
+
+def alert_label(alert: FiredAlert) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(alert.labels.items()) if k not in HIDDEN_LABELS)
+    severity = alert.labels.get("severity")
+    return alert.alert + (f"{{{inner}}}" if inner else "") + (f" ({severity})" if severity else "")
