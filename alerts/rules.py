@@ -53,7 +53,7 @@ class Variant:
 @dataclass(frozen=True)
 class Alert:
     name: str
-    fires_when: str  # one line for the README table and the runbook
+    fires_when: str  # one line for the table in docs/alerts.md and the runbook
     summary: Text
     description: Text
     variants: tuple[Variant, ...]

@@ -1,7 +1,7 @@
 """The exporter's HTTP(S) server: ``/metrics`` from a registry, and a small ``/`` page linking to it.
 
 The default port, 29100, sits outside Prometheus's standard exporter range (9100-9999), which its
-"Default port allocations" wiki page lists as fully allocated; see the README's "Exporter" section.
+"Default port allocations" wiki page lists as fully allocated; see docs/exporter.md.
 """
 
 from __future__ import annotations

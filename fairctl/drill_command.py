@@ -108,7 +108,7 @@ def drill(
     redis_url: RedisUrlOption = None,
     prometheus_url: Annotated[Optional[str], typer.Option(
         metavar="URL", show_default=False,
-        help="Drill a team's own stack: read the timeline from this Prometheus (needs --redis-url; see the README).")] = None,
+        help="Drill a team's own stack: read the timeline from this Prometheus (needs --redis-url; see docs/drills.md).")] = None,
     alertmanager_url: Annotated[Optional[str], typer.Option(
         metavar="URL", show_default=False, help="With --prometheus-url: the Alertmanager to read deliveries from.")] = None,
 ) -> None:

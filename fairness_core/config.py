@@ -178,7 +178,7 @@ class ExporterConfig:
 
 @dataclass(frozen=True)
 class AlertsConfig:
-    """Thresholds and links of the generated alert rules (see alerts/ and the README's "Alerts").
+    """Thresholds and links of the generated alert rules (see alerts/ and docs/alerts.md).
 
     Per-class thresholds (max_age, weights, arrival budgets) are not here: the rules read them from
     the exporter's config gauges, so one rules file serves every deployment of the same classes.

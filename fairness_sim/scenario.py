@@ -5,7 +5,7 @@ a 2.3-million-job storm fails in milliseconds with the field's path, not after m
 simulation: ``storm.yaml: streams[1].arrivals.poisson.rate_per_s: must be > 0, got 0``.
 
 The scheduler configuration is not repeated here: a scenario names a ``fairness.yaml`` (relative to
-the scenario file; the repository's example by default) and may patch individual values of it
+the scenario file; the example config shipped with fairctl by default) and may patch individual values of it
 (``config_patch``) to ask "what if" without copying the file.
 """
 

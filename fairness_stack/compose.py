@@ -1,5 +1,5 @@
 """The ``compose`` output set of ``fairctl generate``: the Prometheus and Alertmanager configs that
-``compose/docker-compose.yml`` mounts, rendered by ``stack_config`` from the services' names and
+``compose/docker-compose.yml`` mounts, rendered by ``fairness_stack.configs`` from the services' names and
 preferred ports, so the compose stack and the native ``fairctl stack`` cannot drift apart.
 
 The rules file is not copied here: compose mounts ``alerts/generated/`` itself.

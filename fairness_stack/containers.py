@@ -1,7 +1,7 @@
 """What the container deployments (``compose/`` and ``deploy/kubernetes/``) agree on: where the
 config is mounted, the image's name, and how often Prometheus scrapes and evaluates.
 
-Kept apart from ``stack_config`` because the native stack runs on the host, not in containers.
+Kept apart from ``fairness_stack.configs`` because the native stack runs on the host, not in containers.
 """
 
 from __future__ import annotations
