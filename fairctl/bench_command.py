@@ -26,4 +26,10 @@ def bench(ctx: typer.Context) -> None:
     if not (ROOT / "benchmarks" / "__main__.py").exists():
         typer.echo(f"fairctl: error: bench: needs a source checkout of fairctl (no benchmarks/ in {ROOT})", err=True)
         raise typer.Exit(2)
-    raise typer.Exit(subprocess.run([sys.executable, "-m", "benchmarks", *ctx.args], cwd=ROOT).returncode)
+    # The suite's output passes through this process line by line, so it reads as this command's.
+    with subprocess.Popen([sys.executable, "-m", "benchmarks", *ctx.args], cwd=ROOT, stdout=subprocess.PIPE,
+                          text=True, bufsize=1) as suite:
+        assert suite.stdout is not None
+        for line in suite.stdout:
+            typer.echo(line, nl=False)
+    raise typer.Exit(suite.returncode)

@@ -1,6 +1,6 @@
 """The generated alert rules: promtool accepts them and their unit tests pass (for the example and
 for other configs), the committed output is current, every expression uses only contract metrics,
-and every alert of DESIGN.md's table has its annotations, runbook, firing case and silent control."""
+and every alert of the docs' table has its annotations, runbook, firing case and silent control."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ from .support import run_fairctl
 from .test_config import with_change
 
 GENERATED = ROOT / GENERATED_DIR
-# DESIGN.md's alert table, in its order.
-DESIGN_ALERTS = (
+# The alert table of docs/alerts.md, in its order.
+DOCUMENTED_ALERTS = (
     "QueueStarving", "QueueShareBelowWeight", "PriorityMixDrift", "PriorityReasonShift", "TenantDominatingQueue",
     "QuietTenantsStarving", "QueueStalled", "PriorityInversion", "JobsRedeliveredHigh", "FairnessExporterDown",
     "FairnessExporterRedisDown",
@@ -62,7 +62,7 @@ def test_promtool_accepts_the_committed_rules_file() -> None:
 
 def test_promtool_unit_tests_pass_on_every_committed_test_file() -> None:
     files = committed_tests()
-    assert {f.stem for f in files} == {*DESIGN_ALERTS, "recording"}
+    assert {f.stem for f in files} == {*DOCUMENTED_ALERTS, "recording"}
     report = promtool.test_rules(*files)
     assert report.count("Unit Testing:") == 0  # readable(): only failing files are listed
 
@@ -224,10 +224,10 @@ def test_no_metric_name_is_typed_in_the_alerts_sources() -> None:
 # ------------------------------------------------------------------ every alert of the design
 
 def test_every_design_alert_has_its_labels_annotations_and_a_for() -> None:
-    assert set(ALERT_FOR) == set(DESIGN_ALERTS)
+    assert set(ALERT_FOR) == set(DOCUMENTED_ALERTS)
     rules = [rule for rule in committed_rules() if "alert" in rule]
     classes = len(load_config(EXAMPLE_CONFIG).classes)
-    assert [r["alert"] for r in rules] == [DESIGN_ALERTS[0]] * classes + list(DESIGN_ALERTS[1:])  # one QueueStarving per class
+    assert [r["alert"] for r in rules] == [DOCUMENTED_ALERTS[0]] * classes + list(DOCUMENTED_ALERTS[1:])  # one QueueStarving per class
     for rule in rules:
         assert set(rule["annotations"]) == ANNOTATIONS, rule["alert"]
         assert rule["labels"]["severity"] in ("critical", "warning", "info") and rule["for"]
@@ -248,17 +248,17 @@ def test_configured_links_are_templated_per_alert_and_class() -> None:
 
 
 def test_every_design_alert_has_a_runbook_with_causes_actions_and_a_dashboard_section() -> None:
-    for alert in DESIGN_ALERTS:
+    for alert in DOCUMENTED_ALERTS:
         text = (GENERATED / runbook_file(alert)).read_text()
         for heading in ("## What it means", "## Tell the likely causes apart", "## What to do", "## Dashboard"):
             assert heading in text, (alert, heading)
         assert text.count("```promql") >= 2, alert
     index = (GENERATED / "runbooks" / "README.md").read_text()
-    assert all(f"[{a}]({a}.md)" in index for a in DESIGN_ALERTS)
+    assert all(f"[{a}]({a}.md)" in index for a in DOCUMENTED_ALERTS)
 
 
 def test_every_design_alert_has_a_firing_case_and_a_silent_control() -> None:
-    for alert in DESIGN_ALERTS:
+    for alert in DOCUMENTED_ALERTS:
         cases = yaml.safe_load((GENERATED / TESTS_DIR / f"{alert}.yml").read_text())["tests"]
         checks = [c for case in cases for c in case["alert_rule_test"]]
         assert all(c["alertname"] == alert for c in checks)

@@ -115,7 +115,7 @@ def test_fairctl_services_read_the_mounted_config() -> None:
     for name in FAIRCTL_SERVICES:
         if "--config" in command_of(name):
             assert PurePosixPath(option(name, "--config")) == CONFIG_FILE
-            assert (ROOT / "fairness.yaml", CONFIG_FILE) in bind_mounts(name)
+            assert ((ROOT / "fairness.yaml").resolve(), CONFIG_FILE) in bind_mounts(name)
 
 
 # ------------------------------------------------------------------ the same stack as `fairctl stack`

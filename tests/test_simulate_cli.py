@@ -19,8 +19,9 @@ from typer.testing import CliRunner, Result
 
 from fairctl.cli import app
 from fairness_sim.alert_evaluation import encode_values, parse_report
+from fairness_sim.scenario import shipped_scenarios
 
-from .conftest import EXAMPLE_CONFIG, ROOT
+from .conftest import EXAMPLE_CONFIG
 from .test_simulate_core import MINI_STORM
 
 runner = CliRunner()
@@ -199,11 +200,11 @@ def test_report_renders_in_headless_chromium(tmp_path: Path, rules: Path) -> Non
     assert len(colours) > 50 and not_white > 0.05 * image.width * image.height
 
 
-@pytest.mark.parametrize("scenario", sorted(p.name for p in (ROOT / "scenarios").glob("*.yaml") if p.name != "marketing-storm.yaml"))
+@pytest.mark.parametrize("scenario", [name for name in shipped_scenarios() if name != "marketing-storm"])
 def test_failure_mode_scenarios_raise_the_alert_that_must_catch_them(scenario: str) -> None:
-    """Document 000's failure modes, each under the rules ``fairctl generate`` writes for its
-    config: the alert that must catch it fires, the ones that must not stay silent. (The storm
-    itself has its own test above.)"""
-    result = invoke(ROOT / "scenarios" / scenario, "--processes", "1")
+    """The failure modes of a prioritised queue, each a shipped scenario named as a user names it,
+    under the rules ``fairctl generate`` writes for its config: the alert that must catch it fires,
+    the ones that must not stay silent. (The storm itself has its own test above.)"""
+    result = invoke(scenario, "--processes", "1")
     assert result.exit_code == 0, result.output
     assert "EXPECTATION FAILED" not in result.stdout and "as expected by the scenario" in result.stdout

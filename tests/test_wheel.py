@@ -1,0 +1,58 @@
+"""An installed fairctl needs no checkout: the wheel, in a fresh virtualenv, simulates and generates.
+
+The scenarios and the example config ship as package data, so this catches a file that only a
+checkout has (a path built from ``__file__`` up into the repository, a data file left out of
+``package-data``) before a user's ``pip install fairctl`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+from .conftest import ROOT
+
+
+def run(args: list[str | Path], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def test_the_wheel_in_a_fresh_virtualenv_simulates_and_generates(tmp_path: Path) -> None:
+    # Build from a copy of the checkout's files (git's, and new ones not ignored), so the checkout
+    # itself gets no build/ or egg-info.
+    source = tmp_path / "source"
+    files = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], ROOT).stdout.split("\0")
+    for name in filter(lambda n: n and (ROOT / n).exists(), files):
+        target = source / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, target, follow_symlinks=False)
+    dist = tmp_path / "dist"
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, source], tmp_path)
+    (wheel,) = dist.glob("fairctl-*.whl")
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel], tmp_path)
+
+    elsewhere = tmp_path / "elsewhere"  # no fairness.yaml, no scenarios/, no checkout on sys.path
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAIRCTL_", "PYTHON"))}
+    env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env['PATH']}"
+    where = run([python, "-c", "import fairness_sim; print(fairness_sim.__file__)"], elsewhere, env).stdout
+    assert str(env_dir) in where, f"fairness_sim imported from {where}, not from the virtualenv"
+
+    simulated = run([env_dir / "bin" / "fairctl", "simulate", "--policy", "fifo", "--duration", "30m"], elsewhere, env)
+    assert "policy fifo" in simulated.stdout and "jobs:high" in simulated.stdout
+    assert "QueueStarving" in simulated.stdout  # promtool on PATH: the storm's alerts were evaluated
+
+    generated = run([env_dir / "bin" / "fairctl", "generate", "--out", elsewhere / "out"], elsewhere, env)
+    assert "example config" in generated.stderr  # said which config it used
+    assert (elsewhere / "out" / "alerts" / "generated" / "fairctl-rules.yml").is_file()
+    assert (elsewhere / "out" / "dashboards" / "generated").is_dir()
