@@ -1,15 +1,35 @@
 #!/usr/bin/env bash
 # One-time set-up on a fresh Debian/Ubuntu machine: the servers fairctl talks to and a headless
-# browser for the report test (from Debian's packages, only when missing), and fairctl itself with
-# its test extras. Safe to run again.
+# browser for the report test (from Debian's packages, only when missing), then fairctl itself with
+# its test extras in a virtualenv at .venv. Safe to run again.
+#
+# Python packages never go into the system's Python: Debian and Ubuntu mark it externally managed
+# (PEP 668) and refuse `pip install` there. Inside a virtualenv of your own (VIRTUAL_ENV set),
+# fairctl is installed into that one and .venv links to it; otherwise .venv is created with the
+# first python3 on PATH (3.11 or newer). Either way the commands are .venv/bin/fairctl and
+# .venv/bin/python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+python=python3
+if ! command -v "$python" >/dev/null 2>&1; then
+  echo "setup: no python3 on PATH; install it with: apt-get install -y python3" >&2
+  exit 1
+fi
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup: fairctl needs Python 3.11 or newer; $("$python" --version 2>&1) is first on PATH" >&2
+  exit 1
+fi
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 { command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the test that renders fairctl simulate --report
+# Debian's Python has no ensurepip (so no `python3 -m venv`) until python3-venv is installed.
+if [ -z "${VIRTUAL_ENV:-}" ] && [ ! -x .venv/bin/python ] && ! "$python" -c 'import ensurepip' >/dev/null 2>&1; then
+  need+=(python3-venv)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""
@@ -19,4 +39,20 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
 
-python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+if [ -n "${VIRTUAL_ENV:-}" ]; then
+  venv="$VIRTUAL_ENV"
+  if [ ! -e .venv ] || [ -L .venv ]; then
+    ln -sfn "$venv" .venv
+  elif [ "$(cd .venv && pwd -P)" != "$(cd "$venv" && pwd -P)" ]; then
+    echo "setup: installing into your virtualenv $venv; .venv is another one, so run $venv/bin/fairctl" >&2
+  fi
+else
+  venv=.venv
+  if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating the virtualenv .venv with $("$python" --version 2>&1)" >&2
+    "$python" -m venv .venv
+  fi
+fi
+
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
+echo "setup: done; run $venv/bin/fairctl (or activate it: . $venv/bin/activate)" >&2
