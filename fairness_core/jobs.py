@@ -1,19 +1,20 @@
-"""Jobs as they cross the API: input validation, the envelope format, leases and errors.
+"""Jobs as they cross the API: input validation, the stored record layouts, leases and errors.
 
 The envelope is one Redis list element per queued job. The tenant and class are implied by the
 sub-queue it sits in; the classification reason travels in the envelope, next to the tenant,
 never inside the payload: the scheduler routes on the envelope without deserialising the work.
-Layout (tab-separated, payload last so the scripts never copy it to read the header)::
-
-    id \t enqueued_ms \t attempts \t cost \t task \t reason \t payload-json
+:class:`Envelope`, :class:`Record` and :class:`DeadLetter` are the one definition of what the
+scheduler stores: their fields, in order, joined by :data:`SEP`. The reference model uses them as
+they are and the Lua script gets their field positions compiled in (fairness_core.script).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any, Callable, Self, Sequence, get_type_hints
 
 from .config import NAME_PATTERN, Config
 
@@ -137,9 +138,93 @@ class Popped:
     leases: list[Lease]
 
 
-def lease_from_envelope(queue: str, tenant: str, attempts: int, envelope: str) -> Lease:
-    job_id, enqueued_ms, _, _, task, reason, payload = envelope.split("\t", 6)
-    return Lease(
-        job_id=job_id, queue=queue, tenant=tenant, reason=reason, task=task,
-        payload=json.loads(payload), enqueued_at=int(enqueued_ms) / 1000.0, attempts=attempts,
-    )
+# The field separator of every line the scheduler stores (envelopes, lease and dead-letter
+# records, counter names). No field but a line's last can hold it: task and class names and tenant
+# ids are checked, error text is flattened by one_line, and JSON escapes it.
+SEP = "\t"
+
+
+class Fields:
+    """A stored line: the dataclass's fields in declaration order, joined by :data:`SEP`. Only the
+    last field may contain the separator (a payload, an envelope), so a reader splits off the
+    others and keeps the rest whole; the script reads a header without copying the payload."""
+
+    __slots__ = ()
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return _names(cls)
+
+    def encode(self) -> str:
+        return SEP.join(_encoded(getattr(self, name)) for name in self.names())
+
+    @classmethod
+    def decode(cls, line: str) -> Self:
+        return cls.from_fields(line.split(SEP, len(cls.names()) - 1))
+
+    @classmethod
+    def from_fields(cls, values: Sequence[str]) -> Self:
+        """The line from its fields as text, each read back as the type the dataclass declares."""
+        return cls(*(read(v) for read, v in zip(_readers(cls), values, strict=True)))
+
+
+def _encoded(value: object) -> str:
+    return value.encode() if isinstance(value, Fields) else str(value)
+
+
+@cache
+def _names(cls: type[Fields]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+
+
+@cache
+def _readers(cls: type[Fields]) -> tuple[Callable[[str], Any], ...]:
+    """How each field is read back from its text: its declared type (int, str), or a nested
+    line's decode."""
+    hints = get_type_hints(cls)
+    return tuple(hints[name].decode if issubclass(hints[name], Fields) else hints[name] for name in _names(cls))
+
+
+@dataclass(slots=True)
+class Envelope(Fields):
+    """A queued job, one list element; the payload (JSON text) is last."""
+
+    id: int
+    enqueued_ms: int
+    attempts: int
+    cost: int
+    task: str
+    reason: str
+    payload: str
+
+    def lease(self, queue: str, tenant: str, attempts: int) -> Lease:
+        return Lease(
+            job_id=str(self.id), queue=queue, tenant=tenant, reason=self.reason, task=self.task,
+            payload=json.loads(self.payload), enqueued_at=self.enqueued_ms / 1000.0, attempts=attempts,
+        )
+
+
+@dataclass(slots=True)
+class Record(Fields):
+    """A leased job (the leased hash's value) or a retry waiting for its backoff (the delayed set's
+    member): its class, tenant and attempts so far, then its envelope."""
+
+    queue: str
+    tenant: str
+    attempts: int
+    job: Envelope
+
+    def lease(self) -> Lease:
+        return self.job.lease(self.queue, self.tenant, self.attempts)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter(Fields):
+    """A dead-lettered job: where it was, when and why it died, then its envelope."""
+
+    queue: str
+    tenant: str
+    attempts: int
+    dead_ms: int
+    error: str
+    job: Envelope

@@ -5,14 +5,15 @@ slot and every Lua script touching it runs on one node. Tenant ids appear only a
 tenant id (braces, colons and all) can move a key to another slot or out of its namespace.
 Per-class keys are ``{prefix}:q/<class>/<part>`` and tenant sub-queues ``{prefix}:q/<class>/t/<tenant>``:
 ``/`` cannot occur in a class name, so no class or tenant name can collide with another key. The Lua
-script receives ``base`` and builds the per-class keys with this same layout (``ckey``/``tkey``).
+script receives ``base`` and the group-wide keys (in :data:`FIXED` order), and gets everything else
+here compiled in (fairness_core.script): the per-class layout and parts, and each KEYS index by name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Suffixes shared with the Lua scripts (see fairness_core/lua/*.lua, which receive ``base``).
+# Group-wide keys: ``base`` + suffix.
 STATS = "stats"  # hash: per-class counters (depth, inflight, delayed, processed, ...)
 SWRR = "swrr"  # hash: smooth weighted round-robin current value per class
 PAUSED = "paused"  # set: paused class names
@@ -24,6 +25,31 @@ DELAYED = "delayed"  # zset: class, tenant and envelope -> due time (ms), retrie
 DEAD = "dead"  # list: dead-lettered records
 WORKERS = "workers"  # zset: worker id -> registration expiry (ms)
 WORKER_SLOTS = "workerslots"  # hash: worker id -> slots it serves
+
+# The group-wide keys every script declares, in KEYS order; the script finds each by its name here.
+FIXED: dict[str, str] = {
+    "stats": STATS, "swrr": SWRR, "paused": PAUSED, "arrivals": ARRIVALS, "seq": SEQ, "leases": LEASES,
+    "leased": LEASED, "delayed": DELAYED, "dead": DEAD, "workers": WORKERS, "worker_slots": WORKER_SLOTS,
+}
+
+# Per-class keys: base + CLASS_SPACE + class + PART_SEP + part; a tenant's sub-queue is the part
+# TENANT_QUEUE + tenant.
+CLASS_SPACE = "q/"
+PART_SEP = "/"
+TENANT_QUEUE = "t/"
+
+# The parts of a class, by the name the script uses for each.
+CLASS_PARTS: dict[str, str] = {
+    "tags": "tags",  # zset: tenant -> WFQ virtual finish tag
+    "heads": "heads",  # zset: tenant -> enqueue time (ms) of its head job
+    "backlog": "backlog",  # zset: tenant -> queued jobs
+    "cost": "cost",  # hash: tenant -> virtual cost of its jobs
+    "vt": "vt",  # string: the class's virtual time
+    "done": "done",  # zset: tenant -> jobs processed (the first tenant_label_limit tenants)
+    "inflight": "inflight",  # zset: tenant -> leased jobs
+    "served": "served:",  # + window bucket; zset: tenant -> jobs processed in that bucket
+    "served_total": "servedn:",  # + window bucket; string: jobs processed in that bucket
+}
 
 
 @dataclass(frozen=True)
@@ -81,15 +107,12 @@ class Keys:
         return self.base + WORKER_SLOTS
 
     def class_key(self, queue: str, part: str) -> str:
-        """Per-class structure: ``tags`` (WFQ virtual times), ``heads`` (head enqueue time),
-        ``backlog`` (queued jobs per tenant), ``cost`` (per-job virtual cost per tenant),
-        ``vt`` (class virtual time), ``done`` (processed per tenant)."""
-        return f"{self.base}q/{queue}/{part}"
+        """A per-class structure; ``part`` is one of :data:`CLASS_PARTS`' values."""
+        return f"{self.base}{CLASS_SPACE}{queue}{PART_SEP}{part}"
 
     def tenant_queue(self, queue: str, tenant: str) -> str:
-        return f"{self.base}q/{queue}/t/{tenant}"
+        return self.class_key(queue, TENANT_QUEUE + tenant)
 
     def fixed(self) -> list[str]:
-        """The group-wide keys every script declares (KEYS[1..n]); order matches the Lua."""
-        return [self.stats, self.swrr, self.paused, self.arrivals, self.seq, self.leases,
-                self.leased, self.delayed, self.dead, self.workers, self.worker_slots]
+        """The group-wide keys every script declares, KEYS[1..n] in :data:`FIXED` order."""
+        return [self.base + suffix for suffix in FIXED.values()]

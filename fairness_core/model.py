@@ -7,41 +7,25 @@ and the whole state; any divergence is a bug in one of them. Time is passed in e
 
 from __future__ import annotations
 
-import json
 import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .classification import classify
-from .config import OVER_BUDGET_REASON, Config
+from .config import Config
 from .jobs import (
-    BudgetRejected, Enqueued, InvalidJob, Lease, Popped, check_task, check_tenant, check_tier, encode_payload,
-    one_line,
+    SEP, BudgetRejected, DeadLetter, Enqueued, Envelope, InvalidJob, Lease, Popped, Record, check_task,
+    check_tenant, check_tier, encode_payload, one_line,
 )
-from .snapshot import INFLIGHT_TOP, WAIT_BUCKETS_S, RawClass, Snapshot, build_snapshot, heads_to_read
+from .settings import derive
+from .snapshot import RawClass, Snapshot, build_snapshot
 from .zset import ZSet
-
-_BUCKETS_MS = [int(b * 1000) for b in WAIT_BUCKETS_S]
-
-
-@dataclass(slots=True)
-class Job:
-    id: int
-    enqueued_ms: int
-    attempts: int
-    cost: int
-    task: str
-    reason: str
-    payload: str
-
-    def envelope(self) -> str:
-        return f"{self.id}\t{self.enqueued_ms}\t{self.attempts}\t{self.cost}\t{self.task}\t{self.reason}\t{self.payload}"
 
 
 @dataclass
 class _Class:
-    queues: dict[str, deque[Job]] = field(default_factory=dict)
+    queues: dict[str, deque[Envelope]] = field(default_factory=dict)
     tags: ZSet = field(default_factory=ZSet)
     heads: ZSet = field(default_factory=ZSet)
     backlog: ZSet = field(default_factory=ZSet)
@@ -53,34 +37,14 @@ class _Class:
     served_total: dict[int, int] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class _Leased:
-    queue: str
-    tenant: str
-    attempts: int
-    job: Job
-
-    def record(self) -> str:
-        return f"{self.queue}\t{self.tenant}\t{self.attempts}\t{self.job.envelope()}"
-
-
 class Model:
-    """Same operations as :class:`fairness_core.Scheduler`, each taking ``now_ms`` first."""
+    """Same operations as :class:`fairness_core.Scheduler`, each taking ``now_ms`` first. Every
+    value derived from the config comes from ``settings``, the same object the script is built from."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.names = config.class_names
-        self.weights = [c.weight for c in config.classes]
-        self.reserved = [c.reserved_slots for c in config.classes]
-        self.has_reserved = any(self.reserved)
-        self.budgets = [c.arrival_budget or 0 for c in config.classes]
-        self.has_budget = any(self.budgets)
-        self.promote_ms = [int((c.promote_after or 0) * 1000) for c in config.classes]
-        self.visibility_ms = int(config.leases.visibility_timeout * 1000)
-        self.backoff_ms = int(config.leases.retry_backoff * 1000)
-        self.backoff_max_ms = int(config.leases.retry_backoff_max * 1000)
-        self.window_ms = int(config.scheduler.budget_window * 1000)
-        self.service_window_ms = int(config.exporter.window * 1000)
+        self.settings = derive(config)
+        self.names = self.settings.classes
         self.stats: dict[str, int] = {}
         self.swrr: dict[str, float] = {}
         self.paused: set[str] = set()
@@ -88,9 +52,9 @@ class Model:
         self.seq = 0
         self.classes: dict[str, _Class] = {name: _Class() for name in self.names}
         self.leases = ZSet()
-        self.leased: dict[str, _Leased] = {}
+        self.leased: dict[str, Record] = {}
         self.delayed = ZSet()
-        self.delayed_items: dict[str, _Leased] = {}
+        self.delayed_items: dict[str, Record] = {}
         self.dead: list[str] = []
         self.workers = ZSet()
         self.worker_slots: dict[str, int] = {}
@@ -98,7 +62,7 @@ class Model:
     # ------------------------------------------------------------------ shared steps
 
     def _stat(self, name: str, queue: str, delta: int) -> None:
-        key = f"{name}\t{queue}"
+        key = f"{name}{SEP}{queue}"
         self.stats[key] = self.stats.get(key, 0) + delta
 
     def _activate(self, cls: _Class, tenant: str, cost: int, enq: int) -> None:
@@ -106,7 +70,7 @@ class Model:
         cls.heads.add(tenant, enq)
         cls.cost[tenant] = cost
 
-    def _push_tail(self, queue: str, tenant: str, jobs: Sequence[Job]) -> None:
+    def _push_tail(self, queue: str, tenant: str, jobs: Sequence[Envelope]) -> None:
         """Append ``jobs`` to the tenant's sub-queue: the same state as appending them one by one
         (bulk, so a burst or a promotion sweep updates the sorted sets once, not per job)."""
         cls = self.classes[queue]
@@ -118,7 +82,7 @@ class Model:
         cls.backlog.incr(tenant, len(jobs))
         self._stat("depth", queue, len(jobs))
 
-    def _push_head(self, queue: str, tenant: str, jobs: Sequence[Job]) -> None:
+    def _push_head(self, queue: str, tenant: str, jobs: Sequence[Envelope]) -> None:
         """Put ``jobs`` in front of the tenant's sub-queue, in their order: the same state as
         pushing them to the head one by one, last first."""
         cls = self.classes[queue]
@@ -130,7 +94,7 @@ class Model:
         cls.backlog.incr(tenant, len(jobs))
         self._stat("depth", queue, len(jobs))
 
-    def _take(self, queue: str, tenant: str, n: int) -> tuple[list[Job], int]:
+    def _take(self, queue: str, tenant: str, n: int) -> tuple[list[Envelope], int]:
         cls = self.classes[queue]
         q = cls.queues[tenant]
         items = [q.popleft() for _ in range(min(n, len(q)))]
@@ -146,8 +110,8 @@ class Model:
         self._stat("depth", queue, -len(items))
         return items, len(q)
 
-    def _dead_letter(self, now: int, entry: _Leased, error: str) -> None:
-        self.dead.append(f"{entry.queue}\t{entry.tenant}\t{entry.attempts}\t{now}\t{error}\t{entry.job.envelope()}")
+    def _dead_letter(self, now: int, entry: Record, error: str) -> None:
+        self.dead.append(DeadLetter(entry.queue, entry.tenant, entry.attempts, now, error, entry.job).encode())
         self._stat("dead", entry.queue, 1)
 
     def _release_delayed(self, now: int, limit: int) -> None:
@@ -160,41 +124,43 @@ class Model:
     # ------------------------------------------------------------------ budget
 
     def _roll_arrivals(self, now: int) -> int:
-        window = self.window_ms
+        window = self.settings.budget_window_ms
         bucket = math.floor(now / window)
         stored = self.arrivals.get("bucket")
         if stored != bucket:
             for name in ("*", *self.names):
-                prev = self.arrivals.get(f"cur\t{name}", 0) if stored == bucket - 1 else 0
-                self.arrivals[f"prev\t{name}"] = prev
-                self.arrivals[f"cur\t{name}"] = 0
+                prev = self.arrivals.get(f"cur{SEP}{name}", 0) if stored == bucket - 1 else 0
+                self.arrivals[f"prev{SEP}{name}"] = prev
+                self.arrivals[f"cur{SEP}{name}"] = 0
             self.arrivals["bucket"] = bucket
         return now - bucket * window
 
     def _estimate(self, name: str, offset: int) -> float:
-        window = self.window_ms
-        return self.arrivals.get(f"prev\t{name}", 0) * (window - offset) / window + self.arrivals.get(f"cur\t{name}", 0)
+        window = self.settings.budget_window_ms
+        prev, cur = self.arrivals.get(f"prev{SEP}{name}", 0), self.arrivals.get(f"cur{SEP}{name}", 0)
+        return prev * (window - offset) / window + cur
 
     def _apply_budget(self, now: int, ci: int, reason: str) -> tuple[int | None, str]:
-        if not self.has_budget:
+        s = self.settings
+        if not s.has_budget:
             return ci, reason
         offset = self._roll_arrivals(now)
-        budget = self.budgets[ci]
+        budget = s.budgets[ci]
         if budget > 0:
             total = self._estimate("*", offset) + 1
             mine = self._estimate(self.names[ci], offset) + 1
-            if total >= self.config.scheduler.budget_min_arrivals and mine / total > budget:
-                if self.config.scheduler.budget_action == "reject":
+            if total >= s.budget_min and mine / total > budget:
+                if s.budget_action == "reject":
                     self._stat("rejected", self.names[ci], 1)
                     return None, reason
                 self._stat("demoted", self.names[ci], 1)
-                ci, reason = ci + 1, OVER_BUDGET_REASON
+                ci, reason = ci + 1, s.over_budget_reason
         self._count_arrivals(ci, 1)
         return ci, reason
 
     def _count_arrivals(self, ci: int, n: int) -> None:
         for name in ("*", self.names[ci]):
-            self.arrivals[f"cur\t{name}"] = self.arrivals.get(f"cur\t{name}", 0) + n
+            self.arrivals[f"cur{SEP}{name}"] = self.arrivals.get(f"cur{SEP}{name}", 0) + n
 
     # ------------------------------------------------------------------ operations
 
@@ -221,25 +187,27 @@ class Model:
             raise InvalidJob("user_waiting", f"expected true or false, got {user_waiting!r}")
         decision = classify(self.config, task, tier=tier, user_waiting=user_waiting)
         wanted = self.config.class_index(decision.queue)
-        cost = self.config.tenants.cost(tier)
+        cost = self.settings.costs[tier]
+        has_budget = self.settings.has_budget
         runs: list[tuple[str, str, int]] = []
         left = count
         while left > 0:
-            if self.has_budget and self.budgets[wanted] > 0:  # each decision depends on the one before
+            if has_budget and self.settings.budgets[wanted] > 0:  # each decision depends on the one before
                 n = 1
                 ci, reason = self._apply_budget(now, wanted, decision.reason)
                 if ci is None:
                     raise BudgetRejected(f"{decision.queue} is over its arrival budget; job for tenant {tenant!r} rejected")
             else:
                 n, ci, reason = left, wanted, decision.reason
-                if self.has_budget:
+                if has_budget:
                     self._roll_arrivals(now)
                     self._count_arrivals(ci, n)
             queue = self.names[ci]
             first = self.seq + 1
             self.seq += n
-            self._push_tail(queue, tenant, [Job(i, now, 0, cost, task, reason, body) for i in range(first, first + n)])
-            key = f"enq\t{queue}\t{reason}"
+            jobs = [Envelope(i, now, 0, cost, task, reason, body) for i in range(first, first + n)]
+            self._push_tail(queue, tenant, jobs)
+            key = f"enq{SEP}{queue}{SEP}{reason}"
             self.stats[key] = self.stats.get(key, 0) + n
             if runs and runs[-1][:2] == (queue, reason):
                 runs[-1] = (queue, reason, runs[-1][2] + n)
@@ -249,20 +217,21 @@ class Model:
         return runs
 
     def _observe_wait(self, queue: str, wait: int) -> None:
-        idx = len(_BUCKETS_MS) + 1
-        for i, le in enumerate(_BUCKETS_MS, start=1):
+        buckets = self.settings.buckets_ms
+        idx = len(buckets) + 1
+        for i, le in enumerate(buckets, start=1):
             if wait <= le:
                 idx = i
                 break
-        key = f"wb\t{queue}\t{idx}"
+        key = f"wb{SEP}{queue}{SEP}{idx}"
         self.stats[key] = self.stats.get(key, 0) + 1
         self._stat("ws", queue, wait)
         self._stat("wc", queue, 1)
 
-    def _lease(self, now: int, queue: str, tenant: str, items: list[Job], out: list[_Leased]) -> None:
-        deadline = now + self.visibility_ms
+    def _lease(self, now: int, queue: str, tenant: str, items: list[Envelope], out: list[Record]) -> None:
+        deadline = now + self.settings.visibility_ms
         for job in items:
-            entry = _Leased(queue, tenant, job.attempts + 1, job)
+            entry = Record(queue, tenant, job.attempts + 1, job)
             key = str(job.id)
             self.leases.add(key, deadline)
             self.leased[key] = entry
@@ -273,14 +242,15 @@ class Model:
         self.classes[queue].inflight.incr(tenant, len(items))
 
     def _capacity(self, i: int, inflight: list[int], slots: int) -> float:
-        if slots <= 0 or not self.has_reserved:
+        reserved = self.settings.reserved
+        if slots <= 0 or not self.settings.has_reserved:
             return math.inf
         used = sum(inflight)
-        held = sum(max(0, self.reserved[j] - inflight[j]) for j in range(len(inflight)) if j != i)
+        held = sum(max(0, reserved[j] - inflight[j]) for j in range(len(inflight)) if j != i)
         return slots - used - held
 
     def pop(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Lease]:
-        return [_to_lease(e) for e in self.pop_entries(now, max_jobs, classes=classes)]
+        return [e.lease() for e in self.pop_entries(now, max_jobs, classes=classes)]
 
     def ack_and_pop(self, now: int, done: Sequence[Lease], max_jobs: int = 1, *,
                     classes: Sequence[str] | None = None) -> Popped:
@@ -288,17 +258,18 @@ class Model:
         acked = [self.ack(now, lease) for lease in done]
         return Popped(acked=acked, leases=self.pop(now, max_jobs, classes=classes))
 
-    def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[_Leased]:
+    def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Record]:
         """Like :meth:`pop`, returning the model's own records (cheaper for the simulator)."""
         self._release_delayed(now, 100)
         allowed = set(range(len(self.names))) if classes is None else {self.config.class_index(c) for c in classes}
-        depth = [self.stats.get(f"depth\t{n}", 0) for n in self.names]
-        inflight = [self.stats.get(f"inflight\t{n}", 0) for n in self.names]
+        s = self.settings
+        depth = [self.stats.get(f"depth{SEP}{n}", 0) for n in self.names]
+        inflight = [self.stats.get(f"inflight{SEP}{n}", 0) for n in self.names]
         slots = self.stats.get("slots", 0)
-        policy = self.config.scheduler.policy
+        policy = s.policy
         weighted = policy in ("weighted", "weighted-fair")
         swrr = [self.swrr.get(n, 0) for n in self.names]
-        out: list[_Leased] = []
+        out: list[Record] = []
         while len(out) < max_jobs:
             elig: list[int] = []
             cap: dict[int, float] = {}
@@ -317,8 +288,8 @@ class Model:
             else:
                 ci = -1
                 for i in elig:
-                    total += self.weights[i]
-                    swrr[i] += self.weights[i]
+                    total += s.weights[i]
+                    swrr[i] += s.weights[i]
                     if ci < 0 or swrr[i] > swrr[ci]:
                         ci = i
                 swrr[ci] -= total
@@ -327,14 +298,14 @@ class Model:
             if policy == "weighted-fair":
                 tenant, tag = cls.tags.first()  # type: ignore[misc]
                 cls.vt = tag
-                n = int(min(self.config.tenants.batch, max_jobs - len(out), cap[ci], len(cls.queues[tenant])))
+                n = int(min(s.batch, max_jobs - len(out), cap[ci], len(cls.queues[tenant])))
                 cost = cls.cost[tenant]
                 items, left = self._take(queue, tenant, n)
                 if left > 0:
                     cls.tags.add(tenant, tag + n * cost)
                 self._lease(now, queue, tenant, items, out)
                 for i in elig:
-                    swrr[i] += (n - 1) * self.weights[i]
+                    swrr[i] += (n - 1) * s.weights[i]
                 swrr[ci] -= (n - 1) * total
             else:
                 tenant = cls.heads.first()[0]  # type: ignore[index]
@@ -346,11 +317,11 @@ class Model:
             self.swrr = dict(zip(self.names, swrr))
         return out
 
-    def _held(self, job_id: str, attempts: int) -> _Leased | None:
+    def _held(self, job_id: str, attempts: int) -> Record | None:
         entry = self.leased.get(job_id)
         return entry if entry is not None and entry.attempts == attempts else None
 
-    def _release_lease(self, job_id: str, entry: _Leased) -> None:
+    def _release_lease(self, job_id: str, entry: Record) -> None:
         del self.leased[job_id]
         self.leases.remove(job_id)
         self._stat("inflight", entry.queue, -1)
@@ -360,13 +331,13 @@ class Model:
 
     def _count_processed(self, now: int, queue: str, tenant: str) -> None:
         cls = self.classes[queue]
-        bucket = math.floor(now / self.service_window_ms)
+        bucket = math.floor(now / self.settings.window_ms)
         cls.served.setdefault(bucket, ZSet()).incr(tenant, 1)
         cls.served_total[bucket] = cls.served_total.get(bucket, 0) + 1
         for old in [b for b in cls.served if b < bucket - 1]:  # Redis expires these
             del cls.served[old]
             del cls.served_total[old]
-        if tenant in cls.done or len(cls.done) < self.config.exporter.tenant_label_limit:
+        if tenant in cls.done or len(cls.done) < self.settings.label_limit:
             cls.done.incr(tenant, 1)
 
     def ack(self, now: int, lease: Lease) -> bool:
@@ -384,12 +355,12 @@ class Model:
             return "stale"
         self._release_lease(lease.job_id, entry)
         self._stat("failed", entry.queue, 1)
-        if entry.attempts >= self.config.leases.max_attempts:
+        if entry.attempts >= self.settings.max_attempts:
             self._dead_letter(now, entry, one_line(error or "failed"))
             return "dead"
-        delay = min(self.backoff_ms * math.pow(2, entry.attempts - 1), self.backoff_max_ms)
+        delay = min(self.settings.backoff_ms * math.pow(2, entry.attempts - 1), self.settings.backoff_max_ms)
         entry.job.attempts = entry.attempts
-        rec = entry.record()
+        rec = entry.encode()
         self.delayed.add(rec, now + delay)
         self.delayed_items[rec] = entry
         self._stat("delayed", entry.queue, 1)
@@ -398,7 +369,7 @@ class Model:
     def extend(self, now: int, lease: Lease) -> bool:
         if self._held(lease.job_id, lease.attempts) is None:
             return False
-        self.leases.add(lease.job_id, now + self.visibility_ms)
+        self.leases.add(lease.job_id, now + self.settings.visibility_ms)
         return True
 
     def reap(self, now: int, limit: int = 1000) -> int:
@@ -406,7 +377,7 @@ class Model:
         for job_id in self.leases.up_to(now, limit):
             entry = self.leased[job_id]
             self._release_lease(job_id, entry)
-            if entry.attempts >= self.config.leases.max_attempts:
+            if entry.attempts >= self.settings.max_attempts:
                 self._dead_letter(now, entry, "lease expired")
             else:
                 entry.job.attempts = entry.attempts
@@ -422,7 +393,7 @@ class Model:
     def promote_overdue(self, now: int, limit: int = 1000) -> int:
         moved = 0
         for i in range(1, len(self.names)):
-            after = self.promote_ms[i]
+            after = self.settings.promote_ms[i]
             if after <= 0 or moved >= limit:
                 continue
             queue, up = self.names[i], self.names[i - 1]
@@ -431,7 +402,7 @@ class Model:
             for tenant in cls.heads.up_to(cutoff, limit - moved):
                 q = cls.queues[tenant]
                 overdue = 0
-                for k in range(min(len(q), self.config.tenants.batch, limit - moved)):
+                for k in range(min(len(q), self.settings.batch, limit - moved)):
                     if q[k].enqueued_ms > cutoff:
                         break
                     overdue += 1
@@ -465,23 +436,23 @@ class Model:
         self.paused.discard(queue)
 
     def snapshot(self, now: int) -> Snapshot:
-        exp = self.config.exporter
-        bucket = math.floor(now / self.service_window_ms)
+        s = self.settings
+        bucket = math.floor(now / s.window_ms)
         empty = ZSet()
         raw = {}
         for name, cls in self.classes.items():
             served_now, served_before = cls.served.get(bucket, empty), cls.served.get(bucket - 1, empty)
             sample = [
                 (t, cls.cost[t], served_now.score(t) or 0.0, served_before.score(t) or 0.0)
-                for t, _ in cls.backlog.top(exp.fairness_sample)
+                for t, _ in cls.backlog.top(s.sample)
             ]
             raw[name] = RawClass(
-                heads=cls.heads.head(heads_to_read(exp.topk_tenants)),
+                heads=cls.heads.head(s.heads),
                 active_tenants=len(cls.tags),
-                top_backlog=cls.backlog.top(max(exp.topk_tenants, INFLIGHT_TOP)),
-                top_inflight=cls.inflight.top(INFLIGHT_TOP),
-                served_now=served_now.top(2 * exp.topk_tenants),
-                served_before=served_before.top(2 * exp.topk_tenants),
+                top_backlog=cls.backlog.top(s.backlog_top),
+                top_inflight=cls.inflight.top(s.inflight_top),
+                served_now=served_now.top(s.served_top),
+                served_before=served_before.top(s.served_top),
                 served_now_total=cls.served_total.get(bucket, 0),
                 served_before_total=cls.served_total.get(bucket - 1, 0),
                 labelled=cls.done.head(len(cls.done)),
@@ -492,11 +463,11 @@ class Model:
     def state(self, now: int) -> dict[str, Any]:
         """Everything the Lua scheduler stores, in the canonical form the differential test
         compares (service buckets only while live: older ones expire in Redis)."""
-        live = math.floor(now / self.service_window_ms) - 1
+        live = math.floor(now / self.settings.window_ms) - 1
         classes = {}
         for name, cls in self.classes.items():
             classes[name] = {
-                "queues": {t: [j.envelope() for j in q] for t, q in cls.queues.items()},
+                "queues": {t: [j.encode() for j in q] for t, q in cls.queues.items()},
                 "tags": dict(cls.tags.items()),
                 "heads": dict(cls.heads.items()),
                 "backlog": dict(cls.backlog.items()),
@@ -515,18 +486,10 @@ class Model:
             "seq": self.seq,
             "classes": classes,
             "leases": dict(self.leases.items()),
-            "leased": {k: e.record() for k, e in self.leased.items()},
+            "leased": {k: e.encode() for k, e in self.leased.items()},
             "delayed": dict(self.delayed.items()),
             "dead": list(self.dead),
             "workers": dict(self.workers.items()),
             "worker_slots": dict(self.worker_slots),
         }
-
-
-def _to_lease(entry: _Leased) -> Lease:
-    job = entry.job
-    return Lease(
-        job_id=str(job.id), queue=entry.queue, tenant=entry.tenant, reason=job.reason, task=job.task,
-        payload=json.loads(job.payload), enqueued_at=job.enqueued_ms / 1000.0, attempts=entry.attempts,
-    )
 

@@ -7,75 +7,22 @@ and nothing is lost or half-written when a worker or the connection dies between
 
 from __future__ import annotations
 
-import string
-from importlib import resources
 from typing import Any, Callable, Sequence
 
 from .classification import classify
-from .config import OVER_BUDGET_REASON, Config
+from .config import Config
 from .connection import redis_errors
 from .jobs import (
-    BudgetRejected, Enqueued, InvalidJob, Lease, Popped, check_task, check_tenant, check_tier,
-    encode_payload, lease_from_envelope, one_line,
+    BudgetRejected, DeadLetter, Enqueued, InvalidJob, Lease, Popped, Record, check_task, check_tenant, check_tier,
+    encode_payload, one_line,
 )
 from .keys import Keys
-from .snapshot import INFLIGHT_TOP, WAIT_BUCKETS_S, RawClass, Snapshot, build_snapshot, heads_to_read
+from .script import script_source
+from .settings import derive
+from .snapshot import RawClass, Snapshot, build_snapshot
 
 MAX_POP = 1000
 SWEEP_LIMIT = 1000
-
-_SCRIPT_SOURCE = resources.files("fairness_core").joinpath("lua/scheduler.lua").read_text(encoding="utf-8")
-_CONFIG_SLOT = "local cfg = __CONFIG__"
-_LUA_SAFE = frozenset(string.ascii_letters + string.digits + " _-:./")
-
-
-def script_settings(config: Config) -> dict[str, Any]:
-    """The config as the Lua script reads it (its ``cfg`` table)."""
-    classes = config.classes
-    return {
-        "classes": [c.name for c in classes],
-        "weights": [c.weight for c in classes],
-        "reserved": [c.reserved_slots for c in classes],
-        "has_reserved": any(c.reserved_slots for c in classes),
-        "budgets": [c.arrival_budget or 0 for c in classes],
-        "has_budget": any(c.arrival_budget for c in classes),
-        "budget_window_ms": int(config.scheduler.budget_window * 1000),
-        "budget_min": config.scheduler.budget_min_arrivals,
-        "budget_action": config.scheduler.budget_action,
-        "promote_ms": [int((c.promote_after or 0) * 1000) for c in classes],
-        "policy": config.scheduler.policy,
-        "batch": config.tenants.batch,
-        "visibility_ms": int(config.leases.visibility_timeout * 1000),
-        "max_attempts": config.leases.max_attempts,
-        "backoff_ms": int(config.leases.retry_backoff * 1000),
-        "backoff_max_ms": int(config.leases.retry_backoff_max * 1000),
-        "buckets_ms": [int(b * 1000) for b in WAIT_BUCKETS_S],
-        "window_ms": int(config.exporter.window * 1000),
-        "label_limit": config.exporter.tenant_label_limit,
-        "inflight_top": INFLIGHT_TOP,
-        "over_budget_reason": OVER_BUDGET_REASON,
-    }
-
-
-def lua_literal(value: Any) -> str:
-    """``value`` (dicts with identifier keys, lists, strings, numbers, booleans) as a Lua table
-    constructor; strings escape every byte outside a safe set, so no config text can end one."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + "".join(chr(b) if chr(b) in _LUA_SAFE else f"\\{b:03d}" for b in value.encode("utf-8")) + '"'
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{key}={lua_literal(item)}" for key, item in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "{" + ",".join(lua_literal(item) for item in value) + "}"
-    raise TypeError(f"no Lua literal for {type(value).__name__}")
-
-
-def script_source(config: Config) -> str:
-    """The scheduler script with ``config`` compiled in: nothing to send or decode per call."""
-    return _SCRIPT_SOURCE.replace(_CONFIG_SLOT, f"local cfg = {lua_literal(script_settings(config))}", 1)
 
 
 class Scheduler:
@@ -87,10 +34,11 @@ class Scheduler:
 
     def __init__(self, config: Config, client: Any, *, clock: Callable[[], int] | None = None) -> None:
         self.config = config
+        self.settings = derive(config)
         self.client = client
         self.keys = Keys(config.redis.prefix)
         self._clock = clock
-        self._script = client.register_script(script_source(config))
+        self._script = client.register_script(script_source(self.settings))
         self._fixed_keys = self.keys.fixed()
 
     def _argv(self, op: object, *args: object) -> list[object]:
@@ -138,8 +86,7 @@ class Scheduler:
         if not isinstance(user_waiting, bool):
             raise InvalidJob("user_waiting", f"expected true or false, got {user_waiting!r}")
         decision = classify(self.config, task, tier=tier, user_waiting=user_waiting)
-        return ("enqueue", self.config.class_index(decision.queue) + 1, tenant,
-                self.config.tenants.cost(tier), task, decision.reason)
+        return ("enqueue", self.config.class_index(decision.queue) + 1, tenant, tier, task, decision.reason)
 
     def _enqueued(self, reply: Any, head: tuple[object, ...], *, raise_rejected: bool = True) -> Enqueued | None:
         job_id, queue, reason = reply
@@ -147,7 +94,7 @@ class Scheduler:
             return Enqueued(_text(job_id), _text(queue), _text(reason))
         if not raise_rejected:
             return None
-        asked = self.config.class_names[int(str(head[1])) - 1]
+        asked = self.settings.classes[int(str(head[1])) - 1]
         raise BudgetRejected(f"{asked} is over its arrival budget; job for tenant {head[2]!r} rejected")
 
     # ------------------------------------------------------------------ consuming
@@ -172,7 +119,7 @@ class Scheduler:
         settle = [arg for lease in done for arg in (lease.job_id, lease.attempts)]
         _now, items, acked = self._call("pop", max_jobs, allowed, *settle)
         return Popped(acked=[bool(a) for a in acked],
-                      leases=[lease_from_envelope(_text(c), _text(t), int(a), _text(env)) for c, t, a, env in items])
+                      leases=[Record.from_fields([_text(f) for f in item]).lease() for item in items])
 
     def ack(self, lease: Lease) -> bool:
         """Complete a job. False when the lease had expired and the job went back to the queue."""
@@ -228,10 +175,8 @@ class Scheduler:
     def snapshot(self) -> Snapshot:
         """Counters, depth, in-flight, ages, windowed tenant service and the fairness sample per
         class in one script call: O(classes * (k + sample) * log n), never a scan of jobs or tenants."""
-        exp = self.config.exporter
-        now, stats, paused, dead, classes = self._call(
-            "snapshot", exp.topk_tenants, exp.fairness_sample, heads_to_read(exp.topk_tenants))
-        raw = {name: _raw_class(reply) for name, reply in zip(self.config.class_names, classes)}
+        now, stats, paused, dead, classes = self._call("snapshot")
+        raw = {name: _raw_class(reply) for name, reply in zip(self.settings.classes, classes)}
         return build_snapshot(self.config, int(now), _pairs_int(stats), [_text(p) for p in paused], raw, int(dead))
 
     def dead_letters(self, start: int = 0, end: int = 99) -> list[dict[str, Any]]:
@@ -240,9 +185,9 @@ class Scheduler:
             rows = self.client.lrange(self.keys.dead, start, end)
         out = []
         for row in rows:
-            queue, tenant, attempts, at_ms, error, envelope = _text(row).split("\t", 5)
-            lease = lease_from_envelope(queue, tenant, int(attempts), envelope)
-            out.append({"lease": lease, "dead_at": int(at_ms) / 1000.0, "error": error})
+            dead = DeadLetter.decode(_text(row))
+            lease = dead.job.lease(dead.queue, dead.tenant, dead.attempts)
+            out.append({"lease": lease, "dead_at": dead.dead_ms / 1000.0, "error": dead.error})
         return out
 
 

@@ -1,7 +1,7 @@
 """The bookkeeping the scheduler maintains, read back in one round trip (what the exporter serves).
 
 The Lua ``snapshot`` operation and the reference model both produce the same *raw* reading
-(:class:`RawClass` per class, plus the flat counters ``"<counter>\\t<class>" -> int``), and one
+(:class:`RawClass` per class, plus the flat counters ``"<counter>" SEP "<class>" -> int``), and one
 builder turns either into a :class:`Snapshot`, so derived figures (noisy tenants, quiet-tenant
 age, windowed shares, the fairness index) are computed by one piece of code.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from .config import Config
-from .jobs import RESERVED_TENANT as OTHER_TENANTS
+from .jobs import RESERVED_TENANT as OTHER_TENANTS, SEP
 
 # Upper bounds (seconds) of the enqueue->first-lease wait histogram; the documents' SLOs
 # (60 s, 15 min, 1 h) are bucket edges so alerts can read them exactly. The last bucket is +Inf.
@@ -20,7 +20,7 @@ WAIT_BUCKETS_S: tuple[float, ...] = (
     0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 43200, 86400,
 )
 
-# Per-class lifecycle counters kept by the scripts (stats field "<name>\t<class>").
+# Per-class lifecycle counters kept by the scripts (stats field "<name>" SEP "<class>").
 COUNTERS = ("processed", "failed", "redelivered", "dead", "promoted", "demoted", "rejected")
 
 # A tenant is noisy in a class when it holds more than this share of the class's in-flight jobs
@@ -118,7 +118,7 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
     exp = config.exporter
 
     def get(counter: str) -> int:
-        return int(stats.get(f"{counter}\t{name}", 0))
+        return int(stats.get(f"{counter}{SEP}{name}", 0))
 
     inflight, depth = get("inflight"), get("depth")
     by_inflight = [t for t, n in raw.top_inflight if n > NOISY_SHARE * inflight and n >= exp.noisy_min_inflight]
@@ -144,8 +144,8 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
         oldest_age=age(raw.heads[0][1] if raw.heads else None),
         active_tenants=raw.active_tenants,
         counters={c: get(c) for c in COUNTERS},
-        enqueued={f.split("\t")[2]: int(v) for f, v in stats.items() if f.startswith(f"enq\t{name}\t")},
-        wait_buckets=tuple(int(stats.get(f"wb\t{name}\t{i + 1}", 0)) for i in range(len(WAIT_BUCKETS_S) + 1)),
+        enqueued={f.split(SEP)[2]: int(v) for f, v in stats.items() if f.startswith(f"enq{SEP}{name}{SEP}")},
+        wait_buckets=tuple(int(stats.get(f"wb{SEP}{name}{SEP}{i + 1}", 0)) for i in range(len(WAIT_BUCKETS_S) + 1)),
         wait_sum=get("ws") / 1000.0,
         wait_count=get("wc"),
         top_backlog=tuple((t, int(n)) for t, n in raw.top_backlog[: exp.topk_tenants]),

@@ -7,6 +7,7 @@ stored state of both implementations must be identical. Any mismatch is a bug in
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -157,7 +158,7 @@ def test_differential_catches_a_divergence(client: redis.Redis) -> None:
                            "reserved": 0, "promote": False})
     lua = Scheduler(config, client, clock=lambda: 1_700_000_000_000)
     model = Model(config)
-    model.weights = [1, 1, 5]
+    model.settings = replace(model.settings, weights=(1, 1, 5))
     for task in ("password_reset", "order", "newsletter") * 3:
         lua.enqueue(task, "acme")
         model.enqueue(1_700_000_000_000, task, "acme")

@@ -1,20 +1,28 @@
 -- fairctl scheduler: every decision and its effect in one atomic script.
 --
--- KEYS: the group-wide keys in the order of fairness_core.keys.Keys.fixed(); all share one
---       {hash tag}, and the per-class/per-tenant keys built below use the same tag (same slot).
+-- KEYS: the group-wide keys; all share one {hash tag}, and the per-class/per-tenant keys built
+--       below use the same tag (same slot).
 -- ARGV[1] operation, ARGV[2] key base ("{prefix}:"), ARGV[3] time override in ms ("" = Redis TIME),
--- ARGV[4..] op args. The config is compiled into the script as a Lua table (__CONFIG__ below is
--- replaced by fairness_core.scheduler.script_source): decoding it from JSON on every call cost
--- more than a fifth of a pop's time in Redis.
+-- ARGV[4..] op args.
 --
--- Envelope of a queued job (one list element): id \t enqueued_ms \t attempts \t cost \t task \t reason \t payload
--- Record of a leased or delayed job: class \t tenant \t attempts \t envelope
+-- Nothing Python defines is written here by hand; fairness_core.script.script_source compiles it in:
+-- cfg (in place of __SETTINGS__) holds every value derived from the config, the fields of
+-- fairness_core.settings.Settings; and each upper-case layout name is replaced by its value, a
+-- literal constant in the code: the field separator of every stored line; ENV_<FIELD>, REC_<FIELD>
+-- and DEAD_<FIELD>, the 1-based field positions of fairness_core.jobs' Envelope, Record and
+-- DeadLetter (and ENV_HEAD, REC_HEAD, patterns capturing the fields read here); KEY_<NAME>, the
+-- KEYS index of each key of fairness_core.keys.FIXED; and the per-class key layout and parts of
+-- fairness_core.keys (CLASS_SPACE, PART_<NAME>, ...).
+-- Compiled in, nothing is sent or decoded per call (decoding the config from JSON on every call
+-- cost more than a fifth of a pop's time in Redis), and constants in the code cost nothing: a
+-- table literal or captured locals would be built anew on every call.
 -- fairness_core/model.py implements exactly the same policy in Python; keep them in step.
 
+local cfg = __SETTINGS__
 local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+  KEYS[KEY_STATS], KEYS[KEY_SWRR], KEYS[KEY_PAUSED], KEYS[KEY_ARRIVALS], KEYS[KEY_SEQ], KEYS[KEY_LEASES],
+  KEYS[KEY_LEASED], KEYS[KEY_DELAYED], KEYS[KEY_DEAD], KEYS[KEY_WORKERS], KEYS[KEY_WORKER_SLOTS]
 local op = ARGV[1]
-local cfg = __CONFIG__
 local base = ARGV[2]
 local now
 if ARGV[3] ~= '' then
@@ -26,42 +34,58 @@ end
 
 local NCLASS = #cfg.classes
 
-local function ckey(c, part) return base .. 'q/' .. c .. '/' .. part end
-local function tkey(c, tenant) return base .. 'q/' .. c .. '/t/' .. tenant end
-local function stat(name, c, delta) redis.call('HINCRBY', K_STATS, name .. '\t' .. c, delta) end
+local function ckey(c, part) return base .. CLASS_SPACE .. c .. PART_SEP .. part end
+local function tkey(c, tenant) return base .. CLASS_SPACE .. c .. PART_SEP .. TENANT_QUEUE .. tenant end
+local function stat(name, c, delta) redis.call('HINCRBY', K_STATS, name .. SEP .. c, delta) end
 local function num(v) return tonumber(v) or 0 end
 
+-- The leading fields of a stored line that `pattern` captures, and the bytes they take with their
+-- separators; the rest (a payload, an envelope, which may hold the separator) is not copied.
+local function head(line, pattern)
+  local f = {string.match(line, pattern)}
+  local len = #f
+  for i = 1, #f do len = len + #f[i] end
+  return f, len
+end
+
 local function header(env)
-  local id, enq, att, cost = string.match(env, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t')
-  return id, tonumber(enq), tonumber(att), tonumber(cost), #id + #enq + #att + #cost + 4
+  local f = head(env, ENV_HEAD)
+  return f[ENV_ID], tonumber(f[ENV_ENQUEUED_MS]), tonumber(f[ENV_ATTEMPTS]), tonumber(f[ENV_COST])
 end
 
 local function with_attempts(env, attempts)
-  local id, enq, _, cost, hlen = header(env)
-  return id .. '\t' .. enq .. '\t' .. attempts .. '\t' .. cost .. '\t' .. string.sub(env, hlen + 1)
+  local f, len = head(env, ENV_HEAD)
+  f[ENV_ATTEMPTS] = attempts
+  return table.concat(f, SEP) .. SEP .. string.sub(env, len + 1)
+end
+
+-- A lease record's fields, in their stored order (the pop reply sends them so).
+local function record(c, tenant, att, env)
+  local f = {}
+  f[REC_QUEUE], f[REC_TENANT], f[REC_ATTEMPTS], f[REC_JOB] = c, tenant, att, env
+  return f
 end
 
 local function parse_record(rec)
-  local c, tenant, att = string.match(rec, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t')
-  local env = string.sub(rec, #c + #tenant + #att + 4)
-  return c, tenant, tonumber(att), env
+  local f, len = head(rec, REC_HEAD)
+  return f[REC_QUEUE], f[REC_TENANT], tonumber(f[REC_ATTEMPTS]), string.sub(rec, len + 1)
 end
 
 -- A tenant with new work joins its class at the class's current virtual time: no banked credit.
 local function activate(c, tenant, cost, enq)
-  local vt = num(redis.call('GET', ckey(c, 'vt')))
-  redis.call('ZADD', ckey(c, 'tags'), vt, tenant)
-  redis.call('ZADD', ckey(c, 'heads'), enq, tenant)
-  redis.call('HSET', ckey(c, 'cost'), tenant, cost)
+  local vt = num(redis.call('GET', ckey(c, PART_VT)))
+  redis.call('ZADD', ckey(c, PART_TAGS), vt, tenant)
+  redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
+  redis.call('HSET', ckey(c, PART_COST), tenant, cost)
 end
 
 local function push_tail(c, tenant, cost, env, enq)
   if redis.call('RPUSH', tkey(c, tenant), env) == 1 then
     activate(c, tenant, cost, enq)
   else
-    redis.call('HSET', ckey(c, 'cost'), tenant, cost)
+    redis.call('HSET', ckey(c, PART_COST), tenant, cost)
   end
-  redis.call('ZINCRBY', ckey(c, 'backlog'), 1, tenant)
+  redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
   stat('depth', c, 1)
 end
 
@@ -71,9 +95,9 @@ local function push_head(c, tenant, env)
   if redis.call('LPUSH', tkey(c, tenant), env) == 1 then
     activate(c, tenant, cost, enq)
   else
-    redis.call('ZADD', ckey(c, 'heads'), 'LT', enq, tenant)
+    redis.call('ZADD', ckey(c, PART_HEADS), 'LT', enq, tenant)
   end
-  redis.call('ZINCRBY', ckey(c, 'backlog'), 1, tenant)
+  redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
   stat('depth', c, 1)
 end
 
@@ -83,21 +107,24 @@ local function take(c, tenant, n)
   local items = redis.call('LPOP', qk, n)
   local left = redis.call('LLEN', qk)
   if left == 0 then
-    redis.call('ZREM', ckey(c, 'tags'), tenant)
-    redis.call('ZREM', ckey(c, 'heads'), tenant)
-    redis.call('ZREM', ckey(c, 'backlog'), tenant)
-    redis.call('HDEL', ckey(c, 'cost'), tenant)
+    redis.call('ZREM', ckey(c, PART_TAGS), tenant)
+    redis.call('ZREM', ckey(c, PART_HEADS), tenant)
+    redis.call('ZREM', ckey(c, PART_BACKLOG), tenant)
+    redis.call('HDEL', ckey(c, PART_COST), tenant)
   else
-    redis.call('ZINCRBY', ckey(c, 'backlog'), -#items, tenant)
+    redis.call('ZINCRBY', ckey(c, PART_BACKLOG), -#items, tenant)
     local _, enq = header(redis.call('LINDEX', qk, 0))
-    redis.call('ZADD', ckey(c, 'heads'), enq, tenant)
+    redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
   end
   stat('depth', c, -#items)
   return items, left
 end
 
 local function dead_letter(c, tenant, attempts, env, err)
-  redis.call('RPUSH', K_DEAD, c .. '\t' .. tenant .. '\t' .. attempts .. '\t' .. now .. '\t' .. err .. '\t' .. env)
+  local f = {}
+  f[DEAD_QUEUE], f[DEAD_TENANT], f[DEAD_ATTEMPTS], f[DEAD_DEAD_MS], f[DEAD_ERROR], f[DEAD_JOB] =
+    c, tenant, attempts, now, err, env
+  redis.call('RPUSH', K_DEAD, table.concat(f, SEP))
   stat('dead', c, 1)
 end
 
@@ -122,8 +149,8 @@ local function roll_arrivals(window)
     for i = 1, NCLASS do names[#names + 1] = cfg.classes[i] end
     for _, name in ipairs(names) do
       local prev = 0
-      if stored == bucket - 1 then prev = num(redis.call('HGET', K_ARR, 'cur\t' .. name)) end
-      redis.call('HSET', K_ARR, 'prev\t' .. name, prev, 'cur\t' .. name, 0)
+      if stored == bucket - 1 then prev = num(redis.call('HGET', K_ARR, 'cur' .. SEP .. name)) end
+      redis.call('HSET', K_ARR, 'prev' .. SEP .. name, prev, 'cur' .. SEP .. name, 0)
     end
     redis.call('HSET', K_ARR, 'bucket', bucket)
   end
@@ -132,7 +159,7 @@ end
 
 -- Sliding-window estimate of arrivals: the previous bucket weighted by how much of it is in the window.
 local function estimate(name, window, offset)
-  local v = redis.call('HMGET', K_ARR, 'prev\t' .. name, 'cur\t' .. name)
+  local v = redis.call('HMGET', K_ARR, 'prev' .. SEP .. name, 'cur' .. SEP .. name)
   return num(v[1]) * (window - offset) / window + num(v[2])
 end
 
@@ -153,8 +180,8 @@ local function apply_budget(ci, reason)
       ci, reason = ci + 1, cfg.over_budget_reason
     end
   end
-  redis.call('HINCRBY', K_ARR, 'cur\t*', 1)
-  redis.call('HINCRBY', K_ARR, 'cur\t' .. cfg.classes[ci], 1)
+  redis.call('HINCRBY', K_ARR, 'cur' .. SEP .. '*', 1)
+  redis.call('HINCRBY', K_ARR, 'cur' .. SEP .. cfg.classes[ci], 1)
   return ci, reason
 end
 
@@ -162,15 +189,18 @@ end
 
 local ops = {}
 
--- ARGV[4..]: class index (1-based), tenant, cost, task, reason, payload
+-- ARGV[4..]: class index (1-based), tenant, tier, task, reason, payload
 function ops.enqueue()
   local ci, reason = apply_budget(tonumber(ARGV[4]), ARGV[8])
   if ci == nil then return {'', cfg.classes[tonumber(ARGV[4])], reason} end
-  local c, tenant, cost = cfg.classes[ci], ARGV[5], ARGV[6]
+  local c, tenant, cost = cfg.classes[ci], ARGV[5], cfg.costs[ARGV[6]]
   local id = redis.call('INCR', K_SEQ)
-  local env = id .. '\t' .. now .. '\t0\t' .. cost .. '\t' .. ARGV[7] .. '\t' .. reason .. '\t' .. ARGV[9]
+  local e = {}
+  e[ENV_ID], e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS], e[ENV_COST], e[ENV_TASK], e[ENV_REASON], e[ENV_PAYLOAD] =
+    id, now, 0, cost, ARGV[7], reason, ARGV[9]
+  local env = table.concat(e, SEP)
   push_tail(c, tenant, cost, env, now)
-  redis.call('HINCRBY', K_STATS, 'enq\t' .. c .. '\t' .. reason, 1)
+  redis.call('HINCRBY', K_STATS, 'enq' .. SEP .. c .. SEP .. reason, 1)
   return {tostring(id), c, reason}
 end
 
@@ -191,24 +221,25 @@ local function lease(c, tenant, items, out)
     att = att + 1
     deadlines[#deadlines + 1] = deadline
     deadlines[#deadlines + 1] = id
+    local rec = record(c, tenant, att, env)
     records[#records + 1] = id
-    records[#records + 1] = c .. '\t' .. tenant .. '\t' .. att .. '\t' .. env
+    records[#records + 1] = table.concat(rec, SEP)
     if att == 1 then
       local idx = wait_bucket(now - enq)
       buckets[idx] = (buckets[idx] or 0) + 1
       waited, first = waited + now - enq, first + 1
     end
-    out[#out + 1] = {c, tenant, att, env}
+    out[#out + 1] = rec
   end
   redis.call('ZADD', K_LEASES, unpack(deadlines))
   redis.call('HSET', K_LEASED, unpack(records))
-  for idx, n in pairs(buckets) do redis.call('HINCRBY', K_STATS, 'wb\t' .. c .. '\t' .. idx, n) end
+  for idx, n in pairs(buckets) do redis.call('HINCRBY', K_STATS, 'wb' .. SEP .. c .. SEP .. idx, n) end
   if first > 0 then
     stat('ws', c, waited)
     stat('wc', c, first)
   end
   stat('inflight', c, #items)
-  redis.call('ZINCRBY', ckey(c, 'inflight'), #items, tenant)
+  redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), #items, tenant)
 end
 
 -- Look up a live lease; a lease whose job was reaped (or redelivered since) is stale.
@@ -223,8 +254,8 @@ end
 -- Take n off a tenant's in-flight count (the member goes when it reaches zero).
 local function release_inflight(c, tenant, n)
   stat('inflight', c, -n)
-  if tonumber(redis.call('ZINCRBY', ckey(c, 'inflight'), -n, tenant)) <= 0 then
-    redis.call('ZREM', ckey(c, 'inflight'), tenant)
+  if tonumber(redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), -n, tenant)) <= 0 then
+    redis.call('ZREM', ckey(c, PART_INFLIGHT), tenant)
   end
 end
 
@@ -241,14 +272,14 @@ local function count_processed(c, tenant, n)
   release_inflight(c, tenant, n)
   stat('processed', c, n)
   local bucket = math.floor(now / cfg.window_ms)
-  local served = ckey(c, 'served:' .. bucket)
-  local total = ckey(c, 'servedn:' .. bucket)
+  local served = ckey(c, PART_SERVED .. bucket)
+  local total = ckey(c, PART_SERVED_TOTAL .. bucket)
   redis.call('ZINCRBY', served, n, tenant)
   if redis.call('INCRBY', total, n) == n then
     redis.call('PEXPIRE', served, 3 * cfg.window_ms)
     redis.call('PEXPIRE', total, 3 * cfg.window_ms)
   end
-  local done = ckey(c, 'done')
+  local done = ckey(c, PART_DONE)
   if redis.call('ZSCORE', done, tenant) or redis.call('ZCARD', done) < cfg.label_limit then
     redis.call('ZINCRBY', done, n, tenant)
   end
@@ -270,7 +301,7 @@ local function settle(first)
       if att == tonumber(ARGV[first + 2 * k - 1]) then
         acked[k], taken[id] = 1, true
         gone[#gone + 1] = id
-        local key = c .. '\t' .. tenant
+        local key = c .. SEP .. tenant
         if tenants[key] == nil then
           tenants[key] = 0
           order[#order + 1] = {c, tenant, key}
@@ -299,7 +330,7 @@ local function capacity(i, inflight, slots)
 end
 
 local function head_score(c)
-  local h = redis.call('ZRANGE', ckey(c, 'heads'), 0, 0, 'WITHSCORES')
+  local h = redis.call('ZRANGE', ckey(c, PART_HEADS), 0, 0, 'WITHSCORES')
   return h[1], tonumber(h[2])
 end
 
@@ -320,8 +351,8 @@ function ops.pop()
   for _, name in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[name] = true end
   local fields = {}
   for i = 1, NCLASS do
-    fields[#fields + 1] = 'depth\t' .. cfg.classes[i]
-    fields[#fields + 1] = 'inflight\t' .. cfg.classes[i]
+    fields[#fields + 1] = 'depth' .. SEP .. cfg.classes[i]
+    fields[#fields + 1] = 'inflight' .. SEP .. cfg.classes[i]
   end
   fields[#fields + 1] = 'slots'
   local raw = redis.call('HMGET', K_STATS, unpack(fields))
@@ -372,14 +403,14 @@ function ops.pop()
     local c = cfg.classes[ci]
     local tenant, n
     if policy == 'weighted-fair' then
-      local t = redis.call('ZRANGE', ckey(c, 'tags'), 0, 0, 'WITHSCORES')
+      local t = redis.call('ZRANGE', ckey(c, PART_TAGS), 0, 0, 'WITHSCORES')
       tenant = t[1]
       local tag = tonumber(t[2])
-      redis.call('SET', ckey(c, 'vt'), tag)
-      local cost = tonumber(redis.call('HGET', ckey(c, 'cost'), tenant))
+      redis.call('SET', ckey(c, PART_VT), tag)
+      local cost = tonumber(redis.call('HGET', ckey(c, PART_COST), tenant))
       local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci]))
       n = #items
-      if left > 0 then redis.call('ZADD', ckey(c, 'tags'), tag + n * cost, tenant) end
+      if left > 0 then redis.call('ZADD', ckey(c, PART_TAGS), tag + n * cost, tenant) end
       lease(c, tenant, items, out)
       -- Charge the class for the whole visit: n-1 more rounds of smooth weighted round-robin.
       for _, i in ipairs(elig) do swrr[i] = swrr[i] + (n - 1) * cfg.weights[i] end
@@ -420,7 +451,7 @@ function ops.nack()
     return 'dead'
   end
   local delay = math.min(cfg.backoff_ms * math.pow(2, att - 1), cfg.backoff_max_ms)
-  redis.call('ZADD', K_DELAYED, now + delay, c .. '\t' .. tenant .. '\t' .. att .. '\t' .. with_attempts(env, att))
+  redis.call('ZADD', K_DELAYED, now + delay, table.concat(record(c, tenant, att, with_attempts(env, att)), SEP))
   stat('delayed', c, 1)
   return 'retry'
 end
@@ -468,7 +499,7 @@ function ops.promote()
     if after > 0 and moved < budget then
       local c, up = cfg.classes[i], cfg.classes[i - 1]
       local cutoff = now - after
-      for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', ckey(c, 'heads'), '-inf', cutoff, 'LIMIT', 0, budget - moved)) do
+      for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', ckey(c, PART_HEADS), '-inf', cutoff, 'LIMIT', 0, budget - moved)) do
         local qk = tkey(c, tenant)
         local overdue = 0
         for _, env in ipairs(redis.call('LRANGE', qk, 0, math.min(cfg.batch, budget - moved) - 1)) do
@@ -478,7 +509,7 @@ function ops.promote()
         end
         if overdue == 0 then
           local _, enq = header(redis.call('LINDEX', qk, 0))
-          redis.call('ZADD', ckey(c, 'heads'), enq, tenant)
+          redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
         else
           local items = take(c, tenant, overdue)
           for k = #items, 1, -1 do push_head(up, tenant, items[k]) end
@@ -507,35 +538,33 @@ function ops.register()
   return 1
 end
 
--- ARGV[4]: k (top lists), ARGV[5]: fairness sample size, ARGV[6]: tenant heads to read.
 -- Everything the exporter serves, in one call: O(classes * (k + sample) * log n), no scans.
 function ops.snapshot()
-  local k, sample, nheads = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
   local bucket = math.floor(now / cfg.window_ms)
   local classes = {}
   for i = 1, NCLASS do
     local c = cfg.classes[i]
     local function served(b, n)
-      return redis.call('ZREVRANGE', ckey(c, 'served:' .. b), 0, n - 1, 'WITHSCORES')
+      return redis.call('ZREVRANGE', ckey(c, PART_SERVED .. b), 0, n - 1, 'WITHSCORES')
     end
-    local backlog = redis.call('ZREVRANGE', ckey(c, 'backlog'), 0, sample - 1)
+    local backlog = redis.call('ZREVRANGE', ckey(c, PART_BACKLOG), 0, cfg.sample - 1)
     local rows = {}
     for _, tenant in ipairs(backlog) do
       rows[#rows + 1] = tenant
-      rows[#rows + 1] = redis.call('HGET', ckey(c, 'cost'), tenant)
-      rows[#rows + 1] = redis.call('ZSCORE', ckey(c, 'served:' .. bucket), tenant) or '0'
-      rows[#rows + 1] = redis.call('ZSCORE', ckey(c, 'served:' .. (bucket - 1)), tenant) or '0'
+      rows[#rows + 1] = redis.call('HGET', ckey(c, PART_COST), tenant)
+      rows[#rows + 1] = redis.call('ZSCORE', ckey(c, PART_SERVED .. bucket), tenant) or '0'
+      rows[#rows + 1] = redis.call('ZSCORE', ckey(c, PART_SERVED .. (bucket - 1)), tenant) or '0'
     end
     classes[i] = {
-      redis.call('ZRANGE', ckey(c, 'heads'), 0, nheads - 1, 'WITHSCORES'),
-      redis.call('ZCARD', ckey(c, 'tags')),
-      redis.call('ZREVRANGE', ckey(c, 'backlog'), 0, math.max(k, cfg.inflight_top) - 1, 'WITHSCORES'),
-      redis.call('ZREVRANGE', ckey(c, 'inflight'), 0, cfg.inflight_top - 1, 'WITHSCORES'),
-      served(bucket, 2 * k),
-      served(bucket - 1, 2 * k),
-      num(redis.call('GET', ckey(c, 'servedn:' .. bucket))),
-      num(redis.call('GET', ckey(c, 'servedn:' .. (bucket - 1)))),
-      redis.call('ZRANGE', ckey(c, 'done'), 0, -1, 'WITHSCORES'),
+      redis.call('ZRANGE', ckey(c, PART_HEADS), 0, cfg.heads - 1, 'WITHSCORES'),
+      redis.call('ZCARD', ckey(c, PART_TAGS)),
+      redis.call('ZREVRANGE', ckey(c, PART_BACKLOG), 0, cfg.backlog_top - 1, 'WITHSCORES'),
+      redis.call('ZREVRANGE', ckey(c, PART_INFLIGHT), 0, cfg.inflight_top - 1, 'WITHSCORES'),
+      served(bucket, cfg.served_top),
+      served(bucket - 1, cfg.served_top),
+      num(redis.call('GET', ckey(c, PART_SERVED_TOTAL .. bucket))),
+      num(redis.call('GET', ckey(c, PART_SERVED_TOTAL .. (bucket - 1)))),
+      redis.call('ZRANGE', ckey(c, PART_DONE), 0, -1, 'WITHSCORES'),
       rows,
     }
   end

@@ -1,0 +1,79 @@
+"""The scheduler's settings: every value the policy derives from a Config, derived once.
+
+The Lua script gets them compiled in as its ``cfg`` table (fairness_core.script) and the reference
+model reads the same object, so a derived value (a timeout in ms, a tier's cost, a top-list size)
+is computed in one place and the two implementations cannot disagree about it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from .config import OVER_BUDGET_REASON, Config
+from .snapshot import INFLIGHT_TOP, WAIT_BUCKETS_S, heads_to_read
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Field names are the Lua's ``cfg`` keys; lists are per class, in priority order."""
+
+    classes: tuple[str, ...]
+    weights: tuple[int, ...]
+    reserved: tuple[int, ...]
+    has_reserved: bool
+    budgets: tuple[float, ...]  # arrival budget share, 0 for none
+    has_budget: bool
+    budget_window_ms: int
+    budget_min: int
+    budget_action: str
+    over_budget_reason: str
+    promote_ms: tuple[int, ...]  # 0: never promoted
+    policy: str
+    batch: int
+    costs: Mapping[str, int]  # tier -> virtual-time cost of one job
+    visibility_ms: int
+    max_attempts: int
+    backoff_ms: int
+    backoff_max_ms: int
+    buckets_ms: tuple[int, ...]  # wait histogram upper bounds
+    window_ms: int  # windowed-service bucket
+    label_limit: int
+    inflight_top: int
+    backlog_top: int  # tenants a snapshot reads by backlog
+    served_top: int  # tenants a snapshot reads per service bucket
+    heads: int  # tenant heads a snapshot reads
+    sample: int  # backlogged tenants in the fairness sample
+
+
+def derive(config: Config) -> Settings:
+    """The settings of ``config``; the one place a policy value is derived from the config."""
+    classes, exp = config.classes, config.exporter
+    return Settings(
+        classes=tuple(c.name for c in classes),
+        weights=tuple(c.weight for c in classes),
+        reserved=tuple(c.reserved_slots for c in classes),
+        has_reserved=any(c.reserved_slots for c in classes),
+        budgets=tuple(c.arrival_budget or 0 for c in classes),
+        has_budget=any(c.arrival_budget for c in classes),
+        budget_window_ms=int(config.scheduler.budget_window * 1000),
+        budget_min=config.scheduler.budget_min_arrivals,
+        budget_action=config.scheduler.budget_action,
+        over_budget_reason=OVER_BUDGET_REASON,
+        promote_ms=tuple(int((c.promote_after or 0) * 1000) for c in classes),
+        policy=config.scheduler.policy,
+        batch=config.tenants.batch,
+        costs={tier: config.tenants.cost(tier) for tier in config.tenants.tiers},
+        visibility_ms=int(config.leases.visibility_timeout * 1000),
+        max_attempts=config.leases.max_attempts,
+        backoff_ms=int(config.leases.retry_backoff * 1000),
+        backoff_max_ms=int(config.leases.retry_backoff_max * 1000),
+        buckets_ms=tuple(int(b * 1000) for b in WAIT_BUCKETS_S),
+        window_ms=int(exp.window * 1000),
+        label_limit=exp.tenant_label_limit,
+        inflight_top=INFLIGHT_TOP,
+        backlog_top=max(exp.topk_tenants, INFLIGHT_TOP),
+        served_top=2 * exp.topk_tenants,
+        heads=heads_to_read(exp.topk_tenants),
+        sample=exp.fairness_sample,
+    )
