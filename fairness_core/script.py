@@ -1,10 +1,11 @@
 """The scheduler script as Redis runs it: the Lua source with its constants compiled in.
 
 The script hard-codes nothing that Python defines. Its ``cfg`` table is the config's
-:class:`~fairness_core.settings.Settings`, and its ``layout`` table carries the record separator
-and field positions of :mod:`fairness_core.jobs` and the key layout of :mod:`fairness_core.keys`.
-Both are Lua table literals in the source, so nothing is sent or decoded per call: decoding the
-config from JSON on every call cost more than a fifth of a pop's time in Redis.
+:class:`~fairness_core.settings.Settings`, and its upper-case layout names (:func:`layout`) become
+the record separator and field positions of :mod:`fairness_core.jobs` and the key layout of
+:mod:`fairness_core.keys`, written into the code as literal constants. Nothing is sent or decoded
+per call: decoding the config from JSON on every call cost more than a fifth of a pop's time in
+Redis.
 """
 
 from __future__ import annotations
