@@ -78,6 +78,14 @@ def check_task(task: object) -> str:
     return task
 
 
+def check_job_id(value: object) -> str:
+    """A job id as the scheduler stores it (a positive whole number); InvalidJob naming ``job id``."""
+    text = str(value).strip()
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise InvalidJob("job id", f"expected a positive whole number such as 42, got {value!r}")
+    return str(int(text))
+
+
 def check_tier(tier: object, config: Config) -> str:
     if tier is None:
         return config.tenants.default_tier
@@ -127,6 +135,15 @@ class Lease:
     payload: Any
     enqueued_at: float
     attempts: int
+
+
+@dataclass(frozen=True)
+class DeadOutcome:
+    """What a requeue or drop of dead letters did: the job ids handled, and those left in the list
+    because their class is no longer configured."""
+
+    done: list[str]
+    skipped: list[str]
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from typing import Any, Sequence
 from .classification import classify
 from .config import Config
 from .jobs import (
-    SEP, BudgetRejected, DeadLetter, Enqueued, Envelope, InvalidJob, Lease, Popped, Record, check_task,
-    check_tenant, check_tier, encode_payload, one_line,
+    SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, Envelope, InvalidJob, Lease, Popped, Record,
+    check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
 )
 from .settings import derive
 from .snapshot import RawClass, Snapshot, build_snapshot
@@ -113,6 +113,7 @@ class Model:
     def _dead_letter(self, now: int, entry: Record, error: str) -> None:
         self.dead.append(DeadLetter(entry.queue, entry.tenant, entry.attempts, now, error, entry.job).encode())
         self._stat("dead", entry.queue, 1)
+        self._stat("deadlist", entry.queue, 1)
 
     def _release_delayed(self, now: int, limit: int) -> None:
         for rec in self.delayed.up_to(now, limit):
@@ -349,13 +350,13 @@ class Model:
         self._count_processed(now, entry.queue, entry.tenant)
         return True
 
-    def nack(self, now: int, lease: Lease, error: str | None = None) -> str:
+    def nack(self, now: int, lease: Lease, error: str | None = None, *, final: bool = False) -> str:
         entry = self._held(lease.job_id, lease.attempts)
         if entry is None:
             return "stale"
         self._release_lease(lease.job_id, entry)
         self._stat("failed", entry.queue, 1)
-        if entry.attempts >= self.settings.max_attempts:
+        if entry.attempts >= self.settings.max_attempts or final:
             self._dead_letter(now, entry, one_line(error or "failed"))
             return "dead"
         delay = min(self.settings.backoff_ms * math.pow(2, entry.attempts - 1), self.settings.backoff_max_ms)
@@ -416,6 +417,44 @@ class Model:
                 if moved >= limit:
                     break
         return moved
+
+    def requeue_dead(self, now: int, job_ids: Sequence[str] | None = None, *, queue: str | None = None,
+                     limit: int = 100) -> DeadOutcome:
+        return self._dead(now, "requeue", job_ids, queue, limit)
+
+    def drop_dead(self, now: int, job_ids: Sequence[str] | None = None, *, queue: str | None = None,
+                  limit: int = 100) -> DeadOutcome:
+        return self._dead(now, "drop", job_ids, queue, limit)
+
+    def _dead(self, now: int, action: str, job_ids: Sequence[str] | None, queue: str | None,
+              limit: int) -> DeadOutcome:
+        """Requeue or drop dead letters, as the Lua's ``dead`` op: the given ids, or with none the
+        oldest ``limit`` of ``queue`` (any class when None)."""
+        ids = [check_job_id(j) for j in job_ids or ()]
+        wanted = set(ids) if ids else None
+        limit = len(ids) if ids else limit
+        done: list[str] = []
+        skipped: list[str] = []
+        for line in list(self.dead):
+            if len(done) + len(skipped) >= limit:
+                break
+            letter = DeadLetter.decode(line)
+            job_id = str(letter.job.id)
+            if (queue is not None and letter.queue != queue) or (wanted is not None and job_id not in wanted):
+                continue
+            if wanted is not None:
+                wanted.discard(job_id)
+            if action == "requeue" and letter.queue not in self.classes:
+                skipped.append(job_id)
+                continue
+            self.dead.remove(line)
+            self._stat("deadlist", letter.queue, -1)
+            if action == "requeue":
+                job = letter.job
+                self._push_tail(letter.queue, letter.tenant, [
+                    Envelope(job.id, now, 0, job.cost, job.task, job.reason, job.payload)])
+            done.append(job_id)
+        return DeadOutcome(done, skipped)
 
     def register_worker(self, now: int, worker_id: str, slots: int, ttl: float) -> None:
         old = self.worker_slots.get(worker_id, 0)

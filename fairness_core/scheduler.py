@@ -13,8 +13,8 @@ from .classification import classify
 from .config import Config
 from .connection import redis_errors
 from .jobs import (
-    BudgetRejected, DeadLetter, Enqueued, InvalidJob, Lease, Popped, Record, check_task, check_tenant, check_tier,
-    encode_payload, one_line,
+    SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, InvalidJob, Lease, Popped, Record, check_job_id,
+    check_task, check_tenant, check_tier, encode_payload, one_line,
 )
 from .keys import Keys
 from .script import script_source
@@ -23,6 +23,8 @@ from .snapshot import RawClass, Snapshot, build_snapshot
 
 MAX_POP = 1000
 SWEEP_LIMIT = 1000
+DEAD_PAGE = 100
+
 
 
 class Scheduler:
@@ -125,10 +127,11 @@ class Scheduler:
         """Complete a job. False when the lease had expired and the job went back to the queue."""
         return bool(self._call("ack", lease.job_id, lease.attempts))
 
-    def nack(self, lease: Lease, error: str | None = None) -> str:
+    def nack(self, lease: Lease, error: str | None = None, *, final: bool = False) -> str:
         """Fail a job: ``"retry"`` (after exponential backoff), ``"dead"`` (dead-lettered after
-        ``leases.max_attempts``) or ``"stale"`` (the lease had already expired)."""
-        return _text(self._call("nack", lease.job_id, lease.attempts, one_line(error or "failed")))
+        ``leases.max_attempts``, or at once with ``final``: a failure no retry can mend) or
+        ``"stale"`` (the lease had already expired)."""
+        return _text(self._call("nack", lease.job_id, lease.attempts, one_line(error or "failed"), "1" if final else "0"))
 
     def extend(self, lease: Lease) -> bool:
         """Heartbeat for a long job: push the lease deadline a visibility timeout ahead."""
@@ -189,6 +192,49 @@ class Scheduler:
             lease = dead.job.lease(dead.queue, dead.tenant, dead.attempts)
             out.append({"lease": lease, "dead_at": dead.dead_ms / 1000.0, "error": dead.error})
         return out
+
+    def dead_letter(self, job_id: str) -> dict[str, Any] | None:
+        """The dead letter of job ``job_id`` (as :meth:`dead_letters` gives them), or None. Reads
+        the list in pages: O(dead letters)."""
+        wanted = check_job_id(job_id)
+        start = 0
+        while True:
+            page = self.dead_letters(start, start + DEAD_PAGE - 1)
+            for item in page:
+                if item["lease"].job_id == wanted:
+                    return item
+            if len(page) < DEAD_PAGE:
+                return None
+            start += DEAD_PAGE
+
+    def dead_letter_counts(self) -> dict[str, int]:
+        """Jobs of each configured class in the dead-letter list."""
+        names = self.settings.classes
+        with redis_errors(self.client):
+            values = self.client.hmget(self.keys.stats, [f"deadlist{SEP}{name}" for name in names])
+        return {name: max(0, int(v or 0)) for name, v in zip(names, values)}
+
+    def requeue_dead(self, job_ids: Sequence[str] | None = None, *, queue: str | None = None,
+                     limit: int = DEAD_PAGE) -> DeadOutcome:
+        """Put dead letters back in their class, atomically: the given jobs (by id), or with no ids
+        the oldest ``limit`` of ``queue`` (any class when None). Each keeps its id, tenant, class,
+        task, reason and payload; its attempts start again from zero. A dead letter whose class is
+        no longer configured stays in the list (``skipped``)."""
+        return self._dead("requeue", job_ids, queue, limit)
+
+    def drop_dead(self, job_ids: Sequence[str] | None = None, *, queue: str | None = None,
+                  limit: int = DEAD_PAGE) -> DeadOutcome:
+        """Delete dead letters for good, atomically; the same selection as :meth:`requeue_dead`."""
+        return self._dead("drop", job_ids, queue, limit)
+
+    def _dead(self, action: str, job_ids: Sequence[str] | None, queue: str | None, limit: int) -> DeadOutcome:
+        ids = [check_job_id(j) for j in job_ids or ()]
+        if queue is not None:
+            self._class_index(queue, "queue")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_POP:
+            raise ValueError(f"limit: expected 1..{MAX_POP}, got {limit!r}")
+        done, skipped = self._call("dead", action, queue or "", len(ids) if ids else limit, *ids)
+        return DeadOutcome(done=[_text(i) for i in done], skipped=[_text(i) for i in skipped])
 
 
 def _pairs(flat: list[Any]) -> list[tuple[str, float]]:

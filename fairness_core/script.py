@@ -60,13 +60,13 @@ def _head(line: type[Fields], through: str) -> str:
 
 def layout() -> dict[str, Any]:
     """What the script must know of jobs.py's lines and keys.py's keys, as named constants. The
-    script parses envelopes and records, and only writes dead letters."""
+    script parses envelopes, records and dead letters."""
     return {
         "SEP": SEP,
         **_positions("ENV", Envelope),
         "ENV_HEAD": _head(Envelope, max(ENVELOPE_READ, key=Envelope.names().index)),
         **_positions("REC", Record), "REC_HEAD": _head(Record, Record.names()[-2]),
-        **_positions("DEAD", DeadLetter),
+        **_positions("DEAD", DeadLetter), "DEAD_HEAD": _head(DeadLetter, DeadLetter.names()[-2]),
         **{f"KEY_{name.upper()}": i for i, name in enumerate(FIXED, start=1)},
         "CLASS_SPACE": CLASS_SPACE, "PART_SEP": PART_SEP, "TENANT_QUEUE": TENANT_QUEUE,
         **{f"PART_{name.upper()}": part for name, part in CLASS_PARTS.items()},

@@ -47,6 +47,10 @@ operations = st.lists(
         enqueues, enqueues, enqueues, pops, pops, pops, ack_and_pops, ack_and_pops,
         st.tuples(st.just("ack"), st.integers(0, 50)),
         st.tuples(st.just("nack"), st.integers(0, 50)),
+        st.tuples(st.just("nack_final"), st.integers(0, 50)),
+        # Dead letters: picked leases' ids (most are not dead: not found), or the oldest of a class.
+        st.tuples(st.sampled_from(["requeue", "drop"]), st.lists(st.integers(0, 50), max_size=3),
+                  st.one_of(st.none(), st.sampled_from(CLASSES)), st.integers(1, 3)),
         st.tuples(st.just("extend"), st.integers(0, 50)),
         st.tuples(st.just("reap")),
         st.tuples(st.just("promote")),
@@ -95,11 +99,17 @@ def _apply(target: Any, op: tuple, now: int | None, leases: list[Lease]) -> Any:
     if name == "ack_and_pop":
         done = [leases[i % len(leases)] for i in op[1]] if leases else []
         return target.ack_and_pop(*args, done, op[2], classes=op[3])
-    if name in ("ack", "nack", "extend"):
+    if name in ("ack", "nack", "extend", "nack_final"):
         if not leases:
             return None
         lease = leases[op[1] % len(leases)]
+        if name == "nack_final":
+            return target.nack(*args, lease, "no handler for task x", final=True)
         return getattr(target, name)(*args, lease, *(("boom",) if name == "nack" else ()))
+    if name in ("requeue", "drop"):
+        ids = [leases[i % len(leases)].job_id for i in op[1]] if leases else []
+        method = target.requeue_dead if name == "requeue" else target.drop_dead
+        return method(*args, ids, queue=op[2], limit=op[3])
     if name == "reap":
         return target.reap(*args)
     if name == "promote":
@@ -128,6 +138,9 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
 # An ack riding with a pop frees the reserved capacity that pop then uses; a repeated ack is stale.
 @example(params={**PLAIN, "reserved": 1}, ops=[
     ("register", "w1", 2), ORDER, ORDER, ("pop", 1, None), ("ack_and_pop", [0, 0], 1, None)])
+# A job dead-lettered at once is requeued with attempts reset, served again, then dropped for good.
+@example(params=PLAIN, ops=[ORDER, ORDER, ("pop", 2, None), ("nack_final", 0), ("nack_final", 1),
+                            ("requeue", [0], None, 1), ("pop", 1, None), ("drop", [], "jobs:medium", 3)])
 # A wait of exactly a histogram bucket's upper bound (50 ms) falls into that bucket.
 @example(params=PLAIN, ops=[ORDER, ("sleep", 49), ("pop", 1, None)])
 def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: list[tuple]) -> None:

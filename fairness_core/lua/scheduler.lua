@@ -120,12 +120,15 @@ local function take(c, tenant, n)
   return items, left
 end
 
+-- 'dead' counts every job ever dead-lettered (jobs_dead_lettered_total); 'deadlist' counts those
+-- of the class still in the dead-letter list (requeue and drop take them off).
 local function dead_letter(c, tenant, attempts, env, err)
   local f = {}
   f[DEAD_QUEUE], f[DEAD_TENANT], f[DEAD_ATTEMPTS], f[DEAD_DEAD_MS], f[DEAD_ERROR], f[DEAD_JOB] =
     c, tenant, attempts, now, err, env
   redis.call('RPUSH', K_DEAD, table.concat(f, SEP))
   stat('dead', c, 1)
+  stat('deadlist', c, 1)
 end
 
 -- Move up to `limit` retries whose backoff has passed back to the head of their sub-queue.
@@ -440,13 +443,14 @@ function ops.ack()
   return settle(4)[1]
 end
 
--- ARGV[4]: job id, ARGV[5]: attempts, ARGV[6]: error text (one line)
+-- ARGV[4]: job id, ARGV[5]: attempts, ARGV[6]: error text (one line), ARGV[7]: '1' to dead-letter
+-- at once whatever the attempts (a failure no retry can mend, such as a task without a handler)
 function ops.nack()
   local c, tenant, att, env = held(ARGV[4], tonumber(ARGV[5]))
   if not c then return 'stale' end
   release_lease(ARGV[4], c, tenant)
   stat('failed', c, 1)
-  if att >= cfg.max_attempts then
+  if att >= cfg.max_attempts or ARGV[7] == '1' then
     dead_letter(c, tenant, att, env, ARGV[6])
     return 'dead'
   end
@@ -521,6 +525,45 @@ function ops.promote()
     end
   end
   return moved
+end
+
+-- ARGV[4]: 'requeue' or 'drop', ARGV[5]: class name ('' any), ARGV[6]: at most this many,
+-- ARGV[7..]: job ids (none: the oldest dead letters of the class). Takes matching dead letters off
+-- the list, oldest first; a requeued job goes to the tail of its tenant's sub-queue in its class
+-- with its id, tenant, task, reason, cost and payload, attempts reset and enqueued now. A dead
+-- letter whose class is no longer configured is left in the list. Returns {ids done, ids skipped}.
+function ops.dead()
+  local action, only, limit = ARGV[4], ARGV[5], tonumber(ARGV[6])
+  local wanted = nil
+  if #ARGV > 6 then
+    wanted = {}
+    for i = 7, #ARGV do wanted[ARGV[i]] = true end
+  end
+  local known = {}
+  for i = 1, NCLASS do known[cfg.classes[i]] = true end
+  local done, skipped = {}, {}
+  for _, line in ipairs(redis.call('LRANGE', K_DEAD, 0, -1)) do
+    if #done + #skipped >= limit then break end
+    local f, len = head(line, DEAD_HEAD)
+    local c, tenant, env = f[DEAD_QUEUE], f[DEAD_TENANT], string.sub(line, len + 1)
+    local id = header(env)
+    if (only == '' or c == only) and (wanted == nil or wanted[id]) then
+      if wanted then wanted[id] = nil end
+      if action == 'requeue' and not known[c] then
+        skipped[#skipped + 1] = id
+      else
+        redis.call('LREM', K_DEAD, 1, line)
+        stat('deadlist', c, -1)
+        if action == 'requeue' then
+          local e, elen = head(env, ENV_HEAD)
+          e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS] = now, 0
+          push_tail(c, tenant, tonumber(e[ENV_COST]), table.concat(e, SEP) .. SEP .. string.sub(env, elen + 1), now)
+        end
+        done[#done + 1] = id
+      end
+    end
+  end
+  return {done, skipped}
 end
 
 -- ARGV[4]: worker id, ARGV[5]: slots, ARGV[6]: ttl ms (slots 0 = unregister)
