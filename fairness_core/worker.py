@@ -319,6 +319,11 @@ class Worker:
     def _work(self, lease: Lease) -> bool:
         """Run the job; True when it succeeded and awaits its ack. A failure is nacked here."""
         try:
+            if self.handlers.resolve(lease.task) is None:
+                # No retry can help (no handler appears between attempts): dead-letter it at once,
+                # where `fairctl dead` shows it, instead of burning leases.max_attempts retries.
+                self._settle_nack(lease, f"no handler for task {lease.task}", final=True)
+                return False
             error = self._run_handler(lease)
             if error is None:
                 return True
@@ -331,7 +336,7 @@ class Worker:
         """None on success, else the error stored with the job."""
         handler = self.handlers.resolve(lease.task)
         if handler is None:
-            return f"no handler registered for task {lease.task}"
+            return f"no handler for task {lease.task}"
         try:
             handler(lease)
         except Exception as exc:  # the handler's failure is the job's failure, not the worker's
@@ -346,8 +351,8 @@ class Worker:
                 log.warning("job %s finished but its lease was no longer held; it may run again", lease.job_id)
             self._release(lease)
 
-    def _settle_nack(self, lease: Lease, error: str) -> None:
-        outcome = self._call(lambda: self.scheduler.nack(lease, error), self._halt)
+    def _settle_nack(self, lease: Lease, error: str, *, final: bool = False) -> None:
+        outcome = self._call(lambda: self.scheduler.nack(lease, error, final=final), self._halt)
         log.warning("job %s (%s, tenant %s, attempt %d) failed: %s -> %s", lease.job_id, lease.task,
                     lease.tenant, lease.attempts, error, outcome or "unsettled")
 
