@@ -29,7 +29,7 @@ from fairness_core.ages import human
 from fairness_core.config import POLICIES
 from fairness_sim.alert_evaluation import AlertEvaluationError
 from fairness_sim.policies import PROGRESS_EVERY_S, Outcome, alert_label, run_policies
-from fairness_sim.report import write_report
+from fairness_sim.report import fairness_text, verdict, write_report
 from fairness_sim.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 
 from .common import check_policies, fail
@@ -71,6 +71,10 @@ class ProgressBar:
 # ------------------------------------------------------------------ presenting them
 
 
+def _wait(seconds: float | None) -> str:
+    return "-" if seconds is None else human(seconds)
+
+
 def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | None) -> str:
     config = scenario.config
     total_weight = config.total_weight
@@ -83,8 +87,8 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
         rows = [header]
         for c in config.classes:
             r = run.classes[c.name]
-            rows.append((c.name, f"{r.jobs:,}", human(r.wait_mean_s), human(r.wait_p50_s), human(r.wait_p99_s),
-                         human(r.wait_max_s), human(r.max_oldest_age_s), human(c.max_age),
+            rows.append((c.name, f"{r.jobs:,}", _wait(r.wait_mean_s), _wait(r.wait_p50_s), _wait(r.wait_p99_s),
+                         _wait(r.wait_max_s), human(r.max_oldest_age_s), human(c.max_age),
                          f"{r.realised_share:.1%}", f"{c.weight / total_weight:.0%}"))
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
         for row in rows:
@@ -93,11 +97,15 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
         worst, typical = (max(figures, key=lambda q: figures[q]) for figures in (run.quiet_max_age_s, run.quiet_p95_age_s))
         lines.append(f"  quiet tenants' oldest age: max {human(run.quiet_max_age_s[worst])} ({worst}), "
                      f"95% of scrapes under {human(run.quiet_p95_age_s[typical])} ({typical})")
-        fairness = ", ".join(f"{q} {v:.2f}" for q, v in run.fairness_index.items() if v is not None)
-        lines.append(f"  tenant fairness index (mean while 2+ tenants wait): {fairness or '-'}")
+        fairness = ", ".join(f"{c.name} {fairness_text(run, c.name)}" for c in config.classes)
+        lines.append(f"  tenant fairness index (1 = fair; while 2+ tenants wait): {fairness}")
+        lines.append(f"  verdict: {verdict(scenario, run).summary()}")
         if outcome.alerts is not None:
-            fired = "; ".join(f"{alert_label(a)} at {human(a.first_firing_s)}" for a in outcome.alerts)
-            lines.append(f"  alerts fired: {fired or 'none'}")
+            if outcome.alerts:
+                lines.append("  alerts fired (first firing):")
+                lines.extend(f"    {human(a.first_firing_s):>6}  {alert_label(a)}" for a in outcome.alerts)
+            else:
+                lines.append("  alerts fired: none")
             problems = outcome.violations(scenario)
             if problems:
                 lines.extend(f"  EXPECTATION FAILED: {p}" for p in problems)
@@ -125,6 +133,9 @@ def as_json(scenario: Scenario, outcomes: Sequence[Outcome]) -> dict[str, Any]:
             "quiet_tenant_max_age_s": run.quiet_max_age_s,
             "quiet_tenant_p95_age_s": run.quiet_p95_age_s,
             "fairness_index": run.fairness_index,
+            "fairness_unserved": run.fairness_unserved,
+            "verdict": verdict(scenario, run).word,
+            "class_status": {c.name: c.status for c in verdict(scenario, run).classes},
             "jobs_enqueued": run.jobs_enqueued,
             "jobs_started": run.jobs_started,
             "expectation_violations": outcome.violations(scenario),
@@ -199,5 +210,6 @@ def simulate_command(
         json_file.write_text(json.dumps(as_json(scenario, outcomes), indent=2) + "\n", encoding="utf-8")
     if report is not None:
         write_report(report, scenario, outcomes)
+        typer.echo(f"report written to {report.resolve()}")
     if any(o.violations(scenario) for o in outcomes):
         raise typer.Exit(EXIT_EXPECTATION)

@@ -1,9 +1,15 @@
-"""``fairctl simulate --report``: one self-contained HTML page with the comparison's plots.
+"""``fairctl simulate --report``: one self-contained HTML page to show in an incident review.
+
+First a verdict table across the policies (did the interactive classes meet their SLO, each class's
+worst oldest age against its SLO, the alerts fired, a one-word verdict and whether it matches the
+scenario's expectation), then per policy every figure the terminal prints and the plots: each
+class's oldest age against its SLO, the quiet tenants' oldest age against the noisy ones', the
+realised share against the weight, the tenant fairness index and the alert timeline. Ages are on
+one log scale shared by every policy (so the policies compare by eye), time is in minutes.
 
 The plots are drawn by matplotlib (a maintained plotting library, not hand-made SVG) and inlined
 as SVG, so the page needs no network, no JavaScript and no other file: it can be attached to an
-incident review as it is. Per policy: each class's oldest age against its SLO, the realised share
-against the weight, the quiet tenants' oldest age against the noisy ones', and the alert timeline.
+incident review as it is. :func:`verdict` is also what the terminal prints per policy.
 """
 
 from __future__ import annotations
@@ -12,14 +18,18 @@ import html
 import io
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("svg")  # no display, no GUI toolkit: the figures only become SVG text
-from matplotlib.figure import Figure  # noqa: E402  (after choosing the backend)
+from matplotlib.axes import Axes  # noqa: E402  (after choosing the backend)
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import PercentFormatter  # noqa: E402
 
 from fairness_core.ages import human  # noqa: E402
+from fairness_core.config import Config  # noqa: E402
 
 from .policies import Outcome, alert_label  # noqa: E402
 from .scenario import Scenario  # noqa: E402
@@ -27,15 +37,23 @@ from .simulator import PolicyRun  # noqa: E402
 
 COLOURS = ("#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 SHARE_SMOOTHING = 20  # scrapes averaged in the realised-share plot (5 minutes at 15 s)
+AGE_FLOOR_S = 0.1  # ages below this sit on the log scale's floor (an idle class's oldest age is 0)
+AGE_TICKS = ((0.1, "0.1s"), (1, "1s"), (10, "10s"), (60, "1m"), (600, "10m"), (3600, "1h"), (6 * 3600, "6h"),
+             (86400, "1d"), (7 * 86400, "7d"))
+INSET = 0.04  # margin around the 0..1 range of the share and fairness plots, so lines at 0 and 1 show
 PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }}
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }}
 h1 {{ font-size: 1.5em; }} h2 {{ border-top: 1px solid #ccc; padding-top: 1em; }}
 table {{ border-collapse: collapse; margin: 0.5em 0 1em; }}
-td, th {{ padding: 2px 10px; text-align: right; border-bottom: 1px solid #eee; }}
+td, th {{ padding: 3px 10px; text-align: right; border-bottom: 1px solid #e4e4e4; vertical-align: top; }}
+th {{ background: #f4f4f4; }}
 td:first-child, th:first-child {{ text-align: left; }}
-.bad {{ color: #b00; font-weight: bold; }} .ok {{ color: #070; }}
+table.verdicts td, table.verdicts th {{ text-align: left; }}
+.bad {{ color: #b00; font-weight: bold; }} .ok {{ color: #070; }} .note {{ color: #666; font-size: 0.9em; }}
+.word {{ font-weight: bold; white-space: nowrap; }} small {{ color: #666; }}
+ul.alerts {{ margin: 0.3em 0; }}
 figure {{ margin: 0 0 1em; }} svg {{ max-width: 100%; height: auto; }}
 </style></head><body>
 <h1>{title}</h1>
@@ -43,6 +61,82 @@ figure {{ margin: 0 0 1em; }} svg {{ max-width: 100%; height: auto; }}
 {body}
 </body></html>
 """
+
+
+# ------------------------------------------------------------------ the verdict
+
+
+@dataclass(frozen=True)
+class ClassVerdict:
+    name: str
+    slo_s: float
+    max_oldest_s: float
+    quiet_max_s: float
+    jobs: int
+    status: str  # met, noisy only, unfair, late, starved (see verdict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    word: str  # the worst class status, as one word: "met SLOs", "late", "unfair", "starved"
+    classes: tuple[ClassVerdict, ...]
+    interactive: tuple[str, ...]
+
+    @property
+    def interactive_met(self) -> bool:
+        return all(c.status in ("met", "noisy only") for c in self.classes if c.name in self.interactive)
+
+    def summary(self) -> str:
+        """One line for the terminal: the word and the classes behind it."""
+        behind = [f"{c.name} {c.status}" for c in self.classes if c.status not in ("met",)]
+        return self.word + (f" ({', '.join(behind)})" if behind else "")
+
+
+STATUS_RANK = {"met": 0, "noisy only": 0, "late": 1, "unfair": 2, "starved": 3}
+WORDS = {0: "met SLOs", 1: "late", 2: "unfair", 3: "starved"}
+STATUS_HELP = {
+    "met": "oldest job within the SLO",
+    "noisy only": "over the SLO, but only the noisy tenant's own backlog; the other tenants' oldest job within it",
+    "late": "over the SLO (no noisy tenant to blame)",
+    "unfair": "started jobs, but quiet tenants waited beyond the SLO behind a noisy one",
+    "starved": "over the SLO while served below its weight's share (or not at all)",
+}
+
+
+def interactive_classes(config: Config) -> tuple[str, ...]:
+    """The classes a human waits on: those a ``user_waiting: true`` rule classifies into (else the
+    first class, the one with the tightest promise by convention)."""
+    named = tuple(dict.fromkeys(r.queue for r in config.classification if r.user_waiting))
+    return named or (config.classes[0].name,)
+
+
+def verdict(scenario: Scenario, run: PolicyRun) -> Verdict:
+    """Per class, how the policy kept its SLO: ``met``; ``noisy only`` (the oldest job is over the
+    SLO but the quiet tenants' is not: the flooding tenant waits behind itself); ``unfair`` (quiet
+    tenants waited beyond the SLO behind a noisy tenant); ``late`` (over the SLO, no noisy tenant);
+    ``starved`` (over the SLO while served below its weight, or not at all). The policy's word is
+    its worst class's."""
+    out = []
+    for c in scenario.config.classes:
+        r = run.classes[c.name]
+        quiet = run.quiet_max_age_s[c.name]
+        noisy_seen = any(not math.isnan(v) for v in run.timeline.noisy_age[c.name])
+        if r.max_oldest_age_s <= c.max_age:
+            status = "met"
+        elif r.jobs == 0 or r.realised_share < c.weight / scenario.config.total_weight:
+            status = "starved"
+        elif quiet <= c.max_age:
+            status = "noisy only"
+        elif noisy_seen:
+            status = "unfair"
+        else:
+            status = "late"
+        out.append(ClassVerdict(c.name, c.max_age, r.max_oldest_age_s, quiet, r.jobs, status))
+    worst = max(STATUS_RANK[c.status] for c in out)
+    return Verdict(WORDS[worst], tuple(out), interactive_classes(scenario.config))
+
+
+# ------------------------------------------------------------------ plots
 
 
 def _svg(fig: Figure) -> str:
@@ -65,77 +159,186 @@ def _smoothed(values: Sequence[float], window: int) -> list[float]:
     return out
 
 
-def _per_class_figure(scenario: Scenario, run: PolicyRun) -> Figure:
+def _floored(ages: Sequence[float]) -> list[float]:
+    return [v if math.isnan(v) else max(v, AGE_FLOOR_S) for v in ages]
+
+
+def age_ceiling(scenario: Scenario, outcomes: Sequence[Outcome]) -> float:
+    """The top of every age plot: one scale across policies, above every age and every SLO."""
+    top = max([c.max_age for c in scenario.config.classes]
+              + [max(o.run.timeline.oldest_age[q], default=0.0) for o in outcomes for q in o.run.timeline.oldest_age])
+    return top * 2.0
+
+
+def _age_axis(ax: Axes, ceiling: float, duration_s: float) -> None:
+    ax.set_yscale("log")
+    ax.set_ylim(AGE_FLOOR_S * 0.7, ceiling)  # the floor a little above the frame, so it shows
+    ticks = [(v, label) for v, label in AGE_TICKS if v <= ceiling]
+    ax.set_yticks([v for v, _ in ticks], [label for _, label in ticks])
+    ax.minorticks_off()
+    ax.set_ylabel("age (log scale)")
+    _time_axis(ax, duration_s)
+
+
+def _time_axis(ax: Axes, duration_s: float) -> None:
+    ax.set_xlim(0, duration_s / 60.0)
+    ax.set_xlabel("simulated time (minutes)")
+    ax.grid(alpha=0.3)
+
+
+def _per_class_figure(scenario: Scenario, run: PolicyRun, ceiling: float) -> Figure:
     """Oldest age against the SLO (top row) and quiet against noisy tenants' age (bottom row)."""
     classes = scenario.config.classes
-    fig = Figure(figsize=(4 * len(classes), 6.4), layout="constrained")
+    fig = Figure(figsize=(4 * len(classes), 6.6), layout="constrained")
     axes = fig.subplots(2, len(classes), squeeze=False)
     minutes = _minutes(run.timeline.times_s)
     for col, c in enumerate(classes):
         colour = COLOURS[col % len(COLOURS)]
         top, bottom = axes[0][col], axes[1][col]
-        top.plot(minutes, run.timeline.oldest_age[c.name], color=colour, label="oldest age")
-        top.axhline(c.max_age, color="black", linestyle="--", linewidth=1, label=f"SLO {human(c.max_age)}")
-        top.set_title(f"{c.name}: oldest job's age (s)", fontsize=10)
-        bottom.plot(minutes, run.timeline.quiet_age[c.name], color=colour, label="quiet tenants")
-        bottom.plot(minutes, run.timeline.noisy_age[c.name], color="grey", linestyle=":", label="noisy tenants")
-        bottom.axhline(c.max_age, color="black", linestyle="--", linewidth=1, label="SLO")
-        bottom.set_title(f"{c.name}: oldest age by tenant group (s)", fontsize=10)
-        bottom.set_xlabel("simulated minutes")
+        top.plot(minutes, _floored(run.timeline.oldest_age[c.name]), color=colour, linewidth=1.6, label="oldest job")
+        top.set_title(f"{c.name}: oldest job's age", fontsize=10)
+        bottom.plot(minutes, _floored(run.timeline.quiet_age[c.name]), color=colour, linewidth=1.6, label="quiet tenants")
+        bottom.plot(minutes, _floored(run.timeline.noisy_age[c.name]), color="#555", linestyle=":", linewidth=1.6,
+                    label="noisy tenants")
+        bottom.set_title(f"{c.name}: oldest age by tenant group", fontsize=10)
         for ax in (top, bottom):
-            ax.set_ylim(bottom=0)
-            ax.grid(alpha=0.3)
+            ax.axhline(c.max_age, color="black", linestyle="--", linewidth=1.4, label=f"SLO {human(c.max_age)}", zorder=3)
+            _age_axis(ax, ceiling, scenario.duration)
             ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(f"{run.policy}: ages on one log scale for every policy (below {AGE_TICKS[0][1]}: on the floor)",
+                 fontsize=10)
     return fig
 
 
-def _share_figure(scenario: Scenario, run: PolicyRun) -> Figure:
-    fig = Figure(figsize=(12, 3.2), layout="constrained")
-    ax = fig.subplots()
+def _share_fairness_figure(scenario: Scenario, run: PolicyRun) -> Figure:
+    fig = Figure(figsize=(12, 3.4), layout="constrained")
+    share_ax, fair_ax = fig.subplots(1, 2)
     minutes = _minutes(run.timeline.times_s)
     total = scenario.config.total_weight
     for col, c in enumerate(scenario.config.classes):
         colour = COLOURS[col % len(COLOURS)]
-        ax.plot(minutes, _smoothed(run.timeline.share[c.name], SHARE_SMOOTHING), color=colour, label=f"{c.name} realised")
-        ax.axhline(c.weight / total, color=colour, linestyle="--", linewidth=1, label=f"{c.name} weight")
-    ax.set_ylim(0, 1)
-    ax.set_title(f"share of completions per class ({SHARE_SMOOTHING}-scrape mean) against the weights", fontsize=10)
-    ax.set_xlabel("simulated minutes")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=len(scenario.config.classes), loc="upper right")
+        share_ax.plot(minutes, _smoothed(run.timeline.share[c.name], SHARE_SMOOTHING), color=colour, linewidth=1.6,
+                      label=f"{c.name} realised")
+        share_ax.axhline(c.weight / total, color=colour, linestyle="--", linewidth=1.2, label=f"{c.name} weight")
+        fair_ax.plot(minutes, run.timeline.fairness[c.name], color=colour, linewidth=1.2, label=c.name)
+    share_ax.set_title(f"share of completions per class ({SHARE_SMOOTHING}-scrape mean) against the weight", fontsize=10)
+    share_ax.set_ylabel("share of completions")
+    fair_ax.set_title("tenant fairness index (gaps: the class served nothing)", fontsize=10)
+    fair_ax.set_ylabel("Jain's index (1 = fair)")
+    for ax in (share_ax, fair_ax):
+        ax.set_ylim(-INSET, 1 + INSET)
+        _time_axis(ax, scenario.duration)
+    share_ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    share_ax.legend(fontsize=7, ncol=2, loc="center right")
+    fair_ax.legend(fontsize=7, loc="center right")
     return fig
 
 
 def _alert_figure(outcome: Outcome, duration_s: float) -> Figure | None:
     if not outcome.alerts:
         return None
-    fig = Figure(figsize=(12, 0.8 + 0.35 * len(outcome.alerts)), layout="constrained")
+    fig = Figure(figsize=(12, 1.0 + 0.3 * len(outcome.alerts)), layout="constrained")
     ax = fig.subplots()
     for row, alert in enumerate(outcome.alerts):
         severity = alert.labels.get("severity", "")
         colour = "#d62728" if severity in ("page", "critical") else "#ff7f0e"
         ax.broken_barh([(start / 60, (end - start) / 60) for start, end in alert.periods], (row - 0.35, 0.7), color=colour)
     ax.set_yticks(range(len(outcome.alerts)), [alert_label(a) for a in outcome.alerts], fontsize=8)
-    ax.set_xlim(0, duration_s / 60)
-    ax.invert_yaxis()
-    ax.set_xlabel("simulated minutes")
-    ax.set_title("alerts firing (red: paging, orange: other)", fontsize=10)
-    ax.grid(axis="x", alpha=0.3)
+    ax.set_ylim(len(outcome.alerts) - 0.5, -0.5)
+    _time_axis(ax, duration_s)
+    ax.grid(axis="y", visible=False)
+    ax.set_title("alerts firing (red: paging/critical, orange: other)", fontsize=10)
     return fig
+
+
+# ------------------------------------------------------------------ tables
+
+
+def _cell(text: str, cls: str = "") -> str:
+    return f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>"
+
+
+def _expectation(scenario: Scenario, outcome: Outcome) -> tuple[str, str]:
+    problems = outcome.violations(scenario)
+    if problems is None:
+        why = "alerts not evaluated" if outcome.alerts is None else "the scenario expects nothing of this policy"
+        return f"n/a <small>({why})</small>", ""
+    if problems:
+        return "NO: " + "; ".join(html.escape(p) for p in problems), "bad"
+    return "yes", "ok"
+
+
+def _verdict_table(scenario: Scenario, outcomes: Sequence[Outcome]) -> str:
+    classes = scenario.config.classes
+    interactive = interactive_classes(scenario.config)
+    head = ["policy", "verdict", f"interactive SLO met<br><small>{html.escape(', '.join(interactive))}</small>"]
+    head += [f"{html.escape(c.name)}<br><small>worst oldest age / SLO</small>" for c in classes]
+    head += ["alerts fired", "as the scenario expects?"]
+    rows = []
+    for outcome in outcomes:
+        v = verdict(scenario, outcome.run)
+        cells = [_cell(f"<b>{html.escape(outcome.run.policy)}</b>"),
+                 _cell(html.escape(v.word), "word " + ("ok" if v.word == "met SLOs" else "bad")),
+                 _cell("yes" if v.interactive_met else "no", "ok" if v.interactive_met else "bad")]
+        for c in v.classes:
+            text = f"{human(c.max_oldest_s)} / {human(c.slo_s)}<br><small>{html.escape(c.status)}"
+            if c.status == "noisy only":
+                text += f"; quiet tenants {human(c.quiet_max_s)}"
+            cells.append(_cell(text + "</small>", "ok" if c.status in ("met", "noisy only") else "bad"))
+        if outcome.alerts is None:
+            cells.append(_cell("not evaluated"))
+        else:
+            paging = [a for a in outcome.alerts if a.labels.get("severity") in ("page", "critical")]
+            first = min((a.first_firing_s for a in paging), default=None)
+            text = f"{len(outcome.alerts)}" + (f", {len(paging)} paging (first at {human(first)})" if paging else
+                                                ", none paging")
+            cells.append(_cell(text if outcome.alerts else "none"))
+        cells.append(_cell(*_expectation(scenario, outcome)))
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    legend = "; ".join(f"<b>{html.escape(k)}</b>: {html.escape(v)}" for k, v in STATUS_HELP.items())
+    return (f'<h2>Verdict</h2><table class="verdicts"><tr>{"".join(f"<th>{h}</th>" for h in head)}</tr>'
+            f'{"".join(rows)}</table><p class="note">Class status: {legend}. The verdict is the worst class\'s '
+            f"status; interactive classes are those a <code>user_waiting: true</code> rule classifies into.</p>")
 
 
 def _summary_table(scenario: Scenario, outcome: Outcome) -> str:
     total = scenario.config.total_weight
-    head = "".join(f"<th>{h}</th>" for h in ("class", "jobs", "wait mean", "p50", "p99", "max", "max oldest age", "SLO",
-                                              "realised share", "weight"))
+    run = outcome.run
+    head = "".join(f"<th>{h}</th>" for h in (
+        "class", "jobs started", "wait mean", "p50", "p99", "max", "max oldest age", "SLO", "quiet tenants' oldest: max",
+        "p95 of scrapes", "fairness index", "realised share", "weight"))
     rows = []
     for c in scenario.config.classes:
-        r = outcome.run.classes[c.name]
-        cells = (c.name, f"{r.jobs:,}", human(r.wait_mean_s), human(r.wait_p50_s), human(r.wait_p99_s), human(r.wait_max_s),
-                 human(r.max_oldest_age_s), human(c.max_age), f"{r.realised_share:.1%}", f"{c.weight / total:.0%}")
-        bad = ' class="bad"' if r.max_oldest_age_s > c.max_age else ""
-        rows.append("<tr>" + "".join(f"<td{bad if i == 6 else ''}>{html.escape(v)}</td>" for i, v in enumerate(cells)) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+        r = run.classes[c.name]
+        waits = [human(w) if w is not None else "-" for w in (r.wait_mean_s, r.wait_p50_s, r.wait_p99_s, r.wait_max_s)]
+        cells = [_cell(html.escape(c.name)), _cell(f"{r.jobs:,}")]
+        cells += [_cell(w) for w in waits]
+        cells.append(_cell(human(r.max_oldest_age_s), "bad" if r.max_oldest_age_s > c.max_age else ""))
+        cells.append(_cell(human(c.max_age)))
+        quiet = run.quiet_max_age_s[c.name]
+        cells.append(_cell(human(quiet), "bad" if quiet > c.max_age else ""))
+        cells.append(_cell(human(run.quiet_p95_age_s[c.name])))
+        cells.append(_cell(html.escape(fairness_text(run, c.name))))
+        cells += [_cell(f"{r.realised_share:.1%}"), _cell(f"{c.weight / total:.0%}")]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    note = ("jobs started: first leases; waits: enqueue to start, of the jobs that started (- when none did); "
+            "fairness index: Jain's index of the backlogged tenants' service, mean while 2+ tenants waited and the "
+            "class served something (1 = fair, 1/n = one tenant takes all; none served: tenants waited and the class "
+            "served nothing; -: never two tenants waiting at once).")
+    return (f"<p>{run.jobs_started:,} jobs started of {run.jobs_enqueued:,} enqueued.</p>"
+            f'<table><tr>{head}</tr>{"".join(rows)}</table><p class="note">{html.escape(note)}</p>')
+
+
+def fairness_text(run: PolicyRun, name: str) -> str:
+    """The fairness index as the terminal and the report print it: the value, ``none served`` when
+    tenants waited and the class served nothing (starvation, not fairness), ``-`` when never two
+    tenants waited at once."""
+    index, unserved = run.fairness_index[name], run.fairness_unserved[name]
+    if unserved is None:
+        return "-"
+    if index is None:
+        return "none served"
+    return f"{index:.2f}" + (f" (none served {unserved:.0%} of the time)" if unserved >= 0.005 else "")
 
 
 def _alerts_html(scenario: Scenario, outcome: Outcome) -> str:
@@ -143,27 +346,31 @@ def _alerts_html(scenario: Scenario, outcome: Outcome) -> str:
         return "<p>Alerts were not evaluated (promtool or the rules were missing).</p>"
     fired = "".join(f"<li>{html.escape(alert_label(a))}: first firing at {human(a.first_firing_s)}</li>"
                     for a in outcome.alerts)
-    parts = [f"<ul>{fired}</ul>" if fired else "<p>No alert fired.</p>"]
+    parts = [f'<p>Alerts fired:</p><ul class="alerts">{fired}</ul>' if fired else "<p>No alert fired.</p>"]
     problems = outcome.violations(scenario)
     if problems:
         parts.append("".join(f'<p class="bad">Expectation failed: {html.escape(p)}</p>' for p in problems))
     elif problems is not None:
-        parts.append('<p class="ok">Every alert fired or stayed silent as the scenario expects.</p>')
+        parts.append(f'<p class="ok">Every alert fired or stayed silent as the scenario expects of '
+                     f"{html.escape(outcome.run.policy)}.</p>")
     return "".join(parts)
 
 
 def write_report(path: Path, scenario: Scenario, outcomes: Sequence[Outcome]) -> None:
     """Write the page for ``outcomes`` of ``scenario`` to ``path``."""
-    sections = []
+    ceiling = age_ceiling(scenario, outcomes)
+    sections = [_verdict_table(scenario, outcomes)]
     for outcome in outcomes:
         run = outcome.run
-        figures = [_per_class_figure(scenario, run), _share_figure(scenario, run)]
+        v = verdict(scenario, run)
+        figures = [_per_class_figure(scenario, run, ceiling), _share_fairness_figure(scenario, run)]
         timeline = _alert_figure(outcome, scenario.duration)
         if timeline is not None:
             figures.append(timeline)
         plots = "".join(f"<figure>{_svg(fig)}</figure>" for fig in figures)
-        sections.append(f"<h2>policy {html.escape(run.policy)}</h2>{_summary_table(scenario, outcome)}"
-                        f"{_alerts_html(scenario, outcome)}{plots}")
+        sections.append(f'<h2 id="{html.escape(run.policy)}">policy {html.escape(run.policy)}: '
+                        f'<span class="{"ok" if v.word == "met SLOs" else "bad"}">{html.escape(v.word)}</span></h2>'
+                        f"{_summary_table(scenario, outcome)}{_alerts_html(scenario, outcome)}{plots}")
     page = PAGE.format(
         title=html.escape(f"fairctl simulate: {scenario.name} ({human(scenario.duration)}, seed {scenario.seed})"),
         description=html.escape(scenario.description), body="".join(sections))

@@ -54,10 +54,12 @@ class ClassResult:
     """One class under one policy: the JSON report's per-class figures."""
 
     jobs: int  # jobs that started (first lease) in the class
-    wait_mean_s: float
-    wait_p50_s: float
-    wait_p99_s: float
-    wait_max_s: float
+    # Enqueue-to-start waits of the jobs that started; None when none started (no wait to report:
+    # what the class's jobs went through is then in max_oldest_age_s).
+    wait_mean_s: float | None
+    wait_p50_s: float | None
+    wait_p99_s: float | None
+    wait_max_s: float | None
     max_oldest_age_s: float  # the oldest-age gauge's maximum over the scrapes
     realised_share: float  # the class's share of all completions
 
@@ -71,7 +73,7 @@ class Timeline:
     quiet_age: dict[str, list[float]] = field(default_factory=dict)
     noisy_age: dict[str, list[float]] = field(default_factory=dict)  # NaN: no noisy tenant among the oldest
     share: dict[str, list[float]] = field(default_factory=dict)  # NaN: nothing completed since the last scrape
-    fairness: dict[str, list[float]] = field(default_factory=dict)
+    fairness: dict[str, list[float]] = field(default_factory=dict)  # NaN: the class served nothing in the window
     active_tenants: dict[str, list[int]] = field(default_factory=dict)
 
 
@@ -82,7 +84,14 @@ class PolicyRun:
     quiet_max_age_s: dict[str, float]  # non-noisy tenants' oldest age, maximum over the scrapes
     quiet_p95_age_s: dict[str, float]  # ... and its 95th percentile (a scrape that catches the noisy
     # tenant with fewer than exporter.noisy_min_inflight jobs in flight counts it as quiet)
-    fairness_index: dict[str, float | None]  # mean over scrapes with 2+ backlogged tenants (None: never)
+    # Jain's index of the backlogged tenants' weight-normalised service, mean over the scrapes where
+    # 2+ tenants were backlogged AND the class served something in the exporter's window (None: no
+    # such scrape). A scrape where tenants waited and nobody was served is starvation, not fairness
+    # (the gauge reads 1 there): those are counted in fairness_unserved instead.
+    fairness_index: dict[str, float | None]
+    # Share of the scrapes with 2+ backlogged tenants in which the class served nothing (None: never
+    # 2+ backlogged tenants).
+    fairness_unserved: dict[str, float | None]
     timeline: Timeline
     jobs_started: int
     jobs_enqueued: int
@@ -207,7 +216,7 @@ class Simulation:
             tl.quiet_age[name].append(view.quiet_oldest_age)
             tl.noisy_age[name].append(max(noisy) if noisy else math.nan)
             tl.share[name].append((self._completed[name] - self._completed_at_scrape[name]) / done if done else math.nan)
-            tl.fairness[name].append(view.fairness_index)
+            tl.fairness[name].append(view.fairness_index if view.processed_window > 0 else math.nan)
             tl.active_tenants[name].append(view.active_tenants)
         self._completed_at_scrape = Counter(self._completed)
         if self.observe is not None:
@@ -280,23 +289,26 @@ class Simulation:
             waits = sorted(self._waits[name])
             classes[name] = ClassResult(
                 jobs=len(waits),
-                wait_mean_s=sum(waits) / len(waits) / 1000.0 if waits else 0.0,
-                wait_p50_s=_percentile(waits, 0.50) / 1000.0 if waits else 0.0,
-                wait_p99_s=_percentile(waits, 0.99) / 1000.0 if waits else 0.0,
-                wait_max_s=waits[-1] / 1000.0 if waits else 0.0,
+                wait_mean_s=sum(waits) / len(waits) / 1000.0 if waits else None,
+                wait_p50_s=_percentile(waits, 0.50) / 1000.0 if waits else None,
+                wait_p99_s=_percentile(waits, 0.99) / 1000.0 if waits else None,
+                wait_max_s=waits[-1] / 1000.0 if waits else None,
                 max_oldest_age_s=max(tl.oldest_age[name], default=0.0),
                 realised_share=self._completed[name] / total if total else 0.0,
             )
         fairness: dict[str, float | None] = {}
+        unserved: dict[str, float | None] = {}
         for name in self.names:
             backlogged = [f for f, n in zip(tl.fairness[name], tl.active_tenants[name]) if n >= 2]
-            fairness[name] = sum(backlogged) / len(backlogged) if backlogged else None
+            served = [f for f in backlogged if not math.isnan(f)]
+            fairness[name] = sum(served) / len(served) if served else None
+            unserved[name] = 1 - len(served) / len(backlogged) if backlogged else None
         return PolicyRun(
             policy=self.policy, classes=classes,
             quiet_max_age_s={name: max(tl.quiet_age[name], default=0.0) for name in self.names},
             quiet_p95_age_s={name: _percentile(sorted(tl.quiet_age[name]), 0.95) if tl.quiet_age[name] else 0.0
                              for name in self.names},
-            fairness_index=fairness, timeline=tl,
+            fairness_index=fairness, fairness_unserved=unserved, timeline=tl,
             jobs_started=sum(len(w) for w in self._waits.values()), jobs_enqueued=self.model.seq, wall_s=wall_s,
         )
 

@@ -69,10 +69,17 @@ def test_table_json_and_alerts_from_promtool(tmp_path: Path, rules: Path) -> Non
     result = invoke(write_scenario(tmp_path), "--rules", rules, "--json", out, "--processes", "1")
     assert result.exit_code == 0, result.output
     assert "policy fifo" in result.stdout and "policy weighted-fair" in result.stdout
-    assert re.search(r'alerts fired: QueueStarving\{queue="jobs:high"\} \(page\) at \dm\d+s', result.stdout)
+    assert re.search(r'alerts fired \(first firing\):\n +\dm\d+s  QueueStarving\{queue="jobs:high"\} \(page\)\n',
+                     result.stdout), result.stdout
+    fifo_part = result.stdout.split("policy weighted-fair")[0]
+    # A class that started no job has no waits to show; fifo starves the interactive class.
+    assert re.search(r"jobs:medium +0 +- +- +- +- ", fifo_part), fifo_part
+    assert "verdict: starved (jobs:high starved" in fifo_part
     assert result.stdout.count("as expected by the scenario") == 2
     doc = json.loads(out.read_text())
     assert set(doc) >= {"scenario", "policies"} and doc["scenario"] == "mini-storm"
+    assert doc["policies"]["fifo"]["classes"]["jobs:medium"]["wait_mean_s"] is None  # none started
+    assert doc["policies"]["fifo"]["verdict"] == "starved" and doc["policies"]["weighted-fair"]["verdict"] == "met SLOs"
     assert set(doc["policies"]) == {"fifo", "weighted-fair"}
     for policy in doc["policies"].values():
         assert set(policy["classes"]) == {"jobs:high", "jobs:medium", "jobs:low"}
@@ -184,8 +191,23 @@ def test_report_renders_in_headless_chromium(tmp_path: Path, rules: Path) -> Non
     page = tmp_path / "report.html"
     result = invoke(write_scenario(tmp_path, duration="6m"), "--rules", rules, "--report", page, "--processes", "1")
     assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip().splitlines()[-1] == f"report written to {page.resolve()}"
     text = page.read_text()
     assert text.count("<svg") >= 5 and "QueueStarving" in text
+    # The verdict table comes first: per policy a one-word verdict, the interactive SLO, each class's
+    # worst oldest age against its SLO, the alerts and the scenario's expectation.
+    verdicts = text[text.index('<table class="verdicts">'):]
+    verdicts = verdicts[:verdicts.index("</table>")]
+    assert text.index('<table class="verdicts">') < text.index("<svg")
+    rows = re.findall(r"<tr>(.*?)</tr>", verdicts)
+    assert "verdict" in rows[0] and "interactive SLO met" in rows[0] and "as the scenario expects?" in rows[0]
+    fifo, fair = rows[1], rows[2]
+    assert "<b>fifo</b>" in fifo and ">starved<" in fifo and ">no<" in fifo
+    assert "<b>weighted-fair</b>" in fair and ">met SLOs<" in fair and ">yes<" in fair
+    # Every figure the terminal prints is on the page too; axes carry units.
+    for label in ("quiet tenants' oldest: max", "fairness index", "jobs started", "wait mean",
+                  "simulated time (minutes)", "age (log scale)", "SLO 1m0s"):
+        assert label in text, label
     assert not re.search(r'(src|href)\s*=\s*"(https?:|//)', text) and "<script" not in text
     shot = tmp_path / "report.png"
     proc = subprocess.run(
@@ -198,6 +220,11 @@ def test_report_renders_in_headless_chromium(tmp_path: Path, rules: Path) -> Non
     colours = image.getcolors(maxcolors=1 << 20) or []
     not_white = sum(n for n, rgb in colours if rgb != (255, 255, 255))
     assert len(colours) > 50 and not_white > 0.05 * image.width * image.height
+    # The verdict table is drawn at the top: the first 600 px hold its red "starved" and green "met".
+    top = image.crop((0, 0, image.width, 600))
+    top_colours = {rgb for _, rgb in top.getcolors(maxcolors=1 << 20) or []}
+    assert any(r > 150 and g < 60 and b < 60 for r, g, b in top_colours), "no red verdict at the top"
+    assert any(g > 90 and r < 60 and b < 60 for r, g, b in top_colours), "no green verdict at the top"
 
 
 @pytest.mark.parametrize("scenario", [name for name in shipped_scenarios() if name != "marketing-storm"])

@@ -271,3 +271,20 @@ def test_a_crashed_slot_abandons_its_job_to_the_reaper() -> None:
     assert simulation.model.stats["redelivered\tjobs:low"] == 1
     assert simulation.model.stats["processed\tjobs:low"] == 2
     assert simulation.model.stats["inflight\tjobs:low"] == 0
+
+
+def test_a_class_that_served_nothing_has_no_waits_and_no_fairness_index() -> None:
+    """Under fifo, password resets from 30 shops queue behind 20,000 older newsletters and none
+    starts in 5 minutes: no wait to report (None, shown as -), and no fairness index (the gauge
+    reads 1 when nobody is served; the tenants waited and got nothing, which is starvation, not
+    fairness); weighted-fair serves them and measures their index."""
+    streams = [MINI_STORM[0] | {"arrivals": {"burst": {"at": 0, "count": 20_000}}}, MINI_STORM[1]]
+    scenario = scenario_of(streams, "5m", workers=[{"count": 8}])
+    fifo, fair = simulate(scenario, "fifo"), simulate(scenario, "weighted-fair")
+    high = fifo.classes["jobs:high"]
+    assert high.jobs == 0 and high.max_oldest_age_s > 60
+    assert (high.wait_mean_s, high.wait_p50_s, high.wait_p99_s, high.wait_max_s) == (None, None, None, None)
+    assert max(fifo.timeline.active_tenants["jobs:high"]) >= 2
+    assert fifo.fairness_index["jobs:high"] is None and fifo.fairness_unserved["jobs:high"] == 1.0
+    assert fair.classes["jobs:high"].jobs > 0 and fair.classes["jobs:high"].wait_mean_s is not None
+    assert fifo.fairness_index["jobs:low"] is None and fifo.fairness_unserved["jobs:low"] is None  # one tenant only
