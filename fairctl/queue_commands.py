@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from fairness_core import Enqueued
+from fairness_core import Config, Enqueued
 
 from .common import (
     DEFAULT_CONFIG,
@@ -70,6 +70,24 @@ def enqueue(
         typer.echo(f"enqueued {count} jobs: ids {ids[0]} .. {ids[-1]}")
     for (queue, reason), n in Counter((e.queue, e.reason) for e in done).items():
         typer.echo(f"class {queue}: {reason}" + (f" ({n} jobs)" if n != count else ""))
+    if done and only_catch_all(scheduler.config, task, tier, user_waiting):
+        rule = scheduler.config.classification[-1]
+        typer.echo(f"fairctl: warning: TASK: no classification rule names {task!r}, so only the catch-all "
+                   f"rule matched (class {rule.queue}: {rule.reason}). A typo? Workers dead-letter a task "
+                   "they have no handler for (fairctl dead list); name the task in a rule to silence this.",
+                   err=True)
+
+
+def only_catch_all(config: Config, task: str, tier: str | None, user_waiting: bool) -> bool:
+    """True when no rule names ``task`` and the job fell through to the last, unconditional rule:
+    a mistyped task name lands there silently, so enqueue warns (it still queues the job: the
+    catch-all exists so that every job gets a class)."""
+    rules = config.classification
+    if any(rule.tasks and task in rule.tasks for rule in rules):
+        return False
+    tier = tier or config.tenants.default_tier
+    first = next(rule for rule in rules if rule.matches(task, tier, user_waiting))
+    return first is rules[-1]
 
 
 def _set_paused(queue: str, config: Path, redis_url: str | None, paused: bool) -> None:
@@ -108,7 +126,7 @@ def status(
 ) -> None:
     """Show each class's backlog and the share of work it really gets.
 
-    Per class: depth, oldest job's age, in-flight, delayed retries, paused, configured weight and
+    Per class: depth, oldest job's age, in-flight, delayed retries, dead letters, paused, configured weight and
     realised share (the class's part of the jobs processed during --interval), then the most
     backlogged tenants of each class."""
     cfg = load(config, redis_url)
@@ -117,7 +135,8 @@ def status(
         before = scheduler.snapshot() if interval else None
         time.sleep(interval)
         after = scheduler.snapshot()
-    rows = class_statuses(scheduler.config, before, after, top)
+        dead = scheduler.dead_letter_counts()
+    rows = class_statuses(scheduler.config, before, after, top, dead)
     if as_json_output:
         typer.echo(json.dumps(as_json(rows, interval), indent=2))
     else:

@@ -1,5 +1,5 @@
 """The status table: per class, what is waiting, for how long, and the share each class actually
-got against its configured weight. Shared by ``fairctl status`` and ``fairctl demo``.
+got against its configured weight, and the jobs given up on (dead letters). Shared by ``fairctl status`` and ``fairctl demo``.
 
 The realised share needs two snapshots: it is each class's processed delta over the interval,
 because a lifetime total would hide a storm that started a minute ago.
@@ -8,12 +8,12 @@ because a lifetime total would hide a storm that started a minute ago.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from fairness_core import Config, Snapshot
 from fairness_core.ages import format_age
 
-HEADERS = ("class", "depth", "oldest", "in-flight", "delayed", "paused", "weight", "share")
+HEADERS = ("class", "depth", "oldest", "in-flight", "delayed", "dead", "paused", "weight", "share")
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,13 @@ class ClassStatus:
     processed: int  # over the interval
     share_pct: float | None  # None when nothing was processed in the interval
     top_tenants: list[tuple[str, int]]
+    dead_letters: int | None = None  # of the class, in the dead-letter list (None: not read)
 
 
-def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top: int) -> list[ClassStatus]:
-    """One row per configured class; ``before=None`` means no interval (share unknown)."""
+def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top: int,
+                   dead: Mapping[str, int] | None = None) -> list[ClassStatus]:
+    """One row per configured class; ``before=None`` means no interval (share unknown); ``dead``
+    the dead letters of each class (Scheduler.dead_letter_counts)."""
     def done(snapshot: Snapshot, name: str) -> int:
         return snapshot.classes[name].counters["processed"]
 
@@ -51,6 +54,7 @@ def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top
             processed=processed[c.name],
             share_pct=100.0 * processed[c.name] / total if total else None,
             top_tenants=list(view.top_backlog[:top]),
+            dead_letters=None if dead is None else dead.get(c.name, 0),
         ))
     return rows
 
@@ -59,7 +63,7 @@ def render(rows: list[ClassStatus], interval: float | None) -> str:
     """A plain-text table (no colours: it goes into logs and tickets as often as terminals)."""
     cells = [HEADERS] + [
         (r.name, str(r.depth), format_age(r.oldest_age_s), str(r.inflight), str(r.delayed),
-         "yes" if r.paused else "no", f"{r.weight_pct:.0f}%", "-" if r.share_pct is None else f"{r.share_pct:.1f}%")
+         "-" if r.dead_letters is None else str(r.dead_letters), "yes" if r.paused else "no", f"{r.weight_pct:.0f}%", "-" if r.share_pct is None else f"{r.share_pct:.1f}%")
         for r in rows
     ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(HEADERS))]
@@ -68,6 +72,10 @@ def render(rows: list[ClassStatus], interval: float | None) -> str:
     if interval:
         lines.append(f"share = processed per class over the last {interval:g}s "
                      f"({sum(r.processed for r in rows)} jobs)")
+    dead = sum(r.dead_letters or 0 for r in rows)
+    if dead:
+        lines.append(f"dead letters: {dead} (failed for good, or no handler for their task): "
+                     "fairctl dead list, then fairctl dead requeue or drop")
     tenants = [f"  {r.name}: " + ", ".join(f"{t} ({n})" for t, n in r.top_tenants) for r in rows if r.top_tenants]
     if tenants:
         lines.append("most backlogged tenants:")
@@ -76,4 +84,5 @@ def render(rows: list[ClassStatus], interval: float | None) -> str:
 
 
 def as_json(rows: list[ClassStatus], interval: float | None) -> dict[str, Any]:
-    return {"interval_s": interval, "classes": [asdict(r) for r in rows]}
+    return {"interval_s": interval, "dead_letters": sum(r.dead_letters or 0 for r in rows),
+            "classes": [asdict(r) for r in rows]}

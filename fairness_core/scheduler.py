@@ -207,6 +207,11 @@ class Scheduler:
                 return None
             start += DEAD_PAGE
 
+    def dead_letter_count(self) -> int:
+        """Jobs in the dead-letter list."""
+        with redis_errors(self.client):
+            return int(self.client.llen(self.keys.dead))
+
     def dead_letter_counts(self) -> dict[str, int]:
         """Jobs of each configured class in the dead-letter list."""
         names = self.settings.classes

@@ -1,0 +1,195 @@
+"""``fairctl dead list|show|requeue|drop``: the jobs given up on, and what to do with them.
+
+A job is dead-lettered after ``leases.max_attempts`` failed deliveries, or at once when no worker
+handler exists for its task. Requeue and drop are each one atomic script call per batch of jobs
+(:meth:`fairness_core.Scheduler.requeue_dead`), so a job is never both requeued and still dead.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any, Optional
+
+import typer
+
+from fairness_core import Scheduler
+from fairness_core.ages import format_age
+from fairness_core.jobs import DeadOutcome, InvalidJob, check_job_id
+from fairness_core.scheduler import DEAD_PAGE
+
+from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, fail, load, connect
+
+app = typer.Typer(help="List, inspect, requeue and drop dead-lettered jobs.", no_args_is_help=True)
+
+IdsArgument = Annotated[Optional[list[str]], typer.Argument(
+    metavar="ID...", show_default=False, help="Job ids, as `fairctl dead list` shows them.")]
+AllOption = Annotated[bool, typer.Option("--all", help="Every dead letter (of --queue, if given) instead of IDs.")]
+QueueOption = Annotated[Optional[str], typer.Option(
+    "--queue", metavar="QUEUE", show_default=False, help="Only dead letters of this class, e.g. jobs:low.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+ERROR_WIDTH = 60
+
+
+def _scheduler(config: Any, redis_url: str | None, queue: str | None) -> Scheduler:
+    cfg = load(config, redis_url)
+    if queue is not None:
+        check_classes(cfg, [queue], "--queue")
+    return connect(cfg)
+
+
+def _ids(ids: list[str] | None, every: bool) -> list[str]:
+    """The job ids given, checked, or an empty list for --all; exactly one of the two."""
+    if ids and every:
+        fail("--all", "give job ids or --all, not both")
+    if not ids and not every:
+        fail("ID", "give at least one job id, or --all")
+    out = []
+    for raw in ids or ():
+        try:
+            out.append(check_job_id(raw))
+        except InvalidJob as exc:
+            fail("ID", str(exc).removeprefix(f"{exc.field}: "))
+    return out
+
+
+def _record(item: dict[str, Any], now: float) -> dict[str, Any]:
+    lease = item["lease"]
+    return {"id": lease.job_id, "class": lease.queue, "tenant": lease.tenant, "task": lease.task,
+            "reason": lease.reason, "attempts": lease.attempts, "enqueued_at": lease.enqueued_at,
+            "dead_at": item["dead_at"], "dead_for_s": max(0.0, now - item["dead_at"]), "error": item["error"],
+            "payload": lease.payload}
+
+
+@app.command("list")
+def list_(
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="Show at most this many, oldest first.")] = 20,
+    queue: QueueOption = None,
+    as_json: JsonOption = False,
+    config: ConfigOption = DEFAULT_CONFIG,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """List dead letters, oldest first: id, class, tenant, task, attempts, how long ago, error."""
+    scheduler = _scheduler(config, redis_url, queue)
+    rows: list[dict[str, Any]] = []
+    with clear_errors():
+        total = scheduler.dead_letter_count()
+        start = 0
+        while len(rows) < limit and start < total:
+            page = scheduler.dead_letters(start, start + DEAD_PAGE - 1)
+            if not page:
+                break
+            now = time.time()
+            rows += [_record(i, now) for i in page if queue is None or i["lease"].queue == queue]
+            start += DEAD_PAGE
+    rows = rows[:limit]
+    if as_json:
+        typer.echo(json.dumps({"total": total, "dead_letters": rows}, indent=2, ensure_ascii=False))
+        return
+    if not rows:
+        typer.echo(f"no dead letters{f' in {queue}' if queue else ''} ({total} in all)")
+        return
+    head = ("id", "class", "tenant", "task", "attempts", "dead for", "error")
+    cells = [head] + [(r["id"], r["class"], r["tenant"], r["task"], str(r["attempts"]), format_age(r["dead_for_s"]),
+                       _short(r["error"])) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    for c in cells:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)).rstrip())
+    typer.echo(f"{len(rows)} shown of {total} dead letters; fairctl dead show ID for one, "
+               "fairctl dead requeue ID... or drop ID... to act")
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= ERROR_WIDTH else text[: ERROR_WIDTH - 3] + "..."
+
+
+@app.command()
+def show(
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="Job id, as `fairctl dead list` shows it.")],
+    as_json: JsonOption = False,
+    config: ConfigOption = DEFAULT_CONFIG,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Everything stored with one dead letter: class, tenant, task, reason, attempts, error, payload."""
+    wanted = _ids([job_id], False)[0]
+    scheduler = _scheduler(config, redis_url, None)
+    with clear_errors():
+        item = scheduler.dead_letter(wanted)
+    if item is None:
+        fail("ID", f"no dead letter with id {wanted}", code=1)
+    record = _record(item, time.time())
+    if as_json:
+        typer.echo(json.dumps(record, indent=2, ensure_ascii=False))
+        return
+    for key in ("id", "class", "tenant", "task", "reason", "attempts", "error"):
+        typer.echo(f"{key + ':':<10} {record[key]}")
+    typer.echo(f"{'dead:':<10} {format_age(record['dead_for_s'])} ago")
+    typer.echo(f"{'payload:':<10} {json.dumps(record['payload'], ensure_ascii=False)}")
+
+
+def _act(action: str, ids: list[str] | None, every: bool, queue: str | None, config: Any,
+         redis_url: str | None) -> None:
+    wanted = _ids(ids, every)
+    scheduler = _scheduler(config, redis_url, queue)
+    method = scheduler.requeue_dead if action == "requeue" else scheduler.drop_dead
+    done: list[str] = []
+    skipped: list[str] = []
+    with clear_errors():
+        if wanted:
+            for i in range(0, len(wanted), DEAD_PAGE):
+                outcome = method(wanted[i:i + DEAD_PAGE], queue=queue)
+                done += outcome.done
+                skipped += outcome.skipped
+        else:
+            # At most the dead letters there are now: jobs that die again meanwhile (a handler
+            # still missing) are not taken round and round.
+            left = scheduler.dead_letter_count()
+            while left > 0:
+                outcome: DeadOutcome = method(None, queue=queue, limit=min(left, DEAD_PAGE))
+                done += outcome.done
+                skipped += outcome.skipped
+                left -= len(outcome.done) + len(outcome.skipped)
+                if not outcome.done:
+                    break
+    verb = "requeued" if action == "requeue" else "dropped"
+    typer.echo(f"{verb} {len(done)} dead letter{'' if len(done) == 1 else 's'}"
+               + (f": {' '.join(done)}" if 0 < len(done) <= 20 else ""))
+    if skipped:
+        typer.echo(f"fairctl: warning: left {len(skipped)} in the list whose class is no longer configured: "
+                   f"{' '.join(skipped[:20])}", err=True)
+    missing = [i for i in dict.fromkeys(wanted) if i not in set(done) | set(skipped)]
+    if missing:
+        where = f" in {queue}" if queue else ""
+        fail("ID", f"no dead letter{where} with id {', '.join(missing)}", code=1)
+
+
+@app.command()
+def requeue(
+    ids: IdsArgument = None,
+    every: AllOption = False,
+    queue: QueueOption = None,
+    config: ConfigOption = DEFAULT_CONFIG,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Put dead letters back in their class, to run again.
+
+    Each keeps its id, tenant, class, task, classification reason and payload; its attempts start
+    again from zero and it queues behind its tenant's other jobs. Fix the cause first (the error
+    `fairctl dead show ID` prints), or the job dies again."""
+    _act("requeue", ids, every, queue, config, redis_url)
+
+
+@app.command()
+def drop(
+    ids: IdsArgument = None,
+    every: AllOption = False,
+    queue: QueueOption = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm --all: the jobs are deleted for good.")] = False,
+    config: ConfigOption = DEFAULT_CONFIG,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Delete dead letters for good (the job and its payload)."""
+    if every and not yes:
+        fail("--yes", "drop --all deletes every dead letter" + (f" of {queue}" if queue else "")
+             + " for good; add --yes to confirm")
+    _act("drop", ids, every, queue, config, redis_url)
