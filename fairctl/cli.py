@@ -18,6 +18,7 @@ except ImportError:  # pragma: no cover - older typer on the external click
 from . import (
     bench_command,
     check_commands,
+    dead_commands,
     demo,
     drill_command,
     exporter_command,
@@ -75,6 +76,7 @@ for group in (queue_commands, worker_command, exporter_command, demo, simulate_c
               generate_command, check_commands):
     app.add_typer(group.app)
 app.add_typer(stack_command.app, name="stack")
+app.add_typer(dead_commands.app, name="dead")
 app.add_typer(bench_command.app)
 
 
