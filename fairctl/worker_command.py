@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+import sys
 from typing import Annotated, Optional
 
 import typer
@@ -16,10 +18,13 @@ app = typer.Typer()
 
 
 def load_handlers(spec: str) -> HandlerRegistry:
-    """``package.module:attribute`` naming a HandlerRegistry."""
+    """``package.module:attribute`` naming a HandlerRegistry, imported as ``python -m`` would: the
+    working directory comes first on the import path, so ``myapp/jobs.py`` next to you is found."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         fail("--handlers", f"expected module:attribute, e.g. fairctl.handlers:sleep_handlers, got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -33,7 +38,8 @@ def load_handlers(spec: str) -> HandlerRegistry:
 @app.command()
 def worker(
     handlers: Annotated[str, typer.Option(
-        help="module:attribute of the HandlerRegistry that runs each task.")] = "fairctl.handlers:sleep_handlers",
+        help="module:attribute of the HandlerRegistry that runs each task (myapp.jobs:handlers for "
+             "./myapp/jobs.py: the current directory comes first, as with python -m).")] = "fairctl.handlers:sleep_handlers",
     concurrency: Annotated[int, typer.Option(
         min=1, max=1000, help="Jobs worked at once (threads); counted as fleet slots for reserved_slots.")] = 4,
     classes: Annotated[Optional[str], typer.Option(
