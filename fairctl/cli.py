@@ -23,6 +23,7 @@ from . import (
     drill_command,
     exporter_command,
     generate_command,
+    interrupts,
     queue_commands,
     simulate_command,
     stack_command,
@@ -63,6 +64,11 @@ class OneLineErrors(TyperGroup):
             typer.echo("aborted", err=True)
             sys.exit(1)
         sys.exit(outcome if isinstance(outcome, int) else 0)
+
+    def invoke(self, ctx: Any) -> Any:
+        """Every command ends alike on Ctrl-C or SIGTERM: one line, exit 130 or 143 (interrupts.py)."""
+        with interrupts.handled():
+            return super().invoke(ctx)
 
 
 app = typer.Typer(

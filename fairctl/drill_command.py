@@ -6,18 +6,18 @@ import json
 import tempfile
 import threading
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from fairness_core.ages import human
 from fairness_core.config import ConfigError, parse_duration
 from fairness_sim.drill import External, PolicyDrill, as_json, run_policy_drill
-from fairness_sim.loadgen import LoadGenerator, Replay, volume_for
+from fairness_sim.loadgen import LoadGenerator, LoadStats, Replay, volume_for
 from fairness_sim.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 from fairness_sim.simulator import scenario_config
 from fairness_sim.timescale import SpeedTooHigh, compress
-from fairness_stack.supervisor import StackError
+from fairness_stack.supervisor import Stack, StackError
 
 from .common import (
     RedisUrlOption,
@@ -27,6 +27,8 @@ from .common import (
     fail,
     with_redis_url,
 )
+from .interrupts import stopped
+from .stack_command import shown
 
 app = typer.Typer()
 
@@ -36,16 +38,16 @@ DEFAULT_MAX_RATE = 150.0  # live jobs per second through the workers
 DEFAULT_MAX_BURST = 20_000  # live jobs enqueued at one instant
 EXIT_EXPECTATION = 1
 
-ScenarioArgument = Annotated[Optional[Path], typer.Argument(
+ScenarioArgument = Annotated[Path | None, typer.Argument(
     metavar="[SCENARIO]", show_default=False,
     help="Scenario YAML, or the name of a shipped scenario (marketing-storm, priority-creep, ...); "
              "default: marketing-storm, 2.3M newsletters ahead of password resets.")]
 SpeedOption = Annotated[float, typer.Option(
     min=1, help="Scenario seconds per real second (120: one scenario hour in 30 s). Every duration in the "
                 "config and the rules is divided by it.")]
-UntilOption = Annotated[Optional[str], typer.Option(
+UntilOption = Annotated[str | None, typer.Option(
     metavar="DURATION", show_default=False, help="Replay only the first DURATION of the scenario (default: all of it).")]
-VolumeOption = Annotated[Optional[float], typer.Option(
+VolumeOption = Annotated[float | None, typer.Option(
     min=1, show_default=False,
     help="Scenario jobs per live job, with service times stretched alike so ages and shares keep their shape; "
          f"default: the least that keeps the workers under {DEFAULT_MAX_RATE:g} jobs/s and bursts under "
@@ -94,22 +96,22 @@ def render(drills: list[PolicyDrill], scenario: Scenario) -> str:
 @app.command()
 def drill(
     scenario_file: ScenarioArgument = None,
-    policy: Annotated[Optional[list[str]], typer.Option(
+    policy: Annotated[list[str] | None, typer.Option(
         "--policy", "-p", metavar="P", show_default=False,
         help="Policy to drill; repeat for several. Default: fifo and weighted-fair.")] = None,
     speed: SpeedOption = DEFAULT_SPEED,
     until: UntilOption = None,
     volume: VolumeOption = None,
-    json_file: Annotated[Optional[Path], typer.Option(
+    json_file: Annotated[Path | None, typer.Option(
         "--json", metavar="FILE", show_default=False, help="Also write the timeline as JSON.")] = None,
-    directory: Annotated[Optional[Path], typer.Option(
+    directory: Annotated[Path | None, typer.Option(
         "--dir", metavar="DIR", show_default=False,
         help="Keep each policy's stack (config, rules, logs) under DIR/POLICY; default: a temporary directory.")] = None,
     redis_url: RedisUrlOption = None,
-    prometheus_url: Annotated[Optional[str], typer.Option(
+    prometheus_url: Annotated[str | None, typer.Option(
         metavar="URL", show_default=False,
         help="Drill a team's own stack: read the timeline from this Prometheus (needs --redis-url; see docs/drills.md).")] = None,
-    alertmanager_url: Annotated[Optional[str], typer.Option(
+    alertmanager_url: Annotated[str | None, typer.Option(
         metavar="URL", show_default=False, help="With --prometheus-url: the Alertmanager to read deliveries from.")] = None,
 ) -> None:
     """Replay a scenario live and check the alerts that fire, against the scenario's expect.
@@ -134,15 +136,22 @@ def drill(
     except SpeedTooHigh as exc:
         fail("--speed", str(exc))
     drills = []
+    stacks: list[Stack] = []
     with tempfile.TemporaryDirectory(prefix="fairctl-drill-") as tmp:
         root = directory or Path(tmp)
         for name in chosen:
             try:
                 with clear_errors():
                     drills.append(run_policy_drill(scenario, name, replay, root, external=external,
-                                                   say=lambda line: typer.echo(f"drill: {line}", err=True)))
+                                                   say=lambda line: typer.echo(f"drill: {line}", err=True),
+                                                   on_stack=stacks.append))
             except (StackError, FileNotFoundError) as exc:
                 fail("--dir", str(exc), code=1)
+            except KeyboardInterrupt as exc:  # run_policy_drill has stopped its stack
+                names = [shown(n) for stack in stacks[len(drills):] for n in stack.stopped]
+                stopped(exc, f"stopped the {name} drill's stack ({len(names)} process(es): "
+                             f"{', '.join(names) or 'none had started'})")
+                raise
     typer.echo(render(drills, scenario), nl=False)
     if json_file is not None:
         json_file.write_text(json.dumps(as_json(scenario, drills), indent=2) + "\n", encoding="utf-8")
@@ -154,12 +163,12 @@ def drill(
 def loadgen(
     scenario_file: ScenarioArgument = None,
     redis_url: RedisUrlOption = None,
-    policy: Annotated[Optional[str], typer.Option(
+    policy: Annotated[str | None, typer.Option(
         metavar="P", show_default=False, help="Scheduler policy in the jobs' config; default: the scenario config's.")] = None,
     speed: SpeedOption = 1.0,
     until: UntilOption = None,
     volume: VolumeOption = None,
-    config_file: Annotated[Optional[Path], typer.Option(
+    config_file: Annotated[Path | None, typer.Option(
         "--config", metavar="FILE", show_default=False,
         help="Run the scenario on this fairness.yaml (the one your workers read) instead of the config it names; "
              "its config_patch still applies.")] = None,
@@ -167,7 +176,7 @@ def loadgen(
     """Enqueue a scenario's arrivals into Redis in real time, for workers of your own to consume.
 
     Time is compressed by --speed, volume thinned by --volume (see fairctl drill). Jobs carry {"service_s": S} payloads (fairctl.handlers:sleep_handlers
-    sleeps that long). Queues under the scenario config's redis.prefix; stops at the end or on Ctrl-C."""
+    sleeps that long). Queues under the scenario config's redis.prefix; stops at the end, or on Ctrl-C or SIGTERM (exit 130 or 143)."""
     scenario = _scenario(scenario_file, config_file)
     if policy is not None:
         check_policies([policy])
@@ -180,9 +189,14 @@ def loadgen(
                f"{replay.volume:.3g}, into {config.redis.prefix}", err=True)
     try:
         stats = generator.run()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # what was enqueued so far, on stdout; the interruption's line on stderr
         stop.set()
-        stats = generator.stats
+        _loadgen_summary(generator.stats)
+        raise
+    _loadgen_summary(stats)
+
+
+def _loadgen_summary(stats: LoadStats) -> None:
     typer.echo(f"enqueued {sum(stats.enqueued.values()):,} jobs ({', '.join(f'{k}: {v:,}' for k, v in stats.enqueued.items())}); "
                f"rejected by budgets {sum(stats.rejected.values()):,}; at most {stats.max_lag_s:.2f}s behind; "
                f"{stats.retries} retries while Redis was away")

@@ -9,10 +9,12 @@ from typing import Annotated, TypeVar
 import typer
 
 from exporter.server import parse_listen
+from fairness_stack.configs import WORKERS
 from fairness_stack.supervisor import Stack, StackError, WorkerPool
 from fairness_stack.webhook import webhook_server
 
 from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
+from .interrupts import stopped
 
 app = typer.Typer(help="Run Redis, workers, two exporters, Prometheus, Alertmanager and a webhook "
                        "receiver natively, on loopback.", no_args_is_help=True)
@@ -21,6 +23,16 @@ DirOption = Annotated[Path, typer.Option(
     "--dir", metavar="DIR", help="Where the stack keeps its config, data, logs and stack.json.")]
 DEFAULT_DIR = Path(".fairctl-stack")
 T = TypeVar("T")
+
+
+def shown(name: str) -> str:
+    """A service as the user reads it: a worker process of ``up``'s one pool (recorded as
+    workers/workers/N) as ``worker N``, of a drill's pool P as ``worker P/N``."""
+    group, _, rest = name.partition("/")
+    if group != WORKERS or not rest:
+        return name
+    pool, _, index = rest.partition("/")
+    return f"worker {index}" if pool == WORKERS else f"worker {rest}"
 
 
 def _or_fail(action: Callable[[], T]) -> T:
@@ -44,15 +56,21 @@ def up(
     Redis (AOF on), the workers (fairctl.handlers:sleep_handlers), two exporters on the same
     Redis, Prometheus with the rules generated from the config, Alertmanager routing every alert
     to fairctl's webhook receiver (DIR/webhook.jsonl). Ports are the usual ones (6379, 29100,
-    29101, 29110, 9090, 9093) when free, else free loopback ports. Stop it with: fairctl stack down."""
+    29101, 29110, 9090, 9093) when free, else free loopback ports. Stop it with: fairctl stack down.
+    Ctrl-C (or SIGTERM) while it starts stops what it had started."""
     cfg = load(config, None)
+    stack = Stack(directory)
     try:
         with clear_errors():
-            state = Stack(directory).up(cfg, pools=[WorkerPool("workers", slots)], interval=interval)
+            state = stack.up(cfg, pools=[WorkerPool(WORKERS, slots)], interval=interval)
     except (StackError, FileNotFoundError) as exc:
         fail("--dir" if isinstance(exc, StackError) else "PATH", str(exc), code=1)
+    except KeyboardInterrupt as exc:  # up() has stopped what it started
+        stopped(exc, f"stopped {len(stack.stopped)} process(es) of the stack under {directory}: "
+                     f"{', '.join(map(shown, stack.stopped)) or 'none had started'}")
+        raise
     for service in state.services:
-        typer.echo(f"{service.name:<22} pid {service.pid:<8} {service.url or ''}")
+        typer.echo(f"{shown(service.name):<22} pid {service.pid:<8} {service.url or ''}")
     typer.echo(f"redis: {state.redis_url}\nprometheus: {state.prometheus_url}\nalertmanager: {state.alertmanager_url}\n"
                f"alerts delivered to: {state.webhook_log}\nstop it with: fairctl stack down --dir {directory}")
 
@@ -60,8 +78,8 @@ def up(
 @app.command()
 def down(directory: DirOption = DEFAULT_DIR) -> None:
     """Stop exactly the processes `up` started (recorded in DIR/stack.json) and check their ports are free."""
-    stopped = _or_fail(Stack(directory).down)
-    typer.echo(f"stopped {len(stopped)} process(es): {', '.join(stopped) or 'none was running'}")
+    names = _or_fail(Stack(directory).down)
+    typer.echo(f"stopped {len(names)} process(es): {', '.join(map(shown, names)) or 'none was running'}")
 
 
 @app.command()
@@ -71,7 +89,7 @@ def status(directory: DirOption = DEFAULT_DIR) -> None:
     if not services:
         typer.echo(f"no service of the stack under {directory} is running")
     for service, running in services:
-        typer.echo(f"{service.name:<22} {'running' if running else 'STOPPED':<8} pid {service.pid:<8} {service.url or ''}")
+        typer.echo(f"{shown(service.name):<22} {'running' if running else 'STOPPED':<8} pid {service.pid:<8} {service.url or ''}")
     if not services or not all(running for _, running in services):
         raise typer.Exit(1)
 

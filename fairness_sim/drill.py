@@ -173,8 +173,11 @@ def drill_config(scenario: Scenario, policy: str, replay: Replay, interval: floa
 
 def run_policy_drill(scenario: Scenario, policy: str, replay: Replay, directory: Path, *,
                      external: External | None = None, interval: float = 1.0,
-                     say: Callable[[str], None] = lambda _: None) -> PolicyDrill:
-    """One policy, live: start, replay, read the timeline back, stop; always stops what it started."""
+                     say: Callable[[str], None] = lambda _: None,
+                     on_stack: Callable[[Stack], None] = lambda _: None) -> PolicyDrill:
+    """One policy, live: start, replay, read the timeline back, stop; always stops what it started
+    (on Ctrl-C too: ``on_stack`` gets the stack before it starts, so a caller can say what its
+    ``stopped`` holds afterwards)."""
     started = time.monotonic()
     result = PolicyDrill(policy, replay)
     say(f"{policy}: simulating the same {replay.until:g}s of the scenario for comparison")
@@ -183,6 +186,7 @@ def run_policy_drill(scenario: Scenario, policy: str, replay: Replay, directory:
     if (directory / policy).exists():  # a drill starts from empty queues, never an earlier run's
         shutil.rmtree(directory / policy)
     stack = Stack(directory / policy)
+    on_stack(stack)
     say(f"{policy}: starting the stack under {stack.directory}")
     if external is None:
         state = stack.up(config, pools=pools_of(scenario), interval=interval)

@@ -122,26 +122,35 @@ class LoadGenerator:
         self.stats.started_at = time.time()
         start = self._clock()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="loadgen-burst") as bursts:
-            pending = []
-            for arrival in all_arrivals(self.scenario, self.replay.until):
-                due = start + self.replay.real_seconds(arrival.at)
-                delay = due - self._clock()
-                if (delay > 0 and self.stop.wait(delay)) or self.stop.is_set():
-                    break
-                self.stats.max_lag_s = max(self.stats.max_lag_s, self._clock() - due)
-                stream = self.scenario.streams[arrival.stream]
-                for tenant, n in arrival.tenants:
-                    payloads = [{"service_s": round(self.replay.live_service_s(self._service[arrival.stream]()), 4)}
-                                for _ in range(self.live_jobs(arrival.stream, n))]
-                    for i in range(0, len(payloads), PIPELINE_CHUNK):
-                        job = (stream, tenant, payloads[i:i + PIPELINE_CHUNK])
-                        if len(payloads) > 1:
-                            pending.append(bursts.submit(self._submit, *job))
-                        else:
-                            self._submit(*job)
-            for done in pending:
-                done.result()
+            try:
+                self._replay(start, bursts)
+            except BaseException:  # Ctrl-C: the burst thread finishes its chunk at most, not the burst
+                self.stop.set()
+                bursts.shutdown(wait=False, cancel_futures=True)
+                raise
         return self.stats
+
+    def _replay(self, start: float, bursts: ThreadPoolExecutor) -> None:
+        """Every arrival at its time; bursts handed to ``bursts`` and waited for at the end."""
+        pending = []
+        for arrival in all_arrivals(self.scenario, self.replay.until):
+            due = start + self.replay.real_seconds(arrival.at)
+            delay = due - self._clock()
+            if (delay > 0 and self.stop.wait(delay)) or self.stop.is_set():
+                break
+            self.stats.max_lag_s = max(self.stats.max_lag_s, self._clock() - due)
+            stream = self.scenario.streams[arrival.stream]
+            for tenant, n in arrival.tenants:
+                payloads = [{"service_s": round(self.replay.live_service_s(self._service[arrival.stream]()), 4)}
+                            for _ in range(self.live_jobs(arrival.stream, n))]
+                for i in range(0, len(payloads), PIPELINE_CHUNK):
+                    job = (stream, tenant, payloads[i:i + PIPELINE_CHUNK])
+                    if len(payloads) > 1:
+                        pending.append(bursts.submit(self._submit, *job))
+                    else:
+                        self._submit(*job)
+        for done in pending:
+            done.result()
 
     def _submit(self, stream: Stream, tenant: str, payloads: list[object]) -> None:
         """Queue ``payloads``, retrying while Redis is unavailable (a lost reply may then queue a

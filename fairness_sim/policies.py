@@ -9,6 +9,8 @@ policies in half the time). Forked workers inherit the scenario rather than unpi
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -45,7 +47,17 @@ _worker: dict[str, Any] = {}  # in a worker process: the scenario, rules file an
 
 
 def _init_worker(scenario: Scenario, rules: Path | None, progress: Any) -> None:
-    """Forked worker set-up: the scenario is inherited, never pickled (nor is the Config in it)."""
+    """Forked worker set-up: the scenario is inherited, never pickled (nor is the Config in it).
+
+    Only the parent decides when a run stops. A worker is its own process group, so a terminal's
+    Ctrl-C reaches the parent alone, and it ignores SIGINT and takes SIGTERM's default (it inherited
+    the parent's handlers, which would raise in it and have it write the error back into a result
+    pipe nobody reads any more). On an interruption the parent kills each worker's group (the
+    worker and its promtool, if one runs): a worker has nothing to clean up, and its policy's
+    result is no longer wanted, so it is not waited for."""
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _worker.update(scenario=scenario, rules=rules, progress=progress)
 
 
@@ -84,8 +96,9 @@ def run_policies(scenario: Scenario, policies: Sequence[str], rules: Path | None
         return outcomes
     context = multiprocessing.get_context("fork")
     shared = context.Array("d", fractions, lock=False)
-    with ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_init_worker,
-                             initargs=(scenario, rules, shared)) as pool:
+    pool = ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_init_worker,
+                               initargs=(scenario, rules, shared))
+    try:
         futures = [pool.submit(_run_in_worker, p, i) for i, p in enumerate(policies)]
         pending: set[Future[Outcome]] = set(futures)
         while pending:
@@ -93,7 +106,26 @@ def run_policies(scenario: Scenario, policies: Sequence[str], rules: Path | None
             for future in finished:
                 future.result()  # raise the first failure now, not after the others finish
             report(list(shared))
-        return [f.result() for f in futures]
+        outcomes = [f.result() for f in futures]
+    except BaseException:  # Ctrl-C, SIGTERM or a policy's failure: the other policies are not waited for
+        _kill_workers(pool)
+        raise
+    pool.shutdown()
+    return outcomes
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop the pool at once: SIGKILL each worker's process group, then reap them."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in workers:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        process.kill()  # a worker killed before its setpgid had no group of its own
+    for process in workers:
+        process.join(timeout=5)
 
 
 def alert_label(alert: FiredAlert) -> str:

@@ -1,0 +1,88 @@
+"""Ctrl-C and SIGTERM end every command the same way.
+
+The first SIGINT or SIGTERM raises :class:`Interrupted` (a KeyboardInterrupt, so every ``finally``,
+``with`` and ``except KeyboardInterrupt`` that cleans up on Ctrl-C cleans up on SIGTERM too) in
+the main thread, and from then on further signals are only noted: the clean-up (stopping a pool,
+a stack, a subprocess) runs to its end, and each of those is bounded in time, so a second Ctrl-C
+neither hangs the run nor cuts the clean-up short. Once the command has unwound,
+:func:`handled` prints the one line that says what happened (and what was stopped, when a command
+says so with :func:`stopped`) and exits 130 for SIGINT, 143 for SIGTERM, as a shell reports a
+process killed by them.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+import typer
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived; ``signum`` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def signal_of(exc: BaseException) -> int:
+    """The signal behind an interruption (a bare KeyboardInterrupt counts as SIGINT)."""
+    return int(getattr(exc, "signum", signal.SIGINT))
+
+
+def exit_code(signum: int) -> int:
+    return 128 + signum
+
+
+def stopped(exc: BaseException, what: str) -> None:
+    """Record, on the interruption being handled, what the command stopped on its way out."""
+    exc.__dict__.setdefault("fairctl_stopped", []).append(what)
+
+
+def line(exc: BaseException) -> str:
+    signum = signal_of(exc)
+    what = "; ".join(exc.__dict__.get("fairctl_stopped", []))
+    return f"fairctl: {WORDS.get(signum, f'signal {signum}')}" + (f"; {what}" if what else "")
+
+
+@contextmanager
+def handled() -> Iterator[None]:
+    """Around a whole command: turn SIGINT and SIGTERM into :class:`Interrupted`, and an
+    interruption that reaches here into its one line and exit code. Without a signal, the
+    previous handlers come back (a command run in-process, as tests do, leaves nothing behind);
+    after one, the noting handlers stay until the process exits, so the interpreter's own exit
+    (joining threads) is not interrupted either."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+
+    def note(signum: int, _frame: FrameType | None) -> None:
+        arrived.append(signum)
+
+    def first(signum: int, _frame: FrameType | None) -> None:
+        arrived.append(signum)
+        for sig in SIGNALS:
+            signal.signal(sig, note)
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, first) for sig in SIGNALS}
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        arrived.append(signal_of(exc))  # a bare KeyboardInterrupt (no signal of ours) ends it all too
+        for sig in SIGNALS:
+            signal.signal(sig, note)
+        typer.echo(line(exc), err=True)
+        raise typer.Exit(exit_code(signal_of(exc))) from None
+    finally:
+        if not arrived:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

@@ -1,0 +1,183 @@
+"""One Ctrl-C (SIGINT to the process group, as a terminal sends it) or one SIGTERM (to fairctl
+alone, as ``kill`` sends it) stops ``simulate``, ``loadgen``, ``bench``, ``stack up`` and
+``drill`` promptly: one line on stderr saying so, exit 130 or 143, and no process left behind,
+neither in fairctl's session nor among the services it started in sessions of their own."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from fairness_stack.servers import RedisServer
+from fairness_stack.supervisor import STATE_FILE, _port_free
+
+from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
+from .support import wait_for
+
+SIGNALS = [pytest.param(signal.SIGINT, id="SIGINT"), pytest.param(signal.SIGTERM, id="SIGTERM")]
+EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+WORD = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+STOP_BOUND_S = 10.0  # a correctness bound for shared CI machines; it takes well under 2 s
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat after the command name: state, ppid, pgrp, session, ... (empty: gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().rpartition(")")[2].split()
+    except OSError:
+        return []
+
+
+def _processes() -> dict[int, list[str]]:
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (fields := _stat(int(name))) and fields[0] != "Z":
+            out[int(name)] = fields
+    return out
+
+
+def _identity(pid: int, fields: list[str]) -> tuple[int, str]:
+    return pid, fields[19]  # with the start time, a pid names one process for good
+
+
+class Fairctl:
+    """``python -m fairctl ARGS`` in a session of its own, its output read line by line."""
+
+    def __init__(self, *args: str | Path) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRCTL_")}
+        self.process = subprocess.Popen([sys.executable, "-m", "fairctl", *map(str, args)], cwd=ROOT, env=env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        start_new_session=True)
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+        self._readers = [threading.Thread(target=self._read, args=(stream, lines), daemon=True)
+                         for stream, lines in ((self.process.stdout, self.stdout), (self.process.stderr, self.stderr))]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream: IO[str], lines: list[str]) -> None:
+        for line in stream:
+            lines.append(line.rstrip("\n"))
+
+    def descendants(self) -> dict[int, list[str]]:
+        """Every process below fairctl's, whatever session it started."""
+        processes = _processes()
+        found: dict[int, list[str]] = {}
+        parents = {self.process.pid}
+        while True:
+            more = {pid: f for pid, f in processes.items() if int(f[1]) in parents and pid not in found}
+            if not more:
+                return found
+            found.update(more)
+            parents = set(more)
+
+    def wait_until(self, condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+        wait_for(lambda: condition() or self.process.poll() is not None, timeout, what)
+        assert self.process.poll() is None, f"fairctl ended before {what}: {self.stderr[-5:]}"
+
+    def stop_with(self, signum: int) -> tuple[float, list[str], set[tuple[int, str]]]:
+        """Send the signal; wait for the exit. Returns the seconds it took, the stderr lines
+        written after the signal and the processes that ran below fairctl when it was sent."""
+        time.sleep(0.2)  # let lines already written reach the readers
+        before = len(self.stderr)
+        below = {_identity(pid, f) for pid, f in self.descendants().items()}
+        started = time.monotonic()
+        if signum == signal.SIGINT:
+            os.killpg(self.process.pid, signum)  # a terminal's Ctrl-C reaches the whole foreground group
+        else:
+            os.kill(self.process.pid, signum)
+        try:
+            self.process.wait(timeout=60)
+        finally:
+            took = time.monotonic() - started
+            if self.process.poll() is None:
+                self.process.kill()
+        for reader in self._readers:
+            reader.join(timeout=10)
+        return took, self.stderr[before:], below
+
+    def assert_stopped(self, signum: int, took: float, after: list[str], below: set[tuple[int, str]]) -> None:
+        assert self.process.returncode == EXIT[signum], (self.process.returncode, self.stderr[-5:])
+        assert len(after) == 1 and after[0].startswith(f"fairctl: {WORD[signum]}"), after
+        assert took < STOP_BOUND_S, f"took {took:.1f}s to stop"
+        left = [pid for pid, f in _processes().items() if _identity(pid, f) in below or int(f[3]) == self.process.pid]
+        assert left == [], [Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ") for p in left]
+        with pytest.raises(ProcessLookupError):
+            os.killpg(self.process.pid, 0)
+
+
+def _services(directory: Path) -> list[dict[str, object]]:
+    path = directory / STATE_FILE
+    return json.loads(path.read_text())["services"] if path.is_file() else []
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_simulate_stops_its_policy_processes(signum: int) -> None:
+    run = Fairctl("simulate", "--duration", "2h", "--processes", "2")
+    run.wait_until(lambda: len(run.descendants()) >= 2, "the policies' processes")
+    time.sleep(0.5)
+    took, after, below = run.stop_with(signum)
+    assert len(below) >= 2
+    run.assert_stopped(signum, took, after, below)
+    assert run.stdout == []  # no report of a run cut short
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_loadgen_stops_and_says_what_it_enqueued(signum: int, redis_server: RedisServer | GivenRedis) -> None:
+    run = Fairctl("loadgen", "--redis-url", redis_server.url, "--speed", "60", "--until", "30m")
+    run.wait_until(lambda: any(line.startswith("loadgen:") for line in run.stderr), "the load generator")
+    time.sleep(0.5)
+    run.assert_stopped(signum, *run.stop_with(signum))
+    assert len(run.stdout) == 1 and run.stdout[0].startswith("enqueued ")
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_bench_stops_the_suite_and_its_servers(signum: int, tmp_path: Path) -> None:
+    run = Fairctl("bench", "--preset", "smoke", "--peers", "none", "--out", tmp_path / "b.md")
+    run.wait_until(lambda: any(line.startswith("[") for line in run.stderr) and len(run.descendants()) >= 2,
+                   "the suite and its redis-server")
+    run.assert_stopped(signum, *run.stop_with(signum))
+    assert not (tmp_path / "b.md").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_stack_up_interrupted_while_starting_stops_what_it_started(signum: int, tmp_path: Path) -> None:
+    """``up`` returns once the stack runs (it stays up until ``stack down``), so Ctrl-C means
+    something only while it starts: then it stops every service it had started."""
+    run = Fairctl("stack", "up", "--dir", tmp_path, "--config", EXAMPLE_CONFIG, "--slots", "2")
+    run.wait_until(lambda: len(_services(tmp_path)) >= 3, "three services started")
+    started = _services(tmp_path)
+    took, after, below = run.stop_with(signum)
+    run.assert_stopped(signum, took, after, below)
+    assert re.search(r"stopped \d+ process\(es\) of the stack under .*: redis, webhook, exporter", after[0]), after
+    assert {int(str(s["pid"])) for s in started} <= {pid for pid, _ in below}  # and all gone, checked above
+    assert all(_port_free(int(str(s["port"]))) for s in started if s["port"] is not None)
+    assert _services(tmp_path) == []  # what the record says still runs: nothing
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_drill_interrupted_during_its_replay_stops_its_stack(signum: int, tmp_path: Path) -> None:
+    run = Fairctl("drill", "--policy", "fifo", "--until", "15m", "--speed", "60", "--dir", tmp_path)
+    run.wait_until(lambda: any("replaying" in line for line in run.stderr), "the replay", timeout=120)
+    services = _services(tmp_path / "fifo")
+    assert {"redis", "prometheus", "alertmanager", "webhook"} <= {s["name"] for s in services}
+    took, after, below = run.stop_with(signum)
+    run.assert_stopped(signum, took, after, below)
+    assert re.search(r"stopped the fifo drill's stack \(\d+ process\(es\): redis, ", after[0]), after
+    assert {int(str(s["pid"])) for s in services} <= {pid for pid, _ in below}
+    assert run.stdout == []
