@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from fairness_core.config import ConfigError, parse_duration
 from fairness_core.worker import HandlerRegistry, Worker
 
 from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, connect, fail, load
@@ -35,6 +36,16 @@ def load_handlers(spec: str) -> HandlerRegistry:
     return registry
 
 
+def _log_every(value: str) -> float:
+    """``--log-every``: a duration, or 0 for no periodic line."""
+    if value.strip() in ("0", "0s"):
+        return 0.0
+    try:
+        return parse_duration(value, "--log-every")
+    except ConfigError as exc:
+        fail("--log-every", str(exc).removeprefix("--log-every: "))
+
+
 @app.command()
 def worker(
     handlers: Annotated[str, typer.Option(
@@ -48,6 +59,9 @@ def worker(
         min=1, max=1000, help="Jobs leased per pop; each slot works them in turn.")] = 1,
     grace: Annotated[float, typer.Option(
         min=0, help="Seconds running jobs get to finish after SIGTERM/SIGINT.")] = 30.0,
+    log_every: Annotated[str, typer.Option(
+        metavar="DURATION", help="Log a summary line this often: jobs done, failed, retried and dead-lettered "
+                                 "per class since the last one (0: only the final one, on stop).")] = "60s",
     config: ConfigOption = DEFAULT_CONFIG,
     redis_url: RedisUrlOption = None,
 ) -> None:
@@ -57,11 +71,13 @@ def worker(
     jobs alive, reaps leases of dead workers, promotes overdue jobs and rides out Redis outages.
     The first signal stops taking jobs and lets running ones finish (exit 0); a second one exits
     at once (exit 1; the reaper re-delivers what was running). Exits 2 if Redis is down at start."""
+    every = _log_every(log_every)
     cfg = load(config, redis_url)
     only = check_classes(cfg, [c.strip() for c in classes.split(",")], "--classes") if classes else None
     registry = load_handlers(handlers)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    runner = Worker(connect(cfg), registry, concurrency=concurrency, classes=only, batch=batch, grace=grace)
+    runner = Worker(connect(cfg), registry, concurrency=concurrency, classes=only, batch=batch, grace=grace,
+                    log_every=every)
     with clear_errors():
         clean = runner.run()
     raise typer.Exit(0 if clean else 1)

@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
 from functools import partial
@@ -37,6 +38,8 @@ OUTAGE_MIN_S, OUTAGE_MAX_S = 0.1, 5.0  # Redis unreachable: capped exponential b
 REAP_EVERY_S = 1.0
 PROMOTE_EVERY_S = 10.0
 TICK_S = 0.1  # how often the main thread looks at signals and slot threads
+LOG_EVERY_S = 60.0  # the periodic summary line
+OUTCOMES = ("done", "failed", "retried", "dead-lettered")
 
 
 class HandlerRegistry(MutableMapping[str, Handler]):
@@ -104,6 +107,35 @@ class _Link:
                 self._down_since = None
 
 
+class Tally:
+    """Settled jobs per class and outcome (one of OUTCOMES), counted by every slot thread:
+    one lock per settled job, and :meth:`take` swaps the counts out for the summary line."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self.total: Counter[tuple[str, str]] = Counter()
+
+    def count(self, queue: str, *outcomes: str) -> None:
+        with self._lock:
+            for outcome in outcomes:
+                self._counts[queue, outcome] += 1
+
+    def take(self) -> Counter[tuple[str, str]]:
+        """The counts since the last take (added to :attr:`total`), starting afresh."""
+        with self._lock:
+            counts, self._counts = self._counts, Counter()
+            self.total.update(counts)
+        return counts
+
+    @staticmethod
+    def line(counts: Counter[tuple[str, str]]) -> str:
+        """``jobs:high: done 12, failed 2, retried 1, dead-lettered 1; jobs:low: ...`` (classes
+        with no settled job left out)."""
+        queues = sorted({queue for queue, _ in counts})
+        return "; ".join(f"{q}: " + ", ".join(f"{o} {counts[q, o]}" for o in OUTCOMES) for q in queues) or "no jobs settled"
+
+
 class Worker:
     """Work leased jobs with ``concurrency`` threads until :meth:`stop` or SIGTERM/SIGINT.
 
@@ -115,7 +147,7 @@ class Worker:
 
     def __init__(self, scheduler: Scheduler, handlers: HandlerRegistry, *, concurrency: int = 4,
                  classes: Sequence[str] | None = None, batch: int = 1, worker_id: str | None = None,
-                 grace: float = 30.0, registration_ttl: float = 15.0) -> None:
+                 grace: float = 30.0, registration_ttl: float = 15.0, log_every: float = LOG_EVERY_S) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency: expected at least 1, got {concurrency}")
         if batch < 1:
@@ -140,6 +172,8 @@ class Worker:
         self._held: dict[str, Lease] = {}  # leases this worker must heartbeat
         self._held_lock = threading.Lock()
         self._slots: list[threading.Thread] = []
+        self.log_every = log_every  # seconds between summary lines; 0: none but the final one
+        self.tally = Tally()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -166,6 +200,14 @@ class Worker:
             self._start_periodic("registration", self.registration_ttl / 3, self._register, self._halt)
             self._start_periodic("reaper", REAP_EVERY_S, reap, self._stopping)
             self._start_periodic("aging", PROMOTE_EVERY_S, promote, self._stopping)
+            started = last = time.monotonic()
+            if self.log_every > 0:
+                def summary() -> None:
+                    nonlocal last
+                    now = time.monotonic()
+                    log.info("worker %s: last %.0fs: %s", self.worker_id, now - last, Tally.line(self.tally.take()))
+                    last = now
+                self._start_periodic("summary", self.log_every, summary, self._stopping)
             self._slots = [self._thread(f"slot-{i}", self._slot_loop) for i in range(self.concurrency)]
             while not self._stopping.is_set() and self._signals == 0:
                 time.sleep(TICK_S)
@@ -173,6 +215,8 @@ class Worker:
             clean = self._drain()
             self._halt.set()
             self._call(lambda: self.scheduler.unregister_worker(self.worker_id), self._give_up_after(5.0))
+        self.tally.take()
+        log.info("worker %s: in all %.0fs: %s", self.worker_id, time.monotonic() - started, Tally.line(self.tally.total))
         log.info("worker %s stopped%s", self.worker_id, "" if clean else "; unsettled leases will be reaped")
         return clean
 
@@ -346,13 +390,16 @@ class Worker:
     def _settled(self, done: list[Lease], acked: Sequence[bool | None]) -> None:
         """Stop heartbeating acked leases; say so when an ack came too late (None: never sent)."""
         for lease, ok in zip(done, acked):
-            if ok is False:
+            if ok:
+                self.tally.count(lease.queue, "done")
+            elif ok is False:
                 # Expired and re-queued (at least once), or acked already by a call whose reply was lost.
                 log.warning("job %s finished but its lease was no longer held; it may run again", lease.job_id)
             self._release(lease)
 
     def _settle_nack(self, lease: Lease, error: str, *, final: bool = False) -> None:
         outcome = self._call(lambda: self.scheduler.nack(lease, error, final=final), self._halt)
+        self.tally.count(lease.queue, "failed", *{"retry": ("retried",), "dead": ("dead-lettered",)}.get(outcome or "", ()))
         log.warning("job %s (%s, tenant %s, attempt %d) failed: %s -> %s", lease.job_id, lease.task,
                     lease.tenant, lease.attempts, error, outcome or "unsettled")
 
