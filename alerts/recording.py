@@ -25,9 +25,9 @@ def _name(spec: m.MetricSpec, operation: str) -> str:
 # Gauges served once per exporter, deduplicated.
 DEDUPED_GAUGES: tuple[m.MetricSpec, ...] = (
     m.QUEUE_OLDEST_AGE, m.QUEUE_QUIET_OLDEST_AGE, m.QUEUE_DEPTH, m.QUEUE_ACTIVE_TENANTS,
-    m.QUEUE_MAX_AGE, m.QUEUE_WEIGHT_RATIO, m.QUEUE_ARRIVAL_BUDGET,
+    m.QUEUE_MAX_AGE, m.QUEUE_WEIGHT_RATIO, m.QUEUE_ARRIVAL_BUDGET, m.QUEUE_PAUSED,
 )
-OLDEST_AGE, QUIET_AGE, DEPTH, ACTIVE_TENANTS, MAX_AGE, WEIGHT_RATIO, ARRIVAL_BUDGET = (
+OLDEST_AGE, QUIET_AGE, DEPTH, ACTIVE_TENANTS, MAX_AGE, WEIGHT_RATIO, ARRIVAL_BUDGET, PAUSED = (
     _name(spec, "max") for spec in DEDUPED_GAUGES)
 BACKLOGGED = _name(m.QUEUE_DEPTH, "backlogged")
 PROCESSED_RATE = _name(m.JOBS_PROCESSED, "rate")
@@ -41,6 +41,7 @@ REASON_BASELINE = _name(m.JOBS_ENQUEUED, "reason_share_baseline")
 REQUESTED_RATE = _name(m.JOBS_ENQUEUED, "requested_rate")
 REQUESTED_SHARE = _name(m.JOBS_ENQUEUED, "requested_share")
 REDELIVERED_RATE = _name(m.JOBS_REDELIVERED, "rate")
+DEAD_LETTERED = _name(m.JOBS_DEAD_LETTERED, "increase")
 WAIT_P99 = _name(m.JOBS_WAIT, "p99")
 
 
@@ -114,6 +115,8 @@ def recording_rules(config: Config) -> tuple[Recording, ...]:
         ),
         Recording(REDELIVERED_RATE, deduped_rate(m.JOBS_REDELIVERED.name, window),
                   "Expired leases per second per class."),
+        Recording(DEAD_LETTERED, dedup(over_time("increase", m.JOBS_DEAD_LETTERED.name, window)),
+                  "Jobs dead-lettered per class over the window."),
         Recording(
             WAIT_P99,
             f"histogram_quantile(0.99, {deduped_rate(m.JOBS_WAIT.series('_bucket'), window)})",

@@ -36,6 +36,8 @@ PRIORITY_INVERSION = "PriorityInversion"
 JOBS_REDELIVERED_HIGH = "JobsRedeliveredHigh"
 FAIRNESS_EXPORTER_DOWN = "FairnessExporterDown"
 FAIRNESS_EXPORTER_REDIS_DOWN = "FairnessExporterRedisDown"
+JOBS_DEAD_LETTERED = "JobsDeadLettered"
+QUEUE_PAUSED = "QueuePaused"
 
 SLO = {"slo": Query(rec.MAX_AGE)}
 
@@ -92,6 +94,12 @@ def _class(name: str) -> str:
     return f"{{{m.QUEUE}={quote(name)}}}"
 
 
+def unless_paused(expr: str, queue: str | None = None) -> str:
+    """``expr`` silenced for a class while it is paused: a paused class's jobs wait by design, and
+    QueuePaused tells that story instead of a starvation alert's."""
+    return f"{expr}\n  unless\n{rec.PAUSED}{_class(queue) if queue else ''} > 0"
+
+
 def build_alerts(config: Config) -> tuple[Alert, ...]:
     """Every alert, in the order the docs list them."""
     a = config.alerts
@@ -103,12 +111,12 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
     return (
         Alert(
             QUEUE_STARVING,
-            f"the class's oldest due job is older than its max_age ({m.QUEUE_MAX_AGE.name})",
+            f"the class's oldest due job is older than its max_age ({m.QUEUE_MAX_AGE.name}), and the class is not paused",
             Text("$queue: the oldest job has waited longer than the class's SLO"),
             Text("The oldest due job in $queue has waited $value:duration; the class's SLO (max_age) is "
                  "$slo:duration. Every job behind it waits too.", SLO),
             tuple(
-                Variant(f"{rec.OLDEST_AGE}{_class(c.name)} > {rec.MAX_AGE}{_class(c.name)}",
+                Variant(unless_paused(f"{rec.OLDEST_AGE}{_class(c.name)} > {rec.MAX_AGE}{_class(c.name)}", c.name),
                         starving_for(config, c), CRITICAL if c.name == urgent else WARNING, c.name)
                 for c in config.classes
             ),
@@ -167,12 +175,12 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
         ),
         Alert(
             QUIET_TENANTS_STARVING,
-            "the oldest job among a class's non-noisy tenants is older than the class's max_age",
+            "the oldest job among a class's non-noisy tenants is older than the class's max_age, and the class is not paused",
             Text("Quiet tenants of $queue wait longer than its SLO"),
             Text("The oldest due job among the tenants of $queue that are not flooding it has waited "
                  "$value:duration, over the class's SLO of $slo:duration: fair queuing is not protecting "
                  "the small tenants.", SLO),
-            _one(config, QUIET_TENANTS_STARVING, f"{rec.QUIET_AGE} > {rec.MAX_AGE}", WARNING),
+            _one(config, QUIET_TENANTS_STARVING, unless_paused(f"{rec.QUIET_AGE} > {rec.MAX_AGE}"), WARNING),
         ),
         Alert(
             QUEUE_STALLED,
@@ -190,13 +198,15 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
         Alert(
             PRIORITY_INVERSION,
             f"{urgent}'s p99 wait over {window} exceeds its max_age while at most "
-            f"{a.inversion_max_depth} of its jobs are due",
+            f"{a.inversion_max_depth} of its jobs are due, and it was not paused in that window",
             Text("$queue waits longer than its SLO while nearly empty"),
             Text(f"The p99 wait of $queue over the last {window} is $value:duration, over its SLO of "
                  "$slo:duration, with only $depth:number jobs due: the worker slots are busy with other "
                  "classes' long jobs.", {**SLO, "depth": Query(rec.DEPTH)}),
             (Variant(f"{rec.WAIT_P99}{_class(urgent)} > {rec.MAX_AGE}{_class(urgent)}\n"
-                     f"  and\n{rec.DEPTH}{_class(urgent)} <= {a.inversion_max_depth}",
+                     f"  and\n{rec.DEPTH}{_class(urgent)} <= {a.inversion_max_depth}\n"
+                     f"  unless\n{dedup(over_time('max_over_time', m.QUEUE_PAUSED.name + _class(urgent), a.rate_window))}"
+                     " > 0",
                      for_seconds(config, PRIORITY_INVERSION), WARNING, urgent),),
         ),
         Alert(
@@ -208,6 +218,26 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
                  f"or jobs outlive leases.visibility_timeout ({duration(config.leases.visibility_timeout)})."),
             _one(config, JOBS_REDELIVERED_HIGH,
                  f"{rec.REDELIVERED_RATE} / {rec.PROCESSED_RATE} > {number(a.redelivery_ratio)}", WARNING),
+        ),
+        Alert(
+            JOBS_DEAD_LETTERED,
+            f"jobs of a class were dead-lettered in the last {window} (failed leases.max_attempts times, or "
+            "no worker has a handler for their task)",
+            Text("Jobs of $queue were dead-lettered"),
+            Text(f"$value:number jobs of $queue were dead-lettered in the last {window}: they failed "
+                 f"{config.leases.max_attempts} times (leases.max_attempts) or no worker has a handler for their "
+                 "task, and nothing runs them again until someone requeues them (fairctl dead list)."),
+            _one(config, JOBS_DEAD_LETTERED, f"{rec.DEAD_LETTERED} > 0", WARNING),
+        ),
+        Alert(
+            QUEUE_PAUSED,
+            f"a class has been paused (fairctl pause) for {duration(for_seconds(config, QUEUE_PAUSED))} "
+            "(alerts.for.QueuePaused); its starvation alerts stay silent meanwhile",
+            Text("$queue has been paused for a long time"),
+            Text(f"$queue has been paused for at least {duration(for_seconds(config, QUEUE_PAUSED))}: no worker "
+                 "takes its jobs ($depth:number are due) and its starvation alerts are silent while it is paused. "
+                 "Resume it (fairctl resume) unless the pause is still meant.", {"depth": Query(rec.DEPTH)}),
+            _one(config, QUEUE_PAUSED, f"{rec.PAUSED} > 0", WARNING),
         ),
         Alert(
             FAIRNESS_EXPORTER_DOWN,

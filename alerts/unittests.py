@@ -167,9 +167,12 @@ def _starving(s: Scenario) -> list[Case]:
         *s.series(m.QUEUE_DEPTH, listed([0, 5000, 2500, 500, 0, 0, 0, 0, 0]), queue=c.name),
         *s.series(m.QUEUE_OLDEST_AGE, listed(c.max_age * f for f in (0, 0.5, 0.9, 0.6, 0, 0, 0, 0, 0)), queue=c.name),
         *s.series(m.QUEUE_MAX_AGE, flat(c.max_age, 8), queue=c.name))]
+    paused = [x for c in s.config.classes for x in s.series(m.QUEUE_PAUSED, flat(1, end), queue=c.name)]
     return [
         Case("every class's oldest job ages past its SLO: each fires after its own for:, with its severity",
              tuple(growing), checks),
+        Case("the same, with every class paused (QueuePaused tells that story): silent throughout",
+             tuple(growing + paused), tuple(Check(chk.minute, alert) for chk in checks)),
         Case("a burst drains while its oldest job is younger than the SLO: silent throughout",
              tuple(burst), tuple(Check(t, alert) for t in range(9))),
     ]
@@ -327,6 +330,10 @@ def _quiet_tenants(s: Scenario) -> list[Case]:
              tuple(slo + s.series(m.QUEUE_QUIET_OLDEST_AGE, ramp(60, fire_at), queue=cls.name)),
              (Check(fire_at - 1, alert),
               Check(fire_at, alert, (s.firing(alert, 60 * fire_at, cls.name, {"slo": cls.max_age}),)))),
+        Case(f"the same while {cls.name} is paused (QueuePaused tells that story): silent",
+             tuple(slo + s.series(m.QUEUE_QUIET_OLDEST_AGE, ramp(60, fire_at), queue=cls.name)
+                   + s.series(m.QUEUE_PAUSED, flat(1, fire_at), queue=cls.name)),
+             (Check(fire_at, alert),)),
         Case("only the noisy tenant's own backlog is old, quiet tenants are served: silent",
              tuple(slo + s.series(m.QUEUE_OLDEST_AGE, ramp(60, fire_at), queue=cls.name)
                    + s.series(m.QUEUE_QUIET_OLDEST_AGE, flat(10, fire_at), queue=cls.name)),
@@ -418,6 +425,40 @@ def _redelivered(s: Scenario) -> list[Case]:
     return cases
 
 
+def _dead_lettered(s: Scenario) -> list[Case]:
+    alert = r.JOBS_DEAD_LETTERED
+    queue = s.config.classes[-1].name
+    end = s.window + s.for_minutes(alert) + 1
+
+    def inputs(values: str) -> tuple[Series, ...]:
+        return tuple(s.series(m.JOBS_DEAD_LETTERED, values, exporters=2, queue=queue))
+
+    return [
+        Case(f"two exporters; a job of {queue} dead-lettered every minute: fires once, counting each job once",
+             inputs(ramp(1, end)), (Check(end, alert, (s.firing(alert, s.window, queue),)),)),
+        Case("old dead letters, none new in the window: silent", inputs(flat(3, end)), (Check(end, alert),)),
+    ]
+
+
+def _paused(s: Scenario) -> list[Case]:
+    """QueuePaused fires for a forgotten pause (the starvation files show their alerts silent)."""
+    alert = r.QUEUE_PAUSED
+    cls = s.config.classes[0]
+    paused_for = s.for_minutes(alert)
+    end = paused_for + 1
+    depth = 250
+
+    def inputs(paused: int) -> tuple[Series, ...]:
+        return tuple(s.series(m.QUEUE_PAUSED, flat(paused, end), exporters=2, queue=cls.name)
+                     + s.series(m.QUEUE_DEPTH, flat(depth, end), exporters=2, queue=cls.name))
+
+    return [
+        Case(f"two exporters; {cls.name} stays paused: fires once after for:",
+             inputs(1), (Check(paused_for - 1, alert), Check(end, alert, (s.firing(alert, 1, cls.name, {"depth": depth}),)))),
+        Case(f"{cls.name} not paused: silent", inputs(0), (Check(end, alert),)),
+    ]
+
+
 def _exporter_down(s: Scenario) -> list[Case]:
     alert = r.FAIRNESS_EXPORTER_DOWN
     end = s.for_minutes(alert) + 1
@@ -487,6 +528,8 @@ def test_files(config: Config) -> tuple[TestFile, ...]:
         TestFile(r.QUEUE_STALLED, tuple(_stalled(s))),
         TestFile(r.PRIORITY_INVERSION, tuple(_inversion(s))),
         TestFile(r.JOBS_REDELIVERED_HIGH, tuple(_redelivered(s))),
+        TestFile(r.JOBS_DEAD_LETTERED, tuple(_dead_lettered(s))),
+        TestFile(r.QUEUE_PAUSED, tuple(_paused(s))),
         TestFile(r.FAIRNESS_EXPORTER_DOWN, tuple(_exporter_down(s))),
         TestFile(r.FAIRNESS_EXPORTER_REDIS_DOWN, tuple(_redis_down(s))),
         TestFile("recording", tuple(_recording(s))),

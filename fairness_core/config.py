@@ -60,6 +60,12 @@ ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
     "JobsRedeliveredHigh": 900.0,
     "FairnessExporterDown": 300.0,
     "FairnessExporterRedisDown": 120.0,
+    # Dead letters: a minute, so a job dead-lettered is seen within minutes; the alert then holds
+    # for alerts.rate_window after the last one.
+    "JobsDeadLettered": 60.0,
+    # How long a class may stay paused before it is called forgotten: half an hour covers a
+    # deploy or a dependency's maintenance, and is shorter than the bulk class's usual SLO (1h).
+    "QueuePaused": 1800.0,
 })
 
 

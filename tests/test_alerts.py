@@ -33,8 +33,8 @@ GENERATED = ROOT / GENERATED_DIR
 # The alert table of docs/alerts.md, in its order.
 DOCUMENTED_ALERTS = (
     "QueueStarving", "QueueShareBelowWeight", "PriorityMixDrift", "PriorityReasonShift", "TenantDominatingQueue",
-    "QuietTenantsStarving", "QueueStalled", "PriorityInversion", "JobsRedeliveredHigh", "FairnessExporterDown",
-    "FairnessExporterRedisDown",
+    "QuietTenantsStarving", "QueueStalled", "PriorityInversion", "JobsRedeliveredHigh", "JobsDeadLettered",
+    "QueuePaused", "FairnessExporterDown", "FairnessExporterRedisDown",
 )
 ANNOTATIONS = {"summary", "description", "runbook_url", "dashboard_url"}
 
