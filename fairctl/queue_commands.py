@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -32,12 +33,26 @@ LIST_IDS_UP_TO = 10
 
 
 def parse_payload(text: str | None) -> Any:
+    """``--payload``: JSON on the command line, ``@FILE`` for JSON in a file, ``-`` for JSON on
+    stdin (a payload up to max_payload_bytes does not fit in an argument list)."""
     if text is None:
         return None
+    where = ""
+    if text == "-":
+        text, where = sys.stdin.read(), " (stdin)"
+    elif text.startswith("@"):
+        name = text[1:]
+        try:
+            text = Path(name).read_text(encoding="utf-8")
+        except OSError as exc:
+            fail("--payload", f"cannot read {name}: {exc.strerror}")
+        except UnicodeDecodeError:
+            fail("--payload", f"{name} is not UTF-8 text")
+        where = f" ({name})"
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        fail("--payload", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+        fail("--payload", f"not valid JSON{where}: {exc.msg} at line {exc.lineno} column {exc.colno}")
 
 
 @app.command()
@@ -48,7 +63,8 @@ def enqueue(
     tier: Annotated[Optional[str], typer.Option(help="Tenant tier (tenants.tiers); default tenants.default_tier.")] = None,
     user_waiting: Annotated[bool, typer.Option("--user-waiting", help="A human is waiting on this job.")] = False,
     count: Annotated[int, typer.Option(min=1, max=1_000_000, help="How many identical jobs to enqueue.")] = 1,
-    payload: Annotated[Optional[str], typer.Option(help='Job payload as JSON, e.g. \'{"service_s": 0.5}\'.')] = None,
+    payload: Annotated[Optional[str], typer.Option(metavar="JSON|@FILE|-", show_default=False,
+        help='Job payload as JSON, e.g. \'{"service_s": 0.5}\'; @FILE reads it from a file, - from stdin.')] = None,
     config: ConfigOption = DEFAULT_CONFIG,
     redis_url: RedisUrlOption = None,
 ) -> None:

@@ -6,6 +6,8 @@ namespace or hash slot, or break the Prometheus exposition. Runs on a Redis Clus
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -193,3 +195,28 @@ def test_fairctl_enqueue_either_queues_or_exits_2_naming_the_argument(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fairctl: error: "), result.output
     assert lines[0].split(": ")[2] in {"TASK", "--tenant", "--tier", "--payload", "fairctl enqueue"}, lines[0]
+
+
+def test_a_payload_near_the_limit_fits_through_a_file_or_stdin_and_one_over_is_refused(
+        redis_server: Any, tmp_path: Path) -> None:
+    """A payload up to scheduler.max_payload_bytes (1 MiB) does not fit in an argument list
+    ("Argument list too long"): --payload @FILE and --payload - (stdin) take it; one byte over
+    the limit exits 2 with one line naming --payload."""
+    path, config = write_config(tmp_path, redis_server.url)
+    limit = config.scheduler.max_payload_bytes
+    near, over = tmp_path / "near.json", tmp_path / "over.json"
+    near.write_text(json.dumps({"blob": "x" * (limit - 20)}))  # compact JSON: 11 bytes more
+    over.write_text(json.dumps({"blob": "x" * (limit - 5)}))
+    base = ["enqueue", "newsletter", "--tenant", "acme", "--config", str(path), "--payload"]
+    runner = CliRunner()
+    for result in (runner.invoke(app, [*base, f"@{near}"]), runner.invoke(app, [*base, "-"], input=near.read_text())):
+        assert result.exit_code == 0, result.output
+        assert "enqueued 1 job" in result.stdout
+    for result in (runner.invoke(app, [*base, f"@{over}"]), runner.invoke(app, [*base, "-"], input=over.read_text())):
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith("fairctl: error: --payload: is ") and result.stderr.count("\n") == 1
+        assert "(scheduler.max_payload_bytes)" in result.stderr
+    missing = runner.invoke(app, [*base, f"@{tmp_path / 'nope.json'}"])
+    assert missing.exit_code == 2 and missing.stderr.startswith("fairctl: error: --payload: cannot read ")
+    broken = runner.invoke(app, [*base, "-"], input="{nope")
+    assert broken.exit_code == 2 and "--payload: not valid JSON (stdin)" in broken.stderr
