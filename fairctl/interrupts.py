@@ -57,7 +57,7 @@ def handled() -> Iterator[None]:
     """Around a whole command: turn SIGINT and SIGTERM into :class:`Interrupted`, and an
     interruption that reaches here into its one line and exit code. Without a signal, the
     previous handlers come back (a command run in-process, as tests do, leaves nothing behind);
-    after one, the noting handlers stay until the process exits, so the interpreter's own exit
+    after one, further signals stay ignored until the process exits, so the interpreter's own exit
     (joining threads) is not interrupted either."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -78,8 +78,8 @@ def handled() -> Iterator[None]:
         yield
     except KeyboardInterrupt as exc:
         arrived.append(signal_of(exc))  # a bare KeyboardInterrupt (no signal of ours) ends it all too
-        for sig in SIGNALS:
-            signal.signal(sig, note)
+        for sig in SIGNALS:  # the clean-up is done; ignored, not noted: the interpreter's finalisation
+            signal.signal(sig, signal.SIG_IGN)  # puts back the default (death) for Python-level handlers
         typer.echo(line(exc), err=True)
         raise typer.Exit(exit_code(signal_of(exc))) from None
     finally:

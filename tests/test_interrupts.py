@@ -88,8 +88,8 @@ class Fairctl:
         wait_for(lambda: condition() or self.process.poll() is not None, timeout, what)
         assert self.process.poll() is None, f"fairctl ended before {what}: {self.stderr[-5:]}"
 
-    def stop_with(self, signum: int) -> tuple[float, list[str], set[tuple[int, str]]]:
-        """Send the signal; wait for the exit. Returns the seconds it took, the stderr lines
+    def stop_with(self, signum: int, again_after: float | None = None) -> tuple[float, list[str], set[tuple[int, str]]]:
+        """Send the signal (and once more ``again_after`` s later, during the shutdown); wait for the exit. Returns the seconds it took, the stderr lines
         written after the signal and the processes that ran below fairctl when it was sent."""
         time.sleep(0.2)  # let lines already written reach the readers
         before = len(self.stderr)
@@ -99,6 +99,10 @@ class Fairctl:
             os.killpg(self.process.pid, signum)  # a terminal's Ctrl-C reaches the whole foreground group
         else:
             os.kill(self.process.pid, signum)
+        if again_after is not None:
+            time.sleep(again_after)
+            if self.process.poll() is None:
+                os.killpg(self.process.pid, signum)
         try:
             self.process.wait(timeout=60)
         finally:
@@ -133,6 +137,18 @@ def test_simulate_stops_its_policy_processes(signum: int) -> None:
     assert len(below) >= 2
     run.assert_stopped(signum, took, after, below)
     assert run.stdout == []  # no report of a run cut short
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["simulate", "stack"])
+def test_a_second_ctrl_c_during_the_shutdown_neither_hangs_nor_cuts_it_short(command: str, tmp_path: Path) -> None:
+    if command == "simulate":
+        run = Fairctl("simulate", "--duration", "2h", "--processes", "2")
+        run.wait_until(lambda: len(run.descendants()) >= 2, "the policies' processes")
+    else:
+        run = Fairctl("stack", "up", "--dir", tmp_path, "--config", EXAMPLE_CONFIG, "--slots", "2")
+        run.wait_until(lambda: len(_services(tmp_path)) >= 4, "four services started")
+    run.assert_stopped(signal.SIGINT, *run.stop_with(signal.SIGINT, again_after=0.1))
 
 
 @pytest.mark.parametrize("signum", SIGNALS)
