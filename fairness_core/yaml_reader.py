@@ -6,6 +6,7 @@ the same way: ``storm.yaml: streams[1].arrivals.poisson.rate_per_s: must be > 0,
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -52,6 +53,11 @@ class Reader:
     def require(self, key: str, convert: Callable[[object, str], T]) -> T:
         self.seen.add(key)
         if key not in self.data or self.data[key] is None:
+            # A typo (max_agee) is the likeliest reason a required key is missing: name it first.
+            unknown = [str(k) for k in self.data if k not in self.seen]
+            typo = difflib.get_close_matches(key, unknown, n=1)
+            if typo:
+                raise self.error(typo[0], f"unknown key; did you mean {key}? ({key} is required)")
             raise self.error(key, "is required")
         return self._convert(key, convert)
 
@@ -62,11 +68,13 @@ class Reader:
             raise ConfigError(exc.path, exc.message, self.source) from None
 
     def done(self) -> None:
-        unknown = sorted(str(k) for k in self.data if k not in self.seen)
+        unknown = [str(k) for k in self.data if k not in self.seen]
         if unknown:
+            close = difflib.get_close_matches(unknown[0], [k for k in self.seen if k not in self.data], n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
             raise ConfigError(
                 self.sub(unknown[0]),
-                f"unknown key; expected one of: {', '.join(sorted(self.seen))}",
+                f"unknown key; {hint}expected one of: {', '.join(sorted(self.seen))}",
                 self.source,
             )
 
@@ -121,4 +129,12 @@ def read_yaml(path: Path, what: str) -> object:
     except OSError as exc:
         raise ConfigError("", f"cannot read {what} {path}: {exc.strerror}", str(path)) from None
     except yaml.YAMLError as exc:
-        raise ConfigError("", f"{what} {path} is not valid YAML: {exc}", str(path)) from None
+        # PyYAML names the text it parsed ("<unicode string>"): name the file and line instead.
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).replace('"<unicode string>"', str(path))
+        context, opened = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and opened is not None and opened is not mark:
+            context += f" (line {opened.line + 1})"  # where the unclosed bracket or quote began
+        detail = f"{context}, {problem}" if context else problem
+        raise ConfigError("", f"{what} is not valid YAML: {detail}", where) from None

@@ -1,0 +1,63 @@
+"""Config and scenario errors a user makes by hand: a typo in a key is named with a "did you
+mean", also when the key it misspells is required; a YAML syntax error names the file and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fairness_core import ConfigError, load_config
+from fairness_sim.scenario import load_scenario
+
+from .conftest import EXAMPLE_CONFIG
+
+
+def _example_with(tmp_path: Path, edit: str, replacement: str) -> Path:
+    text = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+    assert edit in text
+    path = tmp_path / "fairness.yaml"
+    path.write_text(text.replace(edit, replacement, 1), encoding="utf-8")
+    return path
+
+
+def test_a_typo_in_a_required_key_names_the_typo_and_the_key() -> None:
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    data["classes"][0]["max_agee"] = data["classes"][0].pop("max_age")
+    from fairness_core import parse_config
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, "fairness.yaml")
+    assert err.value.path == "classes[0].max_agee"
+    assert "unknown key; did you mean max_age? (max_age is required)" in str(err.value)
+
+
+def test_a_typo_in_an_optional_key_suggests_the_key() -> None:
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    data["classes"][2]["promote_aftr"] = data["classes"][2].pop("promote_after")
+    from fairness_core import parse_config
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, "fairness.yaml")
+    assert err.value.path == "classes[2].promote_aftr"
+    assert "unknown key; did you mean promote_after? expected one of:" in str(err.value)
+
+
+def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
+    path = _example_with(tmp_path, "  prefix: fq", "  prefix: [fq")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    text = str(err.value)
+    assert "<unicode string>" not in text
+    line = next(i for i, l in enumerate(path.read_text().splitlines(), 1) if "prefix: [fq" in l)
+    # PyYAML finds the problem where the next token starts; the unclosed bracket's line is named too.
+    assert text.startswith(f"{path}:") and "config file is not valid YAML: " in text, text
+    assert f"while parsing a flow sequence (line {line})" in text, text
+
+
+def test_a_scenario_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "storm.yaml"
+    path.write_text("name: x\nduration: 2h\nworkers: [{count: 1}\n")
+    with pytest.raises(ConfigError) as err:
+        load_scenario(path)
+    assert str(err.value).startswith(f"{path}:4:") and "scenario file is not valid YAML" in str(err.value)
+    assert "(line 3)" in str(err.value)
