@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +18,8 @@ from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
 
 app = typer.Typer()
 
+LIST_CHANGES_UP_TO = 10  # more changes than this are summarised unless --verbose
+
 # Every set `fairctl generate` writes, each under its own directory of --out.
 OUTPUT_SETS: tuple[OutputSet, ...] = (ALERTS, DASHBOARDS_OUTPUT, COMPOSE_OUTPUT, KUBERNETES_OUTPUT)
 
@@ -27,6 +30,8 @@ def generate(
         "--out", metavar="DIR", help="Root the generated directories go under (alerts/generated/ ...).")] = Path("."),
     check: Annotated[bool, typer.Option(
         "--check", help="Write nothing; exit 1 listing every file that regenerating would change.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="List every file written or removed, however many.")] = False,
     config: ConfigOption = DEFAULT_CONFIG,
 ) -> None:
     """Generate the Prometheus rules, their promtool unit tests, the runbooks and the dashboards from the config.
@@ -50,6 +55,10 @@ def generate(
         changes = write(planned, out, OUTPUT_SETS)
     except OSError as exc:
         fail("--out", f"cannot write {exc.filename}: {exc.strerror}")
-    for change in changes:
-        typer.echo(f"{change.path}: {'removed' if change.path not in planned else change.what}")
-    typer.echo(f"{len(planned)} files generated, {len(changes)} changed")
+    if verbose or len(changes) <= LIST_CHANGES_UP_TO:
+        for change in changes:
+            typer.echo(f"{change.path}: {'removed' if change.path not in planned else change.what}")
+    counts = Counter("removed" if c.path not in planned else {"missing": "new"}.get(c.what, c.what) for c in changes)
+    detail = f" ({', '.join(f'{n} {what}' for what, n in counts.items())}; --verbose lists them)" \
+        if changes and not verbose and len(changes) > LIST_CHANGES_UP_TO else ""
+    typer.echo(f"{len(planned)} files generated, {len(changes)} changed{detail}")
