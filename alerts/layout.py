@@ -12,3 +12,10 @@ RUNBOOKS_DIR = PurePosixPath("runbooks")
 
 def runbook_file(alert: str) -> PurePosixPath:
     return RUNBOOKS_DIR / f"{alert}.md"
+
+
+# The Grafana dashboards the alerts link to (dashboards/ builds them under these uids): the
+# overview, with its class variable, and the runbooks, one panel per alert.
+OVERVIEW_UID = "fairctl-overview"
+RUNBOOKS_UID = "fairctl-runbooks"
+QUEUE_VAR = "queue"

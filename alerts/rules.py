@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from exporter import metrics as m
-from fairness_core.config import ClassConfig, Config
+from fairness_core.config import DEFAULT_GRAFANA_URL, ClassConfig, Config
 
 from . import recording as rec
 from .annotations import Query, Text
-from .layout import GENERATED_DIR, runbook_file
+from .layout import OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID
 from .promql import dedup, duration, number, over_time, quote, selector
 
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
@@ -258,12 +258,44 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
     )
 
 
-def links(config: Config, alert: str) -> Mapping[str, Text]:
-    """``runbook_url`` and ``dashboard_url``: the config's templates, or relative paths into the
-    generated runbooks (the dashboard default is the runbook's own dashboard section)."""
-    runbook = str(GENERATED_DIR / runbook_file(alert))
-    templates = {
-        "runbook_url": config.alerts.runbook_url or runbook,
-        "dashboard_url": config.alerts.dashboard_url or f"{runbook}#dashboard",
+def runbook_panel(config: Config, alert: str) -> int:
+    """The id of ``alert``'s panel on the runbooks dashboard: its place in :func:`build_alerts`."""
+    return 1 + [a.name for a in build_alerts(config)].index(alert)
+
+
+def link_templates(config: Config, alert: str) -> dict[str, str]:
+    """``runbook_url`` and ``dashboard_url`` of ``alert`` as ``str.format`` templates with
+    ``{alert}`` and ``{queue}``: the config's templates, else built on ``alerts.grafana_url``: the
+    alert's panel of the runbooks dashboard, and the overview dashboard with the alert's class
+    selected."""
+    grafana = config.alerts.grafana_url or DEFAULT_GRAFANA_URL
+    return {
+        "runbook_url": config.alerts.runbook_url or f"{grafana}/d/{RUNBOOKS_UID}?viewPanel={runbook_panel(config, alert)}",
+        "dashboard_url": config.alerts.dashboard_url or f"{grafana}/d/{OVERVIEW_UID}?var-{QUEUE_VAR}={{queue}}",
     }
-    return {key: Text(template.format(alert=alert, queue=f"${m.QUEUE}:url")) for key, template in templates.items()}
+
+
+def link(config: Config, alert: str, key: str, queue: str = "") -> str:
+    """One link of ``alert`` as a URL, for ``queue`` (none: every class)."""
+    return link_templates(config, alert)[key].format(alert=alert, queue=queue)
+
+
+def links(config: Config, alert: str) -> Mapping[str, Text]:
+    """``runbook_url`` and ``dashboard_url`` as annotations: the class filled in by Prometheus,
+    URL-escaped."""
+    return {key: Text(template.format(alert=alert, queue=f"${m.QUEUE}:url"))
+            for key, template in link_templates(config, alert).items()}
+
+
+def link_warnings(config: Config) -> list[str]:
+    """Why the alerts' links may not open where the alerts are read (``fairctl check`` prints them)."""
+    a = config.alerts
+    out = []
+    for key, template in (("runbook_url", a.runbook_url), ("dashboard_url", a.dashboard_url)):
+        if template is not None and "://" not in template:
+            out.append(f"alerts.{key} {template!r} is not an absolute URL: Alertmanager receivers, chat and "
+                       "Grafana cannot open it; use https://... (or leave it unset to link into Grafana)")
+    if a.grafana_url is None and (a.runbook_url is None or a.dashboard_url is None):
+        out.append(f"alerts.grafana_url is not set: the alerts' links point at {DEFAULT_GRAFANA_URL} (the compose "
+                   "stack's Grafana) and open only on that machine; set it to the Grafana your team opens")
+    return out

@@ -106,7 +106,7 @@ def render(config: Config) -> dict[PurePosixPath, str]:
     common = {
         "config": config, "q": diagnostics(config), "alerts": alerts, "duration": duration, "number": number,
         "urgent": config.classes[0].name, "bulk": config.classes[-1].name,
-        "dashboard_url": config.alerts.dashboard_url, "over_budget_reason": OVER_BUDGET_REASON,
+        "link": lambda alert, key: r.link(config, alert, key), "over_budget_reason": OVER_BUDGET_REASON,
         "other_tenant": m.OTHER_TENANT,
     }
     files = {runbook_file(a.name): env.get_template(f"runbooks/{a.name}.md.j2").render(alert=a, **common)

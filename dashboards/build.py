@@ -32,16 +32,18 @@ from grafanalib.core import (
     TimeSeries,
 )
 
+import re
+
 from alerts import recording as rec
-from alerts.layout import GENERATED_DIR as ALERTS_DIR
+from alerts import runbooks as rb
 from alerts.layout import runbook_file
 from alerts.promql import number
-from alerts.rules import build_alerts
+from alerts.rules import build_alerts, link, runbook_panel
 from exporter import metrics as m
-from fairness_core.config import Config
+from fairness_core.config import Config, format_duration
 
 from . import queries as q
-from .layout import OVERVIEW_UID, TENANT_UID
+from .layout import OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID, TENANT_UID
 
 INPUT = "DS_PROMETHEUS"
 DATASOURCE = {"type": "prometheus", "uid": q.var(q.DATASOURCE_VAR)}
@@ -51,6 +53,9 @@ PANEL_HEIGHT = 8
 # The oldest Grafana whose dashboard model (timeseries panels, datasource refs by uid) this uses.
 GRAFANA_VERSION = "9.0.0"
 PANEL_NAMES = {"timeseries": "Time series", "text": "Text"}
+# Jobs, not HTTP requests: Grafana's custom suffix unit.
+JOBS_PER_SECOND = "suffix: jobs/s"
+RUNBOOK_HEIGHT = 30
 
 
 @dataclass(frozen=True)
@@ -103,9 +108,9 @@ def per_class(expr: str, suffix: str = "") -> Query:
 
 
 def runbook_url(config: Config, alert: str) -> str:
-    """The alert's runbook as its rules link it (the configured template, else the generated file)."""
-    template = config.alerts.runbook_url or str(ALERTS_DIR / runbook_file(alert))
-    return template.format(alert=alert, queue="")
+    """The alert's runbook as its rules link it (the configured template, else its panel of the
+    runbooks dashboard)."""
+    return link(config, alert, "runbook_url")
 
 
 def alerts_panel(config: Config) -> Text:
@@ -124,6 +129,13 @@ def alert_annotation(config: Config) -> dict[str, Any]:
         "titleFormat": "{{alertname}}", "textFormat": "{{" + m.QUEUE + "}} {{severity}}",
         "tagKeys": "severity," + m.QUEUE, "useValueForTime": False,
     }
+
+
+def class_variable() -> Template:
+    """The overview's class picker: every class by default; an alert's dashboard link selects its own."""
+    return Template(name=QUEUE_VAR, label="Class", dataSource=DATASOURCE, refresh=REFRESH_ON_TIME_RANGE_CHANGE,
+                    query=q.label_values(m.QUEUE_WEIGHT_RATIO.name, m.QUEUE), multi=True, includeAll=True,
+                    default="$__all", allValue=".*")
 
 
 def variables(config: Config, *extra: Template) -> Templating:
@@ -155,6 +167,7 @@ def overview(config: Config) -> Dashboard:
     """Per class: SLO, share against weight, arrivals against budget, load, waits; then tenants,
     lease churn and the alerts with their runbooks."""
     window = config.alerts.rate_window
+    cls_matcher = q.re(m.QUEUE, q.var(QUEUE_VAR))
     oldest = [(timeseries(
         f"Oldest job age: {c.name}", f"Age of the oldest due job in {c.name}; the red line is its max_age SLO "
         f"({number(c.max_age)}s, QueueStarving).",
@@ -166,28 +179,28 @@ def overview(config: Config) -> Dashboard:
         ("Shares", [
             (timeseries("Realised share vs configured weight",
                         "Each class's part of all completions (solid) against its weight / total weight (dashed).",
-                        [per_class(q.select(rec.PROCESSED_SHARE), " realised"),
-                         per_class(q.select(rec.WEIGHT_RATIO), " weight")],
+                        [per_class(q.select(rec.PROCESSED_SHARE, cls_matcher), " realised"),
+                         per_class(q.select(rec.WEIGHT_RATIO, cls_matcher), " weight")],
                         "percentunit", dashed="weight", max_value=1), 8),
             (timeseries("Arrival mix vs budget",
                         "Each class's share of the arrivals the rules asked for (before demotion), against its "
                         "arrival_budget (dashed; PriorityMixDrift).",
-                        [per_class(q.select(rec.REQUESTED_SHARE), " asked"),
-                         per_class(q.select(rec.ARRIVAL_BUDGET), " budget")],
+                        [per_class(q.select(rec.REQUESTED_SHARE, cls_matcher), " asked"),
+                         per_class(q.select(rec.ARRIVAL_BUDGET, cls_matcher), " budget")],
                         "percentunit", dashed="budget", max_value=1), 8),
             (timeseries("Arrivals by classification reason", "Jobs queued per second, by class and reason.",
-                        [Query(q.select(rec.ENQUEUED_RATE), "{{" + m.QUEUE + "}}: {{" + m.REASON + "}}")],
-                        "reqps", stacked=True), 8),
+                        [Query(q.select(rec.ENQUEUED_RATE, cls_matcher), "{{" + m.QUEUE + "}}: {{" + m.REASON + "}}")],
+                        JOBS_PER_SECOND, stacked=True), 8),
         ]),
         ("Load", [
-            (timeseries("Depth", "Due jobs waiting per class.", [per_class(q.select(rec.DEPTH))], "short"), 6),
+            (timeseries("Depth", "Due jobs waiting per class.", [per_class(q.select(rec.DEPTH, cls_matcher))], "short"), 6),
             (timeseries("Throughput", "Jobs completed per second per class.",
-                        [per_class(q.select(rec.PROCESSED_RATE))], "reqps"), 6),
+                        [per_class(q.select(rec.PROCESSED_RATE, cls_matcher))], JOBS_PER_SECOND), 6),
             (timeseries("In flight", "Jobs leased to workers right now, per class.",
-                        [per_class(q.gauge(m.QUEUE_INFLIGHT))], "short", stacked=True), 6),
+                        [per_class(q.gauge(m.QUEUE_INFLIGHT, cls_matcher))], "short", stacked=True), 6),
             (timeseries("Wait p50 / p99", "Enqueue-to-lease wait per class (PriorityInversion reads the p99).",
                         [per_class(q.quantile(0.5, m.JOBS_WAIT.series("_bucket"), window), " p50"),
-                         per_class(q.select(rec.WAIT_P99), " p99")], "s"), 6),
+                         per_class(q.select(rec.WAIT_P99, cls_matcher), " p99")], "s"), 6),
         ]),
         ("Tenants", [
             (timeseries(f"Top {config.exporter.topk_tenants} tenants' share",
@@ -195,22 +208,33 @@ def overview(config: Config) -> Dashboard:
                         [Query(q.gauge(m.TENANT_SHARE), "{{" + m.TENANT + "}}")], "percentunit", max_value=1), 6),
             (timeseries("Quiet tenants' oldest age",
                         "Oldest due job among each class's non-noisy tenants (QuietTenantsStarving).",
-                        [per_class(q.select(rec.QUIET_AGE))], "s"), 6),
+                        [per_class(q.select(rec.QUIET_AGE, cls_matcher))], "s"), 6),
             (timeseries("Noisy tenants", "Tenants holding over 10% of a class's in-flight jobs.",
-                        [per_class(q.gauge(m.QUEUE_NOISY_TENANTS))], "short"), 6),
+                        [per_class(q.gauge(m.QUEUE_NOISY_TENANTS, cls_matcher))], "short"), 6),
             (timeseries("Fairness index", "Jain's index over the most backlogged tenants (1 = fair).",
-                        [per_class(q.gauge(m.QUEUE_FAIRNESS_INDEX))], "none", max_value=1), 6),
+                        [per_class(q.gauge(m.QUEUE_FAIRNESS_INDEX, cls_matcher))], "none", max_value=1), 6),
         ]),
         ("Leases and moves between classes", [
             (timeseries("Lease redeliveries", "Expired leases per second (JobsRedeliveredHigh).",
-                        [per_class(q.select(rec.REDELIVERED_RATE))], "reqps"), 8),
+                        [per_class(q.select(rec.REDELIVERED_RATE, cls_matcher))], JOBS_PER_SECOND), 8),
             (timeseries("Promotions and demotions",
                         "Jobs aged up a class (promote_after) and arrivals sent down by an arrival budget.",
-                        [per_class(q.rate(m.JOBS_PROMOTED.name, window), " promoted"),
-                         per_class(q.rate(m.JOBS_DEMOTED.name, window), " demoted")], "reqps"), 8),
+                        [per_class(q.rate(m.JOBS_PROMOTED.name, window, cls_matcher), " promoted"),
+                         per_class(q.rate(m.JOBS_DEMOTED.name, window, cls_matcher), " demoted")], JOBS_PER_SECOND), 8),
             (alerts_panel(config), 8),
         ]),
-    ])
+        ("Dead letters and pauses", [
+            (timeseries("Jobs dead-lettered", f"Jobs of each class given up on over the last "
+                        f"{format_duration(config.alerts.rate_window)}: failed leases.max_attempts times, or no "
+                        "handler for their task (JobsDeadLettered). fairctl dead list shows them.",
+                        [per_class(q.select(rec.DEAD_LETTERED, cls_matcher))], "short"), 8),
+            (timeseries("Dead-letter list", "Jobs waiting in the dead-letter list until fairctl dead requeue "
+                        "or drop takes them off.", [Query(q.gauge(m.DEAD_LETTERS), "dead letters")], "short"), 8),
+            (timeseries("Paused classes", "1 while a class is paused with fairctl pause (QueuePaused; its "
+                        "starvation alerts are silent meanwhile).",
+                        [per_class(q.gauge(m.QUEUE_PAUSED, cls_matcher))], "short", max_value=1), 8),
+        ]),
+    ], class_variable())
 
 
 def tenant(config: Config) -> Dashboard:
@@ -237,12 +261,49 @@ def tenant(config: Config) -> Dashboard:
             (timeseries("Throughput per class", "Jobs of the tenant completed per second, against all others.",
                         [per_class(f"sum without ({m.TENANT}) ({q.rate(processed, window, this)})", " $tenant"),
                          per_class(f"sum without ({m.TENANT}) ({q.rate(processed, window, rest)})", " rest")],
-                        "reqps", dashed="rest"), 12),
+                        JOBS_PER_SECOND, dashed="rest"), 12),
         ]),
     ], tenants)
 
 
-DASHBOARDS = (overview, tenant)
+_RUNBOOK_LINK = re.compile(r"\]\((\w+)\.md(#[\w-]*)?\)")
+
+
+def runbook_text(config: Config, alert: str, text: str) -> str:
+    """A rendered runbook as a Grafana text panel shows it: links between runbooks point at their
+    panels (the index at the dashboard), so they open inside Grafana too."""
+    names = {a.name for a in build_alerts(config)}
+
+    def target(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in names:
+            return f"]({runbook_url(config, name)})"
+        return f"](/d/{RUNBOOKS_UID})" if name == "README" else match.group(0)
+
+    return _RUNBOOK_LINK.sub(target, text.split("-->", 1)[-1].lstrip())
+
+
+def runbooks(config: Config) -> Dashboard:
+    """Every runbook, one full-width text panel per alert (its id is the alert's runbook_url's
+    viewPanel), so the alerts' default links open in the same Grafana as the graphs."""
+    texts = rb.render(config)
+    panels = [Text(title=a.name, dataSource=DATASOURCE, id=runbook_panel(config, a.name),
+                   content=runbook_text(config, a.name, texts[runbook_file(a.name)]),
+                   gridPos=GridPos(h=RUNBOOK_HEIGHT, w=GRID_WIDTH, x=0, y=i * RUNBOOK_HEIGHT))
+              for i, a in enumerate(build_alerts(config))]
+    return Dashboard(
+        uid=RUNBOOKS_UID, title="fairctl: runbooks",
+        description="What each fairctl alert means and what to do (generated by fairctl generate).",
+        tags=[TAG], editable=True, time=Time("now-6h", "now"), timezone="browser", panels=panels,
+        templating=variables(config),
+        links=[DashboardLink(title="fairctl", type="dashboards", tags=[TAG], asDropdown=True, includeVars=True,
+                             keepTime=True)],
+        inputs=[DataSourceInput(name=INPUT, label="Prometheus", pluginId="prometheus", pluginName="Prometheus",
+                                description="The Prometheus that scrapes the fairctl exporters")],
+    )
+
+
+DASHBOARDS = (overview, tenant, runbooks)
 
 
 def requires(board: Dashboard) -> list[dict[str, str]]:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
+from alerts.layout import OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID
+
+__all__ = ["OVERVIEW_UID", "QUEUE_VAR", "RUNBOOKS_UID", "TENANT_UID"]
+
 GENERATED_DIR = PurePosixPath("dashboards/generated")
 PROVISIONING_DIR = PurePosixPath("provisioning")
 # The directory the dashboard provider reads inside the Grafana container (compose/ mounts the JSON there).
 CONTAINER_DASHBOARDS = "/var/lib/grafana/dashboards/fairctl"
-OVERVIEW_UID = "fairctl-overview"
 TENANT_UID = "fairctl-tenant"
 
 

@@ -26,6 +26,11 @@ def eq(label: str, value: str) -> str:
     return f"{label}={quote(value)}"
 
 
+def re(label: str, value: str) -> str:
+    """A regex matcher: multi-value and "All" template variables expand to regexes."""
+    return f"{label}=~{quote(value)}"
+
+
 def ne(label: str, value: str) -> str:
     return f"{label}!={quote(value)}"
 

@@ -11,6 +11,7 @@ import typer
 from alerts import promtool
 from alerts.layout import RULES_FILE, TESTS_DIR
 from alerts.output import ALERTS
+from alerts.rules import link_warnings
 from alerts.weights import table, weights_report
 from fairness_core import Config
 from fairness_core.generated import plan, write
@@ -45,7 +46,7 @@ def weights(config: ConfigOption = DEFAULT_CONFIG, slots: SlotsOption = None) ->
 
 @app.command()
 def check(config: ConfigOption = DEFAULT_CONFIG, slots: SlotsOption = None) -> None:
-    """Validate the config, lint the weights, and run promtool on the rules it generates.
+    """Validate the config, lint the weights and the alerts' links, and run promtool on the rules it generates.
 
     Generates the rules and their unit tests in a scratch directory, then runs promtool check
     rules and promtool test rules on them. Exit 0 when all pass (weight warnings do not fail),
@@ -57,6 +58,8 @@ def check(config: ConfigOption = DEFAULT_CONFIG, slots: SlotsOption = None) -> N
         promtool.binary()
     except promtool.PromtoolMissing:
         fail(promtool.BINARY, promtool.MISSING)
+    for line in link_warnings(cfg):
+        typer.echo(f"warning: {line}", err=True)
     with tempfile.TemporaryDirectory(prefix="fairctl-check-") as tmp:
         with clear_errors():
             planned = plan(cfg, Path(tmp), (ALERTS,))

@@ -43,6 +43,9 @@ MAX_WEIGHT = 1_000_000
 # alert rules tell demand from demotions by it.
 OVER_BUDGET_REASON = "over priority budget"
 _RATE_PART = re.compile(r"^(\d+(?:\.\d+)?)\s*/\s*(s|m|h|d)$")
+# Grafana as compose/docker-compose.yml publishes it: the alerts' links are built on it until
+# alerts.grafana_url says where the team's Grafana is.
+DEFAULT_GRAFANA_URL = "http://127.0.0.1:3000"
 # Placeholders a runbook or dashboard URL template may use.
 URL_PLACEHOLDERS = ("alert", "queue")
 # ``for:`` of every generated alert; ``alerts.for`` overrides any of them. None (QueueStarving)
@@ -188,7 +191,8 @@ class AlertsConfig:
 
     Per-class thresholds (max_age, weights, arrival budgets) are not here: the rules read them from
     the exporter's config gauges, so one rules file serves every deployment of the same classes.
-    ``runbook_url``/``dashboard_url`` None means relative paths into the generated runbooks.
+    Links: ``grafana_url`` is the one base both default links are built from (the runbooks are a
+    generated Grafana dashboard too); ``runbook_url``/``dashboard_url`` templates override them.
     """
 
     rate_window: float = 600.0
@@ -202,6 +206,9 @@ class AlertsConfig:
     exporter_job: str = "fairctl-exporter"
     runbook_url: str | None = None
     dashboard_url: str | None = None
+    # Where people open Grafana, without a trailing slash; None: not configured, links are built
+    # on DEFAULT_GRAFANA_URL (the compose stack's) and `fairctl check` warns.
+    grafana_url: str | None = None
     worker_slots: int | None = None
     for_durations: Mapping[str, float | None] = field(default_factory=lambda: ALERT_FOR)
 
@@ -296,6 +303,19 @@ def _url_template(value: object, path: str) -> str:
     for name, spec, conv in fields:
         if name not in URL_PLACEHOLDERS or spec or conv:
             raise ConfigError(path, f"unknown placeholder {{{name}}}; use {{alert}} and {{queue}}")
+    return text
+
+
+def _base_url(value: object, path: str) -> str:
+    """An absolute http(s) URL a link is built on: a browser, an Alertmanager receiver and a Grafana
+    panel must all open it, so a relative path is refused."""
+    text = nonempty_str(value, path).rstrip("/")
+    scheme, sep, rest = text.partition("://")
+    if scheme not in ("http", "https") or not sep or not rest or rest.startswith("/"):
+        raise ConfigError(path, f"expected an absolute http:// or https:// URL such as https://grafana.example.com, "
+                                f"got {value!r}")
+    if any(ch.isspace() or ch in "${}?#" for ch in text):
+        raise ConfigError(path, f"expected a base URL without spaces, $, braces, ? or #, got {value!r}")
     return text
 
 
@@ -426,6 +446,7 @@ def _alerts(value: object, path: str, source: str | None) -> AlertsConfig:
         exporter_job=r.get("exporter_job", d.exporter_job, _reason),
         runbook_url=r.get("runbook_url", None, _url_template),
         dashboard_url=r.get("dashboard_url", None, _url_template),
+        grafana_url=r.get("grafana_url", None, _base_url),
         worker_slots=r.get("worker_slots", None, int_between(1, 10**6)),
         for_durations=r.get("for", ALERT_FOR, _for_durations),
     )

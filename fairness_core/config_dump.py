@@ -47,7 +47,8 @@ def config_to_data(config: Config) -> dict[str, Any]:
         "exporter_job": a.exporter_job,
         "for": {k: format_duration(v) for k, v in a.for_durations.items() if v is not None and v != ALERT_FOR[k]},
     }
-    optional_alerts = {"runbook_url": a.runbook_url, "dashboard_url": a.dashboard_url, "worker_slots": a.worker_slots}
+    optional_alerts = {"runbook_url": a.runbook_url, "dashboard_url": a.dashboard_url, "grafana_url": a.grafana_url,
+                       "worker_slots": a.worker_slots}
     alerts.update({k: v for k, v in optional_alerts.items() if v is not None})
     exporter: dict[str, Any] = {
         "topk_tenants": e.topk_tenants, "tenant_label_limit": e.tenant_label_limit,
