@@ -65,7 +65,7 @@ class WeightsReport:
             fix = (f"raise it to at least {c.min_weight}" if c.min_weight is not None
                    else "it needs more than the whole fleet: add workers")
             out.append(f"classes[{c.index}].weight: {c.name} needs {c.needed:.1%} of the slot time to keep up "
-                       f"({c.arrival_rate:g}/s x {c.service_time:g}s / {self.slots} slots), its weight {c.weight} "
+                       f"({c.arrival_rate:.3g}/s x {c.service_time:.3g}s / {self.slots} slots), its weight {c.weight} "
                        f"guarantees {c.guaranteed:.1%} when every class is backlogged; {fix}")
         return out
 
@@ -102,14 +102,14 @@ def table(report: WeightsReport) -> str:
     def pct(value: float | None) -> str:
         return "-" if value is None else f"{value:.1%}"
 
-    rows = [("class", "weight", "pop share", "time share", "arrivals/s", "service s", "needs", "min weight", "")]
+    rows = [("class", "weight", "pop share", "time share", "arrivals/s", "service s", "needs", "min weight", "keeps up")]
     for c in report.classes:
         rows.append((
             c.name, str(c.weight), pct(c.weight_share), pct(c.guaranteed),
-            "-" if c.arrival_rate is None else f"{c.arrival_rate:g}",
-            "-" if c.service_time is None else f"{c.service_time:g}",
+            "-" if c.arrival_rate is None else f"{c.arrival_rate:.3g}",
+            "-" if c.service_time is None else f"{c.service_time:.3g}",
             pct(c.needed), "-" if c.min_weight is None else str(c.min_weight),
-            "SHORT" if c.short else ("ok" if c.needed is not None else ""),
+            "SHORT" if c.short else ("ok" if c.needed is not None else "-"),
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]

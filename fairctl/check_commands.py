@@ -21,7 +21,7 @@ from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
 app = typer.Typer()
 
 SlotsOption = Annotated[Optional[int], typer.Option(
-    "--slots", min=1, show_default=False,
+    "--slots", metavar="N", min=1, show_default=False,
     help="Worker slots of the fleet (jobs run at once); default alerts.worker_slots from the config.")]
 
 

@@ -77,6 +77,7 @@ app = typer.Typer(
          "and the tools to watch them.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 for group in (queue_commands, worker_command, exporter_command, demo, simulate_command, drill_command,
               generate_command, check_commands):

@@ -63,7 +63,7 @@ def _record(item: dict[str, Any], now: float) -> dict[str, Any]:
 
 @app.command("list")
 def list_(
-    limit: Annotated[int, typer.Option(min=1, max=10_000, help="Show at most this many, oldest first.")] = 20,
+    limit: Annotated[int, typer.Option(metavar="N", min=1, max=10_000, help="Show at most this many, oldest first.")] = 20,
     queue: QueueOption = None,
     as_json: JsonOption = False,
     config: ConfigOption = DEFAULT_CONFIG,

@@ -115,7 +115,7 @@ def run_demo(config: Config, seconds: float) -> None:
 
 @app.command()
 def demo(
-    seconds: Annotated[float, typer.Option(min=1, max=120, help="How long the worker runs.")] = 8.0,
+    seconds: Annotated[float, typer.Option(metavar="SECONDS", min=1, max=120, help="How long the worker runs.")] = 8.0,
     config: ConfigOption = DEFAULT_CONFIG,
 ) -> None:
     """Replay a marketing storm in miniature; needs no setup.

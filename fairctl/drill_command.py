@@ -43,12 +43,12 @@ ScenarioArgument = Annotated[Path | None, typer.Argument(
     help="Scenario YAML, or the name of a shipped scenario (marketing-storm, priority-creep, ...); "
              "default: marketing-storm, 2.3M newsletters ahead of password resets.")]
 SpeedOption = Annotated[float, typer.Option(
-    min=1, help="Scenario seconds per real second (120: one scenario hour in 30 s). Every duration in the "
+    metavar="X", min=1, help="Scenario seconds per real second (120: one scenario hour in 30 s). Every duration in the "
                 "config and the rules is divided by it.")]
 UntilOption = Annotated[str | None, typer.Option(
     metavar="DURATION", show_default=False, help="Replay only the first DURATION of the scenario (default: all of it).")]
 VolumeOption = Annotated[float | None, typer.Option(
-    min=1, show_default=False,
+    metavar="N", min=1, show_default=False,
     help="Scenario jobs per live job, with service times stretched alike so ages and shares keep their shape; "
          f"default: the least that keeps the workers under {DEFAULT_MAX_RATE:g} jobs/s and bursts under "
          f"{DEFAULT_MAX_BURST:,} jobs.")]

@@ -62,7 +62,7 @@ def enqueue(
     tenant: Annotated[str, typer.Option("--tenant", help="Tenant id the job belongs to (fair queuing is per tenant).")],
     tier: Annotated[Optional[str], typer.Option(help="Tenant tier (tenants.tiers); default tenants.default_tier.")] = None,
     user_waiting: Annotated[bool, typer.Option("--user-waiting", help="A human is waiting on this job.")] = False,
-    count: Annotated[int, typer.Option(min=1, max=1_000_000, help="How many identical jobs to enqueue.")] = 1,
+    count: Annotated[int, typer.Option(metavar="N", min=1, max=1_000_000, help="How many identical jobs to enqueue.")] = 1,
     payload: Annotated[Optional[str], typer.Option(metavar="JSON|@FILE|-", show_default=False,
         help='Job payload as JSON, e.g. \'{"service_s": 0.5}\'; @FILE reads it from a file, - from stdin.')] = None,
     config: ConfigOption = DEFAULT_CONFIG,
@@ -133,9 +133,9 @@ def resume(queue: QueueArgument, config: ConfigOption = DEFAULT_CONFIG, redis_ur
 @app.command()
 def status(
     interval: Annotated[float, typer.Option(
-        min=0, max=3600, help="Seconds between the two snapshots the realised share is measured over "
+        metavar="SECONDS", min=0, max=3600, help="Seconds between the two snapshots the realised share is measured over "
                               "(0: one snapshot, no share).")] = 1.0,
-    top: Annotated[int, typer.Option(min=1, max=100, help="Most backlogged tenants to list per class.")] = 3,
+    top: Annotated[int, typer.Option(metavar="N", min=1, max=100, help="Most backlogged tenants to list per class.")] = 3,
     as_json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     config: ConfigOption = DEFAULT_CONFIG,
     redis_url: RedisUrlOption = None,

@@ -183,7 +183,7 @@ def simulate_command(
         metavar="DURATION", show_default=False,
         help="Simulate only this long (30m, 2h) instead of the scenario's duration.")] = None,
     processes: Annotated[int, typer.Option(
-        "--processes", "-j", min=0, help="Policies simulated at once; 0: one per CPU.")] = 0,
+        "--processes", "-j", metavar="N", min=0, help="Policies simulated at once; 0: one per CPU.")] = 0,
 ) -> None:
     """Replay a scenario under each scheduling policy and compare waits, fairness and alerts."""
     path = scenario_file or DEFAULT_SCENARIO

@@ -47,9 +47,9 @@ def _or_fail(action: Callable[[], T]) -> T:
 def up(
     directory: DirOption = DEFAULT_DIR,
     config: ConfigOption = DEFAULT_CONFIG,
-    slots: Annotated[int, typer.Option(min=1, max=1000, help="Worker slots (threads) in all, 16 per process.")] = 8,
+    slots: Annotated[int, typer.Option(metavar="N", min=1, max=1000, help="Worker slots (threads) in all, 16 per process.")] = 8,
     interval: Annotated[float, typer.Option(
-        min=0.1, max=60, help="Prometheus scrape and rule evaluation interval, seconds.")] = 1.0,
+        metavar="SECONDS", min=0.1, max=60, help="Prometheus scrape and rule evaluation interval, seconds.")] = 1.0,
 ) -> None:
     """Start the stack for --config and print where each service listens.
 

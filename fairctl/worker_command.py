@@ -52,13 +52,13 @@ def worker(
         help="module:attribute of the HandlerRegistry that runs each task (myapp.jobs:handlers for "
              "./myapp/jobs.py: the current directory comes first, as with python -m).")] = "fairctl.handlers:sleep_handlers",
     concurrency: Annotated[int, typer.Option(
-        min=1, max=1000, help="Jobs worked at once (threads); counted as fleet slots for reserved_slots.")] = 4,
+        metavar="N", min=1, max=1000, help="Jobs worked at once (threads); counted as fleet slots for reserved_slots.")] = 4,
     classes: Annotated[Optional[str], typer.Option(
         help="Serve only these classes, comma-separated (a reserved pool), e.g. jobs:high.")] = None,
     batch: Annotated[int, typer.Option(
-        min=1, max=1000, help="Jobs leased per pop; each slot works them in turn.")] = 1,
+        metavar="N", min=1, max=1000, help="Jobs leased per pop; each slot works them in turn.")] = 1,
     grace: Annotated[float, typer.Option(
-        min=0, help="Seconds running jobs get to finish after SIGTERM/SIGINT.")] = 30.0,
+        metavar="SECONDS", min=0, help="Seconds running jobs get to finish after SIGTERM/SIGINT.")] = 30.0,
     log_every: Annotated[str, typer.Option(
         metavar="DURATION", help="Log a summary line this often: jobs done, failed, retried and dead-lettered "
                                  "per class since the last one (0: only the final one, on stop).")] = "60s",

@@ -497,7 +497,7 @@ def parse_config(data: object, source: str | None = None) -> Config:
     )
     r.done()
     _check_classes(classes, scheduler, source)
-    _check_rules(rules, {c.name for c in classes}, source)
+    _check_rules(rules, tuple(c.name for c in classes), source)
     return Config(
         classes=classes, classification=rules, redis=redis_cfg, scheduler=scheduler,
         tenants=tenants, leases=leases, exporter=exporter, alerts=alerts, source=source,
@@ -519,12 +519,13 @@ def _check_classes(classes: tuple[ClassConfig, ...], scheduler: SchedulerConfig,
             raise ConfigError(f"classes[{i}].arrival_budget", "the least urgent class has no class below it to demote to (use scheduler.budget_action: reject)", source)
 
 
-def _check_rules(rules: tuple[Rule, ...], class_names: set[str], source: str | None) -> None:
+def _check_rules(rules: tuple[Rule, ...], class_names: tuple[str, ...], source: str | None) -> None:
+    """Every rule names a configured class (listed in config order when one does not)."""
     if not rules:
         raise ConfigError("classification", "expected at least one rule", source)
     for i, rule in enumerate(rules):
         if rule.queue not in class_names:
-            raise ConfigError(f"classification[{i}].class", f"unknown class {rule.queue!r}; classes are: {', '.join(sorted(class_names))}", source)
+            raise ConfigError(f"classification[{i}].class", f"unknown class {rule.queue!r}; classes are: {', '.join(class_names)}", source)
         if rule.reason == OVER_BUDGET_REASON:
             raise ConfigError(f"classification[{i}].reason", f"{OVER_BUDGET_REASON!r} is reserved for jobs demoted by an arrival budget", source)
     last = rules[-1]

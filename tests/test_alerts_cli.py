@@ -74,8 +74,8 @@ def test_weights_prints_the_derived_table() -> None:
     assert result.exit_code == 0 and result.stderr == ""
     header, _, _, low = result.stdout.splitlines()[:4]
     assert header.split() == ["class", "weight", "pop", "share", "time", "share", "arrivals/s", "service", "s",
-                              "needs", "min", "weight"]
-    assert low.split() == ["jobs:low", "10", "10.0%", "40.0%", "8.33333", "0.5", "10.4%", "2", "ok"]
+                              "needs", "min", "weight", "keeps", "up"]
+    assert low.split() == ["jobs:low", "10", "10.0%", "40.0%", "8.33", "0.5", "10.4%", "2", "ok"]
     assert "fleet: 40 worker slots" in result.stdout
 
 
@@ -83,7 +83,7 @@ def test_weights_warns_when_a_weight_is_below_what_the_load_needs() -> None:
     result = invoke("weights", "--config", EXAMPLE_CONFIG, "--slots", "8")
     assert result.exit_code == 0
     assert result.stderr.splitlines() == [
-        ("warning: classes[2].weight: jobs:low needs 52.1% of the slot time to keep up (8.33333/s x 0.5s / 8 slots), "
+        ("warning: classes[2].weight: jobs:low needs 52.1% of the slot time to keep up (8.33/s x 0.5s / 8 slots), "
          "its weight 10 guarantees 40.0% when every class is backlogged; raise it to at least 17")]
     assert "SHORT" in result.stdout
     assert invoke("weights", "--config", EXAMPLE_CONFIG, "--slots", "0").exit_code == 2

@@ -148,6 +148,9 @@ def test_config_errors_and_redis_down_exit_2(tmp_path: Path, command: list[str])
 def test_every_command_explains_itself(command: str) -> None:
     result = invoke(command, "--help")
     assert result.exit_code == 0 and len(result.stdout) > 300
+    # Plain help, paragraphs rewrapped to the terminal: no boxes, no type placeholders for flags
+    # and numbers (a metavar names what to give), no defaults cut short.
+    assert [t for t in ("╭", "<bool>", "range>") if t in result.stdout] == []
 
 
 def test_demo_runs_the_storm_and_prints_both_tables() -> None:

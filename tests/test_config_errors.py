@@ -61,3 +61,13 @@ def test_a_scenario_syntax_error_names_the_file_and_line(tmp_path: Path) -> None
         load_scenario(path)
     assert str(err.value).startswith(f"{path}:4:") and "scenario file is not valid YAML" in str(err.value)
     assert "(line 3)" in str(err.value)
+
+
+def test_an_unknown_class_in_a_rule_lists_the_classes_in_config_order() -> None:
+    from fairness_core import parse_config
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    data["classification"][0]["class"] = "jobs:urgent"
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, "fairness.yaml")
+    assert err.value.path == "classification[0].class"
+    assert err.value.message.endswith("classes are: jobs:high, jobs:medium, jobs:low")
