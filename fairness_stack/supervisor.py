@@ -112,8 +112,9 @@ def pick_port(service: str, taken: set[int]) -> int:
     return port
 
 
-def _stat(pid: int) -> list[str]:
-    """``/proc/PID/stat`` after the command name (state first); empty when there is no such pid."""
+def proc_stat(pid: int) -> list[str]:
+    """``/proc/PID/stat`` after the command name: state, ppid, pgrp, session, ... (empty: no such
+    pid)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
             return stat.read().rpartition(")")[2].split()
@@ -123,14 +124,14 @@ def _stat(pid: int) -> list[str]:
 
 def _alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie has finished: only its parent's wait is missing)."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     return bool(fields) and fields[0] != "Z"
 
 
 def started_at(pid: int) -> str:
     """The process's start time in clock ticks since boot: with the pid, it names one process
     for good (a pid alone can be reused after the process is gone)."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     return fields[19] if len(fields) > 19 else ""
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fairness_core import ConfigError, load_config
+from fairness_core import ConfigError, load_config, parse_config
 from fairness_sim.scenario import load_scenario
 
 from .conftest import EXAMPLE_CONFIG
@@ -22,24 +22,18 @@ def _example_with(tmp_path: Path, edit: str, replacement: str) -> Path:
     return path
 
 
-def test_a_typo_in_a_required_key_names_the_typo_and_the_key() -> None:
+@pytest.mark.parametrize("index, key, typo, says", [
+    # A required key: the typo is named, not only the key it leaves missing.
+    (0, "max_age", "max_agee", "unknown key; did you mean max_age? (max_age is required)"),
+    (2, "promote_after", "promote_aftr", "unknown key; did you mean promote_after? expected one of:"),
+])
+def test_a_typo_in_a_key_names_the_typo_and_suggests_the_key(index: int, key: str, typo: str, says: str) -> None:
     data = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
-    data["classes"][0]["max_agee"] = data["classes"][0].pop("max_age")
-    from fairness_core import parse_config
+    data["classes"][index][typo] = data["classes"][index].pop(key)
     with pytest.raises(ConfigError) as err:
         parse_config(data, "fairness.yaml")
-    assert err.value.path == "classes[0].max_agee"
-    assert "unknown key; did you mean max_age? (max_age is required)" in str(err.value)
-
-
-def test_a_typo_in_an_optional_key_suggests_the_key() -> None:
-    data = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
-    data["classes"][2]["promote_aftr"] = data["classes"][2].pop("promote_after")
-    from fairness_core import parse_config
-    with pytest.raises(ConfigError) as err:
-        parse_config(data, "fairness.yaml")
-    assert err.value.path == "classes[2].promote_aftr"
-    assert "unknown key; did you mean promote_after? expected one of:" in str(err.value)
+    assert err.value.path == f"classes[{index}].{typo}"
+    assert says in str(err.value)
 
 
 def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
@@ -64,7 +58,6 @@ def test_a_scenario_syntax_error_names_the_file_and_line(tmp_path: Path) -> None
 
 
 def test_an_unknown_class_in_a_rule_lists_the_classes_in_config_order() -> None:
-    from fairness_core import parse_config
     data = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
     data["classification"][0]["class"] = "jobs:urgent"
     with pytest.raises(ConfigError) as err:

@@ -20,7 +20,7 @@ from typing import IO
 import pytest
 
 from fairness_stack.servers import RedisServer
-from fairness_stack.supervisor import STATE_FILE, _port_free
+from fairness_stack.supervisor import STATE_FILE, _port_free, proc_stat
 
 from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
 from .support import wait_for
@@ -31,19 +31,10 @@ WORD = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 STOP_BOUND_S = 10.0  # a correctness bound for shared CI machines; it takes well under 2 s
 
 
-def _stat(pid: int) -> list[str]:
-    """/proc/PID/stat after the command name: state, ppid, pgrp, session, ... (empty: gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-            return stat.read().rpartition(")")[2].split()
-    except OSError:
-        return []
-
-
 def _processes() -> dict[int, list[str]]:
     out = {}
     for name in os.listdir("/proc"):
-        if name.isdigit() and (fields := _stat(int(name))) and fields[0] != "Z":
+        if name.isdigit() and (fields := proc_stat(int(name))) and fields[0] != "Z":
             out[int(name)] = fields
     return out
 
