@@ -82,16 +82,16 @@ def recording_rules(config: Config) -> tuple[Recording, ...]:
         ),
         Recording(
             PROCESSED_RATE,
-            zero_filled(f"sum without ({m.TENANT}) ({deduped_rate(m.JOBS_PROCESSED.name, window)})"),
+            zero_filled(deduped_rate(m.JOBS_PROCESSED.name, window)),
             "Completions per second per class, rated per exporter then deduplicated.",
         ),
         Recording(PROCESSED_SHARE, share(PROCESSED_RATE, m.QUEUE),
                   "Realised share: each class's part of all completions."),
         Recording(
             TENANT_SHARE,
-            f"{deduped_rate(excluding(m.JOBS_PROCESSED, m.TENANT, m.OTHER_TENANT), window)}\n"
-            f"  / ignoring ({m.TENANT}) group_left\n{PROCESSED_RATE}",
-            f"Each named tenant's part of its class's completions ({m.OTHER_TENANT} is many tenants, not one).",
+            dedup(m.QUEUE_TENANT_SHARE.name),
+            f"The part of its class's completions over exporter.window of each of the class's busiest "
+            f"tenants in that window ({m.QUEUE_TENANT_SHARE.name}, one value whatever the number of exporters).",
         ),
         Recording(ENTITLED_SHARE, share(backlogged_part, m.QUEUE),
                   "The share of completions each backlogged class's weight entitles it to among the backlogged classes."),

@@ -104,6 +104,7 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
     """Every alert, in the order the docs list them."""
     a = config.alerts
     window, budget_window = duration(a.rate_window), duration(config.scheduler.budget_window)
+    tenant_window = duration(config.exporter.window)
     min_arrivals = config.scheduler.budget_min_arrivals
     urgent = config.classes[0].name
     stall = a.stall_after
@@ -164,9 +165,9 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
         Alert(
             TENANT_DOMINATING_QUEUE,
             f"one tenant gets more than {number(a.tenant_dominance * 100)}% of a class's completions over "
-            f"{window} while at least one other tenant has jobs waiting in it",
+            f"{tenant_window} (exporter.window) while at least one other tenant has jobs waiting in it",
             Text("Tenant $tenant takes most of $queue"),
-            Text(f"Over the last {window}, tenant $tenant got $value:percent of the jobs completed in $queue "
+            Text(f"Over the last {tenant_window}, tenant $tenant got $value:percent of the jobs completed in $queue "
                  "while $active:number tenants had jobs waiting in it.",
                  {"active": Query(rec.ACTIVE_TENANTS)}),
             _one(config, TENANT_DOMINATING_QUEUE,
@@ -192,8 +193,7 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
                  f"{dedup(over_time('min_over_time', m.QUEUE_DEPTH.name, stall))} > 0\n"
                  f"  and\n{dedup(m.QUEUE_DEPTH.name + ' offset ' + duration(stall))} > 0\n"
                  f"  unless\n{dedup(over_time('max_over_time', m.QUEUE_PAUSED.name, stall))} > 0\n"
-                 f"  unless\nsum without ({m.TENANT}) ("
-                 f"{dedup(over_time('increase', m.JOBS_PROCESSED.name, stall))}) > 0", CRITICAL),
+                 f"  unless\n{dedup(over_time('increase', m.JOBS_PROCESSED.name, stall))} > 0", CRITICAL),
         ),
         Alert(
             PRIORITY_INVERSION,

@@ -64,7 +64,8 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
                          f"sort_desc({rec.ENQUEUED_RATE})"),
         "reason_shift": d(f"Each reason's share of its class now, minus {duration(config.alerts.reason_baseline)} ago",
                           f"{rec.REASON_SHARE} - {rec.REASON_BASELINE}"),
-        "top_tenants": d("The five tenants with the largest share of their class's completions",
+        "top_tenants": d(f"The five tenants with the largest share of their class's completions over "
+                         f"{duration(config.exporter.window)}",
                          f"topk(5, {rec.TENANT_SHARE})"),
         "noisy": d("Tenants judged noisy per class (more than 10% of its leased jobs)", dedup(m.QUEUE_NOISY_TENANTS.name)),
         "active_tenants": d("Tenants with due jobs per class", rec.ACTIVE_TENANTS),
@@ -74,8 +75,7 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
                             f"topk(10, {dedup(m.TENANT_OLDEST_AGE.name)})"),
         "wait_p99_vs_slo": d("p99 enqueue-to-lease wait per class against its SLO", f"{rec.WAIT_P99} / {rec.MAX_AGE}"),
         "completed_lately": d(f"Jobs completed per class over the last {duration(config.alerts.stall_after)}",
-                              f"sum without ({m.TENANT}) "
-                              f"({dedup(over_time('increase', m.JOBS_PROCESSED.name, config.alerts.stall_after))})"),
+                              dedup(over_time('increase', m.JOBS_PROCESSED.name, config.alerts.stall_after))),
         "failed": d("Failed attempts per second per class (handlers raising)", deduped_rate(m.JOBS_FAILED.name, window)),
         "redelivered_vs_completed": d("Expired leases against completions per class",
                                       f"{rec.REDELIVERED_RATE} / {rec.PROCESSED_RATE}"),
@@ -107,7 +107,7 @@ def render(config: Config) -> dict[PurePosixPath, str]:
         "config": config, "q": diagnostics(config), "alerts": alerts, "duration": duration, "number": number,
         "urgent": config.classes[0].name, "bulk": config.classes[-1].name,
         "link": lambda alert, key: r.link(config, alert, key), "over_budget_reason": OVER_BUDGET_REASON,
-        "other_tenant": m.OTHER_TENANT,
+        "tenant_share_metric": m.QUEUE_TENANT_SHARE.name,
     }
     files = {runbook_file(a.name): env.get_template(f"runbooks/{a.name}.md.j2").render(alert=a, **common)
              for a in alerts}

@@ -192,7 +192,7 @@ def _share_below_weight(s: Scenario) -> list[Case]:
             out += s.series(m.QUEUE_PAUSED, flat(0, end), queue=name)
             out += s.series(m.QUEUE_WEIGHT_RATIO, flat(weight, end), queue=name)
             if (part := shares[name]) is not None:
-                out += s.series(m.JOBS_PROCESSED, ramp(600 * part, end), queue=name, tenant="tenant-1")
+                out += s.series(m.JOBS_PROCESSED, ramp(600 * part, end), queue=name)
         return tuple(out)
 
     def shares(weights: Sequence[tuple[str, float]], name: str, part: float) -> dict[str, float]:
@@ -299,24 +299,51 @@ def _reason_shift(s: Scenario, step: int) -> list[Case]:
 def _tenant_dominating(s: Scenario) -> list[Case]:
     alert = r.TENANT_DOMINATING_QUEUE
     queue = s.config.classes[-1].name
-    end = s.window + s.for_minutes(alert) + 1
+    for_minutes = s.for_minutes(alert)
+    end = for_minutes + 2
     big = (1 + s.config.alerts.tenant_dominance) / 2
+    k = s.config.exporter.topk_tenants
 
-    def inputs(shares: Mapping[str, float], active: int) -> tuple[Series, ...]:
-        out = s.series(m.QUEUE_ACTIVE_TENANTS, flat(active, end), queue=queue)
-        out += s.series(m.QUEUE_WEIGHT_RATIO, flat(1, end), queue=queue)
-        for tenant, tenant_share in shares.items():
-            out += s.series(m.JOBS_PROCESSED, ramp(600 * tenant_share, end), queue=queue, tenant=tenant)
+    def inputs(shares: Mapping[str, str], active: int, *, exporters: int = 1) -> tuple[Series, ...]:
+        """``shares``: each named tenant's share series (the exporter serves one only while the
+        tenant is among the class's busiest of the window)."""
+        out = s.series(m.QUEUE_ACTIVE_TENANTS, flat(active, end + 20), exporters=exporters, queue=queue)
+        for tenant, values in shares.items():
+            out += s.series(m.QUEUE_TENANT_SHARE, values, exporters=exporters, queue=queue, tenant=tenant)
         return tuple(out)
 
-    rest = {"tenant-small-1": (1 - big) / 2, "tenant-small-2": (1 - big) / 2}
+    small = (1 - big) / 2
+    rest = {"tenant-small-1": flat(small, end), "tenant-small-2": flat(small, end)}
+    # 100,000 tenants ever seen: the exporter names the k busiest of each window. Until minute
+    # ``late``, k old tenants share the class; then a tenant first seen after all of them floods it
+    # and takes the top place while the old ones drop out of the list (a series that leaves the
+    # scrape goes stale at once).
+    many, late = 100_000, 3
+    old = {f"tenant-{i}": f"{flat(1 / k, late - 1)} stale" for i in range(1, k + 1)}
+    newcomer = f"tenant-{many + 1}"
+    takeover = {**old, newcomer: f"_x{late} {flat(big, end + 17 - late)}",
+                **{f"tenant-{i}": f"_x{late} {flat((1 - big) / (k - 1), end + 17 - late)}" for i in range(k + 1, 2 * k)}}
+    fire_at = late + for_minutes
+    # The flood stops: its share of the window falls as the window slides on, under the threshold
+    # and then out of the top list.
+    stops_at = for_minutes + 2
+    falling = [big] * (stops_at + 1) + [big * 0.8, s.config.alerts.tenant_dominance * 0.8, 0.2]
+    stopping = {"tenant-big": f"{listed(falling)} stale", **rest}
     return [
-        Case(f"one tenant gets {number(big * 100)}% of {queue} while two others wait: fires for it",
-             inputs({"tenant-big": big, **rest}, 3),
-             (Check(end, alert, (s.firing(alert, big, queue, {"active": 3}, tenant="tenant-big"),)),)),
-        Case("the big tenant is alone in the class: silent", inputs({"tenant-big": 1}, 1), (Check(end, alert),)),
-        Case(f"the many tenants folded into {m.OTHER_TENANT} take most: not one tenant, silent",
-             inputs({m.OTHER_TENANT: big, **rest}, 50), (Check(end, alert),)),
+        Case(f"two exporters; one tenant gets {number(big * 100)}% of {queue} while two others wait: fires once for it",
+             inputs({"tenant-big": flat(big, end), **rest}, 3, exporters=2),
+             (Check(for_minutes - 1, alert),
+              Check(end, alert, (s.firing(alert, big, queue, {"active": 3}, tenant="tenant-big"),)))),
+        Case("the big tenant is alone in the class: silent", inputs({"tenant-big": flat(1, end)}, 1), (Check(end, alert),)),
+        Case(f"{many:,} tenants seen before; {newcomer}, first seen at minute {late}, floods {queue}: fires for it "
+             f"after for:, as it would for the first tenant ever seen",
+             inputs(takeover, many + 1),
+             (Check(fire_at - 1, alert),
+              Check(fire_at, alert, (s.firing(alert, big, queue, {"active": many + 1}, tenant=newcomer),)))),
+        Case("the flooding tenant stops: its windowed share falls below the threshold and the alert resolves",
+             inputs(stopping, 3),
+             (Check(stops_at, alert, (s.firing(alert, big, queue, {"active": 3}, tenant="tenant-big"),)),
+              Check(stops_at + 2, alert), Check(stops_at + 4, alert))),
     ]
 
 
@@ -352,7 +379,7 @@ def _stalled(s: Scenario) -> list[Case]:
         out = s.series(m.QUEUE_DEPTH, flat(500, end), queue=queue)
         out += s.series(m.QUEUE_PAUSED, flat(paused, end), queue=queue)
         if per_minute is not None:
-            out += s.series(m.JOBS_PROCESSED, ramp(per_minute, end, 1234), queue=queue, tenant="tenant-1")
+            out += s.series(m.JOBS_PROCESSED, ramp(per_minute, end, 1234), queue=queue)
         return out
 
     return [
@@ -407,7 +434,7 @@ def _redelivered(s: Scenario) -> list[Case]:
     end = s.window + for_minutes + 1
 
     def inputs(redelivered: str) -> tuple[Series, ...]:
-        return tuple(s.series(m.JOBS_PROCESSED, ramp(100, end), queue=queue, tenant="tenant-1")
+        return tuple(s.series(m.JOBS_PROCESSED, ramp(100, end), queue=queue)
                      + s.series(m.QUEUE_WEIGHT_RATIO, flat(1, end), queue=queue)
                      + s.series(m.JOBS_REDELIVERED, redelivered, queue=queue))
 
@@ -498,7 +525,8 @@ def _recording(s: Scenario) -> list[Case]:
     series = [x for name, w in weights for x in (
         *s.series(m.QUEUE_DEPTH, flat(7, end), exporters=2, queue=name),
         *s.series(m.QUEUE_WEIGHT_RATIO, flat(w, end), exporters=2, queue=name),
-        *s.series(m.JOBS_PROCESSED, ramp(per_minute[name], end), exporters=2, queue=name, tenant="tenant-1"))]
+        *s.series(m.JOBS_PROCESSED, ramp(per_minute[name], end), exporters=2, queue=name),
+        *s.series(m.QUEUE_TENANT_SHARE, flat(0.25, end), exporters=2, queue=name, tenant="tenant-1"))]
 
     def samples(value: Callable[[str], float]) -> tuple[Sample, ...]:
         return tuple(Sample({"job": s.job, m.QUEUE: name}, value(name)) for name, _ in weights)
@@ -509,6 +537,8 @@ def _recording(s: Scenario) -> list[Case]:
             ExprCheck(end, rec.DEPTH, samples(lambda name: 7)),
             ExprCheck(end, rec.PROCESSED_RATE, samples(lambda name: per_minute[name] / 60)),
             ExprCheck(end, rec.PROCESSED_SHARE, samples(lambda name: per_minute[name] / total)),
+            ExprCheck(end, rec.TENANT_SHARE, tuple(Sample({"job": s.job, m.QUEUE: name, m.TENANT: "tenant-1"}, 0.25)
+                                                  for name, _ in weights)),
         ))]
 
 

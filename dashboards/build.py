@@ -203,9 +203,12 @@ def overview(config: Config) -> Dashboard:
                          per_class(q.select(rec.WAIT_P99, cls_matcher), " p99")], "s"), 6),
         ]),
         ("Tenants", [
-            (timeseries(f"Top {config.exporter.topk_tenants} tenants' share",
-                        "Share of all completions of the busiest tenants (TenantDominatingQueue).",
-                        [Query(q.gauge(m.TENANT_SHARE), "{{" + m.TENANT + "}}")], "percentunit", max_value=1), 6),
+            (timeseries(f"Top {config.exporter.topk_tenants} tenants per class",
+                        f"Each class's busiest tenants over the last {format_duration(config.exporter.window)} "
+                        "(exporter.window), whenever they first sent a job, and their share of the class's "
+                        "completions (TenantDominatingQueue).",
+                        [Query(q.select(rec.TENANT_SHARE, cls_matcher), "{{" + m.QUEUE + "}}: {{" + m.TENANT + "}}")],
+                        "percentunit", max_value=1), 6),
             (timeseries("Quiet tenants' oldest age",
                         "Oldest due job among each class's non-noisy tenants (QuietTenantsStarving).",
                         [per_class(q.select(rec.QUIET_AGE, cls_matcher))], "s"), 6),
@@ -239,16 +242,18 @@ def overview(config: Config) -> Dashboard:
 
 def tenant(config: Config) -> Dashboard:
     """One tenant (the ``$tenant`` variable) against the rest of its classes."""
-    window = config.alerts.rate_window
     this, rest = q.eq(m.TENANT, q.var(q.TENANT_VAR)), q.ne(m.TENANT, q.var(q.TENANT_VAR))
-    processed = m.JOBS_PROCESSED.name
+    # Every tenant that was among a class's busiest at some point of the time range shown: the
+    # tenants worth a look now, not the first ones the database ever saw.
     tenants = Template(
         name=q.TENANT_VAR, label="Tenant", dataSource=DATASOURCE, refresh=REFRESH_ON_TIME_RANGE_CHANGE,
-        query=q.label_values(processed, m.TENANT, q.ne(m.TENANT, m.OTHER_TENANT)))
+        query=q.label_values(m.QUEUE_TENANT_SHARE.name, m.TENANT))
     return dashboard(config, TENANT_UID, "fairctl: tenant", "One tenant against the rest of its classes.", [
         ("Tenant $tenant", [
             (timeseries("Share of its classes' completions",
-                        "The tenant's part of each class's completions (TenantDominatingQueue).",
+                        f"The tenant's part of each class's completions over exporter.window "
+                        f"({format_duration(config.exporter.window)}) while it is among the class's "
+                        f"{config.exporter.topk_tenants} busiest (TenantDominatingQueue).",
                         [per_class(q.select(rec.TENANT_SHARE, this))], "percentunit", max_value=1), 12),
             (timeseries(f"Share of all completions (top {config.exporter.topk_tenants})",
                         "The tenant against the other busiest tenants.",
@@ -258,10 +263,12 @@ def tenant(config: Config) -> Dashboard:
             (timeseries("Oldest job age", "The tenant's oldest due job against its class's oldest.",
                         [per_class(q.gauge(m.TENANT_OLDEST_AGE, this), " $tenant"),
                          per_class(q.select(rec.OLDEST_AGE), " class")], "s", dashed="class"), 12),
-            (timeseries("Throughput per class", "Jobs of the tenant completed per second, against all others.",
-                        [per_class(f"sum without ({m.TENANT}) ({q.rate(processed, window, this)})", " $tenant"),
-                         per_class(f"sum without ({m.TENANT}) ({q.rate(processed, window, rest)})", " rest")],
-                        JOBS_PER_SECOND, dashed="rest"), 12),
+            (timeseries("Throughput per class", "Jobs of the tenant completed per second (its share times the "
+                        "class's throughput), against the class's.",
+                        [per_class(f"{q.select(rec.TENANT_SHARE, this)}\n  * ignoring ({m.TENANT}) group_left\n"
+                                   f"{q.select(rec.PROCESSED_RATE)}", " $tenant"),
+                         per_class(q.select(rec.PROCESSED_RATE), " class")],
+                        JOBS_PER_SECOND, dashed="class"), 12),
         ]),
     ], tenants)
 

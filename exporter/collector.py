@@ -225,13 +225,14 @@ class FairnessCollector(Collector):
             enqueued = {reason: 0 for reason in self._known_reasons[name]} | dict(view.enqueued)
             for reason, count in sorted(enqueued.items()):
                 families.add(m.JOBS_ENQUEUED, count, queue=name, reason=reason)
-            for tenant, count in sorted(view.processed_by_tenant.items()):
-                families.add(m.JOBS_PROCESSED, count, queue=name, tenant=tenant)
+            families.add(m.JOBS_PROCESSED, view.counters.get("processed", 0), queue=name)
             for spec, counter in LIFECYCLE:
                 families.add(spec, view.counters.get(counter, 0), queue=name)
             families.add_histogram(m.JOBS_WAIT, view.wait_buckets, view.wait_sum, queue=name)
             for tenant, age in view.oldest_tenants:
                 families.add(m.TENANT_OLDEST_AGE, age, queue=name, tenant=tenant)
+            for tenant, share in view.tenant_shares:
+                families.add(m.QUEUE_TENANT_SHARE, share, queue=name, tenant=tenant)
         for tenant, share in snapshot.tenant_shares:
             families.add(m.TENANT_SHARE, share, tenant=tenant)
         families.add(m.WORKER_SLOTS, snapshot.worker_slots)

@@ -6,9 +6,12 @@ alert that never fires. ``MetricSpec.name`` is the name as PromQL sees it (count
 ``_total``); ``family_name`` is what prometheus-client wants, because it appends ``_total`` to
 counters itself.
 
-The names ``queue_oldest_message_age_seconds{queue}`` and ``jobs_processed_total`` (summed over
-``queue``/``tenant``) are the ones queue dashboards and starvation alerts commonly use, and
-users' own queries are written against them, so those names and labels are fixed.
+The names ``queue_oldest_message_age_seconds{queue}`` and ``jobs_processed_total{queue}`` are the
+ones queue dashboards and starvation alerts commonly use, and users' own queries are written
+against them, so those names are fixed. Tenants appear only in gauges over a window, for the
+busiest (or oldest) ``exporter.topk_tenants`` tenants of each class right now: never a counter per
+tenant, whose label set would churn as tenants come and go (``rate()`` over a series that appears
+and disappears is wrong), and never a set of tenants chosen by when they first came.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from enum import Enum
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from fairness_core.snapshot import OTHER_TENANTS, WAIT_BUCKETS_S
+from fairness_core.snapshot import WAIT_BUCKETS_S
 
 # Label names.
 QUEUE = "queue"
@@ -26,8 +29,6 @@ TENANT = "tenant"
 REASON = "reason"
 VERSION = "version"
 
-# The tenant value under which jobs_processed_total folds every tenant past tenant_label_limit.
-OTHER_TENANT = OTHER_TENANTS
 # Bucket upper bounds of jobs_wait_seconds (plus +Inf): the classes' SLOs are edges.
 WAIT_BUCKETS = WAIT_BUCKETS_S
 
@@ -111,8 +112,8 @@ QUEUE_ARRIVAL_BUDGET = _gauge(
 JOBS_ENQUEUED = _counter(
     "jobs_enqueued_total", (QUEUE, REASON), "Jobs queued into the class, by classification reason.")
 JOBS_PROCESSED = _counter(
-    "jobs_processed_total", (QUEUE, TENANT),
-    f"Jobs of the class completed (acked), by tenant; tenants past exporter.tenant_label_limit are {OTHER_TENANT}.")
+    "jobs_processed_total", Q,
+    "Jobs of the class completed (acked); per tenant, see queue_tenant_share_ratio.")
 JOBS_FAILED = _counter("jobs_failed_total", Q, "Job attempts of the class that failed (nacked by a handler).")
 JOBS_REDELIVERED = _counter(
     "jobs_redelivered_total", Q, "Jobs of the class whose lease expired and that went back to the queue.")
@@ -126,6 +127,10 @@ JOBS_WAIT = MetricSpec(
     "jobs_wait_seconds", Kind.HISTOGRAM, Q, "Time from enqueue to a job's first lease, by class.")
 
 # ------------------------------------------------------------------ per tenant, bounded by topk_tenants
+QUEUE_TENANT_SHARE = _gauge(
+    "queue_tenant_share_ratio", (QUEUE, TENANT),
+    "A tenant's share of the class's completions over exporter.window, for the class's "
+    "exporter.topk_tenants busiest tenants in that window (whenever each first sent a job).")
 TENANT_SHARE = _gauge(
     "tenant_share_ratio", (TENANT,),
     "Share of all processed jobs over exporter.window, for the top exporter.topk_tenants tenants.")
@@ -156,7 +161,7 @@ FROM_REDIS: tuple[MetricSpec, ...] = (
     QUEUE_OLDEST_AGE, QUEUE_DEPTH, QUEUE_INFLIGHT, QUEUE_DELAYED, QUEUE_PAUSED, QUEUE_ACTIVE_TENANTS,
     QUEUE_NOISY_TENANTS, QUEUE_QUIET_OLDEST_AGE, QUEUE_FAIRNESS_INDEX, JOBS_ENQUEUED, JOBS_PROCESSED,
     JOBS_FAILED, JOBS_REDELIVERED, JOBS_DEAD_LETTERED, JOBS_PROMOTED, JOBS_DEMOTED, JOBS_REJECTED, JOBS_WAIT,
-    TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS,
+    QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS,
 )
 # Always served.
 FROM_CONFIG: tuple[MetricSpec, ...] = (QUEUE_WEIGHT_RATIO, QUEUE_MAX_AGE, QUEUE_ARRIVAL_BUDGET)

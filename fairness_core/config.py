@@ -177,7 +177,6 @@ class ExporterConfig:
 
     listen: str | None = None
     topk_tenants: int = 10
-    tenant_label_limit: int = 200
     window: float = 600.0
     scrape_timeout: float = 2.0
     noisy_min_inflight: int = 5
@@ -415,12 +414,23 @@ def _listen(value: object, path: str) -> str:
     return text
 
 
+# Keys a config may still set from an earlier version, and what to write instead.
+REMOVED_EXPORTER_KEYS = {
+    "tenant_label_limit": (
+        "no longer exists: jobs_processed_total is counted per class only, and each class's busiest "
+        "tenants over exporter.window are served as queue_tenant_share_ratio (exporter.topk_tenants of "
+        "them), whenever they first sent a job; delete this key"),
+}
+
+
 def _exporter(value: object, path: str, source: str | None) -> ExporterConfig:
     r = Reader(value, path, source)
+    for key, why in REMOVED_EXPORTER_KEYS.items():
+        if key in r.data:
+            raise r.error(key, why)
     out = ExporterConfig(
         listen=r.get("listen", None, _listen),
         topk_tenants=r.get("topk_tenants", ExporterConfig.topk_tenants, int_between(1, 100)),
-        tenant_label_limit=r.get("tenant_label_limit", ExporterConfig.tenant_label_limit, int_between(1, 10_000)),
         window=r.get("window", ExporterConfig.window, parse_duration),
         scrape_timeout=r.get("scrape_timeout", ExporterConfig.scrape_timeout, parse_duration),
         noisy_min_inflight=r.get("noisy_min_inflight", ExporterConfig.noisy_min_inflight, int_between(1, 10**6)),

@@ -51,7 +51,7 @@ def config_to_data(config: Config) -> dict[str, Any]:
                        "worker_slots": a.worker_slots}
     alerts.update({k: v for k, v in optional_alerts.items() if v is not None})
     exporter: dict[str, Any] = {
-        "topk_tenants": e.topk_tenants, "tenant_label_limit": e.tenant_label_limit,
+        "topk_tenants": e.topk_tenants,
         "window": format_duration(e.window), "scrape_timeout": format_duration(e.scrape_timeout),
         "noisy_min_inflight": e.noisy_min_inflight, "noisy_min_queued": e.noisy_min_queued,
         "fairness_sample": e.fairness_sample,

@@ -45,7 +45,6 @@ CLASS_PARTS: dict[str, str] = {
     "backlog": "backlog",  # zset: tenant -> queued jobs
     "cost": "cost",  # hash: tenant -> virtual cost of its jobs
     "vt": "vt",  # string: the class's virtual time
-    "done": "done",  # zset: tenant -> jobs processed (the first tenant_label_limit tenants)
     "inflight": "inflight",  # zset: tenant -> leased jobs
     "served": "served:",  # + window bucket; zset: tenant -> jobs processed in that bucket
     "served_total": "servedn:",  # + window bucket; string: jobs processed in that bucket

@@ -31,7 +31,6 @@ class _Class:
     backlog: ZSet = field(default_factory=ZSet)
     cost: dict[str, int] = field(default_factory=dict)
     vt: float = 0
-    done: ZSet = field(default_factory=ZSet)
     inflight: ZSet = field(default_factory=ZSet)
     served: dict[int, ZSet] = field(default_factory=dict)
     served_total: dict[int, int] = field(default_factory=dict)
@@ -338,8 +337,6 @@ class Model:
         for old in [b for b in cls.served if b < bucket - 1]:  # Redis expires these
             del cls.served[old]
             del cls.served_total[old]
-        if tenant in cls.done or len(cls.done) < self.settings.label_limit:
-            cls.done.incr(tenant, 1)
 
     def ack(self, now: int, lease: Lease) -> bool:
         entry = self._held(lease.job_id, lease.attempts)
@@ -494,7 +491,6 @@ class Model:
                 served_before=served_before.top(s.served_top),
                 served_now_total=cls.served_total.get(bucket, 0),
                 served_before_total=cls.served_total.get(bucket - 1, 0),
-                labelled=cls.done.head(len(cls.done)),
                 sample=sample,
             )
         return build_snapshot(self.config, now, self.stats, sorted(self.paused), raw, len(self.dead))
@@ -511,7 +507,6 @@ class Model:
                 "heads": dict(cls.heads.items()),
                 "backlog": dict(cls.backlog.items()),
                 "cost": {t: str(c) for t, c in cls.cost.items()},
-                "done": dict(cls.done.items()),
                 "vt": cls.vt,
                 "inflight": dict(cls.inflight.items()),
                 "served": {b: dict(z.items()) for b, z in cls.served.items() if b >= live},

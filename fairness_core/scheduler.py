@@ -251,11 +251,11 @@ def _pairs_int(flat: list[Any]) -> dict[str, int]:
 
 
 def _raw_class(reply: list[Any]) -> RawClass:
-    heads, active, backlog, inflight, now, before, now_total, before_total, labelled, rows = reply
+    heads, active, backlog, inflight, now, before, now_total, before_total, rows = reply
     return RawClass(
         heads=_pairs(heads), active_tenants=int(active), top_backlog=_pairs(backlog), top_inflight=_pairs(inflight),
         served_now=_pairs(now), served_before=_pairs(before), served_now_total=int(now_total),
-        served_before_total=int(before_total), labelled=_pairs(labelled),
+        served_before_total=int(before_total),
         sample=[(_text(rows[i]), int(rows[i + 1]), float(rows[i + 2]), float(rows[i + 3])) for i in range(0, len(rows), 4)],
     )
 

@@ -38,7 +38,6 @@ class Settings:
     backoff_max_ms: int
     buckets_ms: tuple[int, ...]  # wait histogram upper bounds
     window_ms: int  # windowed-service bucket
-    label_limit: int
     inflight_top: int
     backlog_top: int  # tenants a snapshot reads by backlog
     served_top: int  # tenants a snapshot reads per service bucket
@@ -70,7 +69,6 @@ def derive(config: Config) -> Settings:
         backoff_max_ms=int(config.leases.retry_backoff_max * 1000),
         buckets_ms=tuple(int(b * 1000) for b in WAIT_BUCKETS_S),
         window_ms=int(exp.window * 1000),
-        label_limit=exp.tenant_label_limit,
         inflight_top=INFLIGHT_TOP,
         backlog_top=max(exp.topk_tenants, INFLIGHT_TOP),
         served_top=2 * exp.topk_tenants,

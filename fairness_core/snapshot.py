@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from .config import Config
-from .jobs import RESERVED_TENANT as OTHER_TENANTS, SEP
+from .jobs import SEP
 
 # Upper bounds (seconds) of the enqueue->first-lease wait histogram; the documents' SLOs
 # (60 s, 15 min, 1 h) are bucket edges so alerts can read them exactly. The last bucket is +Inf.
@@ -27,16 +27,19 @@ COUNTERS = ("processed", "failed", "redelivered", "dead", "promoted", "demoted",
 # (the SQS fair-queue rule; and at least exporter.noisy_min_inflight of its own) or of its queued
 # jobs (at least exporter.noisy_min_queued): a flood that fairness keeps to a few slots is still
 # noisy by its backlog. At most 9 tenants can exceed 10%, so the 10 tenants with most jobs in
-# flight, and the 10 with most queued, always include every noisy one.
+# flight, and the 10 with most queued, always include every noisy one; and at most 18 tenants are
+# noisy at once (9 by in-flight jobs, 9 by queued ones).
 NOISY_SHARE = 0.10
 INFLIGHT_TOP = 10
+MAX_NOISY = 2 * (INFLIGHT_TOP - 1)
 
 Pairs = Sequence[tuple[str, float]]
 
 
 def heads_to_read(topk: int) -> int:
-    """Tenant heads a snapshot reads: the k oldest, and enough to skip every noisy tenant."""
-    return max(topk, INFLIGHT_TOP) + 1
+    """Tenant heads a snapshot reads: the k oldest, and enough to skip every noisy tenant (however
+    many of the oldest heads are noisy, one more than the most there can be is a quiet one's)."""
+    return max(topk, MAX_NOISY + 1)
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,6 @@ class RawClass:
     served_before: Pairs  # the same for the previous bucket
     served_now_total: int
     served_before_total: int
-    labelled: Pairs  # (tenant, processed ever) for tenants with their own series
     sample: Sequence[tuple[str, int, float, float]]  # most backlogged: (tenant, cost, served now, before)
 
 
@@ -76,7 +78,7 @@ class ClassSnapshot:
     oldest_tenants: tuple[tuple[str, float], ...]  # (tenant, age s), oldest first, k of them
     processed_window: float  # jobs processed in the sliding window
     top_processed: tuple[tuple[str, float], ...]  # (tenant, processed in the window), most first
-    processed_by_tenant: Mapping[str, int]  # cumulative; unlabelled tenants summed in __other__
+    tenant_shares: tuple[tuple[str, float], ...]  # top_processed as shares of processed_window
     fairness_index: float  # Jain's index of weight-normalised service, sampled backlogged tenants
 
 
@@ -125,11 +127,9 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
     by_backlog = [t for t, n in raw.top_backlog if n > NOISY_SHARE * depth and n >= exp.noisy_min_queued]
     noisy = tuple(dict.fromkeys(by_inflight + by_backlog))
     quiet = next((ms for t, ms in raw.heads if t not in noisy), None)
-    processed = get("processed")
-    labelled = {t: int(n) for t, n in raw.labelled}
-    processed_by_tenant = {**labelled, OTHER_TENANTS: processed - sum(labelled.values())}
     window = _windowed(raw.served_now, raw.served_before, weight)
     top = sorted(window.items(), key=lambda kv: (-kv[1], kv[0]))[: exp.topk_tenants]
+    processed_window = raw.served_now_total + raw.served_before_total * weight
     service = [(float(now) + float(before) * weight) * cost for _, cost, now, before in raw.sample]
 
     def age(ms: float | None) -> float:
@@ -153,9 +153,9 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
         noisy_tenants=noisy,
         quiet_oldest_age=age(quiet),
         oldest_tenants=tuple((t, age(ms)) for t, ms in raw.heads[: exp.topk_tenants]),
-        processed_window=raw.served_now_total + raw.served_before_total * weight,
+        processed_window=processed_window,
         top_processed=tuple(top),
-        processed_by_tenant=processed_by_tenant,
+        tenant_shares=tuple((t, min(1.0, n / processed_window)) for t, n in top) if processed_window > 0 else (),
         fairness_index=jain_index(service),
     )
 

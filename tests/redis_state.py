@@ -51,7 +51,6 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
             "heads": _zset(client, k.class_key(name, "heads")),
             "backlog": _zset(client, k.class_key(name, "backlog")),
             "cost": {_s(t): _s(c) for t, c in client.hgetall(k.class_key(name, "cost")).items()},
-            "done": _zset(client, k.class_key(name, "done")),
             "vt": _num(vt) if vt is not None else 0,
             "inflight": _zset(client, k.class_key(name, "inflight")),
             "served": served,

@@ -64,3 +64,14 @@ def test_an_unknown_class_in_a_rule_lists_the_classes_in_config_order() -> None:
         parse_config(data, "fairness.yaml")
     assert err.value.path == "classification[0].class"
     assert err.value.message.endswith("classes are: jobs:high, jobs:medium, jobs:low")
+
+
+def test_a_removed_key_says_what_replaced_it() -> None:
+    """A config written for an earlier version that still sets exporter.tenant_label_limit is
+    refused with the key named and what serves per-tenant figures now."""
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    data["exporter"]["tenant_label_limit"] = 200
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, "fairness.yaml")
+    assert err.value.path == "exporter.tenant_label_limit"
+    assert "queue_tenant_share_ratio" in str(err.value) and "delete this key" in str(err.value)

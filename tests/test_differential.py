@@ -77,7 +77,7 @@ def build_config(params: dict[str, Any]):
                    "budget_action": params.get("budget_action", "demote")},
         tenants={"batch": params["batch"]},
         leases={"visibility_timeout": "3s", "max_attempts": 3, "retry_backoff": "500ms", "retry_backoff_max": "2s"},
-        exporter={"window": "5s", "tenant_label_limit": 3, "topk_tenants": 2, "fairness_sample": 3,
+        exporter={"window": "5s", "topk_tenants": 2, "fairness_sample": 3,
                   "noisy_min_inflight": 1},
     )
 

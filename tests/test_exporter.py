@@ -41,7 +41,7 @@ from .support import running, wait_for, write_config
 NO_BUDGET = {"budget_min_arrivals": 10**9}  # arrival budgets are not what these tests measure
 CLASSES = ("jobs:high", "jobs:medium", "jobs:low")
 TASK_OF = {"jobs:high": "password_reset", "jobs:medium": "sync_contacts", "jobs:low": "newsletter"}
-TENANT_LABELLED = {m.JOBS_PROCESSED.name, m.TENANT_SHARE.name, m.TENANT_OLDEST_AGE.name}
+TENANT_LABELLED = {m.QUEUE_TENANT_SHARE.name, m.TENANT_SHARE.name, m.TENANT_OLDEST_AGE.name}
 
 
 def config_on(url: str, **sections: Any) -> Config:
@@ -121,9 +121,14 @@ def test_values_match_ground_truth_from_the_jobs(redis_server: RedisServer) -> N
         assert set(listed) == {t for _, t, _ in in_class}, "k=10 covers every waiting tenant here"
         for tenant, tenant_age in listed.items():
             assert tenant_age == pytest.approx(got.at - (ledger.oldest(queue, tenant) or 0), abs=1.0)
-        for (q, tenant), count in ledger.acked.items():
-            if q == queue:
-                assert got.value(m.JOBS_PROCESSED.name, queue=queue, tenant=tenant) == count
+        acked = {tenant: n for (q, tenant), n in ledger.acked.items() if q == queue}
+        assert got.value(m.JOBS_PROCESSED.name, queue=queue) == sum(acked.values())
+        shares = {dict(labels)["tenant"]: v for labels, v in got.series(m.QUEUE_TENANT_SHARE.name).items()
+                  if dict(labels)["queue"] == queue}
+        assert set(shares) == set(acked), "k=10 covers every tenant served here"
+        if acked:
+            assert sum(shares.values()) == pytest.approx(1.0)
+            assert max(shares, key=shares.__getitem__) in {t for t, n in acked.items() if n == max(acked.values())}
     for (queue, reason), count in ledger.reasons.items():
         assert got.value(m.JOBS_ENQUEUED.name, queue=queue, reason=reason) == count
     total = sum(ledger.acked.values())
@@ -141,9 +146,9 @@ def test_configured_classes_with_no_work_report_zero(redis_server: RedisServer) 
                  m.QUEUE_ACTIVE_TENANTS, m.QUEUE_NOISY_TENANTS, m.QUEUE_QUIET_OLDEST_AGE, m.JOBS_FAILED,
                  m.JOBS_REDELIVERED, m.JOBS_DEAD_LETTERED, m.JOBS_PROMOTED, m.JOBS_DEMOTED):
         assert got.series(spec.name) == {((m.QUEUE, q),): 0 for q in config.class_names}, spec.name
-    assert got.series(m.JOBS_PROCESSED.name) == {
-        ((m.QUEUE, q), (m.TENANT, m.OTHER_TENANT)): 0 for q in config.class_names}
+    assert got.series(m.JOBS_PROCESSED.name) == {((m.QUEUE, q),): 0 for q in config.class_names}
     assert got.series(m.TENANT_SHARE.name) == {} and got.series(m.TENANT_OLDEST_AGE.name) == {}
+    assert got.series(m.QUEUE_TENANT_SHARE.name) == {}
 
 
 def test_promtool_finds_nothing_wrong_in_a_scrape_while_workers_run(redis_server: RedisServer) -> None:
@@ -155,7 +160,7 @@ def test_promtool_finds_nothing_wrong_in_a_scrape_while_workers_run(redis_server
         scheduler.enqueue(TASK_OF[CLASSES[i % 3]], tenant, {"service_s": 0.002})
     scheduler.enqueue("fails_always", "broken")  # no handler: nacked, retried, counted
     with running_exporter(config) as exporter, running(Worker(scheduler, sleep_handlers, concurrency=4)):
-        wait_for(lambda: (scrape(exporter.url).get(m.JOBS_PROCESSED.name, queue="jobs:high", tenant=odd[0]) or 0) > 0,
+        wait_for(lambda: (scrape(exporter.url).get(m.QUEUE_TENANT_SHARE.name, queue="jobs:high", tenant=odd[0]) or 0) > 0,
                  30, "some jobs of an odd tenant processed")
         got = scrape(exporter.url)
     assert got.value(m.EXPORTER_REDIS_UP.name) == 1
@@ -178,7 +183,7 @@ def load_tenants(config: Config, url: str, tenants: int) -> None:
 def test_series_count_does_not_grow_with_the_number_of_tenants(redis_server: RedisServer) -> None:
     shapes, scrapes = [], []
     for tenants in (10, 2000):
-        config = config_on(redis_server.url, scheduler=NO_BUDGET, exporter={"tenant_label_limit": 50})
+        config = config_on(redis_server.url, scheduler=NO_BUDGET)
         load_tenants(config, redis_server.url, tenants)
         with running_exporter(config) as exporter:
             got = scrape(exporter.url)
@@ -186,11 +191,9 @@ def test_series_count_does_not_grow_with_the_number_of_tenants(redis_server: Red
         shapes.append({key for key in got.samples if key[0] not in TENANT_LABELLED})
     assert shapes[0] == shapes[1]
     big = scrapes[1]
-    processed = big.series(m.JOBS_PROCESSED.name)
-    assert len(processed) == len(CLASSES) * (50 + 1), "tenant_label_limit labelled tenants and __other__ per class"
     for queue in CLASSES:
-        in_class = [v for labels, v in processed.items() if dict(labels)[m.QUEUE] == queue]
-        assert sum(in_class) == big.value(m.JOBS_WAIT.series("_count"), queue=queue), "folding keeps every job"
+        assert big.value(m.JOBS_PROCESSED.name, queue=queue) == big.value(m.JOBS_WAIT.series("_count"), queue=queue)
+    assert len(big.series(m.QUEUE_TENANT_SHARE.name)) == len(CLASSES) * 10
     assert len(big.series(m.TENANT_SHARE.name)) <= 10
     assert len(big.series(m.TENANT_OLDEST_AGE.name)) == len(CLASSES) * 10
 

@@ -29,7 +29,7 @@ def class_snapshot(name: str, **values: Any) -> ClassSnapshot:
         name=name, depth=0, inflight=0, delayed=0, paused=False, oldest_age=0.0, active_tenants=0,
         counters={c: 0 for c in COUNTERS}, enqueued={}, wait_buckets=(0,) * (len(WAIT_BUCKETS_S) + 1),
         wait_sum=0.0, wait_count=0, top_backlog=(), top_inflight=(), noisy_tenants=(), quiet_oldest_age=0.0,
-        oldest_tenants=(), processed_window=0.0, top_processed=(), processed_by_tenant={m.OTHER_TENANT: 0},
+        oldest_tenants=(), processed_window=0.0, top_processed=(), tenant_shares=(),
         fairness_index=1.0,
     )
     return ClassSnapshot(**{**empty, **values})
@@ -86,7 +86,7 @@ def test_idle_classes_report_zero_for_every_series_and_the_config_gauges() -> No
         for spec in m.FROM_REDIS:
             if spec.labels == (m.QUEUE,) and spec is not m.QUEUE_FAIRNESS_INDEX and spec.kind is m.Kind.GAUGE:
                 assert scrape.value(spec.name, queue=name) == 0, spec.name
-        assert scrape.value(m.JOBS_PROCESSED.name, queue=name, tenant=m.OTHER_TENANT) == 0
+        assert scrape.value(m.JOBS_PROCESSED.name, queue=name) == 0
         assert scrape.value(m.JOBS_WAIT.series("_count"), queue=name) == 0
     # The rules' reasons exist from the start, so increase() sees the first arrival.
     assert scrape.value(m.JOBS_ENQUEUED.name, queue="jobs:medium", reason="default") == 0
@@ -107,7 +107,7 @@ def test_every_family_of_a_busy_scrape_is_in_the_contract_and_promtool_accepts_o
         counters={**{c: 3 for c in COUNTERS}}, enqueued={"a human is blocked on this": 9, "over priority budget": 2},
         wait_buckets=(1,) + (0,) * (len(WAIT_BUCKETS_S) - 1) + (2,), wait_sum=7300.5, wait_count=3,
         noisy_tenants=(odd[0],), quiet_oldest_age=3.0, oldest_tenants=tuple((t, 40.0 - i) for i, t in enumerate(odd)),
-        processed_by_tenant={**{t: 1 for t in odd}, m.OTHER_TENANT: 2}, fairness_index=0.5,
+        tenant_shares=tuple((t, 0.25) for t in odd), fairness_index=0.5,
     )
     snapshot = replace(idle_snapshot(config, jobs_high=busy), tenant_shares=((odd[0], 0.6), (odd[2], 0.4)),
                        worker_slots=8, dead_letters=3)
@@ -119,7 +119,8 @@ def test_every_family_of_a_busy_scrape_is_in_the_contract_and_promtool_accepts_o
     assert scrape.value(m.QUEUE_PAUSED.name, queue="jobs:high") == 1
     assert scrape.value(m.QUEUE_NOISY_TENANTS.name, queue="jobs:high") == 1
     assert scrape.value(m.JOBS_ENQUEUED.name, queue="jobs:high", reason="over priority budget") == 2
-    assert scrape.value(m.JOBS_PROCESSED.name, queue="jobs:high", tenant=odd[1]) == 1
+    assert scrape.value(m.JOBS_PROCESSED.name, queue="jobs:high") == 3
+    assert scrape.value(m.QUEUE_TENANT_SHARE.name, queue="jobs:high", tenant=odd[1]) == 0.25
     assert scrape.value(m.TENANT_OLDEST_AGE.name, queue="jobs:high", tenant=odd[3]) == 37
     assert scrape.value(m.TENANT_SHARE.name, tenant=odd[2]) == pytest.approx(0.4)
     assert (scrape.value(m.WORKER_SLOTS.name), scrape.value(m.DEAD_LETTERS.name)) == (8, 3)

@@ -1,6 +1,8 @@
 """A real Prometheus scrapes the exporter every second while workers drain a backlog in every class;
 the three queries and the starvation alert that queue dashboards commonly write against these
-metric names, exactly as such users write them, return what the workload implies."""
+metric names, exactly as such users write them, return what the workload implies. And at ten
+thousand tenants, a tenant that floods a class after all of them is named and paged for, with the
+same number of series per scrape as before the ten thousand came."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from pathlib import Path
 
 import redis
 
+from alerts.output import rules_text
+from alerts.rules import TENANT_DOMINATING_QUEUE
 from exporter import metrics as m
 from fairctl.handlers import sleep_handlers
 from fairness_core import Scheduler, redis_client
@@ -18,7 +22,7 @@ from fairness_core.worker import Worker
 from fairness_stack.servers import RedisServer
 
 from .conftest import make_config
-from .exporter_support import Prometheus, running_exporter
+from .exporter_support import Prometheus, running_exporter, scrape
 from .support import wait_for
 from .test_worker import running
 
@@ -26,8 +30,8 @@ from .test_worker import running
 OLDEST_AGE_PER_CLASS = 'max by (queue) (queue_oldest_message_age_seconds{queue=~"jobs:(high|medium|low)"})'
 REALISED_SHARE = """sum by (queue) (rate(jobs_processed_total[10m]))
   / ignoring(queue) group_left sum(rate(jobs_processed_total[10m]))"""
-TENANT_SHARE = """topk(5, sum by (tenant) (rate(jobs_processed_total[10m]))
-  / ignoring(tenant) group_left sum(rate(jobs_processed_total[10m])))"""
+# Per tenant, service is a windowed gauge of the busiest tenants (jobs_processed_total is per class).
+TENANT_SHARE = "topk(5, max by (tenant) (tenant_share_ratio))"
 LOW_PRIORITY_QUEUE_STARVING = 'max(queue_oldest_message_age_seconds{queue="jobs:low"}) > 3600'
 
 SERVICE_S = 0.02  # 8 slots -> at most 400 jobs/s: the backlog below lasts longer than the run
@@ -44,8 +48,9 @@ WEIGHTS = {"jobs:high": 0.70, "jobs:medium": 0.20, "jobs:low": 0.10}
 
 def test_common_queries_are_written_against_the_contract() -> None:
     assert m.QUEUE_OLDEST_AGE.name in OLDEST_AGE_PER_CLASS and m.QUEUE_OLDEST_AGE.name in LOW_PRIORITY_QUEUE_STARVING
-    assert m.JOBS_PROCESSED.name in REALISED_SHARE and m.JOBS_PROCESSED.name in TENANT_SHARE
-    assert (m.QUEUE, m.TENANT) == m.JOBS_PROCESSED.labels and m.QUEUE_OLDEST_AGE.labels == (m.QUEUE,)
+    assert m.JOBS_PROCESSED.name in REALISED_SHARE and m.TENANT_SHARE.name in TENANT_SHARE
+    assert (m.QUEUE,) == m.JOBS_PROCESSED.labels and m.QUEUE_OLDEST_AGE.labels == (m.QUEUE,)
+    assert m.TENANT_SHARE.labels == (m.TENANT,)
 
 
 def oldest_enqueued_s(url: str, keys: Keys, queue: str, tenants: list[str]) -> float:
@@ -96,3 +101,74 @@ def test_prometheus_sees_the_configured_shares_the_top_tenant_and_the_oldest_age
         assert -0.25 <= truth - ages[queue] <= 1.25, (queue, truth, ages[queue])  # one scrape interval behind at most
     assert ages["jobs:low"] > 7200
     assert len(starving) == 1 and starving[0][1] == ages["jobs:low"]
+
+
+# The late flood, with the config's windows compressed: exporter.window (the tenant shares) 5 s,
+# TenantDominatingQueue's for: 3 s, Prometheus scraping and evaluating every second. The flood
+# gets the two slots of four that the other classes' reservations leave it: at most 250 jobs/s,
+# so it lasts longer than the window and the for: together.
+MANY = 10_000
+FLOOD_WINDOW_S, FLOOD_FOR_S = 5, 3
+FLOOD_JOBS, FLOOD_SERVICE_S = 4000, 0.008
+
+
+def test_a_tenant_flooding_after_ten_thousand_others_is_named_and_paged(redis_server: RedisServer, tmp_path: Path) -> None:
+    config = make_config(
+        redis={"url": redis_server.url}, scheduler={"policy": "weighted", "budget_min_arrivals": 10**9},
+        exporter={"window": f"{FLOOD_WINDOW_S}s"},
+        alerts={"rate_window": f"{FLOOD_WINDOW_S}s", "for": {TENANT_DOMINATING_QUEUE: f"{FLOOD_FOR_S}s"}})
+    rules = tmp_path / "rules.yml"
+    rules.write_text(rules_text(config))
+    scheduler = Scheduler(config, redis_client(redis_server.url))
+    queue, task = "jobs:low", "newsletter"
+
+    def serve_all() -> None:
+        done: list = []
+        while True:
+            popped = scheduler.ack_and_pop(done, 1000)
+            if not popped.leases:
+                return
+            done = popped.leases
+
+    # Before: 20 tenants, each with one job served and one waiting, fill every top-k list.
+    for i in range(20):
+        scheduler.submit_many(task, f"first-{i}", [None, None])
+    scheduler.ack_and_pop(scheduler.pop(20), 1)
+    with ExitStack() as stack:
+        exporter = stack.enter_context(running_exporter(config))
+        before = scrape(exporter.url)
+        prometheus = stack.enter_context(Prometheus([f"127.0.0.1:{exporter.port}"], tmp_path, (rules,)))
+        # 10,000 more tenants, each completing a job; then the 20 queue one job each again.
+        for i in range(MANY):
+            scheduler.submit_many(task, f"tenant-{i:05d}", [None])
+        serve_all()
+        for i in range(20):
+            scheduler.submit_many(task, f"first-{i}", [None])
+        after = scrape(exporter.url)
+        assert scheduler.snapshot().classes[queue].counters["processed"] >= MANY
+        assert len(after.samples) == len(before.samples), "series per scrape do not grow with tenants seen"
+        assert {(n, tuple(k for k, _ in labels)) for n, labels in after.samples} == \
+            {(n, tuple(k for k, _ in labels)) for n, labels in before.samples}
+        # A tenant never seen before floods the class; a few others queue behind it.
+        time.sleep(2 * FLOOD_WINDOW_S)  # the 10,000's completions leave the window
+        scheduler.submit_many(task, "late-flood", [{"service_s": FLOOD_SERVICE_S}] * FLOOD_JOBS)
+        for i in range(5):
+            scheduler.submit_many(task, f"after-{i}", [{"service_s": FLOOD_SERVICE_S}])
+        started = time.monotonic()
+        with running(Worker(scheduler, sleep_handlers, concurrency=4)):
+            def top() -> str | None:
+                shares = scrape(exporter.url).series(m.QUEUE_TENANT_SHARE.name)
+                mine = {dict(labels)[m.TENANT]: v for labels, v in shares.items() if dict(labels)[m.QUEUE] == queue}
+                return max(mine, key=mine.__getitem__) if mine else None
+
+            wait_for(lambda: top() == "late-flood", FLOOD_WINDOW_S, "the flood named first in its class's top-k")
+            named_after = time.monotonic() - started
+            firing = f'ALERTS{{alertname="{TENANT_DOMINATING_QUEUE}",alertstate="firing",tenant="late-flood"}}'
+            wait_for(lambda: prometheus.query(firing) != [], FLOOD_WINDOW_S + FLOOD_FOR_S + 10,
+                     "TenantDominatingQueue firing for the flood")
+            paged_after = time.monotonic() - started
+            alerts = prometheus.query(firing)
+            assert scheduler.snapshot().classes[queue].depth > 0, "the flood outlasted the check"
+    assert named_after <= FLOOD_WINDOW_S
+    assert paged_after <= FLOOD_WINDOW_S + FLOOD_FOR_S + 10
+    assert [labels[m.QUEUE] for labels, _ in alerts] == [queue]

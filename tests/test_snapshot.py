@@ -6,7 +6,8 @@ import pytest
 import redis
 
 from fairness_core import ClassSnapshot, Lease, Scheduler
-from fairness_core.snapshot import OTHER_TENANTS, jain_index
+from fairness_core.jobs import SEP
+from fairness_core.snapshot import MAX_NOISY, RawClass, build_snapshot, heads_to_read, jain_index
 
 from .conftest import make_config
 from .test_lifecycle import Clock
@@ -72,15 +73,47 @@ def test_fairness_index_sees_an_unfair_policy(client: redis.Redis) -> None:
     assert s.snapshot().tenant_shares[0] == ("a", 1.0)
 
 
-def test_tenant_labels_are_bounded_and_other_keeps_the_rest(client: redis.Redis) -> None:
-    s, _ = scheduler(client, tenant_label_limit=2)
-    for tenant in ("a", "b", "c", "d", "a"):
-        s.enqueue("newsletter", tenant)
-    for lease in work(s, 5):
+def test_the_busiest_tenant_is_named_whenever_it_first_came(client: redis.Redis) -> None:
+    """Hundreds of tenants complete a job each; then one more floods: it heads the class's top-k
+    with its share of the window, and once it stops, it leaves the list within a window."""
+    s, clock = scheduler(client, topk_tenants=3)
+    for i in range(300):
+        s.enqueue("newsletter", f"early-{i:03d}")
+    for lease in work(s, 300):
+        s.ack(lease)
+    clock.advance(60)
+    for _ in range(400):
+        s.enqueue("newsletter", "late")
+    for lease in work(s, 400):
         s.ack(lease)
     low = s.snapshot().classes["jobs:low"]
-    assert low.processed_by_tenant == {"a": 2, "b": 1, OTHER_TENANTS: 2}
-    assert sum(low.processed_by_tenant.values()) == low.counters["processed"] == 5
+    assert len(low.tenant_shares) == 3
+    assert low.tenant_shares[0] == ("late", pytest.approx(400 / 700))
+    assert low.counters["processed"] == 700
+    clock.advance(20 * 60)  # two windows: the flood's buckets have left the window
+    s.enqueue("newsletter", "early-000")
+    s.ack(work(s, 1)[0])
+    assert s.snapshot().classes["jobs:low"].tenant_shares == (("early-000", 1.0),)
+
+
+def test_quiet_age_found_behind_the_most_noisy_tenants_there_can_be() -> None:
+    """18 noisy tenants (9 by in-flight jobs, 9 by queued ones) hold the oldest heads: the
+    snapshot reads enough heads to reach the quiet tenant behind them."""
+    config = make_config(exporter={"noisy_min_inflight": 1, "noisy_min_queued": 1})
+    assert heads_to_read(config.exporter.topk_tenants) > MAX_NOISY
+    by_inflight = [(f"busy-{i}", 2.0) for i in range(9)]
+    by_backlog = [(f"deep-{i}", 11.0) for i in range(9)]
+    heads = [(t, float(i)) for i, (t, _) in enumerate(by_inflight + by_backlog)] + [("quiet", 100.0)]
+    raw = RawClass(heads=heads[: heads_to_read(config.exporter.topk_tenants)], active_tenants=19,
+                   top_backlog=by_backlog + [("quiet", 1.0)], top_inflight=by_inflight, served_now=[],
+                   served_before=[], served_now_total=0, served_before_total=0, sample=[])
+    stats = {f"inflight{SEP}jobs:low": 18, f"depth{SEP}jobs:low": 100}
+    empty = RawClass(heads=[], active_tenants=0, top_backlog=[], top_inflight=[], served_now=[], served_before=[],
+                     served_now_total=0, served_before_total=0, sample=[])
+    raws = {name: (raw if name == "jobs:low" else empty) for name in config.class_names}
+    low = build_snapshot(config, 1_000_000.0, stats, [], raws, 0).classes["jobs:low"]
+    assert len(low.noisy_tenants) == 18
+    assert low.quiet_oldest_age == pytest.approx((1_000_000 - 100) / 1000)
 
 
 def test_window_buckets_age_out(client: redis.Redis) -> None:

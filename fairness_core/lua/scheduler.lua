@@ -270,7 +270,8 @@ end
 
 -- Complete n jobs of a tenant. Windowed service: one sorted set per window-long bucket (the
 -- exporter reads the current and the previous one; each lives three windows from its first
--- write), and cumulative counts for the first tenant_label_limit tenants.
+-- write). No cumulative count per tenant: every tenant is counted the same way, whenever it came,
+-- and the exporter names the heaviest of the window, not the first ever seen.
 local function count_processed(c, tenant, n)
   release_inflight(c, tenant, n)
   stat('processed', c, n)
@@ -281,10 +282,6 @@ local function count_processed(c, tenant, n)
   if redis.call('INCRBY', total, n) == n then
     redis.call('PEXPIRE', served, 3 * cfg.window_ms)
     redis.call('PEXPIRE', total, 3 * cfg.window_ms)
-  end
-  local done = ckey(c, PART_DONE)
-  if redis.call('ZSCORE', done, tenant) or redis.call('ZCARD', done) < cfg.label_limit then
-    redis.call('ZINCRBY', done, n, tenant)
   end
 end
 
@@ -607,7 +604,6 @@ function ops.snapshot()
       served(bucket - 1, cfg.served_top),
       num(redis.call('GET', ckey(c, PART_SERVED_TOTAL .. bucket))),
       num(redis.call('GET', ckey(c, PART_SERVED_TOTAL .. (bucket - 1)))),
-      redis.call('ZRANGE', ckey(c, PART_DONE), 0, -1, 'WITHSCORES'),
       rows,
     }
   end
