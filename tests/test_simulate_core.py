@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from fairness_core import BudgetRejected, ConfigError, Model, load_config
-from fairness_sim.scenario import DEFAULT_SCENARIO, load_scenario, parse_scenario, shipped_scenarios
+from fairness_sim.scenario import DEFAULT_SCENARIO, load_scenario, parse_scenario, scenario_file, shipped_scenarios
 from fairness_sim.simulator import Simulation, simulate
 
 from .conftest import EXAMPLE_CONFIG
@@ -288,3 +288,23 @@ def test_a_class_that_served_nothing_has_no_waits_and_no_fairness_index() -> Non
     assert fifo.fairness_index["jobs:high"] is None and fifo.fairness_unserved["jobs:high"] == 1.0
     assert fair.classes["jobs:high"].jobs > 0 and fair.classes["jobs:high"].wait_mean_s is not None
     assert fifo.fairness_index["jobs:low"] is None and fifo.fairness_unserved["jobs:low"] is None  # one tenant only
+
+
+def test_the_late_flood_comes_after_thousands_of_tenants_of_its_class() -> None:
+    """The shipped late-flood scenario is what it claims: by the time its flooding tenant sends its
+    first job, at least 5,000 other tenants have sent jobs to the same class."""
+    from fairness_core.classification import classify
+    from fairness_sim.arrivals import all_arrivals
+
+    scenario = load_scenario(scenario_file("late-flood"))
+    config = scenario.config
+    flood = next(s for s in scenario.streams if s.tenant == "bigcorp")
+    queue = classify(config, flood.task, tier=flood.tier).queue
+    seen: set[str] = set()
+    for arrival in all_arrivals(scenario, scenario.duration):
+        stream = scenario.streams[arrival.stream]
+        if stream is flood:
+            break
+        if classify(config, stream.task, tier=stream.tier, user_waiting=stream.user_waiting).queue == queue:
+            seen.update(tenant for tenant, _ in arrival.tenants)
+    assert "bigcorp" not in seen and len(seen) >= 5000
