@@ -49,7 +49,8 @@ class RedisUnavailable(FairnessError, ConnectionError):
 _FORBIDDEN_IN_TENANT = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-# The exporter folds tenants past tenant_label_limit into this label value; no tenant may use it.
+# Reserved: earlier versions folded the tail of tenants into this label value, and queries written
+# then may still exclude it, so no tenant may use it.
 RESERVED_TENANT = "__other__"
 
 
