@@ -77,7 +77,10 @@ def test_scheduler_worker_and_exporter_over_tls_with_an_acl_user(secure_redis: S
             process.send_signal(signal.SIGTERM)
             stop_process(process, timeout=30)
     assert got.value(m.EXPORTER_REDIS_UP.name) == 1
-    assert sum(got.value(m.JOBS_PROCESSED.name, queue="jobs:high", tenant=f"tenant-{i}") for i in range(3)) == 20
+    assert got.value(m.JOBS_PROCESSED.name, queue="jobs:high") == 20
+    shares = {dict(labels)[m.TENANT]: v for labels, v in got.series(m.QUEUE_TENANT_SHARE.name).items()
+              if dict(labels)[m.QUEUE] == "jobs:high"}
+    assert set(shares) == {f"tenant-{i}" for i in range(3)} and sum(shares.values()) == pytest.approx(1.0)
     for text in (got.text, (tmp_path / "worker.log").read_text(), (tmp_path / "exporter.log").read_text()):
         assert PASSWORD not in text
 
