@@ -363,12 +363,13 @@ class Worker:
     def _work(self, lease: Lease) -> bool:
         """Run the job; True when it succeeded and awaits its ack. A failure is nacked here."""
         try:
-            if self.handlers.resolve(lease.task) is None:
+            handler = self.handlers.resolve(lease.task)
+            if handler is None:
                 # No retry can help (no handler appears between attempts): dead-letter it at once,
                 # where `fairctl dead` shows it, instead of burning leases.max_attempts retries.
                 self._settle_nack(lease, f"no handler for task {lease.task}", final=True)
                 return False
-            error = self._run_handler(lease)
+            error = self._run_handler(handler, lease)
             if error is None:
                 return True
             self._settle_nack(lease, error)
@@ -376,11 +377,9 @@ class Worker:
             log.exception("settling job %s failed; its lease will expire and it will be delivered again", lease.job_id)
         return False
 
-    def _run_handler(self, lease: Lease) -> str | None:
+    @staticmethod
+    def _run_handler(handler: Handler, lease: Lease) -> str | None:
         """None on success, else the error stored with the job."""
-        handler = self.handlers.resolve(lease.task)
-        if handler is None:
-            return f"no handler for task {lease.task}"
         try:
             handler(lease)
         except Exception as exc:  # the handler's failure is the job's failure, not the worker's
