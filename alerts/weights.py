@@ -97,8 +97,8 @@ def weights_report(config: Config, slots: int | None = None) -> WeightsReport:
     return WeightsReport(slots, not timed, tuple(needs))
 
 
-def table(report: WeightsReport) -> str:
-    """The report as aligned text, for ``fairctl weights`` and ``fairctl check``."""
+def table_rows(report: WeightsReport) -> list[tuple[str, ...]]:
+    """The report as table cells, header first, for ``fairctl weights`` and ``fairctl check``."""
     def pct(value: float | None) -> str:
         return "-" if value is None else f"{value:.1%}"
 
@@ -111,10 +111,12 @@ def table(report: WeightsReport) -> str:
             pct(c.needed), "-" if c.min_weight is None else str(c.min_weight),
             "SHORT" if c.short else ("ok" if c.needed is not None else "-"),
         ))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    notes = [f"fleet: {report.slots} worker slots" if report.slots else "fleet: size unknown (alerts.worker_slots)",
-             "time share: of the fleet's slot time when every class is backlogged"
-             + (" (equal service times assumed: not every class has service_time)" if report.equal_service_times else ""),
-             "needs: arrival_rate x service_time / slots, the slot time the class needs to keep up"]
-    return "\n".join(lines + [""] + notes)
+    return rows
+
+
+def notes(report: WeightsReport) -> list[str]:
+    """What the table's fleet, time share and needs mean for this report."""
+    return [f"fleet: {report.slots} worker slots" if report.slots else "fleet: size unknown (alerts.worker_slots)",
+            "time share: of the fleet's slot time when every class is backlogged"
+            + (" (equal service times assumed: not every class has service_time)" if report.equal_service_times else ""),
+            "needs: arrival_rate x service_time / slots, the slot time the class needs to keep up"]

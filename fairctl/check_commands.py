@@ -12,11 +12,12 @@ from alerts import promtool
 from alerts.layout import RULES_FILE, TESTS_DIR
 from alerts.output import ALERTS
 from alerts.rules import link_warnings
-from alerts.weights import table, weights_report
+from alerts.weights import notes, table_rows, weights_report
 from fairness_core import Config
 from fairness_core.generated import plan, write
 
 from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
+from .text_table import text_table
 
 app = typer.Typer()
 
@@ -27,7 +28,7 @@ SlotsOption = Annotated[Optional[int], typer.Option(
 
 def _weights(cfg: Config, slots: int | None) -> list[str]:
     report = weights_report(cfg, slots)
-    typer.echo(table(report))
+    typer.echo("\n".join([*text_table(table_rows(report)), "", *notes(report)]))
     warnings = report.warnings()
     for line in warnings:
         typer.echo(f"warning: {line}", err=True)

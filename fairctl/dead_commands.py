@@ -18,7 +18,8 @@ from fairness_core.ages import format_age
 from fairness_core.jobs import DeadOutcome, InvalidJob, check_job_id
 from fairness_core.scheduler import DEAD_PAGE
 
-from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, fail, load, connect
+from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, connect, fail, load
+from .text_table import text_table
 
 app = typer.Typer(help="List, inspect, requeue and drop dead-lettered jobs.", no_args_is_help=True)
 
@@ -92,9 +93,7 @@ def list_(
     head = ("id", "class", "tenant", "task", "attempts", "dead for", "error")
     cells = [head] + [(r["id"], r["class"], r["tenant"], r["task"], str(r["attempts"]), format_age(r["dead_for_s"]),
                        _short(r["error"])) for r in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
-    for c in cells:
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)).rstrip())
+    typer.echo("\n".join(text_table(cells)))
     typer.echo(f"{len(rows)} shown of {total} dead letters; fairctl dead show ID for one, "
                "fairctl dead requeue ID... or drop ID... to act")
 

@@ -29,6 +29,7 @@ from .common import (
 )
 from .interrupts import stopped
 from .stack_command import shown
+from .text_table import text_table
 
 app = typer.Typer()
 
@@ -81,8 +82,7 @@ def render(drills: list[PolicyDrill], scenario: Scenario) -> str:
         rows = [("alert", "first firing", "delivered", "simulate")]
         rows += [(str(a), *("-" if t is None else human(t) for t in (a.first_firing_s, a.delivered_s, a.simulated_s)))
                  for a in d.alerts]
-        widths = [max(len(row[i]) for row in rows) for i in range(4)]
-        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+        lines += text_table(rows, indent="  ")
         if len(rows) == 1:
             lines.append("  no alert fired, live or simulated")
         lines += [f"  EXPECTATION FAILED: {v}" for v in d.violations]

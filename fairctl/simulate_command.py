@@ -33,6 +33,7 @@ from fairness_sim.report import fairness_text, verdict, write_report
 from fairness_sim.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 
 from .common import check_policies, fail
+from .text_table import text_table
 
 app = typer.Typer()
 
@@ -90,10 +91,7 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
             rows.append((c.name, f"{r.jobs:,}", _wait(r.wait_mean_s), _wait(r.wait_p50_s), _wait(r.wait_p99_s),
                          _wait(r.wait_max_s), human(r.max_oldest_age_s), human(c.max_age),
                          f"{r.realised_share:.1%}", f"{c.weight / total_weight:.0%}"))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-        for row in rows:
-            lines.append("  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                                          for i, (cell, w) in enumerate(zip(row, widths))))
+        lines += text_table(rows, numbers_right=True, indent="  ")
         worst, typical = (max(figures, key=lambda q: figures[q]) for figures in (run.quiet_max_age_s, run.quiet_p95_age_s))
         lines.append(f"  quiet tenants' oldest age: max {human(run.quiet_max_age_s[worst])} ({worst}), "
                      f"95% of scrapes under {human(run.quiet_p95_age_s[typical])} ({typical})")

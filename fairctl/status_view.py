@@ -13,6 +13,8 @@ from typing import Any, Mapping
 from fairness_core import Config, Snapshot
 from fairness_core.ages import format_age
 
+from .text_table import text_table
+
 HEADERS = ("class", "depth", "oldest", "in-flight", "delayed", "dead", "paused", "weight", "share")
 
 
@@ -66,9 +68,7 @@ def render(rows: list[ClassStatus], interval: float | None) -> str:
          "-" if r.dead_letters is None else str(r.dead_letters), "yes" if r.paused else "no", f"{r.weight_pct:.0f}%", "-" if r.share_pct is None else f"{r.share_pct:.1f}%")
         for r in rows
     ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(HEADERS))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
-             for row in cells]
+    lines = text_table(cells, numbers_right=True)
     if interval:
         lines.append(f"share = processed per class over the last {interval:g}s "
                      f"({sum(r.processed for r in rows)} jobs)")
