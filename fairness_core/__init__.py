@@ -5,12 +5,13 @@ from .classification import Classification, classify
 from .config import Config, ConfigError, load_config, parse_config, parse_duration
 from .connection import redis_client
 from .jobs import BudgetRejected, Enqueued, FairnessError, InvalidJob, Lease, Popped, RedisUnavailable
+from .memory import EvictionPolicyError, MemoryInfo, RedisMemoryFull
 from .model import Model
 from .scheduler import Scheduler
 from .snapshot import ClassSnapshot, Snapshot
 
 __all__ = [
-    "BudgetRejected", "Classification", "Enqueued", "ClassSnapshot", "Config", "ConfigError", "FairnessError",
-    "InvalidJob", "Lease", "Model", "Popped", "RedisUnavailable", "Scheduler", "Snapshot", "classify",
-    "load_config", "parse_config", "parse_duration", "redis_client",
+    "BudgetRejected", "Classification", "Enqueued", "ClassSnapshot", "Config", "ConfigError", "EvictionPolicyError",
+    "FairnessError", "InvalidJob", "Lease", "MemoryInfo", "Model", "Popped", "RedisMemoryFull", "RedisUnavailable",
+    "Scheduler", "Snapshot", "classify", "load_config", "parse_config", "parse_duration", "redis_client",
 ]

@@ -104,6 +104,9 @@ def format_duration(seconds: float) -> str:
 class RedisConfig:
     url: str = "redis://127.0.0.1:6379/0"
     prefix: str = "fq"
+    # Fraction of maxmemory at which fairctl refuses new enqueues: the rest is left for the drain
+    # scripts (pops, acks, retries) and Redis's own buffers (see docs/configuration.md).
+    memory_headroom: float = 0.9
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,9 @@ class AlertsConfig:
     stall_after: float = 600.0
     inversion_max_depth: int = 5
     redelivery_ratio: float = 0.05
+    # RedisMemoryHigh fires at this fraction of maxmemory: below redis.memory_headroom, so people
+    # hear of it before enqueues are refused.
+    memory_warning: float = 0.8
     exporter_job: str = "fairctl-exporter"
     runbook_url: str | None = None
     dashboard_url: str | None = None
@@ -335,8 +341,9 @@ def _redis(value: object, path: str, source: str | None) -> RedisConfig:
     except ValueError as exc:  # never quote the URL: it may hold a password
         raise r.error("url", str(exc)) from None
     prefix = r.get("prefix", RedisConfig.prefix, _name)
+    headroom = r.get("memory_headroom", RedisConfig.memory_headroom, _fraction)
     r.done()
-    return RedisConfig(url=url, prefix=prefix)
+    return RedisConfig(url=url, prefix=prefix, memory_headroom=headroom)
 
 
 def _scheduler(value: object, path: str, source: str | None) -> SchedulerConfig:
@@ -453,6 +460,7 @@ def _alerts(value: object, path: str, source: str | None) -> AlertsConfig:
         stall_after=r.get("stall_after", d.stall_after, parse_duration),
         inversion_max_depth=r.get("inversion_max_depth", d.inversion_max_depth, int_between(0, 10**6)),
         redelivery_ratio=r.get("redelivery_ratio", d.redelivery_ratio, _fraction),
+        memory_warning=r.get("memory_warning", d.memory_warning, _fraction),
         exporter_job=r.get("exporter_job", d.exporter_job, _reason),
         runbook_url=r.get("runbook_url", None, _url_template),
         dashboard_url=r.get("dashboard_url", None, _url_template),
@@ -508,6 +516,9 @@ def parse_config(data: object, source: str | None = None) -> Config:
     r.done()
     _check_classes(classes, scheduler, source)
     _check_rules(rules, tuple(c.name for c in classes), source)
+    if alerts.memory_warning >= redis_cfg.memory_headroom:
+        raise ConfigError("alerts.memory_warning", f"must be below redis.memory_headroom ({redis_cfg.memory_headroom:g}), "
+                          f"got {alerts.memory_warning:g}: the alert must fire before enqueues are refused", source)
     return Config(
         classes=classes, classification=rules, redis=redis_cfg, scheduler=scheduler,
         tenants=tenants, leases=leases, exporter=exporter, alerts=alerts, source=source,

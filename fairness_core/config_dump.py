@@ -44,7 +44,7 @@ def config_to_data(config: Config) -> dict[str, Any]:
         "tenant_dominance": a.tenant_dominance, "reason_shift": a.reason_shift,
         "reason_baseline": format_duration(a.reason_baseline), "stall_after": format_duration(a.stall_after),
         "inversion_max_depth": a.inversion_max_depth, "redelivery_ratio": a.redelivery_ratio,
-        "exporter_job": a.exporter_job,
+        "memory_warning": a.memory_warning, "exporter_job": a.exporter_job,
         "for": {k: format_duration(v) for k, v in a.for_durations.items() if v is not None and v != ALERT_FOR[k]},
     }
     optional_alerts = {"runbook_url": a.runbook_url, "dashboard_url": a.dashboard_url, "grafana_url": a.grafana_url,
@@ -59,7 +59,8 @@ def config_to_data(config: Config) -> dict[str, Any]:
     if e.listen is not None:
         exporter["listen"] = e.listen
     return {
-        "redis": {"url": config.redis.url, "prefix": config.redis.prefix},
+        "redis": {"url": config.redis.url, "prefix": config.redis.prefix,
+                  "memory_headroom": config.redis.memory_headroom},
         "scheduler": {"policy": s.policy, "max_payload_bytes": s.max_payload_bytes,
                       "budget_window": format_duration(s.budget_window), "budget_min_arrivals": s.budget_min_arrivals,
                       "budget_action": s.budget_action},

@@ -85,7 +85,7 @@ def redis_errors(client: Any) -> Iterator[None]:
     try:
         yield
     except _UNAVAILABLE as exc:
-        kind, place = _describe(client)
+        kind, place = describe(client)
         tls = exc.__cause__ or exc.__context__
         if isinstance(exc, redis.AuthenticationError):
             raise RedisUnavailable(f"{kind} at {place} refused the user name or password ({type(exc).__name__})") from None
@@ -95,7 +95,7 @@ def redis_errors(client: Any) -> Iterator[None]:
         raise RedisUnavailable(f"{kind} at {place} is unavailable ({type(exc).__name__})") from None
 
 
-def _describe(client: Any) -> tuple[str, str]:
+def describe(client: Any) -> tuple[str, str]:
     """What and where (host:port, or a socket path) a client talks to; its kwargs hold no URL."""
     if isinstance(client, ClusterClient):
         return "Redis Cluster", client.where
