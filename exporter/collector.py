@@ -1,8 +1,12 @@
 """The prometheus-client collector: one ``Scheduler.snapshot()`` per scrape, under a hard deadline.
 
-Families are built fresh at every scrape from the snapshot (nothing is registered at import time
-and no state is kept between scrapes except the exporter's own error counter), so two exporters
-watching the same Redis serve the same values. The snapshot is one scripted round trip; it runs in
+Families are built fresh at every scrape from the snapshot and Redis's INFO memory and stats
+(nothing is registered at import time and no state is kept between scrapes except the exporter's
+own error counter), so two exporters watching the same Redis serve the same values. The config is
+the scheduler's at each scrape (it follows the config applied in Redis), so a class added or
+removed shows up without a restart; what is derived from it is recomputed only when it changes.
+The exporter never refuses an evicting ``maxmemory-policy`` (workers and producers do): it serves
+the policy, so the alert on it can fire. The snapshot is one scripted round trip; it runs in
 a daemon thread so a stalled Redis (``CLIENT PAUSE``, ``DEBUG SLEEP``, a dead peer) costs a scrape
 its Redis series, never its answer: past ``exporter.scrape_timeout`` the scrape answers with the
 config gauges, ``fairness_exporter_redis_up 0`` and the error counted, and the next scrape tries
@@ -17,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 
 import redis
 from prometheus_client.core import (
@@ -28,7 +33,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from fairness_core import Config, RedisUnavailable, Scheduler, Snapshot, redis_client
+from fairness_core import Config, MemoryInfo, RedisUnavailable, Scheduler, Snapshot, redis_client
+from fairness_core.memory import read_memory
 from fairness_core.version import fairctl_version
 
 from . import metrics as m
@@ -59,6 +65,15 @@ def scrape_client(config: Config) -> redis.Redis:
     return redis_client(config.redis.url, connect_timeout=budget, timeout=budget)
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What one scrape reads from Redis: the scheduler's bookkeeping and INFO memory and stats
+    (None for a stand-in scheduler with no Redis, the simulator's replay)."""
+
+    snapshot: Snapshot
+    memory: MemoryInfo | None
+
+
 class SnapshotTimeout(Exception):
     """The snapshot did not come back within the scrape budget."""
 
@@ -71,12 +86,12 @@ class SnapshotReader:
     connections: there is at most one read in flight, and the client's socket timeout ends it.
     """
 
-    def __init__(self, read: Callable[[], Snapshot]) -> None:
+    def __init__(self, read: Callable[[], Reading]) -> None:
         self._read = read
         self._lock = threading.Lock()
-        self._inflight: Future[Snapshot] | None = None
+        self._inflight: Future[Reading] | None = None
 
-    def read(self, timeout: float) -> Snapshot:
+    def read(self, timeout: float) -> Reading:
         with self._lock:
             if self._inflight is None or self._inflight.done():
                 self._inflight = self._start()
@@ -86,8 +101,8 @@ class SnapshotReader:
         except FutureTimeout:
             raise SnapshotTimeout(f"no snapshot within {timeout:.2f}s") from None
 
-    def _start(self) -> Future[Snapshot]:
-        future: Future[Snapshot] = Future()
+    def _start(self) -> Future[Reading]:
+        future: Future[Reading] = Future()
         future.set_running_or_notify_cancel()
 
         def run() -> None:
@@ -138,21 +153,39 @@ class _Families:
 
 
 class FairnessCollector(Collector):
-    """Serves the metric contract for one queue group (one config, one Scheduler)."""
+    """Serves the metric contract for one queue group (one Scheduler).
+
+    A real :class:`Scheduler`'s config is read at every scrape; a stand-in (the simulator replays
+    snapshots through one) serves ``config`` and no Redis memory series."""
 
     def __init__(self, config: Config, scheduler: Scheduler, *, version: str | None = None) -> None:
-        self.config = config
-        self.budget = config.exporter.scrape_timeout
+        self.scheduler = scheduler
+        self._live = isinstance(scheduler, Scheduler)
+        self._given = config
         self.version = version or fairctl_version()
-        self._reader = SnapshotReader(scheduler.snapshot)
+        self._reader = SnapshotReader(self._read)
         self._errors = {reason: 0 for reason in m.SCRAPE_ERROR_REASONS}
         self._errors_lock = threading.Lock()
         self._redis_up: bool | None = None  # last outcome, to log transitions only
-        weights = sum(c.weight for c in config.classes)
-        self._weight_ratio = {c.name: c.weight / weights for c in config.classes}
-        # Reasons the classification rules can give each class: their counters exist from the start.
-        self._known_reasons = {name: sorted({r.reason for r in config.classification if r.queue == name})
-                               for name in config.class_names}
+        self._derived_from: Config | None = None
+        self._weight_ratio: dict[str, float] = {}
+        self._known_reasons: dict[str, list[str]] = {}
+
+    def _read(self) -> Reading:
+        return Reading(self.scheduler.snapshot(), read_memory(self.scheduler.client) if self._live else None)
+
+    @property
+    def config(self) -> Config:
+        """The scheduler's config now, with the maps derived from it brought up to date."""
+        config = self.scheduler.config if self._live else self._given
+        if config is not self._derived_from:
+            weights = sum(c.weight for c in config.classes)
+            self._weight_ratio = {c.name: c.weight / weights for c in config.classes}
+            # Reasons the classification rules can give each class: their counters exist from the start.
+            self._known_reasons = {name: sorted({r.reason for r in config.classification if r.queue == name})
+                                   for name in config.class_names}
+            self._derived_from = config
+        return config
 
     def describe(self) -> Iterator[Metric]:
         """The contract's families, without reading Redis (the registry calls this on register)."""
@@ -161,11 +194,14 @@ class FairnessCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         started = time.monotonic()
         families = _Families()
-        snapshot = self._snapshot()
-        if snapshot is not None:
-            self._add_snapshot(families, snapshot)
-        self._add_config(families)
-        families.add(m.EXPORTER_REDIS_UP, 1 if snapshot is not None else 0)
+        config = self.config
+        reading = self._reading(config.exporter.scrape_timeout)
+        if reading is not None:
+            self._add_snapshot(families, reading.snapshot)
+            if reading.memory is not None:
+                self._add_memory(families, reading.memory)
+        self._add_config(families, config)
+        families.add(m.EXPORTER_REDIS_UP, 1 if reading is not None else 0)
         with self._errors_lock:
             errors = dict(self._errors)
         for reason, count in errors.items():
@@ -176,11 +212,11 @@ class FairnessCollector(Collector):
 
     # ------------------------------------------------------------------ reading
 
-    def _snapshot(self) -> Snapshot | None:
+    def _reading(self, budget: float) -> Reading | None:
         try:
-            snapshot = self._reader.read(snapshot_deadline(self.budget))
+            reading = self._reader.read(snapshot_deadline(budget))
         except SnapshotTimeout as exc:
-            self._failed("timeout", f"{exc} (exporter.scrape_timeout {self.budget:g}s)")
+            self._failed("timeout", f"{exc} (exporter.scrape_timeout {budget:g}s)")
         except RedisUnavailable as exc:  # its message names host:port, never the URL or a password
             self._failed("unavailable", str(exc))
         except redis.RedisError as exc:
@@ -192,7 +228,7 @@ class FairnessCollector(Collector):
             if self._redis_up is False:
                 log.warning("Redis readable again; serving queue metrics")
             self._redis_up = True
-            return snapshot
+            return reading
         return None
 
     def _failed(self, reason: str, message: str | None) -> None:
@@ -204,16 +240,16 @@ class FairnessCollector(Collector):
 
     # ------------------------------------------------------------------ families
 
-    def _add_config(self, families: _Families) -> None:
-        for c in self.config.classes:
+    def _add_config(self, families: _Families, config: Config) -> None:
+        for c in config.classes:
             families.add(m.QUEUE_WEIGHT_RATIO, self._weight_ratio[c.name], queue=c.name)
             families.add(m.QUEUE_MAX_AGE, c.max_age, queue=c.name)
             families.add(m.QUEUE_ARRIVAL_BUDGET, c.arrival_budget if c.arrival_budget is not None else 1.0,
                          queue=c.name)
 
     def _add_snapshot(self, families: _Families, snapshot: Snapshot) -> None:
-        for name in self.config.class_names:
-            view = snapshot.classes[name]
+        # The snapshot's classes, not the config's: the config may have changed since it was read.
+        for name, view in snapshot.classes.items():
             for spec, value in (
                 (m.QUEUE_OLDEST_AGE, view.oldest_age), (m.QUEUE_DEPTH, view.depth),
                 (m.QUEUE_INFLIGHT, view.inflight), (m.QUEUE_DELAYED, view.delayed),
@@ -222,7 +258,7 @@ class FairnessCollector(Collector):
                 (m.QUEUE_FAIRNESS_INDEX, view.fairness_index),
             ):
                 families.add(spec, value, queue=name)
-            enqueued = {reason: 0 for reason in self._known_reasons[name]} | dict(view.enqueued)
+            enqueued = {reason: 0 for reason in self._known_reasons.get(name, ())} | dict(view.enqueued)
             for reason, count in sorted(enqueued.items()):
                 families.add(m.JOBS_ENQUEUED, count, queue=name, reason=reason)
             families.add(m.JOBS_PROCESSED, view.counters.get("processed", 0), queue=name)
@@ -237,6 +273,24 @@ class FairnessCollector(Collector):
             families.add(m.TENANT_SHARE, share, tenant=tenant)
         families.add(m.WORKER_SLOTS, snapshot.worker_slots)
         families.add(m.DEAD_LETTERS, snapshot.dead_letters)
+        self._add_unconfigured(families, snapshot)
+
+    @staticmethod
+    def _add_unconfigured(families: _Families, snapshot: Snapshot) -> None:
+        """Classes holding jobs that the config does not name: the m.MAX_UNCONFIGURED fullest."""
+        fullest = sorted(snapshot.unconfigured.values(),
+                         key=lambda u: (-(u.depth + u.inflight + u.delayed), u.name))[: m.MAX_UNCONFIGURED]
+        for u in fullest:
+            for state, count in zip(m.UNCONFIGURED_STATES, (u.depth, u.inflight, u.delayed), strict=True):
+                families.add(m.UNCONFIGURED_JOBS, count, queue=u.name, state=state)
+            families.add(m.UNCONFIGURED_OLDEST_AGE, u.oldest_age, queue=u.name)
+
+    @staticmethod
+    def _add_memory(families: _Families, memory: MemoryInfo) -> None:
+        families.add(m.REDIS_MEMORY_USED, memory.used)
+        families.add(m.REDIS_MEMORY_MAX, memory.maxmemory)
+        families.add(m.REDIS_MEMORY_POLICY, 1, policy=memory.policy)
+        families.add(m.REDIS_EVICTED_KEYS, memory.evicted_keys)
 
 
 def make_registry(config: Config, scheduler: Scheduler) -> CollectorRegistry:

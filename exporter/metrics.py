@@ -21,6 +21,7 @@ from enum import Enum
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from fairness_core.memory import SAFE_POLICY  # noqa: F401 - the rules read the safe policy from the contract
 from fairness_core.snapshot import WAIT_BUCKETS_S
 
 # Label names.
@@ -28,6 +29,14 @@ QUEUE = "queue"
 TENANT = "tenant"
 REASON = "reason"
 VERSION = "version"
+STATE = "state"
+POLICY = "policy"
+
+# The states of queue_unconfigured_jobs.
+UNCONFIGURED_STATES = ("queued", "inflight", "delayed")
+# At most this many classes the config does not name are served (those holding most jobs), so a
+# stats hash littered by old deployments cannot blow up the series count.
+MAX_UNCONFIGURED = 20
 
 # Bucket upper bounds of jobs_wait_seconds (plus +Inf): the classes' SLOs are edges.
 WAIT_BUCKETS = WAIT_BUCKETS_S
@@ -102,6 +111,16 @@ QUEUE_FAIRNESS_INDEX = _gauge(
     "Jain's index of weight-normalised service over the class's most backlogged tenants in the window "
     "(1 = fair, 1/n = one tenant takes all).")
 
+# ------------------------------------------------------------------ classes the config does not name
+UNCONFIGURED_JOBS = _gauge(
+    "queue_unconfigured_jobs", (QUEUE, STATE),
+    "Jobs Redis holds under a class the applied config does not name (removed or renamed), by state: "
+    "queued (nothing serves them), inflight, delayed. Absent for configured classes.")
+UNCONFIGURED_OLDEST_AGE = _gauge(
+    "queue_unconfigured_oldest_message_age_seconds", Q,
+    "Age of the oldest queued job of a class the applied config does not name (0 with none queued).")
+UNCONFIGURED: tuple[MetricSpec, ...] = (UNCONFIGURED_JOBS, UNCONFIGURED_OLDEST_AGE)
+
 # ------------------------------------------------------------------ per class, from the config
 QUEUE_WEIGHT_RATIO = _gauge("queue_weight_ratio", Q, "Configured weight of the class / sum of all weights.")
 QUEUE_MAX_AGE = _gauge("queue_max_age_seconds", Q, "Configured SLO for the class's oldest job age (max_age).")
@@ -142,6 +161,21 @@ TENANT_OLDEST_AGE = _gauge(
 WORKER_SLOTS = _gauge("fairness_worker_slots", (), "Worker slots registered by the fleet (what reserved_slots is counted against).")
 DEAD_LETTERS = _gauge("fairness_dead_letters", (), "Jobs in the dead-letter list.")
 
+# ------------------------------------------------------------------ Redis memory (INFO memory and stats)
+REDIS_MEMORY_USED = _gauge(
+    "fairness_redis_memory_used_bytes", (),
+    "Memory Redis uses (INFO used_memory; on a cluster, the fullest master's).")
+REDIS_MEMORY_MAX = _gauge(
+    "fairness_redis_memory_max_bytes", (),
+    "Redis's maxmemory (0: no limit); fairctl refuses new enqueues at redis.memory_headroom of it.")
+REDIS_MEMORY_POLICY = _gauge(
+    "fairness_redis_maxmemory_policy_info", (POLICY,),
+    "Always 1; Redis's maxmemory-policy. Any policy but noeviction may evict the scheduler's keys.")
+REDIS_EVICTED_KEYS = _counter(
+    "fairness_redis_evicted_keys_total", (),
+    "Keys Redis evicted for memory since it started (INFO evicted_keys); 0 under noeviction.")
+REDIS_MEMORY: tuple[MetricSpec, ...] = (REDIS_MEMORY_USED, REDIS_MEMORY_MAX, REDIS_MEMORY_POLICY, REDIS_EVICTED_KEYS)
+
 # ------------------------------------------------------------------ the exporter itself
 EXPORTER_REDIS_UP = _gauge(
     "fairness_exporter_redis_up", (), "1 when this scrape read the scheduler's bookkeeping from Redis in time, else 0.")
@@ -162,6 +196,7 @@ FROM_REDIS: tuple[MetricSpec, ...] = (
     QUEUE_NOISY_TENANTS, QUEUE_QUIET_OLDEST_AGE, QUEUE_FAIRNESS_INDEX, JOBS_ENQUEUED, JOBS_PROCESSED,
     JOBS_FAILED, JOBS_REDELIVERED, JOBS_DEAD_LETTERED, JOBS_PROMOTED, JOBS_DEMOTED, JOBS_REJECTED, JOBS_WAIT,
     QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS,
+    *UNCONFIGURED, *REDIS_MEMORY,
 )
 # Always served.
 FROM_CONFIG: tuple[MetricSpec, ...] = (QUEUE_WEIGHT_RATIO, QUEUE_MAX_AGE, QUEUE_ARRIVAL_BUDGET)
