@@ -16,7 +16,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -77,25 +76,25 @@ def _wait(seconds: float | None) -> str:
 
 
 def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | None) -> str:
-    config = scenario.config
-    total_weight = config.total_weight
+    settings = scenario.class_settings()
     lines = [f"scenario {scenario.name}: {human(scenario.duration)} simulated, seed {scenario.seed}", ""]
     header = ("class", "jobs", "wait mean", "p50", "p99", "max", "max oldest", "SLO", "share", "weight")
     for outcome in outcomes:
         run = outcome.run
         lines.append(f"policy {run.policy}  ({run.jobs_started:,} jobs started, {run.jobs_enqueued:,} enqueued; "
                      f"{run.wall_s:.1f}s)")
+        lines.extend(f"  {change}" for change in run.config_changes)
         rows = [header]
-        for c in config.classes:
+        for c, weight_share in settings.values():
             r = run.classes[c.name]
             rows.append((c.name, f"{r.jobs:,}", _wait(r.wait_mean_s), _wait(r.wait_p50_s), _wait(r.wait_p99_s),
                          _wait(r.wait_max_s), human(r.max_oldest_age_s), human(c.max_age),
-                         f"{r.realised_share:.1%}", f"{c.weight / total_weight:.0%}"))
+                         f"{r.realised_share:.1%}", f"{weight_share:.0%}"))
         lines += text_table(rows, numbers_right=True, indent="  ")
         worst, typical = (max(figures, key=lambda q: figures[q]) for figures in (run.quiet_max_age_s, run.quiet_p95_age_s))
         lines.append(f"  quiet tenants' oldest age: max {human(run.quiet_max_age_s[worst])} ({worst}), "
                      f"95% of scrapes under {human(run.quiet_p95_age_s[typical])} ({typical})")
-        fairness = ", ".join(f"{c.name} {fairness_text(run, c.name)}" for c in config.classes)
+        fairness = ", ".join(f"{name} {fairness_text(run, name)}" for name in settings)
         lines.append(f"  tenant fairness index (1 = fair; while 2+ tenants wait): {fairness}")
         lines.append(f"  verdict: {verdict(scenario, run).summary()}")
         if outcome.alerts is not None:
@@ -188,7 +187,7 @@ def simulate_command(
     try:
         scenario = load_scenario(path)
         if duration is not None:  # the scenario's expectations are about its whole duration
-            scenario = replace(scenario, duration=parse_duration(duration, "--duration"), expect={})
+            scenario = scenario.shortened(parse_duration(duration, "--duration"))
     except ConfigError as exc:
         fail("--duration" if exc.path == "--duration" else "SCENARIO", str(exc).removeprefix("--duration: "))
     chosen = check_policies(policy or scenario.policies)

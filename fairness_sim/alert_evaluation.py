@@ -88,6 +88,11 @@ class SeriesRecorder:
         self._target = {"job": config.alerts.exporter_job, "instance": INSTANCE}  # what the rules select on
         self.scrapes = 0
 
+    def reconfigure(self, now_ms: int, config: Config) -> None:
+        """Serve ``config``'s classes and their weights, SLOs and budgets from the next scrape on,
+        as an exporter on an applied config does."""
+        self._collector = FairnessCollector(config, cast(Scheduler, self._replay))
+
     def observe(self, now_ms: int, snapshot: Snapshot) -> None:
         self._replay.current = snapshot
         self._add("up", {}, 1.0)

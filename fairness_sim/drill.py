@@ -28,7 +28,7 @@ from fairness_core.config import Config
 from fairness_core.connection import redis_client
 from fairness_core.scheduler import Scheduler
 from fairness_sim.loadgen import LoadGenerator, LoadStats, Replay
-from fairness_sim.scenario import Scenario, alert_text
+from fairness_sim.scenario import Fired, Scenario, alert_text
 from fairness_sim.simulator import scenario_config
 from fairness_stack.servers import wait_until
 from fairness_stack.supervisor import Stack, WorkerPool
@@ -69,6 +69,7 @@ class DrillAlert:
     first_firing_s: float | None
     delivered_s: float | None
     simulated_s: float | None
+    last_firing_s: float | None = None
 
     def __str__(self) -> str:
         return alert_text(self.alert, sorted(self.labels.items()))
@@ -99,17 +100,18 @@ def prometheus_api(base: str, path: str, params: Mapping[str, str]) -> Any:
 
 
 def firing_from_prometheus(prometheus_url: str, start: float, end: float, step: float,
-                           selector: str = "") -> dict[AlertKey, float]:
-    """First firing (epoch s) of every alert in ``ALERTS`` between ``start`` and ``end``."""
+                           selector: str = "") -> dict[AlertKey, tuple[float, float]]:
+    """First and last firing (epoch s) of every alert in ``ALERTS`` between ``start`` and ``end``."""
     query = 'ALERTS{alertstate="firing"%s}' % (f",{selector}" if selector else "")
     data = prometheus_api(prometheus_url, "query_range",
                           {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
-    out: dict[AlertKey, float] = {}
+    out: dict[AlertKey, tuple[float, float]] = {}
     for series in data["result"]:
         labels = {k: v for k, v in series["metric"].items() if k not in ("__name__", "alertstate")}
         key = _key(labels.pop("alertname"), labels)
-        first = min(float(t) for t, _ in series["values"])
-        out[key] = min(out.get(key, first), first)
+        times = [float(t) for t, _ in series["values"]]
+        first, last = out.get(key, (min(times), max(times)))
+        out[key] = (min(first, *times), max(last, *times))
     return out
 
 
@@ -158,7 +160,7 @@ def pools_of(scenario: Scenario) -> list[WorkerPool]:
 
 def predicted(scenario: Scenario, policy: str, until: float) -> list[FiredAlert]:
     """What ``fairctl simulate`` says fires in the same first ``until`` seconds."""
-    short = dataclasses.replace(scenario, duration=until, expect={})
+    short = scenario.shortened(until)
     with tempfile.TemporaryDirectory(prefix="fairctl-drill-") as tmp:
         rules = Path(tmp) / "rules.yml"
         rules.write_text(rules_text(scenario.config), encoding="utf-8")
@@ -212,16 +214,17 @@ def run_policy_drill(scenario: Scenario, policy: str, replay: Replay, directory:
         stack.down(state)
     scenario_s = replay.scenario_seconds
     # Only what fired within the replay counts; the settling evaluations are for delivery only.
-    fired = {k: t for k, t in fired.items() if scenario_s(t - t0) <= replay.until}
+    fired = {k: (first, min(last, t0 + replay.real_seconds(replay.until))) for k, (first, last) in fired.items()
+             if scenario_s(first - t0) <= replay.until}
     # Alertmanager may still deliver what fired while the stack was starting, before the replay.
     delivered = {k: t for k, t in delivered.items() if 0 <= scenario_s(t - t0) <= replay.until}
     for key in sorted(fired.keys() | delivered.keys() | prediction.keys(),
-                      key=lambda k: (fired.get(k, float("inf")), prediction.get(k, float("inf")), k)):
+                      key=lambda k: (fired.get(k, (float("inf"),))[0], prediction.get(k, float("inf")), k)):
+        first, last = (max(0.0, scenario_s(t - t0)) for t in fired[key]) if key in fired else (None, None)
         result.alerts.append(DrillAlert(
-            key[0], dict(key[1]),
-            None if key not in fired else max(0.0, scenario_s(fired[key] - t0)),
+            key[0], dict(key[1]), first,
             None if key not in delivered else max(0.0, scenario_s(delivered[key] - t0)),
-            prediction.get(key)))
+            prediction.get(key), last))
     result.violations = _violations(scenario, policy, result.alerts)
     result.disagreements = _disagreements(result.alerts, replay, interval)
     result.wall_s = time.monotonic() - started
@@ -234,7 +237,8 @@ def _violations(scenario: Scenario, policy: str, alerts: Sequence[DrillAlert]) -
     expectation = scenario.expect.get(policy)
     if expectation is None:
         return []
-    live = [(a.alert, a.labels, a.first_firing_s) for a in alerts if a.first_firing_s is not None]
+    live = [Fired(a.alert, a.labels, a.first_firing_s, a.last_firing_s) for a in alerts
+            if a.first_firing_s is not None and a.last_firing_s is not None]
     out = expectation.violations(live)
     for want in expectation.fire:
         if any(want.matches(a.alert, a.labels) for a in alerts if a.first_firing_s is not None) and \
@@ -265,7 +269,8 @@ def as_json(scenario: Scenario, drills: Sequence[PolicyDrill]) -> dict[str, Any]
         "policies": {d.policy: {
             "speed": d.replay.speed, "volume": d.replay.volume, "until_s": d.replay.until, "wall_s": round(d.wall_s, 1),
             "alerts": [{"alert": a.alert, "labels": dict(a.labels), "first_firing_s": a.first_firing_s,
-                        "delivered_s": a.delivered_s, "simulated_first_firing_s": a.simulated_s} for a in d.alerts],
+                        "last_firing_s": a.last_firing_s, "delivered_s": a.delivered_s,
+                        "simulated_first_firing_s": a.simulated_s} for a in d.alerts],
             "expectation_violations": d.violations,
             "disagreements_with_simulate": d.disagreements,
             "load": {"enqueued": dict(d.load.enqueued), "rejected": dict(d.load.rejected),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .alert_evaluation import FiredAlert, SeriesRecorder, evaluate
-from .scenario import Scenario
+from .scenario import Fired, Scenario
 from .simulator import PolicyRun, scenario_config, simulate
 
 # Labels every simulated alert carries alike (the simulated exporter's job), or shown apart.
@@ -38,7 +38,9 @@ class Outcome:
         expectation = scenario.expect.get(self.run.policy)
         if expectation is None or self.alerts is None:
             return None
-        return expectation.violations([(a.alert, a.labels, a.first_firing_s) for a in self.alerts])
+        step = scenario.evaluation_interval  # a firing period ends at the first evaluation that no longer fires
+        return expectation.violations([Fired(a.alert, a.labels, a.first_firing_s, a.periods[-1][1] - step)
+                                       for a in self.alerts])
 
 
 # ------------------------------------------------------------------ running the policies
@@ -65,7 +67,8 @@ def run_policy(scenario: Scenario, policy: str, rules: Path | None,
                progress: Callable[[float], None] | None = None) -> Outcome:
     """Simulate one policy and, with a rules file, evaluate its alerts."""
     recorder = SeriesRecorder(scenario_config(scenario, policy)) if rules is not None else None
-    run = simulate(scenario, policy, observe=recorder.observe if recorder else None, progress=progress)
+    run = simulate(scenario, policy, observe=recorder.observe if recorder else None, progress=progress,
+                   reconfigure=recorder.reconfigure if recorder else None)
     if recorder is None or rules is None:
         return Outcome(run, None)
     alerts = evaluate(rules, policy, recorder.input_series(), scrape_interval=scenario.scrape_interval,

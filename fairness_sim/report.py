@@ -115,15 +115,16 @@ def verdict(scenario: Scenario, run: PolicyRun) -> Verdict:
     SLO but the quiet tenants' is not: the flooding tenant waits behind itself); ``unfair`` (quiet
     tenants waited beyond the SLO behind a noisy tenant); ``late`` (over the SLO, no noisy tenant);
     ``starved`` (over the SLO while served below its weight, or not at all). The policy's word is
-    its worst class's."""
+    its worst class's. A class is judged by the config in force at the end (see
+    :meth:`Scenario.class_settings`)."""
     out = []
-    for c in scenario.config.classes:
+    for c, weight_share in scenario.class_settings().values():
         r = run.classes[c.name]
         quiet = run.quiet_max_age_s[c.name]
         noisy_seen = any(not math.isnan(v) for v in run.timeline.noisy_age[c.name])
         if r.max_oldest_age_s <= c.max_age:
             status = "met"
-        elif r.jobs == 0 or r.realised_share < c.weight / scenario.config.total_weight:
+        elif r.jobs == 0 or r.realised_share < weight_share:
             status = "starved"
         elif quiet <= c.max_age:
             status = "noisy only"
@@ -133,7 +134,7 @@ def verdict(scenario: Scenario, run: PolicyRun) -> Verdict:
             status = "late"
         out.append(ClassVerdict(c.name, c.max_age, r.max_oldest_age_s, quiet, r.jobs, status))
     worst = max(STATUS_RANK[c.status] for c in out)
-    return Verdict(WORDS[worst], tuple(out), interactive_classes(scenario.config))
+    return Verdict(WORDS[worst], tuple(out), interactive_classes(scenario.final_config))
 
 
 # ------------------------------------------------------------------ plots
@@ -165,8 +166,8 @@ def _floored(ages: Sequence[float]) -> list[float]:
 
 def age_ceiling(scenario: Scenario, outcomes: Sequence[Outcome]) -> float:
     """The top of every age plot: one scale across policies, above every age and every SLO."""
-    top = max([c.max_age for c in scenario.config.classes]
-              + [max(o.run.timeline.oldest_age[q], default=0.0) for o in outcomes for q in o.run.timeline.oldest_age])
+    top = max([c.max_age for c, _ in scenario.class_settings().values()]
+              + [r.max_oldest_age_s for o in outcomes for r in o.run.classes.values()])
     return top * 2.0
 
 
@@ -186,9 +187,16 @@ def _time_axis(ax: Axes, duration_s: float) -> None:
     ax.grid(alpha=0.3)
 
 
+def _mark_changes(ax: Axes, run: PolicyRun) -> None:
+    """A vertical line where each config change was applied."""
+    for change in run.config_changes:
+        if change.refused is None:
+            ax.axvline(change.at_s / 60.0, color="#9467bd", linestyle="-.", linewidth=1.2, zorder=2)
+
+
 def _per_class_figure(scenario: Scenario, run: PolicyRun, ceiling: float) -> Figure:
     """Oldest age against the SLO (top row) and quiet against noisy tenants' age (bottom row)."""
-    classes = scenario.config.classes
+    classes = [c for c, _ in scenario.class_settings().values()]
     fig = Figure(figsize=(4 * len(classes), 6.6), layout="constrained")
     axes = fig.subplots(2, len(classes), squeeze=False)
     minutes = _minutes(run.timeline.times_s)
@@ -204,9 +212,11 @@ def _per_class_figure(scenario: Scenario, run: PolicyRun, ceiling: float) -> Fig
         for ax in (top, bottom):
             ax.axhline(c.max_age, color="black", linestyle="--", linewidth=1.4, label=f"SLO {human(c.max_age)}", zorder=3)
             _age_axis(ax, ceiling, scenario.duration)
+            _mark_changes(ax, run)
             ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle(f"{run.policy}: ages on one log scale for every policy (below {AGE_TICKS[0][1]}: on the floor)",
-                 fontsize=10)
+    applied = ", dash-dot: config applied" if run.config_changes else ""
+    fig.suptitle(f"{run.policy}: ages on one log scale for every policy (below {AGE_TICKS[0][1]}: on the floor"
+                 f"{applied})", fontsize=10)
     return fig
 
 
@@ -214,12 +224,11 @@ def _share_fairness_figure(scenario: Scenario, run: PolicyRun) -> Figure:
     fig = Figure(figsize=(12, 3.4), layout="constrained")
     share_ax, fair_ax = fig.subplots(1, 2)
     minutes = _minutes(run.timeline.times_s)
-    total = scenario.config.total_weight
-    for col, c in enumerate(scenario.config.classes):
+    for col, (c, weight_share) in enumerate(scenario.class_settings().values()):
         colour = COLOURS[col % len(COLOURS)]
         share_ax.plot(minutes, _smoothed(run.timeline.share[c.name], SHARE_SMOOTHING), color=colour, linewidth=1.6,
                       label=f"{c.name} realised")
-        share_ax.axhline(c.weight / total, color=colour, linestyle="--", linewidth=1.2, label=f"{c.name} weight")
+        share_ax.axhline(weight_share, color=colour, linestyle="--", linewidth=1.2, label=f"{c.name} weight")
         fair_ax.plot(minutes, run.timeline.fairness[c.name], color=colour, linewidth=1.2, label=c.name)
     share_ax.set_title(f"share of completions per class ({SHARE_SMOOTHING}-scrape mean) against the weight", fontsize=10)
     share_ax.set_ylabel("share of completions")
@@ -228,6 +237,7 @@ def _share_fairness_figure(scenario: Scenario, run: PolicyRun) -> Figure:
     for ax in (share_ax, fair_ax):
         ax.set_ylim(-INSET, 1 + INSET)
         _time_axis(ax, scenario.duration)
+        _mark_changes(ax, run)
     share_ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     share_ax.legend(fontsize=7, ncol=2, loc="center right")
     fair_ax.legend(fontsize=7, loc="center right")
@@ -246,6 +256,7 @@ def _alert_figure(outcome: Outcome, duration_s: float) -> Figure | None:
     ax.set_yticks(range(len(outcome.alerts)), [alert_label(a) for a in outcome.alerts], fontsize=8)
     ax.set_ylim(len(outcome.alerts) - 0.5, -0.5)
     _time_axis(ax, duration_s)
+    _mark_changes(ax, outcome.run)
     ax.grid(axis="y", visible=False)
     ax.set_title("alerts firing (red: paging/critical, orange: other)", fontsize=10)
     return fig
@@ -269,10 +280,9 @@ def _expectation(scenario: Scenario, outcome: Outcome) -> tuple[str, str]:
 
 
 def _verdict_table(scenario: Scenario, outcomes: Sequence[Outcome]) -> str:
-    classes = scenario.config.classes
-    interactive = interactive_classes(scenario.config)
+    interactive = interactive_classes(scenario.final_config)
     head = ["policy", "verdict", f"interactive SLO met<br><small>{html.escape(', '.join(interactive))}</small>"]
-    head += [f"{html.escape(c.name)}<br><small>worst oldest age / SLO</small>" for c in classes]
+    head += [f"{html.escape(name)}<br><small>worst oldest age / SLO</small>" for name in scenario.class_settings()]
     head += ["alerts fired", "as the scenario expects?"]
     rows = []
     for outcome in outcomes:
@@ -302,13 +312,12 @@ def _verdict_table(scenario: Scenario, outcomes: Sequence[Outcome]) -> str:
 
 
 def _summary_table(scenario: Scenario, outcome: Outcome) -> str:
-    total = scenario.config.total_weight
     run = outcome.run
     head = "".join(f"<th>{h}</th>" for h in (
         "class", "jobs started", "wait mean", "p50", "p99", "max", "max oldest age", "SLO", "quiet tenants' oldest: max",
         "p95 of scrapes", "fairness index", "realised share", "weight"))
     rows = []
-    for c in scenario.config.classes:
+    for c, weight_share in scenario.class_settings().values():
         r = run.classes[c.name]
         waits = [human(w) if w is not None else "-" for w in (r.wait_mean_s, r.wait_p50_s, r.wait_p99_s, r.wait_max_s)]
         cells = [_cell(html.escape(c.name)), _cell(f"{r.jobs:,}")]
@@ -319,13 +328,16 @@ def _summary_table(scenario: Scenario, outcome: Outcome) -> str:
         cells.append(_cell(human(quiet), "bad" if quiet > c.max_age else ""))
         cells.append(_cell(human(run.quiet_p95_age_s[c.name])))
         cells.append(_cell(html.escape(fairness_text(run, c.name))))
-        cells += [_cell(f"{r.realised_share:.1%}"), _cell(f"{c.weight / total:.0%}")]
+        cells += [_cell(f"{r.realised_share:.1%}"), _cell(f"{weight_share:.0%}")]
         rows.append("<tr>" + "".join(cells) + "</tr>")
     note = ("jobs started: first leases; waits: enqueue to start, of the jobs that started (- when none did); "
             "fairness index: Jain's index of the backlogged tenants' service, mean while 2+ tenants waited and the "
             "class served something (1 = fair, 1/n = one tenant takes all; none served: tenants waited and the class "
             "served nothing; -: never two tenants waiting at once).")
+    changes = "".join(f"<li>{html.escape(str(change))}</li>" for change in run.config_changes)
     return (f"<p>{run.jobs_started:,} jobs started of {run.jobs_enqueued:,} enqueued.</p>"
+            + ('<p>Config changes (SLOs and weights below: the config in force at the end):</p>'
+               f'<ul class="alerts">{changes}</ul>' if changes else "") +
             f'<table><tr>{head}</tr>{"".join(rows)}</table><p class="note">{html.escape(note)}</p>')
 
 

@@ -11,6 +11,8 @@ the scenario file; the example config shipped with fairctl by default) and may p
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,10 +24,12 @@ from fairness_core.classification import classify
 from fairness_core.config import (
     EXAMPLE_CONFIG,
     POLICIES,
+    ClassConfig,
     Config,
     parse_config,
     parse_duration,
 )
+from fairness_core.config_store import Moves
 from fairness_core.yaml_reader import (
     ConfigError,
     Reader,
@@ -123,11 +127,13 @@ def alert_text(alert: str, labels: Iterable[tuple[str, str]]) -> str:
 @dataclass(frozen=True)
 class AlertMatch:
     """An alert by name, with label values it must carry (``QueueStarving{queue="jobs:high"}``);
-    ``before``: for alerts that must fire, the latest acceptable first firing (s)."""
+    for alerts that must fire, ``before``: the latest acceptable first firing (s), and
+    ``resolved_by``: the time (s) from which it must no longer fire (a fix that must take effect)."""
 
     alert: str
     labels: Mapping[str, str]
     before: float | None = None
+    resolved_by: float | None = None
 
     def matches(self, alert: str, labels: Mapping[str, str]) -> bool:
         return alert == self.alert and all(labels.get(k) == v for k, v in self.labels.items())
@@ -137,25 +143,60 @@ class AlertMatch:
 
 
 @dataclass(frozen=True)
+class Fired:
+    """An alert that fired in a run, as expectations judge it: first and last firing (s)."""
+
+    alert: str
+    labels: Mapping[str, str]
+    first_s: float
+    last_s: float
+
+
+@dataclass(frozen=True)
 class Expectation:
     fire: tuple[AlertMatch, ...]
     silent: tuple[AlertMatch, ...]
 
-    def violations(self, fired: Sequence[tuple[str, Mapping[str, str], float]]) -> list[str]:
-        """What contradicts this expectation, given (alert, labels, first firing s) of every
-        alert that fired; empty when the run behaved as the scenario says it must."""
+    def violations(self, fired: Sequence[Fired]) -> list[str]:
+        """What contradicts this expectation, given every alert that fired; empty when the run
+        behaved as the scenario says it must."""
         out: list[str] = []
         for want in self.fire:
-            times = [t for alert, labels, t in fired if want.matches(alert, labels)]
-            if not times:
+            seen = [f for f in fired if want.matches(f.alert, f.labels)]
+            if not seen:
                 out.append(f"{want} should fire but stayed silent")
-            elif want.before is not None and min(times) > want.before:
-                out.append(f"{want} should fire within {want.before:g}s but first fired at {min(times):g}s")
+                continue
+            first, last = min(f.first_s for f in seen), max(f.last_s for f in seen)
+            if want.before is not None and first > want.before:
+                out.append(f"{want} should fire within {want.before:g}s but first fired at {first:g}s")
+            if want.resolved_by is not None and last >= want.resolved_by:
+                out.append(f"{want} should stop firing by {want.resolved_by:g}s but still fired at {last:g}s")
         for quiet in self.silent:
-            times = [t for alert, labels, t in fired if quiet.matches(alert, labels)]
+            times = [f.first_s for f in fired if quiet.matches(f.alert, f.labels)]
             if times:
                 out.append(f"{quiet} should stay silent but fired at {min(times):g}s")
         return out
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """A config applied mid-run, as ``fairctl config apply`` does: ``config`` is the scenario's
+    config with every patch up to this one; ``policy`` the scheduling policy those patches set
+    (None: each run keeps the policy it runs under); ``moves``: removed class -> the class its
+    queued jobs move to."""
+
+    at: float
+    config: Config
+    policy: str | None
+    moves: Mapping[str, str]
+
+    def pool_classes(self, classes: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        """A reserved pool's classes once this change is applied: a moved class's slots serve the
+        class its jobs move to, a removed class's serve nothing more (None: every class)."""
+        if classes is None:
+            return None
+        kept = (self.moves.get(c, c) for c in classes)
+        return tuple(dict.fromkeys(c for c in kept if c in self.config.class_names))
 
 
 @dataclass(frozen=True)
@@ -172,6 +213,27 @@ class Scenario:
     scrape_interval: float
     evaluation_interval: float
     source: str | None = None
+    config_changes: tuple[ConfigChange, ...] = ()
+
+    @property
+    def final_config(self) -> Config:
+        """The config in force at the end: the last change's, else the scenario's."""
+        return self.config_changes[-1].config if self.config_changes else self.config
+
+    def class_settings(self) -> dict[str, tuple[ClassConfig, float]]:
+        """Every class a config of the run names, with its settings and weight share in the last
+        config naming it: what a class is judged by (the config in force at the end, or when the
+        class was removed), in the order the classes first appear."""
+        out: dict[str, tuple[ClassConfig, float]] = {}
+        for config in (self.config, *(c.config for c in self.config_changes)):
+            out.update((c.name, (c, c.weight / config.total_weight)) for c in config.classes)
+        return out
+
+    def shortened(self, duration: float) -> Scenario:
+        """The first ``duration`` seconds only: the changes after it dropped, and no ``expect``
+        (which is about the whole scenario)."""
+        return dataclasses.replace(self, duration=duration, expect={},
+                                   config_changes=tuple(c for c in self.config_changes if c.at < duration))
 
 
 # ------------------------------------------------------------------ small converters
@@ -324,7 +386,8 @@ def _alert_match(value: object, path: str, source: str | None, fire: bool) -> Al
         return {str(k): nonempty_str(v, f"{lpath}.{k}") for k, v in raw.items()}
 
     out = AlertMatch(alert=r.require("alert", nonempty_str), labels=r.get("labels", {}, labels),
-                     before=r.get("before", None, parse_duration) if fire else None)
+                     before=r.get("before", None, parse_duration) if fire else None,
+                     resolved_by=r.get("resolved_by", None, parse_duration) if fire else None)
     r.done()
     return out
 
@@ -383,7 +446,8 @@ def _patch(data: Any, patch: object, path: str) -> None:
                 node = node[name]
 
 
-def _config(r: Reader, base: Path, instead: Path | None) -> Config:
+def _config(r: Reader, base: Path, instead: Path | None) -> tuple[Any, Config]:
+    """The scheduler config as raw YAML (for later patches) and validated."""
     raw_path = r.get("config", None, nonempty_str)
     path = instead or ((base / raw_path).resolve() if raw_path is not None else EXAMPLE_CONFIG)
     try:
@@ -397,7 +461,50 @@ def _config(r: Reader, base: Path, instead: Path | None) -> Config:
         except ConfigError as exc:
             raise ConfigError(exc.path, exc.message, r.source) from None
     label = str(path) + (" (with the scenario's config_patch)" if patch is not None else "")
-    return parse_config(data, label)
+    return data, parse_config(data, label)
+
+
+def _moves(value: object, path: str) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected a mapping of removed class to the class its jobs move to, got {value!r}")
+    return {nonempty_str(old, path): nonempty_str(new, f"{path}.{old}") for old, new in value.items()}
+
+
+def _sets(patch: Mapping[Any, object], field: str) -> bool:
+    """Whether a patch sets ``field`` (``scheduler.policy``) or a section holding it."""
+    return any(field == str(key) or field.startswith(f"{key}.") for key in patch)
+
+
+def _config_changes(r: Reader, data: Any, duration: float) -> tuple[ConfigChange, ...]:
+    """``config_changes``: each patch applies on top of the config in force before it and is
+    validated now, so a bad change fails at load, not minutes into the run."""
+    changes: list[ConfigChange] = []
+    for i, item in enumerate(r.get("config_changes", [], _list_of("config changes", r.source, 1, 1000))):
+        c = Reader(item, f"config_changes[{i}]", r.source)
+        at = c.require("at", _offset)
+        if not 0 < at < duration:
+            raise c.error("at", f"must be inside the scenario's duration (0 to {duration:g}s, exclusive), got {at:g}s")
+        if changes and at <= changes[-1].at:
+            raise c.error("at", f"must be later than config_changes[{i - 1}].at: list the changes in time order")
+        patch = c.require("patch", lambda v, p: v)
+        data = copy.deepcopy(data)
+        try:
+            _patch(data, patch, c.sub("patch"))
+        except ConfigError as exc:
+            raise ConfigError(exc.path, exc.message, r.source) from None
+        try:
+            config = parse_config(data)
+        except ConfigError as exc:
+            raise c.error("patch", f"the patched config is invalid: {exc}") from None
+        moves = c.get("moves", {}, _moves)
+        try:
+            Moves(classes=moves).check(config)
+        except ValueError as exc:
+            raise c.error("moves", str(exc)) from None
+        c.done()
+        fixed = _sets(patch, "scheduler.policy") or bool(changes and changes[-1].policy)
+        changes.append(ConfigChange(at, config, config.scheduler.policy if fixed else None, moves))
+    return tuple(changes)
 
 
 # ------------------------------------------------------------------ the scenario
@@ -408,7 +515,7 @@ def parse_scenario(data: object, source: str | None = None, base: Path | None = 
     """Validate an already-parsed scenario document; ``base`` resolves its ``config`` path, and
     ``config_file`` replaces that file (its ``config_patch`` still applies)."""
     r = Reader(data, "", source)
-    config = _config(r, base or Path.cwd(), config_file)
+    data, config = _config(r, base or Path.cwd(), config_file)
     duration = r.require("duration", parse_duration)
     streams_raw = r.require("streams", _list_of("streams", source, 1, MAX_STREAMS))
     workers_raw = r.require("workers", _list_of("workers", source, 1, 1000))
@@ -433,8 +540,16 @@ def parse_scenario(data: object, source: str | None = None, base: Path | None = 
         scrape_interval=r.get("scrape_interval", 15.0, parse_duration),
         evaluation_interval=r.get("evaluation_interval", 15.0, parse_duration),
         source=source,
+        config_changes=_config_changes(r, data, duration),
     )
     r.done()
+    for i, pool in enumerate(scenario.workers):
+        classes = pool.classes
+        for k, change in enumerate(scenario.config_changes):
+            classes = change.pool_classes(classes)
+            if classes == ():
+                raise ConfigError(f"workers[{i}].classes", f"config_changes[{k}] removes every class this pool "
+                                  "serves: move one of them to a configured class", source)
     if scenario.scrape_interval > duration:
         raise ConfigError("scrape_interval", "must not be longer than the duration", source)
     return scenario

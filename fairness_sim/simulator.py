@@ -30,23 +30,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairness_core.ages import human
 from fairness_core.config import Config
+from fairness_core.config_store import ConfigRefused, differences
 from fairness_core.jobs import BudgetRejected, Lease
 from fairness_core.model import Model
 from fairness_core.snapshot import Snapshot
 from fairness_core.worker import PROMOTE_EVERY_S, REAP_EVERY_S
 
 from .arrivals import Arrival, service_samplers, stream_arrivals
-from .scenario import Scenario, Stream
+from .scenario import ConfigChange, Scenario, Stream
 
 Observer = Callable[[int, Snapshot], None]
+Reconfigure = Callable[[int, Config], None]
 Progress = Callable[[float], None]
 
 SWEEP_LIMIT = 1000  # jobs per reap/aging sweep, as the worker passes them
 HEARTBEAT_SHARE = 3  # the worker extends leases every visibility_timeout / 3
 
 # Event kinds, in the order they are processed when they fall on the same millisecond.
-_COMPLETE, _HEARTBEAT, _CRASH, _RESTART, _ARRIVE, _REAP, _PROMOTE, _SCRAPE = range(8)
+# A config change comes before the arrivals and the scrape of its millisecond: they see the new config.
+_COMPLETE, _HEARTBEAT, _CRASH, _RESTART, _APPLY, _ARRIVE, _REAP, _PROMOTE, _SCRAPE = range(9)
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,21 @@ class Timeline:
 
 
 @dataclass(frozen=True)
+class AppliedChange:
+    """A config change as the run took it: when, what changed (``path: old -> new`` lines, as
+    ``fairctl config apply`` prints them), and why it was refused (None: applied)."""
+
+    at_s: float
+    changes: tuple[str, ...]
+    refused: str | None = None
+
+    def __str__(self) -> str:
+        if self.refused is not None:
+            return f"{human(self.at_s)}: {self.refused}"
+        return f"{human(self.at_s)}: config applied: {'; '.join(self.changes) or 'no change'}"
+
+
+@dataclass(frozen=True)
 class PolicyRun:
     policy: str
     classes: dict[str, ClassResult]
@@ -96,11 +115,26 @@ class PolicyRun:
     jobs_started: int
     jobs_enqueued: int
     wall_s: float
+    config_changes: tuple[AppliedChange, ...] = ()
+
+
+def with_policy(config: Config, policy: str) -> Config:
+    return dataclasses.replace(config, scheduler=dataclasses.replace(config.scheduler, policy=policy))
 
 
 def scenario_config(scenario: Scenario, policy: str) -> Config:
     """The scenario's scheduler config with ``policy`` in force."""
-    return dataclasses.replace(scenario.config, scheduler=dataclasses.replace(scenario.config.scheduler, policy=policy))
+    return with_policy(scenario.config, policy)
+
+
+def change_config(change: ConfigChange, policy: str) -> Config:
+    """A change's config in a run under ``policy``: the policy the changes set, else the run's."""
+    return with_policy(change.config, change.policy or policy)
+
+
+def _configured(ages: Sequence[float]) -> list[float]:
+    """The scrapes' ages while the class was configured (NaN: it was not)."""
+    return [age for age in ages if not math.isnan(age)]
 
 
 def _percentile(ordered: Sequence[Any], q: float) -> Any:
@@ -110,24 +144,27 @@ def _percentile(ordered: Sequence[Any], q: float) -> Any:
 
 class Simulation:
     """One scenario under one policy. ``observe(now_ms, snapshot)`` is called at every scrape;
-    ``progress(fraction)`` as virtual time advances."""
+    ``progress(fraction)`` as virtual time advances; ``reconfigure(now_ms, config)`` when a config
+    change is applied."""
 
     def __init__(self, scenario: Scenario, policy: str, *, observe: Observer | None = None,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, reconfigure: Reconfigure | None = None) -> None:
         self.scenario = scenario
         self.policy = policy
         self.config = scenario_config(scenario, policy)
         self.model = Model(self.config)
         self.observe = observe
         self.progress = progress
-        self.names = self.config.class_names
+        self.reconfigure = reconfigure
+        self.names = tuple(scenario.class_settings())  # every class any config of the run names
+        self._applied: list[AppliedChange] = []
         self.end_ms = int(scenario.duration * 1000)
         self._heap: list[tuple[int, int, int, Any]] = []
         self._order = itertools.count()
         self._arrivals = [stream_arrivals(scenario, i, scenario.duration) for i in range(len(scenario.streams))]
         self._service = service_samplers(scenario)
         self._stream_of = array("H", [0])  # job id -> stream (ids start at 1)
-        self._pool_classes = [list(p.classes) if p.classes is not None else None for p in scenario.workers]
+        self._pool_classes = [p.classes for p in scenario.workers]
         self._idle = [p.count for p in scenario.workers]
         self._running: list[dict[int, Lease]] = [{} for _ in scenario.workers]  # token -> lease being worked
         self._abandoned: set[int] = set()  # tokens of jobs whose slot crashed
@@ -204,18 +241,42 @@ class Simulation:
                 self._start(now, pool, got[0])
             self._idle[pool] = idle
 
+    def _apply(self, now: int, change: ConfigChange) -> None:
+        """Apply a config change as ``fairctl config apply`` does, move the removed classes' jobs,
+        and follow the new config from now on (pools, heartbeats, the alert series). A refused
+        change (a removed class still holding jobs, and no move) leaves the config as it was."""
+        config = change_config(change, self.policy)
+        try:
+            self.model.apply(now, config, moves=change.moves)
+        except ConfigRefused as exc:
+            self._applied.append(AppliedChange(now / 1000.0, (), str(exc)))
+            return
+        while self.model.move(now, SWEEP_LIMIT):
+            pass
+        self._applied.append(AppliedChange(now / 1000.0, tuple(differences(self.config, config))))
+        self.config = config
+        self._pool_classes = [change.pool_classes(classes) for classes in self._pool_classes]
+        self._heartbeat_ms = int(config.leases.visibility_timeout * 1000 / HEARTBEAT_SHARE)
+        if self.reconfigure is not None:
+            self.reconfigure(now, config)
+
     def _scrape(self, now: int) -> None:
         snapshot = self.model.snapshot(now)
         tl = self.timeline
         tl.times_s.append(now / 1000.0)
         done = sum(self._completed.values()) - sum(self._completed_at_scrape.values())
         for name in self.names:
-            view = snapshot.classes[name]
+            tl.share[name].append((self._completed[name] - self._completed_at_scrape[name]) / done if done else math.nan)
+            view = snapshot.classes.get(name)
+            if view is None:  # not configured at this time
+                for series in (tl.oldest_age, tl.quiet_age, tl.noisy_age, tl.fairness):
+                    series[name].append(math.nan)
+                tl.active_tenants[name].append(0)
+                continue
             noisy = [age for tenant, age in view.oldest_tenants if tenant in view.noisy_tenants]
             tl.oldest_age[name].append(view.oldest_age)
             tl.quiet_age[name].append(view.quiet_oldest_age)
             tl.noisy_age[name].append(max(noisy) if noisy else math.nan)
-            tl.share[name].append((self._completed[name] - self._completed_at_scrape[name]) / done if done else math.nan)
             tl.fairness[name].append(view.fairness_index if view.processed_window > 0 else math.nan)
             tl.active_tenants[name].append(view.active_tenants)
         self._completed_at_scrape = Counter(self._completed)
@@ -237,6 +298,8 @@ class Simulation:
         for p, pool in enumerate(self.scenario.workers):
             for crash in pool.crashes:
                 self._push(int(crash.at * 1000), _CRASH, (p, crash))
+        for change in self.scenario.config_changes:
+            self._push(int(change.at * 1000), _APPLY, change)
         self._push(int(REAP_EVERY_S * 1000), _REAP)
         self._push(int(PROMOTE_EVERY_S * 1000), _PROMOTE)
         self._push(0, _SCRAPE)
@@ -268,6 +331,8 @@ class Simulation:
             elif kind == _RESTART:
                 pool, slots = arg
                 self._idle[pool] += slots
+            elif kind == _APPLY:
+                self._apply(now, arg)
             elif kind == _ARRIVE:
                 self._arrive(now, arg)
             elif kind == _REAP:
@@ -293,7 +358,7 @@ class Simulation:
                 wait_p50_s=_percentile(waits, 0.50) / 1000.0 if waits else None,
                 wait_p99_s=_percentile(waits, 0.99) / 1000.0 if waits else None,
                 wait_max_s=waits[-1] / 1000.0 if waits else None,
-                max_oldest_age_s=max(tl.oldest_age[name], default=0.0),
+                max_oldest_age_s=max(_configured(tl.oldest_age[name]), default=0.0),
                 realised_share=self._completed[name] / total if total else 0.0,
             )
         fairness: dict[str, float | None] = {}
@@ -303,17 +368,18 @@ class Simulation:
             served = [f for f in backlogged if not math.isnan(f)]
             fairness[name] = sum(served) / len(served) if served else None
             unserved[name] = 1 - len(served) / len(backlogged) if backlogged else None
+        quiet = {name: sorted(_configured(tl.quiet_age[name])) for name in self.names}
         return PolicyRun(
             policy=self.policy, classes=classes,
-            quiet_max_age_s={name: max(tl.quiet_age[name], default=0.0) for name in self.names},
-            quiet_p95_age_s={name: _percentile(sorted(tl.quiet_age[name]), 0.95) if tl.quiet_age[name] else 0.0
-                             for name in self.names},
+            quiet_max_age_s={name: ages[-1] if ages else 0.0 for name, ages in quiet.items()},
+            quiet_p95_age_s={name: _percentile(ages, 0.95) if ages else 0.0 for name, ages in quiet.items()},
             fairness_index=fairness, fairness_unserved=unserved, timeline=tl,
             jobs_started=sum(len(w) for w in self._waits.values()), jobs_enqueued=self.model.seq, wall_s=wall_s,
+            config_changes=tuple(self._applied),
         )
 
 
 def simulate(scenario: Scenario, policy: str, *, observe: Observer | None = None,
-             progress: Progress | None = None) -> PolicyRun:
+             progress: Progress | None = None, reconfigure: Reconfigure | None = None) -> PolicyRun:
     """Run ``scenario`` under ``policy`` (see :class:`Simulation`)."""
-    return Simulation(scenario, policy, observe=observe, progress=progress).run()
+    return Simulation(scenario, policy, observe=observe, progress=progress, reconfigure=reconfigure).run()
