@@ -56,10 +56,16 @@ VolumeOption = Annotated[float | None, typer.Option(
 
 
 def _scenario(path: Path | None, config_file: Path | None = None) -> Scenario:
+    """The scenario to replay live; refused when it changes the config mid-run, which only the
+    simulation rehearses so far (a live replay would run the first config throughout)."""
     try:
-        return load_scenario(path or DEFAULT_SCENARIO, config_file)
+        scenario = load_scenario(path or DEFAULT_SCENARIO, config_file)
     except ConfigError as exc:
         fail("SCENARIO", str(exc))
+    if scenario.config_changes:
+        fail("SCENARIO", f"{scenario.name} has config_changes: config changes are simulated only "
+                         f"(fairctl simulate {scenario.name}); drills and loadgen do not apply them live")
+    return scenario
 
 
 def _replay(scenario: Scenario, speed: float, until: str | None, volume: float | None) -> Replay:
