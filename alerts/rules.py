@@ -18,7 +18,7 @@ from fairness_core.config import DEFAULT_GRAFANA_URL, ClassConfig, Config
 from . import recording as rec
 from .annotations import Query, Text
 from .layout import OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID
-from .promql import dedup, duration, number, over_time, quote, selector
+from .promql import dedup, duration, excluding, number, over_time, quote, selector
 
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 # Prometheus's own per-target series: the only name used here that is not the exporter's.
@@ -38,6 +38,9 @@ FAIRNESS_EXPORTER_DOWN = "FairnessExporterDown"
 FAIRNESS_EXPORTER_REDIS_DOWN = "FairnessExporterRedisDown"
 JOBS_DEAD_LETTERED = "JobsDeadLettered"
 QUEUE_PAUSED = "QueuePaused"
+JOBS_UNDER_UNCONFIGURED_CLASS = "JobsUnderUnconfiguredClass"
+REDIS_MEMORY_HIGH = "RedisMemoryHigh"
+REDIS_MAY_EVICT_JOBS = "RedisMayEvictJobs"
 
 SLO = {"slo": Query(rec.MAX_AGE)}
 
@@ -98,6 +101,23 @@ def unless_paused(expr: str, queue: str | None = None) -> str:
     """``expr`` silenced for a class while it is paused: a paused class's jobs wait by design, and
     QueuePaused tells that story instead of a starvation alert's."""
     return f"{expr}\n  unless\n{rec.PAUSED}{_class(queue) if queue else ''} > 0"
+
+
+def unconfigured_jobs() -> str:
+    """Jobs per class the config does not name, every state together."""
+    return f"sum without ({m.STATE}) ({dedup(m.UNCONFIGURED_JOBS.name)})"
+
+
+def memory_fill() -> str:
+    """Redis's used memory / maxmemory (nothing when it has no limit)."""
+    return f"{dedup(m.REDIS_MEMORY_USED.name)}\n  / {dedup(m.REDIS_MEMORY_MAX.name + ' > 0')}"
+
+
+def may_evict(window: float) -> str:
+    """An evicting policy (with its name), or else keys evicted within ``window``."""
+    unsafe = dedup(excluding(m.REDIS_MEMORY_POLICY, m.POLICY, m.SAFE_POLICY))
+    evicted = dedup(over_time("increase", m.REDIS_EVICTED_KEYS.name, window))
+    return f"{unsafe}\n  or\n({evicted} > 0\n  unless on ({JOB})\n{unsafe})"
 
 
 def build_alerts(config: Config) -> tuple[Alert, ...]:
@@ -238,6 +258,36 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
                  "takes its jobs ($depth:number are due) and its starvation alerts are silent while it is paused. "
                  "Resume it (fairctl resume) unless the pause is still meant.", {"depth": Query(rec.DEPTH)}),
             _one(config, QUEUE_PAUSED, f"{rec.PAUSED} > 0", WARNING),
+        ),
+        Alert(
+            JOBS_UNDER_UNCONFIGURED_CLASS,
+            "Redis holds jobs (queued, in flight or delayed) under a class the applied config does not name",
+            Text("Jobs wait under $queue, a class the config no longer names"),
+            Text("$value:number jobs sit under $queue, which the applied config does not name (removed or "
+                 "renamed without moving its jobs): no worker takes its queued jobs, and the oldest has waited "
+                 "$age:duration. Move them to a configured class (fairctl config apply FILE --move OLD=NEW) or "
+                 "put the class back.", {"age": Query(m.UNCONFIGURED_OLDEST_AGE.name)}),
+            _one(config, JOBS_UNDER_UNCONFIGURED_CLASS, f"{unconfigured_jobs()} > 0", WARNING),
+        ),
+        Alert(
+            REDIS_MEMORY_HIGH,
+            f"Redis uses more than {number(a.memory_warning * 100)}% of its maxmemory (alerts.memory_warning); "
+            f"fairctl refuses new enqueues at {number(config.redis.memory_headroom * 100)}% (redis.memory_headroom)",
+            Text("Redis is filling up: enqueues will be refused soon"),
+            Text(f"Redis uses $value:percent of its maxmemory. At {number(config.redis.memory_headroom * 100)}% "
+                 "(redis.memory_headroom) fairctl refuses new enqueues (RedisMemoryFull), and Redis itself at "
+                 "100%; pops and acks go on, so workers drain. Find what fills it before producers fail."),
+            _one(config, REDIS_MEMORY_HIGH, f"{memory_fill()} > {number(a.memory_warning)}", WARNING),
+        ),
+        Alert(
+            REDIS_MAY_EVICT_JOBS,
+            f"Redis's maxmemory-policy is not {m.SAFE_POLICY}, or it evicted keys in the last {window}",
+            Text("Redis may evict the scheduler's jobs"),
+            Text(f'Redis\'s maxmemory-policy is "$policy" (empty: it is {m.SAFE_POLICY} now but evicted keys in the '
+                 f"last {window}). Under any policy but {m.SAFE_POLICY} Redis deletes keys when memory runs short, "
+                 "the scheduler's among them: queued jobs and leases vanish with no error. Workers and producers "
+                 f"refuse such a Redis; set maxmemory-policy {m.SAFE_POLICY}."),
+            _one(config, REDIS_MAY_EVICT_JOBS, may_evict(a.rate_window), CRITICAL),
         ),
         Alert(
             FAIRNESS_EXPORTER_DOWN,

@@ -486,6 +486,84 @@ def _paused(s: Scenario) -> list[Case]:
     ]
 
 
+def _unconfigured(s: Scenario) -> list[Case]:
+    """Jobs left under a class the config no longer names (removed without --move)."""
+    alert = r.JOBS_UNDER_UNCONFIGURED_CLASS
+    queue = "jobs:retired"
+    for_minutes = s.for_minutes(alert)
+    end = for_minutes + 1
+    counts = {"queued": 40, "inflight": 3, "delayed": 2}
+    age_start = 7200
+
+    def inputs(moved_at: int | None) -> tuple[Series, ...]:
+        """The class's jobs; ``moved_at``: the minute `config apply --move` empties it (then the
+        exporter stops serving it)."""
+        def values(count: float) -> str:
+            return flat(count, end) if moved_at is None else f"{flat(count, moved_at - 1)} 0 stale"
+        out = [x for state, count in counts.items()
+               for x in s.series(m.UNCONFIGURED_JOBS, values(count), exporters=2, queue=queue, state=state)]
+        return tuple(out + s.series(m.UNCONFIGURED_OLDEST_AGE, ramp(60, end, age_start), exporters=2, queue=queue))
+
+    total = sum(counts.values())
+    return [
+        Case(f"two exporters; {total} jobs under {queue}, which the config does not name: fires once after for:",
+             inputs(None),
+             (Check(for_minutes - 1, alert),
+              Check(end, alert, (s.firing(alert, total, queue, {"age": age_start + 60 * end}),)))),
+        Case(f"{queue}'s jobs are moved to a configured class within for:: silent", inputs(for_minutes - 1),
+             (Check(end, alert),)),
+    ]
+
+
+def _memory_high(s: Scenario) -> list[Case]:
+    """Memory fills from below alerts.memory_warning towards redis.memory_headroom."""
+    alert = r.REDIS_MEMORY_HIGH
+    warning, headroom = s.config.alerts.memory_warning, s.config.redis.memory_headroom
+    for_minutes = s.for_minutes(alert)
+    end = for_minutes + 6
+    limit = 1_000_000_000
+    step = (headroom - warning) / (for_minutes + 4)  # reaches the headroom only after the alert fires
+    fill = [warning + (t - 2) * step for t in range(end + 1)]
+    fire_at = 3 + for_minutes
+
+    def inputs(fills: Sequence[float], maxmemory: float, exporters: int = 1) -> tuple[Series, ...]:
+        return tuple(s.series(m.REDIS_MEMORY_USED, listed(round(f * limit) for f in fills), exporters=exporters)
+                     + s.series(m.REDIS_MEMORY_MAX, flat(maxmemory, end), exporters=exporters))
+
+    return [
+        Case(f"two exporters; memory climbs past {number(warning * 100)}%: fires once, while still under the "
+             f"{number(headroom * 100)}% headroom",
+             inputs(fill, limit, 2),
+             (Check(fire_at - 1, alert), Check(fire_at, alert, (s.firing(alert, round(fill[fire_at] * limit) / limit),)))),
+        Case(f"memory steady at {number(warning * 90)}%: silent", inputs([warning * 0.9] * (end + 1), limit),
+             (Check(end, alert),)),
+        Case("no maxmemory (0: no limit): silent however much is used", inputs([5.0] * (end + 1), 0),
+             (Check(end, alert),)),
+    ]
+
+
+def _may_evict(s: Scenario) -> list[Case]:
+    """An evicting maxmemory-policy, or keys evicted (a policy changed and changed back)."""
+    alert = r.REDIS_MAY_EVICT_JOBS
+    end = s.for_minutes(alert) + 3
+    unsafe = "allkeys-lru"
+
+    def inputs(policy: str, evicted: str) -> tuple[Series, ...]:
+        return tuple(s.series(m.REDIS_MEMORY_POLICY, flat(1, end), exporters=2, policy=policy)
+                     + s.series(m.REDIS_EVICTED_KEYS, evicted, exporters=2))
+
+    jumped = f"{flat(0, 1)} {flat(250, end - 2)}"
+    return [
+        Case(f"two exporters; maxmemory-policy {unsafe}: fires once, naming the policy",
+             inputs(unsafe, flat(0, end)), (Check(end, alert, (s.firing(alert, 1, policy=unsafe),)),)),
+        Case(f"{m.SAFE_POLICY} again, but keys were evicted meanwhile: fires without a policy",
+             inputs(m.SAFE_POLICY, jumped), (Check(end, alert, (s.firing(alert, 0),)),)),
+        Case(f"{unsafe} and keys evicted: fires once, for the policy",
+             inputs(unsafe, jumped), (Check(end, alert, (s.firing(alert, 1, policy=unsafe),)),)),
+        Case(f"{m.SAFE_POLICY} and nothing evicted: silent", inputs(m.SAFE_POLICY, flat(0, end)), (Check(end, alert),)),
+    ]
+
+
 def _exporter_down(s: Scenario) -> list[Case]:
     alert = r.FAIRNESS_EXPORTER_DOWN
     end = s.for_minutes(alert) + 1
@@ -560,6 +638,9 @@ def test_files(config: Config) -> tuple[TestFile, ...]:
         TestFile(r.JOBS_REDELIVERED_HIGH, tuple(_redelivered(s))),
         TestFile(r.JOBS_DEAD_LETTERED, tuple(_dead_lettered(s))),
         TestFile(r.QUEUE_PAUSED, tuple(_paused(s))),
+        TestFile(r.JOBS_UNDER_UNCONFIGURED_CLASS, tuple(_unconfigured(s))),
+        TestFile(r.REDIS_MEMORY_HIGH, tuple(_memory_high(s))),
+        TestFile(r.REDIS_MAY_EVICT_JOBS, tuple(_may_evict(s))),
         TestFile(r.FAIRNESS_EXPORTER_DOWN, tuple(_exporter_down(s))),
         TestFile(r.FAIRNESS_EXPORTER_REDIS_DOWN, tuple(_redis_down(s))),
         TestFile("recording", tuple(_recording(s))),

@@ -69,6 +69,14 @@ ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
     # How long a class may stay paused before it is called forgotten: half an hour covers a
     # deploy or a dependency's maintenance, and is shorter than the bulk class's usual SLO (1h).
     "QueuePaused": 1800.0,
+    # Jobs under a class the config does not name: long enough to ride out the moment between a
+    # config apply and its --move, short enough that nobody's jobs wait unseen for long.
+    "JobsUnderUnconfiguredClass": 300.0,
+    # Memory over alerts.memory_warning: a minute, since a storm can fill the rest to the headroom
+    # (where enqueues are refused) within minutes.
+    "RedisMemoryHigh": 60.0,
+    # An evicting policy loses jobs silently: a minute, to ride out a scrape or a CONFIG SET typo.
+    "RedisMayEvictJobs": 60.0,
 })
 
 

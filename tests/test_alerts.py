@@ -34,7 +34,8 @@ GENERATED = ROOT / GENERATED_DIR
 DOCUMENTED_ALERTS = (
     "QueueStarving", "QueueShareBelowWeight", "PriorityMixDrift", "PriorityReasonShift", "TenantDominatingQueue",
     "QuietTenantsStarving", "QueueStalled", "PriorityInversion", "JobsRedeliveredHigh", "JobsDeadLettered",
-    "QueuePaused", "FairnessExporterDown", "FairnessExporterRedisDown",
+    "QueuePaused", "JobsUnderUnconfiguredClass", "RedisMemoryHigh", "RedisMayEvictJobs", "FairnessExporterDown",
+    "FairnessExporterRedisDown",
 )
 ANNOTATIONS = {"summary", "description", "runbook_url", "dashboard_url"}
 
