@@ -19,7 +19,9 @@ from fairness_core import (
     BudgetRejected,
     Config,
     ConfigError,
+    EvictionPolicyError,
     InvalidJob,
+    RedisMemoryFull,
     RedisUnavailable,
     Scheduler,
     load_config,
@@ -62,6 +64,10 @@ def clear_errors(**argument_for_field: str) -> Iterator[None]:
         fail(argument_for_field.get(exc.field, f"--{exc.field}"), str(exc).removeprefix(f"{exc.field}: "))
     except BudgetRejected as exc:
         fail("TASK", str(exc), code=1)
+    except EvictionPolicyError as exc:
+        fail("--redis-url", str(exc))
+    except RedisMemoryFull as exc:  # temporary, as a budget rejection: exit 1
+        fail("--redis-url", str(exc), code=1)
 
 
 def load(config_path: Path, redis_url: str | None) -> Config:

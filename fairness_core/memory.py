@@ -92,6 +92,13 @@ def check_eviction_policy(info: MemoryInfo, where: str) -> None:
             f"'maxmemory-policy {SAFE_POLICY}' in redis.conf so a restart keeps it)")
 
 
+def require_noeviction(client: Any) -> MemoryInfo:
+    """Read INFO and refuse an evicting policy: what a worker does at start and at every reap tick."""
+    info = read_memory(client)
+    check_eviction_policy(info, describe(client)[1])
+    return info
+
+
 def _mib(size: int) -> str:
     return f"{size / 1048576:.1f} MiB"
 

@@ -6,6 +6,11 @@ slots count towards ``reserved_slots``), the reaper (expired leases of dead work
 queue) and aging (``promote_after``). Every Redis call survives an outage: the worker logs one
 line, backs off and carries on, because a job is only settled by ``ack``/``nack`` and anything not
 settled comes back through the reaper. Delivery is therefore at least once, never lost.
+
+A worker refuses to start against a Redis whose ``maxmemory-policy`` may evict keys (it would lose
+jobs silently), and re-reads the policy at every reap tick: if it changes under a running worker,
+the worker logs the error, stops taking jobs, settles the running ones and :meth:`Worker.run`
+raises :class:`EvictionPolicyError` (``fairctl worker`` exits 2 with the fix).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from types import FrameType
 from typing import TypeVar
 
 from .jobs import Lease, RedisUnavailable
+from .memory import EvictionPolicyError, require_noeviction
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -174,6 +180,7 @@ class Worker:
         self._slots: list[threading.Thread] = []
         self.log_every = log_every  # seconds between summary lines; 0: none but the final one
         self.tally = Tally()
+        self._refused: EvictionPolicyError | None = None  # the policy changed under the running worker
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -186,14 +193,16 @@ class Worker:
         False when the grace period or a second signal cut running jobs short.
 
         Raises :class:`RedisUnavailable` if Redis cannot be reached at start (a wrong URL should
-        fail loudly); outages after that are ridden out.
+        fail loudly); outages after that are ridden out. Raises :class:`EvictionPolicyError` at
+        start, or after stopping, when Redis may evict keys (see the module docstring).
         """
+        require_noeviction(self.scheduler.client)
         with self._signal_handlers():
             self._register()
             log.info("worker %s: %d slots, batch %d, classes %s", self.worker_id, self.concurrency, self.batch,
                      ",".join(self.classes) if self.classes else "all")
             self._warn_if_all_reserved()
-            reap = self._counted(self.scheduler.reap, "expired leases returned to their queues")
+            reap = self._counted(self._policy_then_reap, "expired leases returned to their queues")
             promote = self._counted(self.scheduler.promote_overdue, "overdue jobs promoted one class up")
             self._start_periodic("heartbeat", self.scheduler.config.leases.visibility_timeout / 3,
                                  self._heartbeat, self._halt)
@@ -218,7 +227,22 @@ class Worker:
         self.tally.take()
         log.info("worker %s: in all %.0fs: %s", self.worker_id, time.monotonic() - started, Tally.line(self.tally.total))
         log.info("worker %s stopped%s", self.worker_id, "" if clean else "; unsettled leases will be reaped")
+        if self._refused is not None:
+            raise self._refused
         return clean
+
+    def _policy_then_reap(self) -> int:
+        """The reap tick, after re-reading the eviction policy: a policy changed to an evicting one
+        stops the worker (loudly) instead of letting Redis drop the jobs it is working on."""
+        try:
+            require_noeviction(self.scheduler.client)
+        except EvictionPolicyError as exc:
+            if self._refused is None:
+                log.error("%s; stopping this worker", exc)
+                self._refused = exc
+            self.stop()
+            return 0
+        return self.scheduler.reap()
 
     def _warn_if_all_reserved(self) -> None:
         """A fleet with no more slots than ``reserved_slots`` add up to serves only the reserved
