@@ -13,6 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from fairness_core import Config, Enqueued
+from fairness_core.memory import read_memory
 
 from .common import (
     DEFAULT_CONFIG,
@@ -25,7 +26,7 @@ from .common import (
     load,
     open_scheduler,
 )
-from .status_view import as_json, class_statuses, render
+from .status_view import as_json, class_statuses, memory_line, render
 
 app = typer.Typer()
 
@@ -144,7 +145,8 @@ def status(
 
     Per class: depth, oldest job's age, in-flight, delayed retries, dead letters, paused, configured weight and
     realised share (the class's part of the jobs processed during --interval), then the most
-    backlogged tenants of each class."""
+    backlogged tenants of each class, the jobs under classes the config does not name (nothing
+    serves them), and Redis's memory against maxmemory with its eviction policy."""
     cfg = load(config, redis_url)
     scheduler = connect(dataclasses.replace(cfg, exporter=dataclasses.replace(cfg.exporter, topk_tenants=top)))
     with clear_errors():
@@ -152,8 +154,12 @@ def status(
         time.sleep(interval)
         after = scheduler.snapshot()
         dead = scheduler.dead_letter_counts()
+        memory = read_memory(scheduler.client)
     rows = class_statuses(scheduler.config, before, after, top, dead)
+    unconfigured = sorted(after.unconfigured.values(), key=lambda u: u.name)
+    headroom = scheduler.config.redis.memory_headroom
     if as_json_output:
-        typer.echo(json.dumps(as_json(rows, interval), indent=2))
+        typer.echo(json.dumps(as_json(rows, interval, unconfigured=unconfigured, memory=memory, headroom=headroom),
+                              indent=2))
     else:
-        typer.echo(render(rows, interval))
+        typer.echo(render(rows, interval, unconfigured=unconfigured, memory=memory_line(memory, headroom)))

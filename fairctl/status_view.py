@@ -1,5 +1,7 @@
 """The status table: per class, what is waiting, for how long, and the share each class actually
 got against its configured weight, and the jobs given up on (dead letters). Shared by ``fairctl status`` and ``fairctl demo``.
+``fairctl status`` adds the jobs under classes the config does not name (nothing serves them) and
+Redis's memory against its limit and policy.
 
 The realised share needs two snapshots: it is each class's processed delta over the interval,
 because a lifetime total would hide a storm that started a minute ago.
@@ -8,14 +10,17 @@ because a lifetime total would hide a storm that started a minute ago.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from fairness_core import Config, Snapshot
+from fairness_core import Config, MemoryInfo, Snapshot
 from fairness_core.ages import format_age
+from fairness_core.memory import SAFE_POLICY
+from fairness_core.snapshot import UnconfiguredClass
 
 from .text_table import text_table
 
 HEADERS = ("class", "depth", "oldest", "in-flight", "delayed", "dead", "paused", "weight", "share")
+UNCONFIGURED_HEADERS = ("class (not configured)", "depth", "oldest", "in-flight", "delayed")
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,28 @@ def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top
     return rows
 
 
-def render(rows: list[ClassStatus], interval: float | None) -> str:
-    """A plain-text table (no colours: it goes into logs and tickets as often as terminals)."""
+def _mib(size: int) -> str:
+    return f"{size / 1048576:.1f} MiB"
+
+
+def memory_line(memory: MemoryInfo, headroom: float) -> str:
+    """Redis's memory against its limit, and its policy (called out when it may evict jobs)."""
+    if memory.maxmemory:
+        used = (f"redis memory: {_mib(memory.used)} of maxmemory {_mib(memory.maxmemory)} ({memory.fill:.0%}); "
+                f"enqueues refused from {headroom:.0%} (redis.memory_headroom)")
+    else:
+        used = f"redis memory: {_mib(memory.used)}, no maxmemory limit"
+    policy = f"maxmemory-policy {memory.policy}"
+    if memory.policy != SAFE_POLICY:
+        policy += (f" - UNSAFE: Redis may evict queued jobs; workers and producers refuse to run "
+                   f"(CONFIG SET maxmemory-policy {SAFE_POLICY})")
+    return f"{used}; {policy}"
+
+
+def render(rows: list[ClassStatus], interval: float | None, *, unconfigured: Sequence[UnconfiguredClass] = (),
+           memory: str | None = None) -> str:
+    """A plain-text table (no colours: it goes into logs and tickets as often as terminals);
+    ``unconfigured`` classes get a table of their own, ``memory`` is :func:`memory_line`'s."""
     cells = [HEADERS] + [
         (r.name, str(r.depth), format_age(r.oldest_age_s), str(r.inflight), str(r.delayed),
          "-" if r.dead_letters is None else str(r.dead_letters), "yes" if r.paused else "no", f"{r.weight_pct:.0f}%", "-" if r.share_pct is None else f"{r.share_pct:.1f}%")
@@ -80,9 +105,22 @@ def render(rows: list[ClassStatus], interval: float | None) -> str:
     if tenants:
         lines.append("most backlogged tenants:")
         lines.extend(tenants)
+    if unconfigured:
+        lines.append("")
+        lines.extend(text_table([UNCONFIGURED_HEADERS] + [
+            (u.name, str(u.depth), format_age(u.oldest_age), str(u.inflight), str(u.delayed)) for u in unconfigured
+        ], numbers_right=True))
+        lines.append("not configured: no worker takes these classes' queued jobs; move them with fairctl config "
+                     "apply FILE --move OLD=NEW, or put the class back in the config")
+    if memory:
+        lines.append(memory)
     return "\n".join(lines)
 
 
-def as_json(rows: list[ClassStatus], interval: float | None) -> dict[str, Any]:
-    return {"interval_s": interval, "dead_letters": sum(r.dead_letters or 0 for r in rows),
-            "classes": [asdict(r) for r in rows]}
+def as_json(rows: list[ClassStatus], interval: float | None, *, unconfigured: Sequence[UnconfiguredClass] = (),
+            memory: MemoryInfo | None = None, headroom: float | None = None) -> dict[str, Any]:
+    out = {"interval_s": interval, "dead_letters": sum(r.dead_letters or 0 for r in rows),
+           "classes": [asdict(r) for r in rows], "unconfigured_classes": [asdict(u) for u in unconfigured]}
+    if memory is not None:
+        out["redis_memory"] = {**asdict(memory), "memory_headroom": headroom}
+    return out
