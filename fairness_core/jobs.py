@@ -35,6 +35,11 @@ class BudgetRejected(FairnessError):
     """The class is over its arrival budget and ``scheduler.budget_action`` is ``reject``."""
 
 
+class StateDamaged(FairnessError):
+    """The group's keys in Redis contradict each other: some were deleted or evicted. Nothing the
+    scheduler can mend by itself; the message says what it found."""
+
+
 class RedisUnavailable(FairnessError, ConnectionError):
     """Redis could not be reached or timed out.
 
@@ -210,7 +215,7 @@ class Envelope(Fields):
     id: int
     enqueued_ms: int
     attempts: int
-    cost: int
+    tier: str  # charged at the applied config's cost for it when popped
     task: str
     reason: str
     payload: str

@@ -25,11 +25,13 @@ DELAYED = "delayed"  # zset: class, tenant and envelope -> due time (ms), retrie
 DEAD = "dead"  # list: dead-lettered records
 WORKERS = "workers"  # zset: worker id -> registration expiry (ms)
 WORKER_SLOTS = "workerslots"  # hash: worker id -> slots it serves
+CONFIG = "config"  # hash: the applied config (fairness_core.config_store): text, moves, fingerprint, version
 
 # The group-wide keys every script declares, in KEYS order; the script finds each by its name here.
 FIXED: dict[str, str] = {
     "stats": STATS, "swrr": SWRR, "paused": PAUSED, "arrivals": ARRIVALS, "seq": SEQ, "leases": LEASES,
     "leased": LEASED, "delayed": DELAYED, "dead": DEAD, "workers": WORKERS, "worker_slots": WORKER_SLOTS,
+    "config": CONFIG,
 }
 
 # Per-class keys: base + CLASS_SPACE + class + PART_SEP + part; a tenant's sub-queue is the part
@@ -43,7 +45,7 @@ CLASS_PARTS: dict[str, str] = {
     "tags": "tags",  # zset: tenant -> WFQ virtual finish tag
     "heads": "heads",  # zset: tenant -> enqueue time (ms) of its head job
     "backlog": "backlog",  # zset: tenant -> queued jobs
-    "cost": "cost",  # hash: tenant -> virtual cost of its jobs
+    "cost": "cost",  # hash: tenant -> the tier its jobs are charged at
     "vt": "vt",  # string: the class's virtual time
     "inflight": "inflight",  # zset: tenant -> leased jobs
     "served": "served:",  # + window bucket; zset: tenant -> jobs processed in that bucket
@@ -104,6 +106,10 @@ class Keys:
     @property
     def worker_slots(self) -> str:
         return self.base + WORKER_SLOTS
+
+    @property
+    def config(self) -> str:
+        return self.base + CONFIG
 
     def class_key(self, queue: str, part: str) -> str:
         """A per-class structure; ``part`` is one of :data:`CLASS_PARTS`' values."""

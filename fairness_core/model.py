@@ -8,12 +8,14 @@ and the whole state; any divergence is a bug in one of them. Time is passed in e
 from __future__ import annotations
 
 import math
+import re
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .classification import classify
 from .config import Config
+from .config_store import NO_MOVES, ConfigRefused, Moves
 from .jobs import (
     SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, Envelope, InvalidJob, Lease, Popped, Record,
     check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
@@ -29,7 +31,7 @@ class _Class:
     tags: ZSet = field(default_factory=ZSet)
     heads: ZSet = field(default_factory=ZSet)
     backlog: ZSet = field(default_factory=ZSet)
-    cost: dict[str, int] = field(default_factory=dict)
+    cost: dict[str, str] = field(default_factory=dict)  # tenant -> tier
     vt: float = 0
     inflight: ZSet = field(default_factory=ZSet)
     served: dict[int, ZSet] = field(default_factory=dict)
@@ -41,9 +43,7 @@ class Model:
     value derived from the config comes from ``settings``, the same object the script is built from."""
 
     def __init__(self, config: Config) -> None:
-        self.config = config
-        self.settings = derive(config)
-        self.names = self.settings.classes
+        self._use(config, Moves())
         self.stats: dict[str, int] = {}
         self.swrr: dict[str, float] = {}
         self.paused: set[str] = set()
@@ -58,45 +58,124 @@ class Model:
         self.workers = ZSet()
         self.worker_slots: dict[str, int] = {}
 
+    def _use(self, config: Config, moves: Moves) -> None:
+        self.config, self.moves = config, moves
+        self.settings = derive(config, moves)
+        self.names = self.settings.classes
+
+    def _cls(self, queue: str) -> _Class:
+        """A class's structures; a class no config names any more keeps its own until emptied."""
+        return self.classes.setdefault(queue, _Class())
+
+    # ------------------------------------------------------------------ the applied config
+
+    def apply(self, now: int, config: Config, *, moves: Moves | Mapping[str, str] = NO_MOVES) -> None:
+        """Make ``config`` the applied config, as ``fairctl config apply`` does in Redis: new
+        weights, policy, classes, tiers and rules hold from the next operation. Smooth weighted
+        round-robin restarts from zero (no catch-up burst); when a tier's cost changed, every
+        class's tenant tags and virtual time restart from zero (no banked credit across changed
+        costs). ``moves`` maps a removed class to a configured one (or is a whole
+        :class:`~fairness_core.config_store.Moves`); ConfigRefused, changing nothing, when a removed
+        class still holds jobs or a removed tier is still a queued tenant's with no move. The jobs
+        of moved classes move on :meth:`move` calls."""
+        given = moves if isinstance(moves, Moves) else Moves(classes=dict(moves))
+        every = self.moves.carried(config).merged(given)
+        every.check(config)
+        old = (self.config, self.moves)
+        old_costs = dict(self.settings.costs)
+        self._use(config, every)
+        rebase = old_costs != dict(self.settings.costs)
+        others, held = self._unconfigured()
+        refused = {c: held[c] for c in others if held[c] > 0 and c not in every.classes}
+        tiers = sorted({tier for c in (*self.names, *others) for tier in self._cls(c).cost.values()
+                        if tier not in self.settings.costs and tier not in self.settings.tier_moved
+                        and _recorded_cost(tier) is None})
+        if refused or tiers:
+            self._use(*old)
+            raise ConfigRefused(refused, tuple(tiers))
+        self.swrr = {}
+        if rebase:
+            for c in (*self.names, *others):
+                cls = self._cls(c)
+                for tenant, _ in list(cls.tags.items()):
+                    cls.tags.add(tenant, 0)
+                cls.vt = 0
+
+    def move(self, now: int, limit: int = 1000) -> int:
+        """Move up to ``limit`` queued jobs of moved classes into their targets, as the Lua's
+        ``move``: oldest tenant first, each tenant's jobs from its tail, each keeping its enqueue
+        time. How many moved (0: done)."""
+        moved = 0
+        for old, new in self.settings.moves:
+            cls = self._cls(old)
+            while moved < limit and cls.heads.first() is not None:
+                tenant = cls.heads.first()[0]  # type: ignore[index]
+                items, _ = self._take(old, tenant, limit - moved, from_tail=True)
+                for job in items:
+                    self._push_head(new, tenant, [job])
+                moved += len(items)
+        return moved
+
+    def _unconfigured(self) -> tuple[list[str], dict[str, int]]:
+        """As the Lua's ``unconfigured``: classes the counters know that the config does not name
+        (sorted), and the jobs each holds (queued, leased or waiting to retry)."""
+        held: dict[str, int] = {}
+        for key, value in self.stats.items():
+            name, _, queue = key.partition(SEP)
+            if name in ("depth", "inflight", "delayed") and queue not in self.names:
+                held[queue] = held.get(queue, 0) + value
+        return sorted(held), held
+
+    def _cost_of(self, tier: str) -> int:
+        """As the Lua's ``cost_of``."""
+        s = self.settings
+        return (s.costs.get(tier) or s.costs.get(s.tier_moved.get(tier, "")) or _recorded_cost(tier)
+                or s.default_cost)
+
     # ------------------------------------------------------------------ shared steps
 
     def _stat(self, name: str, queue: str, delta: int) -> None:
         key = f"{name}{SEP}{queue}"
         self.stats[key] = self.stats.get(key, 0) + delta
 
-    def _activate(self, cls: _Class, tenant: str, cost: int, enq: int) -> None:
+    def _activate(self, cls: _Class, tenant: str, tier: str, enq: int) -> None:
         cls.tags.add(tenant, cls.vt)
         cls.heads.add(tenant, enq)
-        cls.cost[tenant] = cost
+        cls.cost[tenant] = tier
 
     def _push_tail(self, queue: str, tenant: str, jobs: Sequence[Envelope]) -> None:
         """Append ``jobs`` to the tenant's sub-queue: the same state as appending them one by one
-        (bulk, so a burst or a promotion sweep updates the sorted sets once, not per job)."""
-        cls = self.classes[queue]
+        (bulk, so a burst or a promotion sweep updates the sorted sets once, not per job). A
+        removed class's jobs go where the applied config moved it."""
+        queue = self.settings.moved.get(queue, queue)
+        cls = self._cls(queue)
         q = cls.queues.setdefault(tenant, deque())
         if not q:
-            self._activate(cls, tenant, jobs[0].cost, jobs[0].enqueued_ms)
+            self._activate(cls, tenant, jobs[0].tier, jobs[0].enqueued_ms)
         q.extend(jobs)
-        cls.cost[tenant] = jobs[-1].cost
+        cls.cost[tenant] = jobs[-1].tier
         cls.backlog.incr(tenant, len(jobs))
         self._stat("depth", queue, len(jobs))
 
     def _push_head(self, queue: str, tenant: str, jobs: Sequence[Envelope]) -> None:
         """Put ``jobs`` in front of the tenant's sub-queue, in their order: the same state as
         pushing them to the head one by one, last first."""
-        cls = self.classes[queue]
+        queue = self.settings.moved.get(queue, queue)
+        cls = self._cls(queue)
         q = cls.queues.setdefault(tenant, deque())
         if not q:
-            self._activate(cls, tenant, jobs[-1].cost, jobs[-1].enqueued_ms)
+            self._activate(cls, tenant, jobs[-1].tier, jobs[-1].enqueued_ms)
         cls.heads.add(tenant, min(job.enqueued_ms for job in jobs), only_lower=True)
         q.extendleft(reversed(jobs))
         cls.backlog.incr(tenant, len(jobs))
         self._stat("depth", queue, len(jobs))
 
-    def _take(self, queue: str, tenant: str, n: int) -> tuple[list[Envelope], int]:
-        cls = self.classes[queue]
+    def _take(self, queue: str, tenant: str, n: int, *, from_tail: bool = False) -> tuple[list[Envelope], int]:
+        """The first ``n`` jobs of the tenant's sub-queue (the last ones, youngest first, with
+        ``from_tail``)."""
+        cls = self._cls(queue)
         q = cls.queues[tenant]
-        items = [q.popleft() for _ in range(min(n, len(q)))]
+        items = [q.pop() if from_tail else q.popleft() for _ in range(min(n, len(q)))]
         if not q:
             del cls.queues[tenant]
             cls.tags.remove(tenant)
@@ -105,7 +184,8 @@ class Model:
             cls.cost.pop(tenant, None)
         else:
             cls.backlog.incr(tenant, -len(items))
-            cls.heads.add(tenant, q[0].enqueued_ms)
+            if not from_tail:
+                cls.heads.add(tenant, q[0].enqueued_ms)
         self._stat("depth", queue, -len(items))
         return items, len(q)
 
@@ -187,7 +267,6 @@ class Model:
             raise InvalidJob("user_waiting", f"expected true or false, got {user_waiting!r}")
         decision = classify(self.config, task, tier=tier, user_waiting=user_waiting)
         wanted = self.config.class_index(decision.queue)
-        cost = self.settings.costs[tier]
         has_budget = self.settings.has_budget
         runs: list[tuple[str, str, int]] = []
         left = count
@@ -205,7 +284,7 @@ class Model:
             queue = self.names[ci]
             first = self.seq + 1
             self.seq += n
-            jobs = [Envelope(i, now, 0, cost, task, reason, body) for i in range(first, first + n)]
+            jobs = [Envelope(i, now, 0, tier, task, reason, body) for i in range(first, first + n)]
             self._push_tail(queue, tenant, jobs)
             key = f"enq{SEP}{queue}{SEP}{reason}"
             self.stats[key] = self.stats.get(key, 0) + n
@@ -239,7 +318,7 @@ class Model:
                 self._observe_wait(queue, now - job.enqueued_ms)
             out.append(entry)
         self._stat("inflight", queue, len(items))
-        self.classes[queue].inflight.incr(tenant, len(items))
+        self._cls(queue).inflight.incr(tenant, len(items))
 
     def _capacity(self, i: int, inflight: list[int], slots: int) -> float:
         reserved = self.settings.reserved
@@ -284,7 +363,7 @@ class Model:
             if policy == "strict":
                 ci = elig[0]
             elif policy == "fifo":
-                ci = min(elig, key=lambda i: (self.classes[self.names[i]].heads.first()[1], i))  # type: ignore[index]
+                ci = min(elig, key=lambda i: (self._cls(self.names[i]).heads.first()[1], i))  # type: ignore[index]
             else:
                 ci = -1
                 for i in elig:
@@ -294,12 +373,12 @@ class Model:
                         ci = i
                 swrr[ci] -= total
             queue = self.names[ci]
-            cls = self.classes[queue]
+            cls = self._cls(queue)
             if policy == "weighted-fair":
                 tenant, tag = cls.tags.first()  # type: ignore[misc]
                 cls.vt = tag
                 n = int(min(s.batch, max_jobs - len(out), cap[ci], len(cls.queues[tenant])))
-                cost = cls.cost[tenant]
+                cost = self._cost_of(cls.cost[tenant])
                 items, left = self._take(queue, tenant, n)
                 if left > 0:
                     cls.tags.add(tenant, tag + n * cost)
@@ -325,12 +404,12 @@ class Model:
         del self.leased[job_id]
         self.leases.remove(job_id)
         self._stat("inflight", entry.queue, -1)
-        inflight = self.classes[entry.queue].inflight
+        inflight = self._cls(entry.queue).inflight
         if inflight.incr(entry.tenant, -1) <= 0:
             inflight.remove(entry.tenant)
 
     def _count_processed(self, now: int, queue: str, tenant: str) -> None:
-        cls = self.classes[queue]
+        cls = self._cls(queue)
         bucket = math.floor(now / self.settings.window_ms)
         cls.served.setdefault(bucket, ZSet()).incr(tenant, 1)
         cls.served_total[bucket] = cls.served_total.get(bucket, 0) + 1
@@ -395,7 +474,7 @@ class Model:
             if after <= 0 or moved >= limit:
                 continue
             queue, up = self.names[i], self.names[i - 1]
-            cls = self.classes[queue]
+            cls = self._cls(queue)
             cutoff = now - after
             for tenant in cls.heads.up_to(cutoff, limit - moved):
                 q = cls.queues[tenant]
@@ -428,6 +507,8 @@ class Model:
         """Requeue or drop dead letters, as the Lua's ``dead`` op: the given ids, or with none the
         oldest ``limit`` of ``queue`` (any class when None)."""
         ids = [check_job_id(j) for j in job_ids or ()]
+        if queue is not None:
+            self.config.class_index(queue)
         wanted = set(ids) if ids else None
         limit = len(ids) if ids else limit
         done: list[str] = []
@@ -441,7 +522,7 @@ class Model:
                 continue
             if wanted is not None:
                 wanted.discard(job_id)
-            if action == "requeue" and letter.queue not in self.classes:
+            if action == "requeue" and letter.queue not in self.names and letter.queue not in self.settings.moved:
                 skipped.append(job_id)
                 continue
             self.dead.remove(line)
@@ -449,7 +530,7 @@ class Model:
             if action == "requeue":
                 job = letter.job
                 self._push_tail(letter.queue, letter.tenant, [
-                    Envelope(job.id, now, 0, job.cost, job.task, job.reason, job.payload)])
+                    Envelope(job.id, now, 0, job.tier, job.task, job.reason, job.payload)])
             done.append(job_id)
         return DeadOutcome(done, skipped)
 
@@ -476,10 +557,11 @@ class Model:
         bucket = math.floor(now / s.window_ms)
         empty = ZSet()
         raw = {}
-        for name, cls in self.classes.items():
+        for name in self.names:
+            cls = self._cls(name)
             served_now, served_before = cls.served.get(bucket, empty), cls.served.get(bucket - 1, empty)
             sample = [
-                (t, cls.cost[t], served_now.score(t) or 0.0, served_before.score(t) or 0.0)
+                (t, self._cost_of(cls.cost[t]), served_now.score(t) or 0.0, served_before.score(t) or 0.0)
                 for t, _ in cls.backlog.top(s.sample)
             ]
             raw[name] = RawClass(
@@ -493,7 +575,9 @@ class Model:
                 served_before_total=cls.served_total.get(bucket - 1, 0),
                 sample=sample,
             )
-        return build_snapshot(self.config, now, self.stats, sorted(self.paused), raw, len(self.dead))
+        others, held = self._unconfigured()
+        heads = {c: _first_score(self._cls(c)) for c in others if held[c] > 0}
+        return build_snapshot(self.config, now, self.stats, sorted(self.paused), raw, len(self.dead), heads)
 
     def state(self, now: int) -> dict[str, Any]:
         """Everything the Lua scheduler stores, in the canonical form the differential test
@@ -501,17 +585,19 @@ class Model:
         live = math.floor(now / self.settings.window_ms) - 1
         classes = {}
         for name, cls in self.classes.items():
-            classes[name] = {
+            entry = {
                 "queues": {t: [j.encode() for j in q] for t, q in cls.queues.items()},
                 "tags": dict(cls.tags.items()),
                 "heads": dict(cls.heads.items()),
                 "backlog": dict(cls.backlog.items()),
-                "cost": {t: str(c) for t, c in cls.cost.items()},
+                "cost": dict(cls.cost),
                 "vt": cls.vt,
                 "inflight": dict(cls.inflight.items()),
                 "served": {b: dict(z.items()) for b, z in cls.served.items() if b >= live},
                 "served_total": {b: n for b, n in cls.served_total.items() if b >= live},
             }
+            if name in self.names or any(v for k, v in entry.items() if k != "vt"):
+                classes[name] = entry  # a removed class with nothing left but its virtual time is not listed
         return {
             "stats": {k: v for k, v in self.stats.items() if v != 0},
             "swrr": {k: v for k, v in self.swrr.items()},
@@ -527,3 +613,13 @@ class Model:
             "worker_slots": dict(self.worker_slots),
         }
 
+
+
+def _recorded_cost(tier: str) -> int | None:
+    """As the Lua's ``recorded_cost``: a cost an older release stored in place of the tier."""
+    return int(tier) if re.fullmatch(r"[0-9]+", tier) else None
+
+
+def _first_score(cls: _Class) -> float | None:
+    first = cls.heads.first()
+    return None if first is None else first[1]

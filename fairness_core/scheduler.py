@@ -7,16 +7,24 @@ and nothing is lost or half-written when a worker or the connection dies between
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+import redis
 
 from .classification import classify
 from .config import Config
+from .config_store import (
+    NO_MOVES, Applied, ConfigConflict, ConfigRefused, Moves, differences, from_stored, shared_text,
+)
 from .connection import redis_errors
 from .jobs import (
-    SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, InvalidJob, Lease, Popped, Record, check_job_id,
-    check_task, check_tenant, check_tier, encode_payload, one_line,
+    SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, InvalidJob, Lease, Popped, Record, StateDamaged,
+    check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
 )
 from .keys import Keys
+from .memory import MemoryGuard
 from .script import script_source
 from .settings import derive
 from .snapshot import RawClass, Snapshot, build_snapshot
@@ -24,6 +32,23 @@ from .snapshot import RawClass, Snapshot, build_snapshot
 MAX_POP = 1000
 SWEEP_LIMIT = 1000
 DEAD_PAGE = 100
+MOVE_BATCH = 1000  # jobs one move call takes: a move of millions never holds Redis for long
+# Replies of the script that are not a command's error (see lua/scheduler.lua).
+STALE, DAMAGED = "FAIRCTL_STALE_CONFIG", "FAIRCTL_DAMAGED"
+# Syncs one call may need: more means the applied config changes faster than it can be read.
+SYNC_TRIES = 5
+
+log = logging.getLogger("fairctl.config")
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    """What :meth:`Scheduler.apply` did."""
+
+    version: int
+    fingerprint: str
+    changes: tuple[str, ...]  # as :func:`fairness_core.config_store.differences` words them
+    moved: int  # jobs moved out of removed classes
 
 
 
@@ -35,21 +60,123 @@ class Scheduler:
     """
 
     def __init__(self, config: Config, client: Any, *, clock: Callable[[], int] | None = None) -> None:
-        self.config = config
-        self.settings = derive(config)
+        self.file_config = config
         self.client = client
         self.keys = Keys(config.redis.prefix)
         self._clock = clock
-        self._script = client.register_script(script_source(self.settings))
         self._fixed_keys = self.keys.fixed()
+        self.applied: Applied | None = None
+        self._compile(config, Moves())
+        # Enqueues refused near maxmemory; every process that changes the queues refuses an evicting Redis.
+        self.memory = MemoryGuard(client, config.redis.memory_headroom)
+
+    def _compile(self, config: Config, moves: Moves) -> None:
+        """Run ``config`` with ``moves`` from now on. Enqueues go through a script Redis refuses at
+        maxmemory; everything that drains the queue through one it runs all the same."""
+        self.config, self.moves = config, moves
+        self.settings = derive(config, moves)
+        self._script = self.client.register_script(script_source(self.settings, allow_oom=True))
+        self._enqueue_script = self.client.register_script(script_source(self.settings, allow_oom=False))
 
     def _argv(self, op: object, *args: object) -> list[object]:
         now = "" if self._clock is None else str(int(self._clock()))
         return [op, self.keys.base, now, *args]
 
     def _call(self, op: str, *args: object) -> Any:
+        if op != "snapshot":  # observers (exporter, status) show an evicting policy instead of refusing it
+            self.memory.ensure_policy()
+        return self._synced(lambda: (op, *args))
+
+    def _synced(self, build: Callable[[], Sequence[object]], *, enqueue: bool = False) -> Any:
+        """One script call with the op and arguments ``build`` gives under the applied config. When
+        Redis says this process's config is not the applied one, sync and build again (arguments
+        such as class indices are the config's)."""
+        for _ in range(SYNC_TRIES):
+            script = self._enqueue_script if enqueue else self._script
+            try:
+                with redis_errors(self.client):
+                    return script(keys=self._fixed_keys, args=self._argv(*build()))
+            except redis.ResponseError as exc:
+                if not str(exc).startswith(STALE):
+                    raise _script_error(exc) from None
+            self.sync()
+        raise ConfigConflict(f"the applied config of {self.keys.prefix} changed {SYNC_TRIES} times during one call")
+
+    # ------------------------------------------------------------------ the applied config
+
+    def sync(self) -> Applied:
+        """Run the group's applied config from now on; a group with none applies this process's
+        own (the first process of a new group sets its policy; every later one follows it)."""
+        stored = self._stored()
+        if not stored:
+            try:
+                self._apply_script(self.file_config, Moves(), expect="", rebase=False)
+                log.info("queue group %s had no applied config: applied %s", self.keys.prefix,
+                         self.file_config.source or "this process's config")
+            except ConfigConflict:
+                pass  # another process applied one first: follow it
+            stored = self._stored()
+        applied = from_stored(stored, self.file_config)
+        if applied.fingerprint != self.settings.fingerprint:
+            first = self.applied is None
+            changes = differences(self.config, applied.config) or ["moves: " + applied.moves.text()]
+            self._compile(applied.config, applied.moves)
+            if first:
+                log.warning("following the applied config v%d of queue group %s, which differs from %s: %s",
+                            applied.version, self.keys.prefix, self.file_config.source or "this process's config",
+                            "; ".join(changes))
+            else:
+                log.info("queue group %s: config v%d applied: %s", self.keys.prefix, applied.version, "; ".join(changes))
+        self.applied = applied
+        return applied
+
+    def _stored(self) -> dict[str, str]:
         with redis_errors(self.client):
-            return self._script(keys=self._fixed_keys, args=self._argv(op, *args))
+            return {_text(k): _text(v) for k, v in self.client.hgetall(self.keys.config).items()}
+
+    def read_applied(self) -> Applied | None:
+        """The group's applied config as stored now, or None when none is applied yet."""
+        stored = self._stored()
+        return from_stored(stored, self.file_config) if stored else None
+
+    def apply(self, config: Config, *, moves: Moves = NO_MOVES, expect: str | None = None) -> ApplyOutcome:
+        """Make ``config`` the group's applied config, atomically, then move the jobs of removed
+        classes where ``moves`` says. Earlier moves whose source is still removed are kept.
+        ``expect``: the fingerprint the caller saw (ConfigConflict if another apply came between).
+        ConfigRefused, changing nothing, when a removed class still holds jobs or a removed tier is
+        still a queued tenant's and no move says where they go."""
+        if config.redis.prefix != self.keys.prefix:
+            raise ValueError(f"redis.prefix: {config.redis.prefix!r} is another queue group than {self.keys.prefix!r}")
+        previous = self.read_applied()
+        every = (previous.moves.carried(config) if previous else Moves()).merged(moves)
+        every.check(config)
+        before = previous.config if previous else self.config
+        rebase = previous is not None and dict(derive(before).costs) != dict(derive(config).costs)
+        seen = previous.fingerprint if previous else ""
+        version = self._apply_script(config, every, expect=seen if expect is None else expect, rebase=rebase)
+        self._compile(config, every)
+        moved = 0
+        while (n := int(self._call("move", MOVE_BATCH))) > 0:
+            moved += n
+        self.sync()
+        return ApplyOutcome(version=version, fingerprint=self.settings.fingerprint,
+                            changes=tuple(differences(before, config)), moved=moved)
+
+    def _apply_script(self, config: Config, moves: Moves, *, expect: str, rebase: bool) -> int:
+        """The ``apply`` op, run by the script compiled from ``config``; the version applied."""
+        script = self.client.register_script(script_source(derive(config, moves), allow_oom=True))
+        args = self._argv("apply", expect, shared_text(config), moves.text(), "1" if rebase else "0")
+        with redis_errors(self.client):
+            reply = script(keys=self._fixed_keys, args=args)
+        kind = _text(reply[0])
+        if kind == "conflict":
+            raise ConfigConflict(f"the applied config of {self.keys.prefix} changed since it was read (now "
+                                 f"{_text(reply[1]) or 'none'}); read it again and retry")
+        if kind == "refused":
+            flat, tiers = reply[1], reply[2]
+            raise ConfigRefused({_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)},
+                                tuple(_text(t) for t in tiers))
+        return int(reply[1])
 
     # ------------------------------------------------------------------ producing
 
@@ -61,9 +188,17 @@ class Scheduler:
     def submit(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
                user_waiting: bool = False) -> Enqueued:
         """Like :meth:`enqueue`, also telling the class and reason the job was queued under."""
-        head, body = self._enqueue_args(task, tenant, tier, user_waiting), encode_payload(payload, self.config)
-        reply = self._call(*head, body)
-        return self._enqueued(reply, head)
+        body = encode_payload(payload, self.config)
+        heads: list[tuple[object, ...]] = []
+
+        def build() -> tuple[object, ...]:
+            heads.append(self._enqueue_args(task, tenant, tier, user_waiting))
+            return (*heads[-1], body)
+
+        self.memory.check()
+        with self.memory.refusals():
+            reply = self._synced(build, enqueue=True)
+        return self._enqueued(reply, heads[-1])
 
     def submit_many(self, task: str, tenant: str, payloads: Sequence[Any], *, tier: str | None = None,
                     user_waiting: bool = False) -> list[Enqueued | None]:
@@ -71,14 +206,33 @@ class Scheduler:
         burst (a load generator, a backfill) is not held to one round trip per job. Each job is
         its own atomic script call, exactly as :meth:`submit`'s; None for a job a priority budget
         rejected. Every payload is checked before anything is sent."""
-        head = self._enqueue_args(task, tenant, tier, user_waiting)
+        self._enqueue_args(task, tenant, tier, user_waiting)  # InvalidJob before anything is sent
         bodies = [encode_payload(p, self.config) for p in payloads]
-        pipe = self.client.pipeline(transaction=False)
-        for body in bodies:
-            self._script(keys=self._fixed_keys, args=self._argv(*head, body), client=pipe)
-        with redis_errors(self.client):
-            replies = pipe.execute()
-        return [self._enqueued(reply, head, raise_rejected=False) for reply in replies]
+        self.memory.check()
+        results: list[Enqueued | None] = [None] * len(bodies)
+        todo = list(range(len(bodies)))
+        for _ in range(SYNC_TRIES):
+            head = self._enqueue_args(task, tenant, tier, user_waiting)
+            pipe = self.client.pipeline(transaction=False)
+            for i in todo:
+                self._enqueue_script(keys=self._fixed_keys, args=self._argv(*head, bodies[i]), client=pipe)
+            with redis_errors(self.client):
+                replies = pipe.execute(raise_on_error=False)
+            stale: list[int] = []
+            errors: list[Exception] = []
+            for i, reply in zip(todo, replies):
+                if not isinstance(reply, Exception):
+                    results[i] = self._enqueued(reply, head, raise_rejected=False)
+                elif str(reply).startswith(STALE):
+                    stale.append(i)
+                else:
+                    errors.append(reply)
+            self.memory.batch_refused(errors, results)
+            if not stale:
+                return results
+            todo = stale
+            self.sync()
+        raise ConfigConflict(f"the applied config of {self.keys.prefix} changed {SYNC_TRIES} times during one call")
 
     def _enqueue_args(self, task: str, tenant: str, tier: str | None, user_waiting: bool) -> tuple[object, ...]:
         """The enqueue op's arguments but the payload, after checking each (InvalidJob names it)."""
@@ -113,13 +267,16 @@ class Scheduler:
         move-to-finished hands back the next job. The acks are applied before the pop."""
         if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or not 1 <= max_jobs <= MAX_POP:
             raise ValueError(f"max_jobs: expected 1..{MAX_POP}, got {max_jobs!r}")
-        allowed = ""
-        if classes is not None:
-            allowed = ",".join(str(self._class_index(c, "classes") + 1) for c in classes)
-            if not allowed:
-                raise ValueError("classes: expected at least one class name, or None for all")
+        if classes is not None and not classes:
+            raise ValueError("classes: expected at least one class name, or None for all")
         settle = [arg for lease in done for arg in (lease.job_id, lease.attempts)]
-        _now, items, acked = self._call("pop", max_jobs, allowed, *settle)
+
+        def build() -> tuple[object, ...]:
+            allowed = "" if classes is None else ",".join(str(self._class_index(c, "classes") + 1) for c in classes)
+            return ("pop", max_jobs, allowed, *settle)
+
+        self.memory.ensure_policy()
+        _now, items, acked = self._synced(build)
         return Popped(acked=[bool(a) for a in acked],
                       leases=[Record.from_fields([_text(f) for f in item]).lease() for item in items])
 
@@ -178,9 +335,11 @@ class Scheduler:
     def snapshot(self) -> Snapshot:
         """Counters, depth, in-flight, ages, windowed tenant service and the fairness sample per
         class in one script call: O(classes * (k + sample) * log n), never a scan of jobs or tenants."""
-        now, stats, paused, dead, classes = self._call("snapshot")
+        now, stats, paused, dead, classes, unconfigured = self._call("snapshot")
         raw = {name: _raw_class(reply) for name, reply in zip(self.settings.classes, classes)}
-        return build_snapshot(self.config, int(now), _pairs_int(stats), [_text(p) for p in paused], raw, int(dead))
+        heads = {_text(unconfigured[i]): _optional_float(unconfigured[i + 1]) for i in range(0, len(unconfigured), 2)}
+        return build_snapshot(self.config, int(now), _pairs_int(stats), [_text(p) for p in paused], raw, int(dead),
+                              heads)
 
     def dead_letters(self, start: int = 0, end: int = 99) -> list[dict[str, Any]]:
         """Dead-lettered jobs, oldest first, with the error that finished them."""
@@ -258,6 +417,19 @@ def _raw_class(reply: list[Any]) -> RawClass:
         served_before_total=int(before_total),
         sample=[(_text(rows[i]), int(rows[i + 1]), float(rows[i + 2]), float(rows[i + 3])) for i in range(0, len(rows), 4)],
     )
+
+
+def _optional_float(value: bytes | str) -> float | None:
+    text = _text(value)
+    return float(text) if text else None
+
+
+def _script_error(exc: redis.ResponseError) -> Exception:
+    """The script's own refusal as fairctl's error; any other error as it is."""
+    text = str(exc)
+    if text.startswith(DAMAGED):
+        return StateDamaged(f"queue group state is damaged: {text[len(DAMAGED):].strip()}")
+    return exc
 
 
 def _text(value: bytes | str | int) -> str:

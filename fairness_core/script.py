@@ -49,7 +49,7 @@ def _positions(prefix: str, line: type[Fields]) -> dict[str, int]:
 
 # The envelope fields the script reads back (the others it only writes): its envelope pattern
 # captures up to the last of these, not the task and reason, as each capture costs time on a pop.
-ENVELOPE_READ = ("id", "enqueued_ms", "attempts", "cost")
+ENVELOPE_READ = ("id", "enqueued_ms", "attempts", "tier")
 
 
 def _head(line: type[Fields], through: str) -> str:
@@ -73,11 +73,17 @@ def layout() -> dict[str, Any]:
     }
 
 
-def script_source(settings: Settings) -> str:
+def script_source(settings: Settings, *, allow_oom: bool) -> str:
     """The scheduler script with ``settings`` as its ``cfg`` table (the line ``local cfg =
     __SETTINGS__``) and each layout name replaced by its value, a literal constant in the code as
     if written there: a table literal, or locals the script's functions capture, would be built
-    anew on every call."""
+    anew on every call.
+
+    ``allow_oom``: Redis runs the script even over ``maxmemory`` (Redis 7's script flags). Pops,
+    acks and reaps need that: they are what frees memory, and a Redis that refused them would stay
+    full. Without it Redis refuses the whole call up front when over the limit, as an enqueue
+    should be."""
     constants = {name: lua_literal(value) for name, value in layout().items()}
     source = _SOURCE.replace("\nlocal cfg = __SETTINGS__\n", f"\nlocal cfg = {lua_literal(asdict(settings))}\n", 1)
-    return _COMMENT_OR_NAME.sub(lambda m: constants.get(m.group(0), m.group(0)), source)
+    shebang = "#!lua flags=allow-oom\n" if allow_oom else "#!lua\n"
+    return shebang + _COMMENT_OR_NAME.sub(lambda m: constants.get(m.group(0), m.group(0)), source)

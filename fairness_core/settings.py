@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .config import OVER_BUDGET_REASON, Config
+from .config_store import NO_MOVES, Moves, fingerprint
 from .snapshot import INFLIGHT_TOP, WAIT_BUCKETS_S, heads_to_read
 
 
@@ -32,6 +33,11 @@ class Settings:
     policy: str
     batch: int
     costs: Mapping[str, int]  # tier -> virtual-time cost of one job
+    default_cost: int  # the charge for a tier no config names (a job queued before its tier went)
+    fingerprint: str  # of the applied config and moves: every script checks it against Redis's
+    moves: tuple[tuple[str, str], ...]  # (removed class, class its jobs go to), sorted
+    moved: Mapping[str, str]  # the same as a map: leased and retried jobs of a removed class return there
+    tier_moved: Mapping[str, str]  # removed tier -> the tier its tenants are charged as
     visibility_ms: int
     max_attempts: int
     backoff_ms: int
@@ -45,8 +51,9 @@ class Settings:
     sample: int  # backlogged tenants in the fairness sample
 
 
-def derive(config: Config) -> Settings:
-    """The settings of ``config``; the one place a policy value is derived from the config."""
+def derive(config: Config, moves: Moves = NO_MOVES) -> Settings:
+    """The settings of ``config`` applied with ``moves``; the one place a policy value is derived
+    from the config."""
     classes, exp = config.classes, config.exporter
     return Settings(
         classes=tuple(c.name for c in classes),
@@ -63,6 +70,11 @@ def derive(config: Config) -> Settings:
         policy=config.scheduler.policy,
         batch=config.tenants.batch,
         costs={tier: config.tenants.cost(tier) for tier in config.tenants.tiers},
+        default_cost=config.tenants.cost(config.tenants.default_tier),
+        fingerprint=fingerprint(config, moves),
+        moves=tuple(sorted(moves.classes.items())),
+        moved=dict(moves.classes),
+        tier_moved=dict(moves.tiers),
         visibility_ms=int(config.leases.visibility_timeout * 1000),
         max_attempts=config.leases.max_attempts,
         backoff_ms=int(config.leases.retry_backoff * 1000),

@@ -8,7 +8,7 @@ age, windowed shares, the fairness index) are computed by one piece of code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from .config import Config
@@ -83,12 +83,26 @@ class ClassSnapshot:
 
 
 @dataclass(frozen=True)
+class UnconfiguredClass:
+    """Jobs Redis holds under a class the applied config does not name (removed or renamed
+    without a move, or left by an older deployment): nothing serves them until a config names
+    the class again or ``fairctl config apply --move`` moves them, so they must be seen."""
+
+    name: str
+    depth: int  # queued
+    inflight: int  # leased: their acks still count; a reaped one comes back here
+    delayed: int  # retries waiting for their backoff
+    oldest_age: float  # seconds since the oldest queued job's enqueue (0 with none queued)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     time: float
     classes: Mapping[str, ClassSnapshot]
     dead_letters: int
     worker_slots: int
     tenant_shares: tuple[tuple[str, float], ...]  # top-k tenants' share of processed jobs, all classes
+    unconfigured: Mapping[str, UnconfiguredClass] = field(default_factory=dict)  # by class name
 
 
 def window_weight(now_ms: float, window_ms: int) -> float:
@@ -161,7 +175,10 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
 
 
 def build_snapshot(config: Config, now_ms: float, stats: Mapping[str, int], paused: Sequence[str],
-                   raw: Mapping[str, RawClass], dead_letters: int) -> Snapshot:
+                   raw: Mapping[str, RawClass], dead_letters: int,
+                   unconfigured_heads: Mapping[str, float | None]) -> Snapshot:
+    """``unconfigured_heads``: each class the config does not name that still holds jobs, with
+    its oldest queued job's enqueue time (ms; None with none queued)."""
     weight = window_weight(now_ms, int(config.exporter.window * 1000))
     paused_set = set(paused)
     classes = {name: _derive_class(config, name, stats, name in paused_set, raw[name], now_ms, weight)
@@ -174,4 +191,14 @@ def build_snapshot(config: Config, now_ms: float, stats: Mapping[str, int], paus
     shares = sorted(((t, n / total) for t, n in served.items()), key=lambda kv: (-kv[1], kv[0])) if total else []
     return Snapshot(time=now_ms / 1000.0, classes=classes, dead_letters=dead_letters,
                     worker_slots=int(stats.get("slots", 0)),
-                    tenant_shares=tuple(shares[: config.exporter.topk_tenants]))
+                    tenant_shares=tuple(shares[: config.exporter.topk_tenants]),
+                    unconfigured={name: _unconfigured(name, stats, head, now_ms)
+                                  for name, head in unconfigured_heads.items()})
+
+
+def _unconfigured(name: str, stats: Mapping[str, int], head_ms: float | None, now_ms: float) -> UnconfiguredClass:
+    def count(counter: str) -> int:
+        return int(stats.get(f"{counter}{SEP}{name}", 0))
+
+    return UnconfiguredClass(name=name, depth=count("depth"), inflight=count("inflight"), delayed=count("delayed"),
+                             oldest_age=max(0.0, (now_ms - head_ms) / 1000.0) if head_ms is not None else 0.0)

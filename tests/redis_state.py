@@ -30,7 +30,9 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
     k = Keys(config.redis.prefix)
     window_ms = int(config.exporter.window * 1000)
     classes = {}
-    for name in config.class_names:
+    # Every class the counters name: the configured ones, and removed ones that may hold state.
+    counted = {_s(f).split("\t")[1] for f in client.hkeys(k.stats) if "\t" in _s(f)}
+    for name in [*config.class_names, *sorted(counted - set(config.class_names))]:
         prefix = k.class_key(name, "t/")
         queues = {}
         for key in client.scan_iter(match=prefix.replace("[", "\\[").replace("*", "\\*").replace("?", "\\?") + "*", count=1000):
@@ -56,6 +58,8 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
             "served": served,
             "served_total": served_total,
         }
+        if name not in config.class_names and not any(v for key, v in classes[name].items() if key != "vt"):
+            del classes[name]
     seq = client.get(k.seq)
     return {
         "stats": {f: v for f, v in ((_s(f), int(v)) for f, v in client.hgetall(k.stats).items()) if v != 0},

@@ -12,11 +12,14 @@ from typing import Any
 
 import pytest
 import redis
+import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fairness_core import BudgetRejected, Lease, Model, Scheduler
-from fairness_core.config import POLICIES
+from fairness_core.config import POLICIES, parse_config
+from fairness_core.config_dump import config_to_data
+from fairness_core.config_store import ConfigRefused, Moves
 
 from .conftest import make_config
 from .redis_state import read_state
@@ -42,6 +45,18 @@ pops = st.tuples(st.just("pop"), st.integers(1, 6),
 # Acks riding with the next pop: picked leases (repeats and long-settled ones are stale acks).
 ack_and_pops = st.tuples(st.just("ack_and_pop"), st.lists(st.integers(0, 50), max_size=3), st.integers(1, 6),
                          st.one_of(st.none(), st.lists(st.sampled_from(CLASSES), min_size=1, max_size=2, unique=True)))
+# A config change while jobs are everywhere: new weights, policy and batch; the third class renamed
+# (or back), its jobs moved or not; the tiers re-weighted (new costs) or "free" dropped, its
+# tenants moved to "pro" or not. Refused when a removed class or tier is still in use unmoved.
+applies = st.tuples(st.just("apply"), st.fixed_dictionaries({
+    "policy": st.sampled_from(POLICIES),
+    "weights": st.tuples(*(st.integers(1, 7) for _ in range(3))),
+    "batch": st.integers(1, 4),
+    "low": st.sampled_from(["jobs:low", "jobs:bulk"]),
+    "move_low": st.booleans(),
+    "tiers": st.sampled_from(["same", "reweigh", "drop-free"]),
+    "move_free": st.booleans(),
+}))
 operations = st.lists(
     st.one_of(
         enqueues, enqueues, enqueues, pops, pops, pops, ack_and_pops, ack_and_pops,
@@ -58,6 +73,7 @@ operations = st.lists(
         st.tuples(st.just("resume"), st.sampled_from(CLASSES)),
         st.tuples(st.just("register"), st.sampled_from(["w1", "w2"]), st.integers(0, 4)),
         st.tuples(st.just("sleep"), st.integers(0, 4000)),
+        applies,
     ),
     min_size=20, max_size=80,
 )
@@ -82,10 +98,51 @@ def build_config(params: dict[str, Any]):
     )
 
 
+def changed_config(config: Any, change: dict[str, Any]) -> tuple[Any, Moves]:
+    """The config of an ``apply`` op on top of ``config`` (same prefix), and its moves."""
+    data = config_to_data(config)
+    low = change["low"]
+    removed = "jobs:bulk" if low == "jobs:low" else "jobs:low"
+    for item, weight in zip(data["classes"], change["weights"]):
+        item["weight"] = weight
+    data["classes"][2]["name"] = low
+    for rule in data["classification"]:
+        if rule["class"] in ("jobs:low", "jobs:bulk"):
+            rule["class"] = low
+    data["scheduler"]["policy"] = change["policy"]
+    data["tenants"]["batch"] = change["batch"]
+    tiers = {"same": {"enterprise": 6, "pro": 3, "free": 1}, "reweigh": {"enterprise": 4, "pro": 3, "free": 1},
+             "drop-free": {"enterprise": 6, "pro": 3}}[change["tiers"]]
+    data["tenants"]["tiers"] = tiers
+    data["tenants"]["default_tier"] = "free" if "free" in tiers else "pro"
+    moves = Moves(classes={removed: low} if change["move_low"] else {},
+                  tiers={"free": "pro"} if change["move_free"] and "free" not in tiers else {})
+    return parse_config(yaml.safe_load(yaml.safe_dump(data))), moves
+
+
 def _apply(target: Any, op: tuple, now: int | None, leases: list[Lease]) -> Any:
     """Run one operation on the Scheduler (now=None) or the Model (now given)."""
+    try:
+        return _run(target, op, now, leases)
+    except (KeyError, ValueError):  # a class a config change removed: refused by both
+        return "unknown class"
+
+
+def _run(target: Any, op: tuple, now: int | None, leases: list[Lease]) -> Any:
     args = () if now is None else (now,)
     name = op[0]
+    if name == "apply":
+        config, moves = changed_config(target.config, op[1])
+        try:
+            if now is None:
+                return ("applied", target.apply(config, moves=moves).moved)
+            target.apply(now, config, moves=moves)
+            moved = 0
+            while (n := target.move(now)) > 0:
+                moved += n
+            return ("applied", moved)
+        except ConfigRefused as exc:
+            return ("refused", exc.classes, exc.tiers)
     if name == "enqueue":
         out = []
         for i in range(op[5]):
@@ -122,6 +179,8 @@ def _apply(target: Any, op: tuple, now: int | None, leases: list[Lease]) -> Any:
 
 
 PLAIN = {"policy": "weighted-fair", "weights": (3, 2, 1), "batch": 2, "budget": None, "reserved": 0, "promote": False}
+RENAME = {"policy": "weighted-fair", "weights": (1, 2, 3), "batch": 2, "low": "jobs:bulk", "move_low": True,
+          "tiers": "same", "move_free": False}
 ORDER = ("enqueue", "order", "acme", None, False, 1)
 
 
@@ -143,6 +202,16 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
                             ("requeue", [0], None, 1), ("pop", 1, None), ("drop", [], "jobs:medium", 3)])
 # A wait of exactly a histogram bucket's upper bound (50 ms) falls into that bucket.
 @example(params=PLAIN, ops=[ORDER, ("sleep", 49), ("pop", 1, None)])
+# A class renamed while it holds queued, leased and retrying jobs: refused without a move; with one
+# its queue moves, and its leased job comes back to the new class when reaped.
+@example(params=PLAIN, ops=[
+    ("enqueue", "newsletter", "acme", "free", False, 3), ("pop", 2, ["jobs:low"]), ("nack", 0),
+    ("apply", {**RENAME, "move_low": False}), ("apply", RENAME), ("sleep", 3500), ("reap",), ("pop", 3, None)])
+# Dropping a tier still queued tenants' is refused without a move; new costs re-base the tags.
+@example(params=PLAIN, ops=[
+    ORDER, ("enqueue", "order", "b", "free", False, 2), ("apply", {**RENAME, "low": "jobs:low", "tiers": "drop-free"}),
+    ("apply", {**RENAME, "low": "jobs:low", "tiers": "drop-free", "move_free": True}), ("pop", 2, None),
+    ("apply", {**RENAME, "low": "jobs:low", "tiers": "same"}), ("pop", 2, None)])
 def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: list[tuple]) -> None:
     config = build_config(params)
     clock = [1_700_000_000_000]
@@ -156,11 +225,11 @@ def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: l
         got_lua = _apply(lua, op, None, leases)
         got_model = _apply(model, op, clock[0], leases)
         assert got_lua == got_model, f"step {step} {op}: lua={got_lua!r} model={got_model!r}"
-        if op[0] == "pop":
+        if op[0] == "pop" and isinstance(got_lua, list):
             leases.extend(got_lua)
-        elif op[0] == "ack_and_pop":
+        elif op[0] == "ack_and_pop" and not isinstance(got_lua, str):
             leases.extend(got_lua.leases)
-        assert read_state(config, client, clock[0]) == model.state(clock[0]), f"state differs after step {step} {op}"
+        assert read_state(lua.config, client, clock[0]) == model.state(clock[0]), f"state differs after step {step} {op}"
         assert lua.snapshot() == model.snapshot(clock[0]), f"snapshot differs after step {step} {op}"
         clock[0] += 1
 

@@ -111,7 +111,7 @@ def test_quiet_age_found_behind_the_most_noisy_tenants_there_can_be() -> None:
     empty = RawClass(heads=[], active_tenants=0, top_backlog=[], top_inflight=[], served_now=[], served_before=[],
                      served_now_total=0, served_before_total=0, sample=[])
     raws = {name: (raw if name == "jobs:low" else empty) for name in config.class_names}
-    low = build_snapshot(config, 1_000_000.0, stats, [], raws, 0).classes["jobs:low"]
+    low = build_snapshot(config, 1_000_000.0, stats, [], raws, 0, {}).classes["jobs:low"]
     assert len(low.noisy_tenants) == 18
     assert low.quiet_oldest_age == pytest.approx((1_000_000 - 100) / 1000)
 

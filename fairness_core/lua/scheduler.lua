@@ -19,11 +19,17 @@
 -- fairness_core/model.py implements exactly the same policy in Python; keep them in step.
 
 local cfg = __SETTINGS__
-local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS =
+local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS, K_CONFIG =
   KEYS[KEY_STATS], KEYS[KEY_SWRR], KEYS[KEY_PAUSED], KEYS[KEY_ARRIVALS], KEYS[KEY_SEQ], KEYS[KEY_LEASES],
-  KEYS[KEY_LEASED], KEYS[KEY_DELAYED], KEYS[KEY_DEAD], KEYS[KEY_WORKERS], KEYS[KEY_WORKER_SLOTS]
+  KEYS[KEY_LEASED], KEYS[KEY_DELAYED], KEYS[KEY_DEAD], KEYS[KEY_WORKERS], KEYS[KEY_WORKER_SLOTS], KEYS[KEY_CONFIG]
 local op = ARGV[1]
 local base = ARGV[2]
+-- Every call runs the applied config or nothing: a script compiled from another config (a process
+-- that has not seen the latest `fairctl config apply`, or one that has not applied any) is refused
+-- before it reads or writes anything, and its process reloads the applied config and retries.
+if op ~= 'apply' and redis.call('HGET', K_CONFIG, 'fingerprint') ~= cfg.fingerprint then
+  return redis.error_reply('FAIRCTL_STALE_CONFIG the queue group runs another config than this process')
+end
 local now
 if ARGV[3] ~= '' then
   now = tonumber(ARGV[3])
@@ -39,6 +45,16 @@ local function tkey(c, tenant) return base .. CLASS_SPACE .. c .. PART_SEP .. TE
 local function stat(name, c, delta) redis.call('HINCRBY', K_STATS, name .. SEP .. c, delta) end
 local function num(v) return tonumber(v) or 0 end
 
+-- A cost an older release recorded in place of the tier (digits only), or nil.
+local function recorded_cost(tier) return tier and string.match(tier, '^%d+$') and tonumber(tier) end
+
+-- A job's virtual-time cost from its tenant's tier, at the applied config's costs: a tier removed
+-- with a move is charged as the tier it moved to, and any other tier (none once apply has checked
+-- the tiers in use) as the default tier.
+local function cost_of(tier)
+  return cfg.costs[tier] or cfg.costs[cfg.tier_moved[tier] or ''] or recorded_cost(tier) or cfg.default_cost
+end
+
 -- The leading fields of a stored line that `pattern` captures, and the bytes they take with their
 -- separators; the rest (a payload, an envelope, which may hold the separator) is not copied.
 local function head(line, pattern)
@@ -50,7 +66,7 @@ end
 
 local function header(env)
   local f = head(env, ENV_HEAD)
-  return f[ENV_ID], tonumber(f[ENV_ENQUEUED_MS]), tonumber(f[ENV_ATTEMPTS]), tonumber(f[ENV_COST])
+  return f[ENV_ID], tonumber(f[ENV_ENQUEUED_MS]), tonumber(f[ENV_ATTEMPTS]), f[ENV_TIER]
 end
 
 local function with_attempts(env, attempts)
@@ -72,18 +88,23 @@ local function parse_record(rec)
 end
 
 -- A tenant with new work joins its class at the class's current virtual time: no banked credit.
-local function activate(c, tenant, cost, enq)
+local function activate(c, tenant, tier, enq)
   local vt = num(redis.call('GET', ckey(c, PART_VT)))
   redis.call('ZADD', ckey(c, PART_TAGS), vt, tenant)
   redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
-  redis.call('HSET', ckey(c, PART_COST), tenant, cost)
+  redis.call('HSET', ckey(c, PART_COST), tenant, tier)
 end
 
-local function push_tail(c, tenant, cost, env, enq)
+-- A removed class's jobs coming back (a reaped lease, a retry, a requeued dead letter) go where
+-- the applied config moved that class; with no move they stay where they were, and show.
+local function served_by(c) return cfg.moved[c] or c end
+
+local function push_tail(c, tenant, tier, env, enq)
+  c = served_by(c)
   if redis.call('RPUSH', tkey(c, tenant), env) == 1 then
-    activate(c, tenant, cost, enq)
+    activate(c, tenant, tier, enq)
   else
-    redis.call('HSET', ckey(c, PART_COST), tenant, cost)
+    redis.call('HSET', ckey(c, PART_COST), tenant, tier)
   end
   redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
   stat('depth', c, 1)
@@ -91,9 +112,10 @@ end
 
 -- Redelivered, retried and promoted jobs go to the head of their tenant's sub-queue.
 local function push_head(c, tenant, env)
-  local _, enq, _, cost = header(env)
+  c = served_by(c)
+  local _, enq, _, tier = header(env)
   if redis.call('LPUSH', tkey(c, tenant), env) == 1 then
-    activate(c, tenant, cost, enq)
+    activate(c, tenant, tier, enq)
   else
     redis.call('ZADD', ckey(c, PART_HEADS), 'LT', enq, tenant)
   end
@@ -101,10 +123,11 @@ local function push_head(c, tenant, env)
   stat('depth', c, 1)
 end
 
--- Pop n jobs from the head of a tenant's sub-queue, keeping tags/heads/backlog in step.
-local function take(c, tenant, n)
+-- Pop n jobs from the head of a tenant's sub-queue (the tail, youngest first, with from_tail),
+-- keeping tags/heads/backlog in step.
+local function take(c, tenant, n, from_tail)
   local qk = tkey(c, tenant)
-  local items = redis.call('LPOP', qk, n)
+  local items = redis.call(from_tail and 'RPOP' or 'LPOP', qk, n)
   local left = redis.call('LLEN', qk)
   if left == 0 then
     redis.call('ZREM', ckey(c, PART_TAGS), tenant)
@@ -113,8 +136,10 @@ local function take(c, tenant, n)
     redis.call('HDEL', ckey(c, PART_COST), tenant)
   else
     redis.call('ZINCRBY', ckey(c, PART_BACKLOG), -#items, tenant)
-    local _, enq = header(redis.call('LINDEX', qk, 0))
-    redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
+    if not from_tail then
+      local _, enq = header(redis.call('LINDEX', qk, 0))
+      redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
+    end
   end
   stat('depth', c, -#items)
   return items, left
@@ -140,6 +165,27 @@ local function release_delayed(limit)
     stat('delayed', c, -1)
     push_head(c, tenant, env)
   end
+end
+
+-- Classes the stats hash has counted jobs for that the applied config does not name (sorted), and
+-- how many jobs each holds now (queued, leased or waiting to retry): read from the counters every
+-- script keeps, never by a scan.
+local function unconfigured(stats)
+  local known = {}
+  for i = 1, NCLASS do known[cfg.classes[i]] = true end
+  local held, names = {}, {}
+  for i = 1, #stats, 2 do
+    local name, c = string.match(stats[i], '^(%l+)' .. SEP .. '(.*)$')
+    if (name == 'depth' or name == 'inflight' or name == 'delayed') and not known[c] then
+      if held[c] == nil then
+        held[c] = 0
+        names[#names + 1] = c
+      end
+      held[c] = held[c] + tonumber(stats[i + 1])
+    end
+  end
+  table.sort(names)
+  return names, held
 end
 
 -- ---------------------------------------------------------------- priority budget (arrivals)
@@ -196,13 +242,13 @@ local ops = {}
 function ops.enqueue()
   local ci, reason = apply_budget(tonumber(ARGV[4]), ARGV[8])
   if ci == nil then return {'', cfg.classes[tonumber(ARGV[4])], reason} end
-  local c, tenant, cost = cfg.classes[ci], ARGV[5], cfg.costs[ARGV[6]]
+  local c, tenant, tier = cfg.classes[ci], ARGV[5], ARGV[6]
   local id = redis.call('INCR', K_SEQ)
   local e = {}
-  e[ENV_ID], e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS], e[ENV_COST], e[ENV_TASK], e[ENV_REASON], e[ENV_PAYLOAD] =
-    id, now, 0, cost, ARGV[7], reason, ARGV[9]
+  e[ENV_ID], e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS], e[ENV_TIER], e[ENV_TASK], e[ENV_REASON], e[ENV_PAYLOAD] =
+    id, now, 0, tier, ARGV[7], reason, ARGV[9]
   local env = table.concat(e, SEP)
-  push_tail(c, tenant, cost, env, now)
+  push_tail(c, tenant, tier, env, now)
   redis.call('HINCRBY', K_STATS, 'enq' .. SEP .. c .. SEP .. reason, 1)
   return {tostring(id), c, reason}
 end
@@ -405,9 +451,13 @@ function ops.pop()
     if policy == 'weighted-fair' then
       local t = redis.call('ZRANGE', ckey(c, PART_TAGS), 0, 0, 'WITHSCORES')
       tenant = t[1]
+      if tenant == nil then
+        return redis.error_reply('FAIRCTL_DAMAGED ' .. c .. ' counts ' .. depth[ci] .. ' queued jobs but no tenant ' ..
+          'holds any: scheduler keys were deleted or evicted (is maxmemory-policy noeviction?)')
+      end
       local tag = tonumber(t[2])
       redis.call('SET', ckey(c, PART_VT), tag)
-      local cost = tonumber(redis.call('HGET', ckey(c, PART_COST), tenant))
+      local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), tenant))
       local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci]))
       n = #items
       if left > 0 then redis.call('ZADD', ckey(c, PART_TAGS), tag + n * cost, tenant) end
@@ -417,6 +467,10 @@ function ops.pop()
       swrr[ci] = swrr[ci] - (n - 1) * total
     else
       tenant = head_score(c)
+      if tenant == nil then
+        return redis.error_reply('FAIRCTL_DAMAGED ' .. c .. ' counts ' .. depth[ci] .. ' queued jobs but no tenant ' ..
+          'holds any: scheduler keys were deleted or evicted (is maxmemory-policy noeviction?)')
+      end
       n = 1
       lease(c, tenant, take(c, tenant, 1), out)
     end
@@ -538,6 +592,7 @@ function ops.dead()
   end
   local known = {}
   for i = 1, NCLASS do known[cfg.classes[i]] = true end
+  for old, _ in pairs(cfg.moved) do known[old] = true end
   local done, skipped = {}, {}
   for _, line in ipairs(redis.call('LRANGE', K_DEAD, 0, -1)) do
     if #done + #skipped >= limit then break end
@@ -554,7 +609,7 @@ function ops.dead()
         if action == 'requeue' then
           local e, elen = head(env, ENV_HEAD)
           e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS] = now, 0
-          push_tail(c, tenant, tonumber(e[ENV_COST]), table.concat(e, SEP) .. SEP .. string.sub(env, elen + 1), now)
+          push_tail(c, tenant, e[ENV_TIER], table.concat(e, SEP) .. SEP .. string.sub(env, elen + 1), now)
         end
         done[#done + 1] = id
       end
@@ -578,6 +633,76 @@ function ops.register()
   return 1
 end
 
+-- ARGV[4]: the fingerprint the caller read ('' when none is applied), ARGV[5]: the config's text,
+-- ARGV[6]: its moves' text, ARGV[7]: '1' when some tier's cost changed. Compiled from the config
+-- being applied. Refused, changing nothing, when a class the config does not name still holds
+-- jobs and no move says where they go, or a tier it does not name is still a queued tenant's.
+-- Returns {'applied', version}, {'conflict', fingerprint now applied} or
+-- {'refused', {class, jobs, ...}, {tier, ...}}.
+function ops.apply()
+  local current = redis.call('HGET', K_CONFIG, 'fingerprint') or ''
+  if current ~= ARGV[4] then return {'conflict', current} end
+  local others, held = unconfigured(redis.call('HGETALL', K_STATS))
+  local refused = {}
+  for _, c in ipairs(others) do
+    if held[c] > 0 and not cfg.moved[c] then
+      refused[#refused + 1] = c
+      refused[#refused + 1] = held[c]
+    end
+  end
+  local classes = {}  -- every class that may hold tenants: the configured ones, then the others
+  for i = 1, NCLASS do classes[i] = cfg.classes[i] end
+  for _, c in ipairs(others) do classes[#classes + 1] = c end
+  local tiers, bad = {}, {}
+  for _, c in ipairs(classes) do
+    for _, tier in ipairs(redis.call('HVALS', ckey(c, PART_COST))) do
+      if not (cfg.costs[tier] or cfg.tier_moved[tier] or recorded_cost(tier) or bad[tier]) then
+        bad[tier] = true
+        tiers[#tiers + 1] = tier
+      end
+    end
+  end
+  if #refused > 0 or #tiers > 0 then
+    table.sort(tiers)
+    return {'refused', refused, tiers}
+  end
+  redis.call('HSET', K_CONFIG, 'yaml', ARGV[5], 'moves', ARGV[6], 'fingerprint', cfg.fingerprint, 'applied_ms', now)
+  local version = redis.call('HINCRBY', K_CONFIG, 'version', 1)
+  -- Smooth weighted round-robin restarts from zero: the new weights hold from the first round,
+  -- and no class gets a burst to catch up on credit it banked under the old ones.
+  redis.call('DEL', K_SWRR)
+  -- Tags are in units of the tier costs: across a change of cost no tenant keeps its place.
+  if ARGV[7] == '1' then
+    for _, c in ipairs(classes) do
+      if redis.call('EXISTS', ckey(c, PART_TAGS)) == 1 then
+        redis.call('ZUNIONSTORE', ckey(c, PART_TAGS), 1, ckey(c, PART_TAGS), 'WEIGHTS', 0)
+      end
+      redis.call('DEL', ckey(c, PART_VT))
+    end
+  end
+  return {'applied', version}
+end
+
+-- ARGV[4]: at most this many jobs. Queued jobs of removed classes move to the classes the applied
+-- config moved them to, oldest tenant first, each tenant's jobs taken from its tail so they keep
+-- their order in front of the target's own; each keeps its enqueue time, so its age. Returns how
+-- many moved: 0 when none is left to move.
+function ops.move()
+  local limit, moved = tonumber(ARGV[4]), 0
+  for _, pair in ipairs(cfg.moves) do
+    local old, new = pair[1], pair[2]
+    while moved < limit do
+      local tenant = head_score(old)
+      if tenant == nil then break end
+      for _, env in ipairs(take(old, tenant, limit - moved, true)) do
+        push_head(new, tenant, env)
+        moved = moved + 1
+      end
+    end
+  end
+  return moved
+end
+
 -- Everything the exporter serves, in one call: O(classes * (k + sample) * log n), no scans.
 function ops.snapshot()
   local bucket = math.floor(now / cfg.window_ms)
@@ -591,7 +716,7 @@ function ops.snapshot()
     local rows = {}
     for _, tenant in ipairs(backlog) do
       rows[#rows + 1] = tenant
-      rows[#rows + 1] = redis.call('HGET', ckey(c, PART_COST), tenant)
+      rows[#rows + 1] = cost_of(redis.call('HGET', ckey(c, PART_COST), tenant))
       rows[#rows + 1] = redis.call('ZSCORE', ckey(c, PART_SERVED .. bucket), tenant) or '0'
       rows[#rows + 1] = redis.call('ZSCORE', ckey(c, PART_SERVED .. (bucket - 1)), tenant) or '0'
     end
@@ -607,8 +732,17 @@ function ops.snapshot()
       rows,
     }
   end
-  return {tostring(now), redis.call('HGETALL', K_STATS), redis.call('SMEMBERS', K_PAUSED),
-          redis.call('LLEN', K_DEAD), classes}
+  -- Classes the config does not name that still hold jobs: each one's oldest queued job.
+  local stats = redis.call('HGETALL', K_STATS)
+  local others, held = unconfigured(stats)
+  local oldest = {}
+  for _, c in ipairs(others) do
+    if held[c] > 0 then
+      oldest[#oldest + 1] = c
+      oldest[#oldest + 1] = redis.call('ZRANGE', ckey(c, PART_HEADS), 0, 0, 'WITHSCORES')[2] or ''
+    end
+  end
+  return {tostring(now), stats, redis.call('SMEMBERS', K_PAUSED), redis.call('LLEN', K_DEAD), classes, oldest}
 end
 
 local fn = ops[op]

@@ -1,0 +1,173 @@
+"""A queue group's applied config: the one policy every process sharing the group runs.
+
+The config lives in Redis beside the group's state (the hash ``{prefix}:config``, see
+:mod:`fairness_core.keys`): the YAML text of its shared part, the moves that go with it, a
+fingerprint of both and a version counting applies. Every scheduler script compares the
+fingerprint it was compiled with against the stored one in the same atomic call, so no process
+acts on any policy but the applied one: a process whose copy is stale is refused, reloads the
+applied config and retries (:class:`fairness_core.Scheduler` does this by itself).
+
+Process-local settings are never stored and never compared: ``redis.url`` (it may hold a
+password) and ``exporter.listen``; each process keeps its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from .config import Config, parse_config
+from .config_dump import config_to_data
+from .generated import yaml_text
+from .jobs import FairnessError
+
+# Fields of the config hash.
+TEXT, MOVES, FINGERPRINT, VERSION, APPLIED_MS = "yaml", "moves", "fingerprint", "version", "applied_ms"
+
+
+class ConfigRefused(FairnessError):
+    """An apply that would leave jobs where no configured class serves them."""
+
+    def __init__(self, classes: Mapping[str, int], tiers: tuple[str, ...]) -> None:
+        self.classes, self.tiers = dict(classes), tiers
+        parts = [f"class {name!r} still holds {n} job(s) (queued, leased or waiting to retry) and the new config "
+                 f"does not name it; say where they go with --move {name}=CLASS" for name, n in sorted(classes.items())]
+        parts += [f"tier {tier!r} is still some queued tenant's tier and the new config does not name it; say "
+                  f"which tier those tenants take with --move-tier {tier}=TIER" for tier in tiers]
+        super().__init__("config not applied: " + "; ".join(parts))
+
+
+class ConfigConflict(FairnessError):
+    """The applied config changed between reading it and applying a new one."""
+
+
+@dataclass(frozen=True)
+class Moves:
+    """Where the jobs of removed classes go, and which tier tenants of a removed tier are charged
+    as. They stay with the applied config (and redirect a removed class's leased jobs and retries
+    when they come back) until a later apply names the class or tier again."""
+
+    classes: Mapping[str, str] = field(default_factory=dict)
+    tiers: Mapping[str, str] = field(default_factory=dict)
+
+    def text(self) -> str:
+        """Canonical text (sorted keys): part of the fingerprint."""
+        return json.dumps({"classes": dict(sorted(self.classes.items())), "tiers": dict(sorted(self.tiers.items()))},
+                          sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, text: str) -> Moves:
+        data = json.loads(text) if text else {}
+        return cls(classes=dict(data.get("classes", {})), tiers=dict(data.get("tiers", {})))
+
+    def check(self, config: Config) -> None:
+        """ValueError naming the move when a source is configured or a target is not."""
+        for kind, moves, names in (("move", self.classes, config.class_names),
+                                   ("move-tier", self.tiers, tuple(config.tenants.tiers))):
+            for old, new in moves.items():
+                if old in names:
+                    raise ValueError(f"--{kind} {old}={new}: {old!r} is still in the config; only a removed "
+                                     "one can be moved")
+                if new not in names:
+                    raise ValueError(f"--{kind} {old}={new}: {new!r} is not in the config; configured: "
+                                     f"{', '.join(names)}")
+
+    def carried(self, config: Config) -> Moves:
+        """The moves still meaningful under ``config``: a later apply keeps the earlier moves whose
+        source is still removed and whose target is still configured."""
+        return Moves(
+            classes={o: n for o, n in self.classes.items() if o not in config.class_names and n in config.class_names},
+            tiers={o: n for o, n in self.tiers.items() if o not in config.tenants.tiers and n in config.tenants.tiers})
+
+    def merged(self, newer: Moves) -> Moves:
+        return Moves(classes={**self.classes, **newer.classes}, tiers={**self.tiers, **newer.tiers})
+
+
+NO_MOVES = Moves()
+
+
+def shared_data(config: Config) -> dict[str, Any]:
+    """The config as a document, less what is local to each process."""
+    data = config_to_data(config)
+    data["redis"].pop("url")
+    data["exporter"].pop("listen", None)
+    return data
+
+
+def shared_text(config: Config) -> str:
+    return yaml_text(shared_data(config))
+
+
+def fingerprint(config: Config, moves: Moves = NO_MOVES) -> str:
+    """What every script checks: equal fingerprints, equal policy."""
+    digest = hashlib.sha256((shared_text(config) + "\n" + moves.text()).encode("utf-8")).hexdigest()
+    return digest[:16]
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The applied config as a process runs it: the stored shared part with its own local part."""
+
+    config: Config
+    moves: Moves
+    fingerprint: str
+    version: int
+    applied_at: float  # seconds since the epoch
+
+
+def from_stored(fields: Mapping[str, str], local: Config) -> Applied:
+    """The stored config hash read back (ConfigError naming the applied version if this fairctl
+    cannot read it, e.g. one written by a newer release with fields this one does not know)."""
+    version = int(fields.get(VERSION, "0"))
+    data = yaml.safe_load(fields[TEXT])
+    data["redis"] = {**data.get("redis", {}), "url": local.redis.url}
+    if local.exporter.listen is not None:
+        data.setdefault("exporter", {})["listen"] = local.exporter.listen
+    config = parse_config(data, source=f"applied config v{version} of {local.redis.prefix}")
+    return Applied(config=config, moves=Moves.parse(fields.get(MOVES, "")), fingerprint=fields[FINGERPRINT],
+                   version=version, applied_at=int(fields.get(APPLIED_MS, "0")) / 1000.0)
+
+
+def with_local(config: Config, local: Config) -> Config:
+    """``config`` with ``local``'s process-local settings (URL, listen address, source)."""
+    return replace(config, redis=replace(config.redis, url=local.redis.url),
+                   exporter=replace(config.exporter, listen=local.exporter.listen), source=local.source)
+
+
+def differences(old: Config, new: Config) -> list[str]:
+    """What changes from ``old`` to ``new``, one line per changed field (``path: old -> new``),
+    classes matched by name so a re-weight reads as one line, not a reordered list."""
+    lines: list[str] = []
+    _diff(_keyed(shared_data(old)), _keyed(shared_data(new)), "", lines)
+    return lines
+
+
+def _keyed(data: dict[str, Any]) -> dict[str, Any]:
+    out = dict(data)
+    out["classes"] = {c["name"]: {k: v for k, v in c.items() if k != "name"} for c in data["classes"]}
+    out["classification"] = {str(i): rule for i, rule in enumerate(data["classification"])}
+    out["class order"] = [c["name"] for c in data["classes"]]
+    return out
+
+
+def _diff(old: Any, new: Any, path: str, lines: list[str]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in list(old) + [k for k in new if k not in old]:
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in new:
+                lines.append(f"{sub}: removed (was {_short(old[key])})")
+            elif key not in old:
+                lines.append(f"{sub}: added ({_short(new[key])})")
+            else:
+                _diff(old[key], new[key], sub, lines)
+    elif old != new:
+        lines.append(f"{path}: {_short(old)} -> {_short(new)}")
+
+
+def _short(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False) if isinstance(value, (dict, list)) else str(value)
