@@ -18,6 +18,7 @@ except ImportError:  # pragma: no cover - older typer on the external click
 from . import (
     bench_command,
     check_commands,
+    config_commands,
     dead_commands,
     demo,
     drill_command,
@@ -84,6 +85,7 @@ for group in (queue_commands, worker_command, exporter_command, demo, simulate_c
     app.add_typer(group.app)
 app.add_typer(stack_command.app, name="stack")
 app.add_typer(dead_commands.app, name="dead")
+app.add_typer(config_commands.app, name="config")
 app.add_typer(bench_command.app)
 
 

@@ -1,0 +1,161 @@
+"""``fairctl config show|diff|apply``: the config a queue group runs, and changing it live.
+
+A group's policy lives in its Redis (:mod:`fairness_core.config_store`), not in each process's
+file: every script call checks it, so one ``apply`` changes the policy of a running fleet, and
+no process ever runs another one. These commands read it, compare a file with it and apply one.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from fairness_core import Config, ConfigError, Scheduler, load_config
+from fairness_core.ages import format_age
+from fairness_core.config_store import Applied, ConfigConflict, ConfigRefused, Moves, differences, shared_text
+
+from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, clear_errors, connect, fail, open_scheduler, with_redis_url
+
+app = typer.Typer(help="Show, compare and apply the config a queue group runs: it lives in the group's Redis, "
+                       "and every process follows the applied one without a restart.", no_args_is_help=True)
+
+FileArgument = Annotated[Path, typer.Argument(
+    metavar="FILE", show_default=False,
+    help="A fairness.yaml; its redis.prefix names the queue group, its redis.url the Redis (unless --redis-url).")]
+MoveOption = Annotated[Optional[list[str]], typer.Option(
+    "--move", metavar="OLD=NEW", show_default=False,
+    help="Move the jobs of class OLD, which FILE no longer names, to class NEW (repeatable).")]
+MoveTierOption = Annotated[Optional[list[str]], typer.Option(
+    "--move-tier", metavar="OLD=NEW", show_default=False,
+    help="Charge the queued tenants of tier OLD, which FILE no longer names, as tier NEW (repeatable).")]
+
+
+def _load_file(file: Path, redis_url: str | None) -> Config:
+    """FILE validated (exit 2 naming the bad field), on ``--redis-url`` when given."""
+    try:
+        config = load_config(file)
+    except ConfigError as exc:
+        fail("FILE", str(exc))
+    return with_redis_url(config, redis_url)
+
+
+def _read(scheduler: Scheduler) -> Applied | None:
+    with clear_errors():
+        return scheduler.read_applied()
+
+
+def _moves(values: list[str] | None, option: str) -> dict[str, str]:
+    """``OLD=NEW`` pairs; exit 2 naming the option on anything else or on a repeated OLD."""
+    out: dict[str, str] = {}
+    for value in values or ():
+        old, sep, new = value.partition("=")
+        old, new = old.strip(), new.strip()
+        if not sep or not old or not new:
+            fail(option, f"expected OLD=NEW, got {value!r}")
+        if old in out:
+            fail(option, f"{old!r} is moved twice ({old}={out[old]} and {value})")
+        out[old] = new
+    return out
+
+
+def _moves_text(moves: Moves) -> str:
+    pairs = [f"{o} -> {n}" for o, n in sorted(moves.classes.items())]
+    pairs += [f"tier {o} -> {n}" for o, n in sorted(moves.tiers.items())]
+    return ", ".join(pairs) or "none"
+
+
+def _show_diff(applied: Applied | None, new: Config, file: Path) -> bool:
+    """Print what applying ``new`` changes against ``applied``; whether it changes anything (a
+    first config always does: it starts the group)."""
+    prefix = new.redis.prefix
+    if applied is None:
+        typer.echo(f"queue group {prefix} has no applied config: {file} would be its first and start the group")
+        return True
+    lines = differences(applied.config, new)
+    typer.echo(f"queue group {prefix}: applied v{applied.version} ({applied.fingerprint}) -> {file}: "
+               + (f"{len(lines)} change(s)" if lines else "no changes"))
+    for line in lines:
+        typer.echo(f"  {line}")
+    return bool(lines)
+
+
+@app.command()
+def show(config: ConfigOption = DEFAULT_CONFIG, redis_url: RedisUrlOption = None) -> None:
+    """Print the config the queue group of --config's redis.prefix runs: version, fingerprint, when
+    it was applied and its moves (as YAML comments), then the config itself. redis.url and
+    exporter.listen are each process's own and are never stored. Exit 1 when none is applied yet."""
+    scheduler = open_scheduler(config, redis_url)
+    applied = _read(scheduler)
+    prefix = scheduler.keys.prefix
+    if applied is None:
+        fail("--config", f"queue group {prefix} has no applied config yet: its first process applies its own, "
+                         "or start it with: fairctl config apply FILE", code=1)
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(applied.applied_at))
+    typer.echo(f"# queue group: {prefix}\n# version: {applied.version}\n# fingerprint: {applied.fingerprint}\n"
+               f"# applied at: {when} ({format_age(max(0.0, time.time() - applied.applied_at))} ago)\n"
+               f"# moves: {_moves_text(applied.moves)}")
+    typer.echo(shared_text(applied.config), nl=False)
+
+
+@app.command()
+def diff(file: FileArgument, redis_url: RedisUrlOption = None) -> None:
+    """What applying FILE would change in its queue group, one line per field (path: applied ->
+    FILE). Exit 0 when FILE is what the group runs, 1 when it differs or none is applied yet, as
+    diff(1) does."""
+    new = _load_file(file, redis_url)
+    if _show_diff(_read(connect(new)), new, file):
+        raise typer.Exit(1)
+
+
+@app.command()
+def apply(
+    file: FileArgument,
+    move: MoveOption = None,
+    move_tier: MoveTierOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate FILE and the moves and print the "
+                                          "changes; apply nothing.")] = False,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Make FILE the config its queue group runs, atomically, and print what changed.
+
+    Running workers, producers and exporters of the group follow it within their next call to
+    Redis, without a restart: every call checks the applied config's fingerprint and a process
+    still on the old one reloads it first, so no call runs any other policy. The group is named
+    by FILE's redis.prefix: a FILE with another prefix is another group (a group with no applied
+    config is started by this). Moving a group to a new prefix is not an apply: start the new
+    group and drain the old one (their keys sit in different hash slots, so no atomic move
+    exists). redis.url and exporter.listen are each process's own.
+
+    A class FILE no longer names may still hold jobs (queued, leased or waiting to retry): then
+    the apply is refused, changing nothing (exit 1), until --move OLD=NEW says where they go.
+    They move keeping their ids and ages; leased ones and retries go to NEW when they come back.
+    Likewise a tier FILE drops that is still some queued tenant's needs --move-tier OLD=NEW.
+    If someone else applies between the diff printed here and the apply, nothing is applied
+    (exit 1): read the diff again and retry."""
+    moves = Moves(classes=_moves(move, "--move"), tiers=_moves(move_tier, "--move-tier"))
+    new = _load_file(file, redis_url)
+    try:
+        moves.check(new)  # the moves apply carries over from earlier applies are valid by construction
+    except ValueError as exc:  # "--move OLD=NEW: why"
+        option, _, why = str(exc).partition(": ")
+        fail(option, why)
+    scheduler = connect(new)
+    applied = _read(scheduler)
+    changed = _show_diff(applied, new, file)
+    if dry_run:
+        typer.echo("dry run: nothing applied (a refusal is only known at apply, which changes nothing if refused)")
+        return
+    if not changed and not moves.classes and not moves.tiers:
+        typer.echo("nothing to apply")
+        return
+    try:
+        with clear_errors():
+            outcome = scheduler.apply(new, moves=moves, expect=applied.fingerprint if applied else "")
+    except (ConfigRefused, ConfigConflict) as exc:
+        fail("FILE", str(exc), code=1)
+    typer.echo(f"applied v{outcome.version} to queue group {new.redis.prefix} (fingerprint {outcome.fingerprint}); "
+               f"moved {outcome.moved} job(s)" + (f" ({_moves_text(moves)})" if moves.classes or moves.tiers else ""))
+    typer.echo("running processes of the group follow it within their next call")
