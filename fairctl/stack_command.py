@@ -57,7 +57,12 @@ def up(
     Redis, Prometheus with the rules generated from the config, Alertmanager routing every alert
     to fairctl's webhook receiver (DIR/webhook.jsonl). Ports are the usual ones (6379, 29100,
     29101, 29110, 9090, 9093) when free, else free loopback ports. Stop it with: fairctl stack down.
-    Ctrl-C (or SIGTERM) while it starts stops what it had started."""
+    Ctrl-C (or SIGTERM) while it starts stops what it had started.
+
+    The stack's Redis keeps its data under DIR between runs, and with it the config its queue
+    group runs: when --config differs from that one, it is applied (as fairctl config apply does)
+    before anything else starts, and the changes are printed. One that would leave jobs under a
+    class or tier it no longer names is refused, and the stack stops again (exit 1)."""
     cfg = load(config, None)
     stack = Stack(directory)
     try:
@@ -71,6 +76,8 @@ def up(
         raise
     for service in state.services:
         typer.echo(f"{shown(service.name):<22} pid {service.pid:<8} {service.url or ''}")
+    if state.config_changes:
+        typer.echo("\n".join([state.config_changes[0], *(f"  {line}" for line in state.config_changes[1:])]))
     typer.echo(f"redis: {state.redis_url}\nprometheus: {state.prometheus_url}\nalertmanager: {state.alertmanager_url}\n"
                f"alerts delivered to: {state.webhook_log}\nstop it with: fairctl stack down --dir {directory}")
 

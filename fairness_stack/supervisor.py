@@ -24,8 +24,10 @@ from pathlib import Path
 from types import FrameType
 
 from alerts.output import rules_text
+from fairness_core import Scheduler, redis_client
 from fairness_core.config import Config
 from fairness_core.config_dump import config_to_yaml
+from fairness_core.config_store import ConfigRefused, differences
 from fairness_core.generated import yaml_text
 from fairness_stack.servers import find_binary, free_port, redis_answers, wait_until
 
@@ -76,6 +78,7 @@ class StackState:
     alertmanager_url: str
     webhook_log: str
     services: list[Service] = field(default_factory=list)
+    config_changes: list[str] = field(default_factory=list)  # what starting it applied (apply_config)
 
     def save(self) -> None:
         path = Path(self.directory) / STATE_FILE
@@ -172,7 +175,10 @@ class Stack:
             prometheus_url=f"http://127.0.0.1:{ports[sc.PROMETHEUS]}",
             alertmanager_url=f"http://127.0.0.1:{ports[sc.ALERTMANAGER]}",
             webhook_log=str(self.directory / WEBHOOK_LOG))
-        self._write_files(config, redis_url, ports, interval)
+        # The exporters must answer within Prometheus's scrape timeout (one interval).
+        exporter = replace(config.exporter, scrape_timeout=min(config.exporter.scrape_timeout, interval * 0.8))
+        live = replace(config, redis=replace(config.redis, url=redis_url), exporter=exporter)
+        self._write_files(live, ports, interval)
         fairctl = [sys.executable, "-m", "fairctl"]
         config_file = str(self.directory / CONFIG_FILE)
         try:
@@ -180,6 +186,8 @@ class Stack:
                 binaries["redis"], "--port", str(ports[sc.REDIS]), "--bind", "127.0.0.1",
                 "--dir", str(self.directory / "data/redis"), "--save", "", "--appendonly", "yes",
                 "--appendfsync", "everysec", "--daemonize", "no"], lambda: redis_answers(ports[sc.REDIS]))
+            state.config_changes = apply_config(live)  # before any process of the stack reads it
+            state.save()
             self._start(state, sc.WEBHOOK, ports[sc.WEBHOOK], [
                 *fairctl, "stack", "webhook", "--listen", f"127.0.0.1:{ports[sc.WEBHOOK]}", "--log", state.webhook_log],
                 lambda: _http_ok(f"http://127.0.0.1:{ports[sc.WEBHOOK]}/"))
@@ -209,7 +217,8 @@ class Stack:
         (self.directory / "logs").mkdir(parents=True, exist_ok=True)
         (self.directory / CONFIG_FILE).write_text(config_to_yaml(config, "Written by fairctl drill."), encoding="utf-8")
         state = StackState(directory=str(self.directory), interval=0.0, redis_url=config.redis.url,
-                           prometheus_url=prometheus_url, alertmanager_url=alertmanager_url or "", webhook_log="")
+                           prometheus_url=prometheus_url, alertmanager_url=alertmanager_url or "", webhook_log="",
+                           config_changes=apply_config(config))
         try:
             self._start_pools(state, pools, threads_per_process)
         except BaseException:
@@ -229,17 +238,14 @@ class Stack:
                     argv += ["--classes", ",".join(pool.classes)]
                 self._start(state, f"{sc.WORKERS}/{pool.name}/{i}", None, argv, None)
 
-    def _write_files(self, config: Config, redis_url: str, ports: dict[str, int], interval: float) -> None:
-        # The exporters must answer within Prometheus's scrape timeout (one interval).
-        exporter = replace(config.exporter, scrape_timeout=min(config.exporter.scrape_timeout, interval * 0.8))
-        live = replace(config, redis=replace(config.redis, url=redis_url), exporter=exporter)
+    def _write_files(self, live: Config, ports: dict[str, int], interval: float) -> None:
         files = {
             CONFIG_FILE: config_to_yaml(live, "Written by fairctl stack up: the config every process of this stack reads."),
             sc.RULES_FILE: rules_text(live),
             "prometheus.yml": yaml_text(sc.prometheus_config(
                 exporters=[f"127.0.0.1:{ports[n]}" for n in sc.EXPORTERS],
                 alertmanager=f"127.0.0.1:{ports[sc.ALERTMANAGER]}", rule_files=[sc.RULES_FILE],
-                exporter_job=config.alerts.exporter_job, interval=interval), "Written by fairctl stack up."),
+                exporter_job=live.alerts.exporter_job, interval=interval), "Written by fairctl stack up."),
             "alertmanager.yml": yaml_text(sc.alertmanager_config(
                 f"http://127.0.0.1:{ports[sc.WEBHOOK]}{sc.WEBHOOK_PATH}", group_wait=GROUP_WAIT_S,
                 group_interval=GROUP_INTERVAL_S, repeat_interval=REPEAT_INTERVAL_S), "Written by fairctl stack up."),
@@ -352,6 +358,29 @@ def _signals_deferred() -> Iterator[None]:
                 handler(signum, frame)
             elif handler == signal.SIG_DFL:
                 os.kill(os.getpid(), signum)
+
+
+def apply_config(config: Config) -> list[str]:
+    """Make ``config`` its queue group's applied config on its Redis unless it already is; what
+    that changed, one line per field (none when it already was). The group's processes follow the
+    config applied in Redis, not their file, and a stack's Redis keeps it between runs: without
+    this, an edited fairness.yaml would be ignored by the next ``stack up``. StackError with the
+    refusal when the config would leave jobs under a class (or tier) it no longer names."""
+    client = redis_client(config.redis.url)
+    try:
+        scheduler = Scheduler(config, client)
+        applied = scheduler.read_applied()
+        if applied is not None and not differences(applied.config, config):
+            return []
+        outcome = scheduler.apply(config, expect=applied.fingerprint if applied else "")
+    except ConfigRefused as exc:
+        raise StackError(f"{config.source or 'the config'}: {exc}. The stack's Redis keeps its jobs between runs: "
+                         "start the stack with the config it ran before, then apply this one with fairctl config "
+                         "apply FILE --redis-url URL (the stack's Redis) and the moves it names") from None
+    finally:
+        client.close()
+    first = "" if applied is not None else f" (the first of queue group {config.redis.prefix})"
+    return [f"config v{outcome.version} applied{first}", *outcome.changes]
 
 
 def _alertmanager_binary() -> str:

@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fairness_stack.configs import WEBHOOK_PATH
 from fairness_stack.supervisor import STATE_FILE, _alive, _port_free
@@ -25,6 +26,7 @@ def _services(directory: Path) -> list[dict[str, object]]:
 def test_stack_up_serves_every_part_and_down_leaves_nothing(tmp_path: Path) -> None:
     up = run_fairctl("stack", "up", "--dir", str(tmp_path), "--config", str(EXAMPLE_CONFIG), "--slots", "2")
     assert up.returncode == 0, up.stderr
+    assert "config v1 applied (the first of queue group fq)" in up.stdout
     services = _services(tmp_path)
     try:
         names = {s["name"] for s in services}
@@ -45,6 +47,10 @@ def test_stack_up_serves_every_part_and_down_leaves_nothing(tmp_path: Path) -> N
         assert (delivery.alert, delivery.labels) == ("QueueStarving", {"queue": "q"})
         rules = (tmp_path / "fairctl-rules.yml").read_text()
         assert "QueueStarving" in rules and "1s" in (tmp_path / "prometheus.yml").read_text()
+        # A job left queued in jobs:low for the next run (its Redis keeps its data under --dir).
+        stack_config = tmp_path / "fairness.yaml"
+        assert run_fairctl("pause", "jobs:low", "--config", stack_config).returncode == 0
+        assert run_fairctl("enqueue", "newsletter", "--tenant", "acme", "--config", stack_config).returncode == 0
     finally:
         down = run_fairctl("stack", "down", "--dir", str(tmp_path))
     assert down.returncode == 0, down.stderr
@@ -91,3 +97,23 @@ def test_drill_rejects_bad_arguments_naming_them(args: list[str], argument: str,
     assert run.returncode == 2, run.stderr
     assert run.stderr.startswith(f"fairctl: error: {argument}: ") and words in run.stderr
     assert "Traceback" not in run.stderr
+
+    # Re-running `up` with an edited config applies it, since its processes follow what Redis has
+    # applied, not their file; one that would strand the queued jobs:low job is refused.
+    example = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    edits = tmp_path / "edits"
+    edits.mkdir()
+    no_low = {**example, "classes": [c for c in example["classes"] if c["name"] != "jobs:low"],
+              "classification": [r for r in example["classification"] if r["class"] != "jobs:low"]}
+    heavier = {**example, "classes": [{**example["classes"][0], "weight": 60}, *example["classes"][1:]]}
+    for name, data in (("no-low.yaml", no_low), ("heavier.yaml", heavier)):
+        (edits / name).write_text(yaml.safe_dump(data))
+    refused = run_fairctl("stack", "up", "--dir", str(tmp_path), "--config", str(edits / "no-low.yaml"), "--slots", "2")
+    assert refused.returncode == 1 and "--move jobs:low=CLASS" in refused.stderr, refused.stderr
+    assert [s["name"] for s in _services(tmp_path) if _alive(int(s["pid"]))] == []
+    applied = run_fairctl("stack", "up", "--dir", str(tmp_path), "--config", str(edits / "heavier.yaml"), "--slots", "2")
+    try:
+        assert applied.returncode == 0, applied.stderr
+        assert "config v2 applied\n  classes.jobs:high.weight: 70 -> 60\n" in applied.stdout
+    finally:
+        assert run_fairctl("stack", "down", "--dir", str(tmp_path)).returncode == 0
