@@ -43,6 +43,8 @@ def _load_file(file: Path, redis_url: str | None) -> Config:
 
 
 def _read(scheduler: Scheduler) -> Applied | None:
+    """The group's applied config; Redis down, or a stored config this release cannot read, is
+    one line naming the cause instead of a traceback."""
     with clear_errors():
         return scheduler.read_applied()
 
@@ -62,6 +64,7 @@ def _moves(values: list[str] | None, option: str) -> dict[str, str]:
 
 
 def _moves_text(moves: Moves) -> str:
+    """Moves as a person reads them (``show`` and ``apply`` print the same words)."""
     pairs = [f"{o} -> {n}" for o, n in sorted(moves.classes.items())]
     pairs += [f"tier {o} -> {n}" for o, n in sorted(moves.tiers.items())]
     return ", ".join(pairs) or "none"
