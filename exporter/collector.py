@@ -33,7 +33,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from fairness_core import Config, MemoryInfo, RedisUnavailable, Scheduler, Snapshot, redis_client
+from fairness_core import AppliedConfigUnreadable, Config, MemoryInfo, RedisUnavailable, Scheduler, Snapshot, redis_client
 from fairness_core.memory import read_memory
 from fairness_core.version import fairctl_version
 
@@ -198,6 +198,9 @@ class FairnessCollector(Collector):
         reading = self._reading(config.exporter.scrape_timeout)
         if reading is not None:
             self._add_snapshot(families, reading.snapshot)
+            applied = getattr(self.scheduler, "applied", None)  # the simulator's stand-in has none
+            if applied is not None:
+                families.add(m.CONFIG_VERSION, applied.version, fingerprint=applied.fingerprint)
             if reading.memory is not None:
                 self._add_memory(families, reading.memory)
         self._add_config(families, config)
@@ -219,6 +222,8 @@ class FairnessCollector(Collector):
             self._failed("timeout", f"{exc} (exporter.scrape_timeout {budget:g}s)")
         except RedisUnavailable as exc:  # its message names host:port, never the URL or a password
             self._failed("unavailable", str(exc))
+        except AppliedConfigUnreadable as exc:  # serve no figures of a policy it cannot read
+            self._failed("error", str(exc))
         except redis.RedisError as exc:
             self._failed("error", f"{type(exc).__name__}: {exc}")
         except Exception:  # a bug must not take the exporter's own health series down with it

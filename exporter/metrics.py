@@ -31,6 +31,7 @@ REASON = "reason"
 VERSION = "version"
 STATE = "state"
 POLICY = "policy"
+FINGERPRINT = "fingerprint"
 
 # The states of queue_unconfigured_jobs.
 UNCONFIGURED_STATES = ("queued", "inflight", "delayed")
@@ -160,6 +161,10 @@ TENANT_OLDEST_AGE = _gauge(
 # ------------------------------------------------------------------ the queue group
 WORKER_SLOTS = _gauge("fairness_worker_slots", (), "Worker slots registered by the fleet (what reserved_slots is counted against).")
 DEAD_LETTERS = _gauge("fairness_dead_letters", (), "Jobs in the dead-letter list.")
+CONFIG_VERSION = _gauge(
+    "fairness_config_version", (FINGERPRINT,),
+    "The version of the applied config this exporter serves, labelled with its fingerprint: every exporter of a "
+    "group shows the same one within a scrape of a `fairctl config apply`.")
 
 # ------------------------------------------------------------------ Redis memory (INFO memory and stats)
 REDIS_MEMORY_USED = _gauge(
@@ -195,7 +200,7 @@ FROM_REDIS: tuple[MetricSpec, ...] = (
     QUEUE_OLDEST_AGE, QUEUE_DEPTH, QUEUE_INFLIGHT, QUEUE_DELAYED, QUEUE_PAUSED, QUEUE_ACTIVE_TENANTS,
     QUEUE_NOISY_TENANTS, QUEUE_QUIET_OLDEST_AGE, QUEUE_FAIRNESS_INDEX, JOBS_ENQUEUED, JOBS_PROCESSED,
     JOBS_FAILED, JOBS_REDELIVERED, JOBS_DEAD_LETTERED, JOBS_PROMOTED, JOBS_DEMOTED, JOBS_REJECTED, JOBS_WAIT,
-    QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS,
+    QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION,
     *UNCONFIGURED, *REDIS_MEMORY,
 )
 # Always served.

@@ -16,6 +16,7 @@ from typing import Annotated, NoReturn, Optional
 import typer
 
 from fairness_core import (
+    AppliedConfigUnreadable,
     BudgetRejected,
     Config,
     ConfigError,
@@ -58,6 +59,9 @@ def clear_errors(**argument_for_field: str) -> Iterator[None]:
         yield
     except ConfigError as exc:
         fail("--config", str(exc))
+    except AppliedConfigUnreadable as exc:  # not the file's fault: the group runs a config this release cannot read
+        typer.echo(f"fairctl: error: {exc}", err=True)
+        raise typer.Exit(BAD_ARGUMENT) from None
     except RedisUnavailable as exc:
         fail("--redis-url", str(exc))  # the message names host:port only, never credentials
     except InvalidJob as exc:

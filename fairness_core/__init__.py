@@ -3,6 +3,7 @@ tenants, on Redis, atomically, with leases. Nothing here imports the exporter, a
 
 from .classification import Classification, classify
 from .config import Config, ConfigError, load_config, parse_config, parse_duration
+from .config_store import AppliedConfigUnreadable, ConfigConflict, ConfigRefused, Moves
 from .connection import redis_client
 from .jobs import BudgetRejected, Enqueued, FairnessError, InvalidJob, Lease, Popped, RedisUnavailable
 from .memory import EvictionPolicyError, MemoryInfo, RedisMemoryFull
@@ -11,7 +12,8 @@ from .scheduler import Scheduler
 from .snapshot import ClassSnapshot, Snapshot
 
 __all__ = [
-    "BudgetRejected", "Classification", "Enqueued", "ClassSnapshot", "Config", "ConfigError", "EvictionPolicyError",
-    "FairnessError", "InvalidJob", "Lease", "MemoryInfo", "Model", "Popped", "RedisMemoryFull", "RedisUnavailable",
-    "Scheduler", "Snapshot", "classify", "load_config", "parse_config", "parse_duration", "redis_client",
+    "AppliedConfigUnreadable", "BudgetRejected", "Classification", "ClassSnapshot", "Config", "ConfigConflict",
+    "ConfigError", "ConfigRefused", "Enqueued", "EvictionPolicyError", "FairnessError", "InvalidJob", "Lease",
+    "MemoryInfo", "Model", "Moves", "Popped", "RedisMemoryFull", "RedisUnavailable", "Scheduler", "Snapshot",
+    "classify", "load_config", "parse_config", "parse_duration", "redis_client",
 ]

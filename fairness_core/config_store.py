@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
-from .config import Config, parse_config
+from .config import Config, ConfigError, parse_config
 from .config_dump import config_to_data
 from .generated import yaml_text
 from .jobs import FairnessError
@@ -40,6 +40,10 @@ class ConfigRefused(FairnessError):
         parts += [f"tier {tier!r} is still some queued tenant's tier and the new config does not name it; say "
                   f"which tier those tenants take with --move-tier {tier}=TIER" for tier in tiers]
         super().__init__("config not applied: " + "; ".join(parts))
+
+
+class AppliedConfigUnreadable(FairnessError):
+    """The group's applied config is one this release cannot read (another release applied it)."""
 
 
 class ConfigConflict(FairnessError):
@@ -121,22 +125,23 @@ class Applied:
 
 
 def from_stored(fields: Mapping[str, str], local: Config) -> Applied:
-    """The stored config hash read back (ConfigError naming the applied version if this fairctl
-    cannot read it, e.g. one written by a newer release with fields this one does not know)."""
+    """The stored config hash read back; AppliedConfigUnreadable if this release cannot read it
+    (one written by a newer release, with fields this one does not know): a process never runs a
+    policy it cannot read in full."""
     version = int(fields.get(VERSION, "0"))
     data = yaml.safe_load(fields[TEXT])
     data["redis"] = {**data.get("redis", {}), "url": local.redis.url}
     if local.exporter.listen is not None:
         data.setdefault("exporter", {})["listen"] = local.exporter.listen
-    config = parse_config(data, source=f"applied config v{version} of {local.redis.prefix}")
+    try:
+        config = parse_config(data, source=f"applied config v{version} of {local.redis.prefix}")
+    except ConfigError as exc:
+        raise AppliedConfigUnreadable(
+            f"{exc}: this fairctl cannot read the config its queue group runs, so it will not run another; "
+            "another release applied it: upgrade this process, or apply a config it reads with fairctl config "
+            "apply") from None
     return Applied(config=config, moves=Moves.parse(fields.get(MOVES, "")), fingerprint=fields[FINGERPRINT],
                    version=version, applied_at=int(fields.get(APPLIED_MS, "0")) / 1000.0)
-
-
-def with_local(config: Config, local: Config) -> Config:
-    """``config`` with ``local``'s process-local settings (URL, listen address, source)."""
-    return replace(config, redis=replace(config.redis, url=local.redis.url),
-                   exporter=replace(config.exporter, listen=local.exporter.listen), source=local.source)
 
 
 def differences(old: Config, new: Config) -> list[str]:

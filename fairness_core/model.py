@@ -43,7 +43,7 @@ class Model:
     value derived from the config comes from ``settings``, the same object the script is built from."""
 
     def __init__(self, config: Config) -> None:
-        self._use(config, Moves())
+        self._use(config, NO_MOVES)
         self.stats: dict[str, int] = {}
         self.swrr: dict[str, float] = {}
         self.paused: set[str] = set()
@@ -333,7 +333,10 @@ class Model:
 
     def ack_and_pop(self, now: int, done: Sequence[Lease], max_jobs: int = 1, *,
                     classes: Sequence[str] | None = None) -> Popped:
-        """The acks, then the pop, in one step, as the Lua's ``pop`` with acks does it."""
+        """The acks, then the pop, in one step, as the Lua's ``pop`` with acks does it (nothing
+        done when a class is unknown)."""
+        for name in classes or ():
+            self.config.class_index(name)
         acked = [self.ack(now, lease) for lease in done]
         return Popped(acked=acked, leases=self.pop(now, max_jobs, classes=classes))
 

@@ -8,6 +8,7 @@ and nothing is lost or half-written when a worker or the connection dies between
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -66,7 +67,9 @@ class Scheduler:
         self._clock = clock
         self._fixed_keys = self.keys.fixed()
         self.applied: Applied | None = None
-        self._compile(config, Moves())
+        self._ran = False  # a script call has run: a sync from now on follows a change, not a start
+        self._sync_lock = threading.Lock()
+        self._compile(config, NO_MOVES)
         # Enqueues refused near maxmemory; every process that changes the queues refuses an evicting Redis.
         self.memory = MemoryGuard(client, config.redis.memory_headroom)
 
@@ -95,7 +98,9 @@ class Scheduler:
             script = self._enqueue_script if enqueue else self._script
             try:
                 with redis_errors(self.client):
-                    return script(keys=self._fixed_keys, args=self._argv(*build()))
+                    reply = script(keys=self._fixed_keys, args=self._argv(*build()))
+                self._ran = True
+                return reply
             except redis.ResponseError as exc:
                 if not str(exc).startswith(STALE):
                     raise _script_error(exc) from None
@@ -106,11 +111,16 @@ class Scheduler:
 
     def sync(self) -> Applied:
         """Run the group's applied config from now on; a group with none applies this process's
-        own (the first process of a new group sets its policy; every later one follows it)."""
+        own (the first process of a new group sets its policy; every later one follows it). One
+        thread at a time: the slots of a worker refused together switch, and say so, once."""
+        with self._sync_lock:
+            return self._sync()
+
+    def _sync(self) -> Applied:
         stored = self._stored()
         if not stored:
             try:
-                self._apply_script(self.file_config, Moves(), expect="", rebase=False)
+                self._apply_script(self.file_config, NO_MOVES, expect="", rebase=False, check=False)
                 log.info("queue group %s had no applied config: applied %s", self.keys.prefix,
                          self.file_config.source or "this process's config")
             except ConfigConflict:
@@ -118,10 +128,9 @@ class Scheduler:
             stored = self._stored()
         applied = from_stored(stored, self.file_config)
         if applied.fingerprint != self.settings.fingerprint:
-            first = self.applied is None
             changes = differences(self.config, applied.config) or ["moves: " + applied.moves.text()]
             self._compile(applied.config, applied.moves)
-            if first:
+            if not self._ran and self.applied is None:
                 log.warning("following the applied config v%d of queue group %s, which differs from %s: %s",
                             applied.version, self.keys.prefix, self.file_config.source or "this process's config",
                             "; ".join(changes))
@@ -153,7 +162,8 @@ class Scheduler:
         before = previous.config if previous else self.config
         rebase = previous is not None and dict(derive(before).costs) != dict(derive(config).costs)
         seen = previous.fingerprint if previous else ""
-        version = self._apply_script(config, every, expect=seen if expect is None else expect, rebase=rebase)
+        version = self._apply_script(config, every, expect=seen if expect is None else expect, rebase=rebase,
+                                     check=True)
         self._compile(config, every)
         moved = 0
         while (n := int(self._call("move", MOVE_BATCH))) > 0:
@@ -162,10 +172,12 @@ class Scheduler:
         return ApplyOutcome(version=version, fingerprint=self.settings.fingerprint,
                             changes=tuple(differences(before, config)), moved=moved)
 
-    def _apply_script(self, config: Config, moves: Moves, *, expect: str, rebase: bool) -> int:
-        """The ``apply`` op, run by the script compiled from ``config``; the version applied."""
+    def _apply_script(self, config: Config, moves: Moves, *, expect: str, rebase: bool, check: bool) -> int:
+        """The ``apply`` op, run by the script compiled from ``config``; the version applied.
+        ``check``: refuse to strand jobs (a group's first config, adopted, is not checked)."""
         script = self.client.register_script(script_source(derive(config, moves), allow_oom=True))
-        args = self._argv("apply", expect, shared_text(config), moves.text(), "1" if rebase else "0")
+        args = self._argv("apply", expect, shared_text(config), moves.text(), "1" if rebase else "0",
+                          "1" if check else "0")
         with redis_errors(self.client):
             reply = script(keys=self._fixed_keys, args=args)
         kind = _text(reply[0])

@@ -218,6 +218,8 @@ def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: l
     lua = Scheduler(config, client, clock=lambda: clock[0])
     model = Model(config)
     leases: list[Lease] = []
+    accepted: set[str] = set()
+    finished: set[str] = set()
     for step, op in enumerate(ops):
         if op[0] == "sleep":
             clock[0] += op[1]
@@ -225,13 +227,43 @@ def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: l
         got_lua = _apply(lua, op, None, leases)
         got_model = _apply(model, op, clock[0], leases)
         assert got_lua == got_model, f"step {step} {op}: lua={got_lua!r} model={got_model!r}"
+        _account(op, got_lua, leases, accepted, finished)
         if op[0] == "pop" and isinstance(got_lua, list):
             leases.extend(got_lua)
         elif op[0] == "ack_and_pop" and not isinstance(got_lua, str):
             leases.extend(got_lua.leases)
         assert read_state(lua.config, client, clock[0]) == model.state(clock[0]), f"state differs after step {step} {op}"
-        assert lua.snapshot() == model.snapshot(clock[0]), f"snapshot differs after step {step} {op}"
+        snapshot = lua.snapshot()
+        assert snapshot == model.snapshot(clock[0]), f"snapshot differs after step {step} {op}"
+        _no_job_lost_or_hidden(model.state(clock[0]), snapshot, lua.config.class_names, accepted - finished)
         clock[0] += 1
+
+
+def _account(op: tuple, got: Any, leases: list[Lease], accepted: set[str], finished: set[str]) -> None:
+    """Track the jobs Redis accepted and those that left it for good (acked, dropped)."""
+    if op[0] == "enqueue":
+        accepted.update(e.job_id for e in got if not isinstance(e, str))
+    elif op[0] == "ack" and got:
+        finished.add(leases[op[1] % len(leases)].job_id)
+    elif op[0] == "ack_and_pop" and not isinstance(got, str):
+        done = [leases[i % len(leases)] for i in op[1]] if leases else []
+        finished.update(lease.job_id for lease, ok in zip(done, got.acked) if ok)
+    elif op[0] == "drop" and not isinstance(got, str):
+        finished.update(got.done)
+
+
+def _no_job_lost_or_hidden(state: dict[str, Any], snapshot: Any, configured: tuple[str, ...], alive: set[str]) -> None:
+    """Every accepted job not yet finished is somewhere (queued, leased, retrying, dead-lettered),
+    and queued jobs under a class the config does not name show in the snapshot."""
+    present = {line.split("\t", 1)[0] for c in state["classes"].values() for q in c["queues"].values() for line in q}
+    present |= set(state["leased"])
+    present |= {rec.split("\t", 4)[3] for rec in state["delayed"]}
+    present |= {line.split("\t", 6)[5] for line in state["dead"]}
+    assert present == alive, f"lost: {sorted(alive - present)}, unknown: {sorted(present - alive)}"
+    for name, c in state["classes"].items():
+        queued = sum(len(q) for q in c["queues"].values())
+        if name not in configured and queued:
+            assert snapshot.unconfigured[name].depth == queued, f"{queued} jobs of {name} hidden"
 
 
 def test_differential_catches_a_divergence(client: redis.Redis) -> None:

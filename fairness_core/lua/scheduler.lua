@@ -634,9 +634,11 @@ function ops.register()
 end
 
 -- ARGV[4]: the fingerprint the caller read ('' when none is applied), ARGV[5]: the config's text,
--- ARGV[6]: its moves' text, ARGV[7]: '1' when some tier's cost changed. Compiled from the config
--- being applied. Refused, changing nothing, when a class the config does not name still holds
--- jobs and no move says where they go, or a tier it does not name is still a queued tenant's.
+-- ARGV[6]: its moves' text, ARGV[7]: '1' when some tier's cost changed, ARGV[8]: '1' to check.
+-- Compiled from the config being applied. Checked, it is refused, changing nothing, when a class
+-- the config does not name still holds jobs and no move says where they go, or a tier it does not
+-- name is still a queued tenant's. The first config of a group (a process adopting its own) is
+-- not checked: what an older release left there is kept where it is, and shows as unconfigured.
 -- Returns {'applied', version}, {'conflict', fingerprint now applied} or
 -- {'refused', {class, jobs, ...}, {tier, ...}}.
 function ops.apply()
@@ -662,7 +664,7 @@ function ops.apply()
       end
     end
   end
-  if #refused > 0 or #tiers > 0 then
+  if ARGV[8] == '1' and (#refused > 0 or #tiers > 0) then
     table.sort(tiers)
     return {'refused', refused, tiers}
   end
