@@ -13,7 +13,7 @@ import typer
 from fairness_core.ages import human
 from fairness_core.config import ConfigError, parse_duration
 from fairness_sim.drill import External, PolicyDrill, as_json, run_policy_drill
-from fairness_sim.loadgen import LoadGenerator, LoadStats, Replay, volume_for
+from fairness_sim.loadgen import ChangeRefused, LoadGenerator, LoadStats, Replay, live_changes, volume_for
 from fairness_sim.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 from fairness_sim.simulator import scenario_config
 from fairness_sim.timescale import SpeedTooHigh, compress
@@ -56,16 +56,10 @@ VolumeOption = Annotated[float | None, typer.Option(
 
 
 def _scenario(path: Path | None, config_file: Path | None = None) -> Scenario:
-    """The scenario to replay live; refused when it changes the config mid-run, which only the
-    simulation rehearses so far (a live replay would run the first config throughout)."""
     try:
-        scenario = load_scenario(path or DEFAULT_SCENARIO, config_file)
+        return load_scenario(path or DEFAULT_SCENARIO, config_file)
     except ConfigError as exc:
         fail("SCENARIO", str(exc))
-    if scenario.config_changes:
-        fail("SCENARIO", f"{scenario.name} has config_changes: config changes are simulated only "
-                         f"(fairctl simulate {scenario.name}); drills and loadgen do not apply them live")
-    return scenario
 
 
 def _replay(scenario: Scenario, speed: float, until: str | None, volume: float | None) -> Replay:
@@ -85,6 +79,7 @@ def render(drills: list[PolicyDrill], scenario: Scenario) -> str:
         r = d.replay
         lines.append(f"policy {d.policy}: {human(r.until)} of {scenario.name} at speed {r.speed:g}, one live job per "
                      f"{r.volume:.3g} ({sum(d.load.enqueued.values()):,} live jobs; {d.wall_s:.0f}s)")
+        lines += [f"  {c}" for c in d.load.config_changes]
         rows = [("alert", "first firing", "delivered", "simulate")]
         rows += [(str(a), *("-" if t is None else human(t) for t in (a.first_firing_s, a.delivered_s, a.simulated_s)))
                  for a in d.alerts]
@@ -124,10 +119,11 @@ def drill(
 
     Per policy: a native stack (fairctl stack) with the config and rules compressed by --speed,
     the scenario's worker pools as real fairctl workers, the load generator enqueueing its
-    arrivals, Prometheus evaluating the rules every second and Alertmanager delivering to a
-    webhook. Prints each alert's first firing in scenario time (in Prometheus, at the webhook,
-    and as fairctl simulate predicts it); exits 1 when the run contradicts the scenario's expect
-    or the simulation."""
+    arrivals and applying its config_changes (compressed alike) as fairctl config apply would,
+    Prometheus evaluating the rules every second and Alertmanager delivering to a webhook. Prints
+    each alert's first firing in scenario time (in Prometheus, at the webhook, and as fairctl
+    simulate predicts it); exits 1 when the run contradicts the scenario's expect or the
+    simulation, or when Redis refuses one of its config changes."""
     scenario = _scenario(scenario_file)
     chosen = check_policies(policy or ("fifo", "weighted-fair"))
     if (redis_url is None) != (prometheus_url is None):
@@ -153,6 +149,8 @@ def drill(
                                                    on_stack=stacks.append))
             except (StackError, FileNotFoundError) as exc:
                 fail("--dir", str(exc), code=1)
+            except ChangeRefused as exc:  # run_policy_drill has stopped its stack
+                fail("SCENARIO", str(exc), code=1)
             except KeyboardInterrupt as exc:  # run_policy_drill has stopped its stack
                 names = [shown(n) for stack in stacks[len(drills):] for n in stack.stopped]
                 stopped(exc, f"stopped the {name} drill's stack ({len(names)} process(es): "
@@ -181,20 +179,26 @@ def loadgen(
 ) -> None:
     """Enqueue a scenario's arrivals into Redis in real time, for workers of your own to consume.
 
-    Time is compressed by --speed, volume thinned by --volume (see fairctl drill). Jobs carry {"service_s": S} payloads (fairctl.handlers:sleep_handlers
-    sleeps that long). Queues under the scenario config's redis.prefix; stops at the end, or on Ctrl-C or SIGTERM (exit 130 or 143)."""
+    Time is compressed by --speed, volume thinned by --volume (see fairctl drill); the scenario's
+    config_changes are applied at their time, as fairctl config apply would. Jobs carry
+    {"service_s": S} payloads (fairctl.handlers:sleep_handlers sleeps that long). Queues under the scenario config's redis.prefix; stops at the end, or on Ctrl-C or SIGTERM (exit 130 or 143)."""
     scenario = _scenario(scenario_file, config_file)
     if policy is not None:
         check_policies([policy])
     replay = _replay(scenario, speed, until, volume)
-    config = scenario_config(scenario, policy or scenario.config.scheduler.policy)
-    config = with_redis_url(config, redis_url)
+    run_policy = policy or scenario.config.scheduler.policy
+    config = with_redis_url(scenario_config(scenario, run_policy), redis_url)
+    changes = live_changes(scenario, run_policy, lambda c: with_redis_url(c, redis_url))
     stop = threading.Event()
-    generator = LoadGenerator(scenario, connect(config), replay, stop=stop)
+    generator = LoadGenerator(scenario, connect(config), replay, changes=changes, stop=stop,
+                              say=lambda line: typer.echo(f"loadgen: {line}", err=True))
     typer.echo(f"loadgen: {scenario.name}, {human(replay.until)} at speed {replay.speed:g}, one live job per "
                f"{replay.volume:.3g}, into {config.redis.prefix}", err=True)
     try:
         stats = generator.run()
+    except ChangeRefused as exc:
+        _loadgen_summary(generator.stats)
+        fail("SCENARIO", str(exc), code=1)
     except KeyboardInterrupt:  # what was enqueued so far, on stdout; the interruption's line on stderr
         stop.set()
         _loadgen_summary(generator.stats)

@@ -3,7 +3,8 @@
 Per policy: the scenario's config with that policy is compressed by the speed
 (:mod:`fairness_sim.timescale`), a stack runs it (or the workers run against a team's own Redis,
 Prometheus and Alertmanager), the load generator enqueues the scenario's arrivals through
-``Scheduler.submit``, and once the replay ends the firing alerts are read from Prometheus
+``Scheduler.submit`` and applies its config changes (compressed alike) at their time with
+``Scheduler.apply``, and once the replay ends the firing alerts are read from Prometheus
 (``ALERTS``) and from what Alertmanager delivered to the webhook receiver. Each alert's first
 firing is mapped back to scenario time and set beside the scenario's ``expect`` and beside what
 ``fairctl simulate`` predicts for the same stretch of the scenario.
@@ -27,7 +28,7 @@ from alerts.output import rules_text
 from fairness_core.config import Config
 from fairness_core.connection import redis_client
 from fairness_core.scheduler import Scheduler
-from fairness_sim.loadgen import LoadGenerator, LoadStats, Replay
+from fairness_sim.loadgen import LoadGenerator, LoadStats, Replay, live_changes
 from fairness_sim.scenario import Fired, Scenario, alert_text
 from fairness_sim.simulator import scenario_config
 from fairness_stack.servers import wait_until
@@ -168,8 +169,10 @@ def predicted(scenario: Scenario, policy: str, until: float) -> list[FiredAlert]
     return outcome.alerts or []
 
 
-def drill_config(scenario: Scenario, policy: str, replay: Replay, interval: float, prefix: str) -> Config:
-    config = compress(scenario_config(scenario, policy), replay, scrape_interval=interval)
+def drill_config(config: Config, replay: Replay, interval: float, prefix: str) -> Config:
+    """``config`` as a drill runs it: compressed, under the drill's own prefix (the first config and
+    every change alike)."""
+    config = compress(config, replay, scrape_interval=interval)
     return dataclasses.replace(config, redis=dataclasses.replace(config.redis, prefix=prefix))
 
 
@@ -184,7 +187,8 @@ def run_policy_drill(scenario: Scenario, policy: str, replay: Replay, directory:
     result = PolicyDrill(policy, replay)
     say(f"{policy}: simulating the same {replay.until:g}s of the scenario for comparison")
     prediction = {_key(a.alert, a.labels): a.first_firing_s for a in predicted(scenario, policy, replay.until)}
-    config = drill_config(scenario, policy, replay, interval, prefix=f"drill-{policy}")
+    prefix = f"drill-{policy}"
+    config = drill_config(scenario_config(scenario, policy), replay, interval, prefix)
     if (directory / policy).exists():  # a drill starts from empty queues, never an earlier run's
         shutil.rmtree(directory / policy)
     stack = Stack(directory / policy)
@@ -203,7 +207,9 @@ def run_policy_drill(scenario: Scenario, policy: str, replay: Replay, directory:
         scheduler = Scheduler(config, redis_client(state.redis_url))
         say(f"{policy}: replaying {replay.until:g} scenario seconds in {replay.real_seconds(replay.until):.0f}s "
             f"(speed {replay.speed:g}, one live job per {replay.volume:.3g})")
-        result.load = LoadGenerator(scenario, scheduler, replay).run()
+        changes = live_changes(scenario, policy, lambda c: drill_config(c, replay, interval, prefix))
+        result.load = LoadGenerator(scenario, scheduler, replay, changes=changes,
+                                    say=lambda line: say(f"{policy}: {line}")).run()
         time.sleep(SETTLE_EVALUATIONS * interval)
         t0, end = result.load.started_at, time.time()
         fired = firing_from_prometheus(state.prometheus_url, t0, end, max(QUERY_STEP_S, (end - t0) / MAX_POINTS),
@@ -275,5 +281,6 @@ def as_json(scenario: Scenario, drills: Sequence[PolicyDrill]) -> dict[str, Any]
             "disagreements_with_simulate": d.disagreements,
             "load": {"enqueued": dict(d.load.enqueued), "rejected": dict(d.load.rejected),
                      "max_lag_s": round(d.load.max_lag_s, 3), "retries": d.load.retries},
+            "config_changes": [{"at_s": c.at_s, "changes": list(c.changes)} for c in d.load.config_changes],
         } for d in drills},
     }

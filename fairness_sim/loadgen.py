@@ -8,6 +8,11 @@ included) and every job's service time is multiplied by it, so the fleet's capac
 alike: the backlog in jobs over the throughput in jobs per second, i.e. every queue's age, keeps
 its shape, and so do the shares. Each job's payload carries its live service time as
 ``{"service_s": s}``, which :data:`fairctl.handlers.sleep_handlers` sleeps for.
+
+Config changes: at scenario second ``at`` (so at ``at / speed`` real seconds, like an arrival)
+the change's config, made live the same way as the first one, is applied with
+:meth:`Scheduler.apply` as ``fairctl config apply`` would, and every process of the group
+(workers, exporter, this generator) follows it within its next call.
 """
 
 from __future__ import annotations
@@ -16,15 +21,19 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from fairness_core.jobs import RedisUnavailable
+from fairness_core.ages import human
+from fairness_core.config import Config
+from fairness_core.config_store import ConfigRefused, Moves
+from fairness_core.jobs import FairnessError, RedisUnavailable
 from fairness_core.scheduler import Scheduler
 
 from .arrivals import all_arrivals, service_samplers
-from .scenario import Burst, Scenario, Service, Stream
+from .scenario import Burst, ConfigChange, Scenario, Service, Stream
+from .simulator import AppliedChange, change_config
 
 RETRY_EVERY_S = 0.5
 PIPELINE_CHUNK = 500  # jobs per pipelined round trip in a burst (Redis serves other clients between them)
@@ -74,28 +83,46 @@ def volume_for(scenario: Scenario, speed: float, *, max_rate: float, max_burst: 
     return max(1.0, needed, largest_burst / max_burst)
 
 
+def live_changes(scenario: Scenario, policy: str, live: Callable[[Config], Config]) -> tuple[ConfigChange, ...]:
+    """The scenario's config changes under ``policy``, each config made live by ``live``: the same
+    transform (compression, prefix, Redis URL) that made the first config live, so an apply
+    changes only what the scenario's patch changes."""
+    return tuple(replace(c, config=live(change_config(c, policy))) for c in scenario.config_changes)
+
+
+class ChangeRefused(FairnessError):
+    """A scenario's config change Redis refused: the rest of the replay would rehearse the config
+    before it, so the replay stops."""
+
+
 @dataclass
 class LoadStats:
     """What the generator did: live jobs queued and rejected by budgets per stream, how late it
-    ran behind the schedule at worst (real s), and enqueue attempts retried while Redis was away."""
+    ran behind the schedule at worst (real s), enqueue attempts retried while Redis was away, and
+    the config changes applied (at their scenario time)."""
 
     started_at: float = 0.0  # wall-clock epoch seconds of scenario time 0
     enqueued: Counter[str] = field(default_factory=Counter)
     rejected: Counter[str] = field(default_factory=Counter)
     max_lag_s: float = 0.0
     retries: int = 0
+    config_changes: list[AppliedChange] = field(default_factory=list)
 
 
 class LoadGenerator:
     """Replays ``scenario`` against ``scheduler``; :meth:`run` returns when ``until`` is reached or
     ``stop`` is set. Single arrivals keep the scenario's own seed, so the same jobs arrive as in
-    ``fairctl simulate``."""
+    ``fairctl simulate``. ``changes`` (see :func:`live_changes`) are applied at their time, each
+    one's changes passed to ``say``."""
 
     def __init__(self, scenario: Scenario, scheduler: Scheduler, replay: Replay, *,
+                 changes: Sequence[ConfigChange] = (), say: Callable[[str], None] = lambda _: None,
                  stop: threading.Event | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.scenario = scenario
         self.scheduler = scheduler
         self.replay = replay
+        self.changes = [c for c in changes if c.at < replay.until]
+        self.say = say
         self.stop = stop or threading.Event()
         self._clock = clock
         self._seen = [0] * len(scenario.streams)  # scenario jobs per stream so far
@@ -131,14 +158,19 @@ class LoadGenerator:
         return self.stats
 
     def _replay(self, start: float, bursts: ThreadPoolExecutor) -> None:
-        """Every arrival at its time; bursts handed to ``bursts`` and waited for at the end."""
+        """Every arrival and config change at its time (a change before an arrival at the same
+        time); bursts handed to ``bursts`` and waited for at the end."""
         pending = []
+        changes = iter(self.changes)
+        change = next(changes, None)
         for arrival in all_arrivals(self.scenario, self.replay.until):
-            due = start + self.replay.real_seconds(arrival.at)
-            delay = due - self._clock()
-            if (delay > 0 and self.stop.wait(delay)) or self.stop.is_set():
+            while change is not None and change.at <= arrival.at:
+                if not self._wait(start, change.at):
+                    break
+                self._apply(change)
+                change = next(changes, None)
+            if not self._wait(start, arrival.at):
                 break
-            self.stats.max_lag_s = max(self.stats.max_lag_s, self._clock() - due)
             stream = self.scenario.streams[arrival.stream]
             for tenant, n in arrival.tenants:
                 payloads = [{"service_s": round(self.replay.live_service_s(self._service[arrival.stream]()), 4)}
@@ -149,8 +181,33 @@ class LoadGenerator:
                         pending.append(bursts.submit(self._submit, *job))
                     else:
                         self._submit(*job)
+        while change is not None and self._wait(start, change.at):  # changes after the last arrival
+            self._apply(change)
+            change = next(changes, None)
         for done in pending:
             done.result()
+
+    def _wait(self, start: float, at: float) -> bool:
+        """Until scenario second ``at`` is due (False: stopped first); records how late it ran."""
+        due = start + self.replay.real_seconds(at)
+        delay = due - self._clock()
+        if (delay > 0 and self.stop.wait(delay)) or self.stop.is_set():
+            return False
+        self.stats.max_lag_s = max(self.stats.max_lag_s, self._clock() - due)
+        return True
+
+    def _apply(self, change: ConfigChange) -> None:
+        """Apply ``change`` as ``fairctl config apply`` does, from a scheduler of its own: this
+        generator's producer follows it on its next enqueue, like every other process."""
+        applier = Scheduler(change.config, self.scheduler.client)
+        try:
+            outcome = applier.apply(change.config, moves=Moves(classes=dict(change.moves)))
+        except ConfigRefused as exc:
+            raise ChangeRefused(f"the config change at {human(change.at)}: {exc}") from exc
+        applied = AppliedChange(change.at, outcome.changes)
+        self.stats.config_changes.append(applied)
+        moved = f"; {outcome.moved:,} job(s) moved" if outcome.moved else ""
+        self.say(f"{applied} (v{outcome.version}{moved})")
 
     def _submit(self, stream: Stream, tenant: str, payloads: list[object]) -> None:
         """Queue ``payloads``, retrying while Redis is unavailable (a lost reply may then queue a

@@ -3,39 +3,49 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+import yaml
+from typer.testing import CliRunner
 
 from alerts.rules import starving_for
+from fairctl.cli import app
 from fairness_core import Scheduler
 from fairness_core.jobs import InvalidJob
 from fairness_sim.arrivals import all_arrivals
-from fairness_sim.loadgen import LoadGenerator, Replay, volume_for
+from fairness_sim.loadgen import LoadGenerator, Replay, live_changes, volume_for
 from fairness_sim.scenario import (
     DEFAULT_SCENARIO,
     Scenario,
     load_scenario,
     parse_scenario,
 )
+from fairness_sim.simulator import scenario_config
 from fairness_sim.timescale import SpeedTooHigh, compress
 
-from .conftest import EXAMPLE_CONFIG, make_config
+from .conftest import EXAMPLE_CONFIG, GivenRedis, make_config
 from .support import totals
 
 
+def scenario_data(name: str, duration: str, prefix: str, streams: list[dict[str, Any]],
+                  **more: Any) -> dict[str, Any]:
+    """A scenario on the example config under the queue group ``prefix``."""
+    return {"name": name, "duration": duration, "seed": 7, "config": str(EXAMPLE_CONFIG),
+            "config_patch": {"redis.prefix": prefix}, "workers": [{"name": "w", "count": 2}], "streams": streams,
+            **more}
+
+
 def small_scenario(config_prefix: str) -> Scenario:
-    return parse_scenario({
-        "name": "small", "duration": "10m", "seed": 7, "config": str(EXAMPLE_CONFIG),
-        "config_patch": {"redis.prefix": config_prefix},
-        "workers": [{"name": "w", "count": 2}],
-        "streams": [
-            {"name": "burst", "task": "newsletter", "tenant": "acme", "arrivals": {"burst": {"at": "0s", "count": 1000}},
-             "service_s": {"constant": 2}},
-            {"name": "resets", "task": "password_reset", "tenant": {"pool": 5, "prefix": "shop-"},
-             "arrivals": {"constant": {"rate_per_s": 1}}, "service_s": {"constant": 1}},
-        ],
-    }, source="small.yaml")
+    return parse_scenario(scenario_data("small", "10m", config_prefix, [
+        {"name": "burst", "task": "newsletter", "tenant": "acme", "arrivals": {"burst": {"at": "0s", "count": 1000}},
+         "service_s": {"constant": 2}},
+        {"name": "resets", "task": "password_reset", "tenant": {"pool": 5, "prefix": "shop-"},
+         "arrivals": {"constant": {"rate_per_s": 1}}, "service_s": {"constant": 1}},
+    ]), source="small.yaml")
 
 
 def test_submit_many_queues_each_job_as_submit_does(client: redis.Redis) -> None:
@@ -60,6 +70,67 @@ def test_replay_keeps_every_volume_th_job_and_each_stream_first(client: redis.Re
     jobs = scheduler.pop(50)
     # Live service time: scenario time x volume / speed.
     assert {lease.payload["service_s"] for lease in jobs if lease.task == "newsletter"} == {round(2 * 10 / 600, 4)}
+
+
+FLIP = {"classes[1].weight": 10, "classes[2].weight": 20}  # jobs:medium 20 -> 10, jobs:low 10 -> 20
+WITHOUT_LOW = {"classes": yaml.safe_load(EXAMPLE_CONFIG.read_text())["classes"][:2],
+               "classification[2].class": "jobs:medium"}
+
+
+def changing(prefix: str, change: dict[str, Any]) -> dict[str, Any]:
+    """A minute with jobs:medium and jobs:low backlogged from 0s and one config change at 30s."""
+    backlogs = [{"name": name, **job, "tenant": name, "arrivals": {"burst": {"at": "0s", "count": 100}},
+                 "service_s": {"constant": 1}}
+                for name, job in (("medium", {"class": "jobs:medium"}), ("low", {"task": "newsletter"}))]
+    return scenario_data("changing", "1m", prefix, backlogs, config_changes=[{"at": "30s", **change}])
+
+
+@pytest.mark.parametrize("until", [29, 60])
+def test_a_config_change_is_applied_live_at_its_time_and_every_process_follows(client: redis.Redis,
+                                                                                until: float) -> None:
+    """Weights flipped at 30s (0.5 real s at speed 60): a replay stopping before it leaves v1 and
+    the old shares; one running past it applies v2 then, which a process started on the old
+    config follows on its next pop."""
+    scenario = parse_scenario(changing(make_config().redis.prefix, {"patch": FLIP}), source="changing.yaml")
+    first = scenario_config(scenario, "weighted-fair")
+    replay = Replay(speed=60, volume=1, until=until)
+    said: list[str] = []
+    stats = LoadGenerator(scenario, Scheduler(first, client), replay,
+                          changes=live_changes(scenario, "weighted-fair", lambda c: c), say=said.append).run()
+    worker = Scheduler(first, client)
+    popped = Counter(lease.queue for lease in worker.pop(30))
+    applied = worker.read_applied()
+    assert applied is not None and worker.settings.fingerprint == applied.fingerprint  # the worker follows it
+    weights = {c.name: c.weight for c in applied.config.classes}
+    if until < 30:
+        assert (applied.version, said, weights["jobs:low"], popped) == (1, [], 10, {"jobs:medium": 20, "jobs:low": 10})
+        return
+    assert said == ["30s: config applied: classes.jobs:medium.weight: 20 -> 10; classes.jobs:low.weight: 10 -> 20 (v2)"]
+    assert [str(c) for c in stats.config_changes] == [said[0].removesuffix(" (v2)")]
+    assert (applied.version, weights["jobs:medium"], weights["jobs:low"]) == (2, 10, 20)
+    assert applied.applied_at - stats.started_at == pytest.approx(replay.real_seconds(30), abs=0.25)
+    assert popped == {"jobs:medium": 10, "jobs:low": 20}
+
+
+@pytest.mark.parametrize(("moves", "code", "says"), [
+    ({"jobs:low": "jobs:medium"}, 0, "loadgen: 30s: config applied: classes.jobs:low: removed"),
+    ({}, 1, ("fairctl: error: SCENARIO: the config change at 30s: config not applied: class 'jobs:low' still "
+             "holds 100 job(s)")),
+])
+def test_fairctl_loadgen_applies_a_change_or_fails_with_its_refusal(tmp_path: Path, redis_server: Any,
+                                                                     moves: dict[str, str], code: int,
+                                                                     says: str) -> None:
+    """jobs:low removed at 30s while it holds the burst: applied with a move (the jobs moved), else
+    refused, which stops the replay there with Redis's reason."""
+    if isinstance(redis_server, GivenRedis):
+        pytest.skip("fairctl loadgen on the test's own redis-server")
+    scenario = tmp_path / "changing.yaml"
+    scenario.write_text(yaml.safe_dump(changing(make_config().redis.prefix, {"patch": WITHOUT_LOW, "moves": moves})))
+    result = CliRunner().invoke(app, ["loadgen", str(scenario), "--redis-url", redis_server.url, "--speed", "60"])
+    assert result.exit_code == code, result.output
+    assert says in result.output
+    assert ("100 job(s) moved" in result.output) == (code == 0)
+    assert "enqueued 200 jobs" in result.output
 
 
 def test_volume_is_set_by_the_largest_burst_and_the_fleet_rate() -> None:

@@ -155,11 +155,3 @@ def test_fairctl_simulate_storm_reweight_says_what_changed_and_when(tmp_path: Pa
     assert "policy fifo" in result.stdout
     assert "  20m0s: config applied: scheduler.policy: fifo -> weighted-fair;" in result.stdout
     assert "classes.jobs:low.weight: 10 -> 5" in result.stdout
-
-
-@pytest.mark.parametrize("command", ["drill", "loadgen"])
-def test_live_replays_refuse_config_changes(command: str) -> None:
-    """A live replay would run the first config throughout: refused, pointing at the simulation."""
-    result = CliRunner().invoke(app, [command, "storm-reweight"])
-    assert result.exit_code == 2
-    assert "config changes are simulated only (fairctl simulate storm-reweight)" in result.output
