@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import time
@@ -136,7 +135,9 @@ def status(
     interval: Annotated[float, typer.Option(
         metavar="SECONDS", min=0, max=3600, help="Seconds between the two snapshots the realised share is measured over "
                               "(0: one snapshot, no share).")] = 1.0,
-    top: Annotated[int, typer.Option(metavar="N", min=1, max=100, help="Most backlogged tenants to list per class.")] = 3,
+    top: Annotated[int, typer.Option(metavar="N", min=1, max=100, help=(
+        "Most backlogged tenants to list per class (at most the larger of the applied exporter.topk_tenants "
+        "and 10: the snapshot reads no more)."))] = 3,
     as_json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     config: ConfigOption = DEFAULT_CONFIG,
     redis_url: RedisUrlOption = None,
@@ -148,7 +149,7 @@ def status(
     backlogged tenants of each class, the jobs under classes the config does not name (nothing
     serves them), and Redis's memory against maxmemory with its eviction policy."""
     cfg = load(config, redis_url)
-    scheduler = connect(dataclasses.replace(cfg, exporter=dataclasses.replace(cfg.exporter, topk_tenants=top)))
+    scheduler = connect(cfg)  # runs the group's applied config, whatever the file says
     with clear_errors():
         before = scheduler.snapshot() if interval else None
         time.sleep(interval)
