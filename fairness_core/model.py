@@ -126,6 +126,10 @@ class Model:
                 held[queue] = held.get(queue, 0) + value
         return sorted(held), held
 
+    def _pool_index(self, name: str) -> int:
+        """The class a pool limited to ``name`` serves, as the Scheduler's: a moved class's target."""
+        return self.config.class_index(self.settings.moved.get(name, name))
+
     def _cost_of(self, tier: str) -> int:
         """As the Lua's ``cost_of``."""
         s = self.settings
@@ -336,14 +340,14 @@ class Model:
         """The acks, then the pop, in one step, as the Lua's ``pop`` with acks does it (nothing
         done when a class is unknown)."""
         for name in classes or ():
-            self.config.class_index(name)
+            self._pool_index(name)
         acked = [self.ack(now, lease) for lease in done]
         return Popped(acked=acked, leases=self.pop(now, max_jobs, classes=classes))
 
     def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Record]:
         """Like :meth:`pop`, returning the model's own records (cheaper for the simulator)."""
         self._release_delayed(now, 100)
-        allowed = set(range(len(self.names))) if classes is None else {self.config.class_index(c) for c in classes}
+        allowed = set(range(len(self.names))) if classes is None else {self._pool_index(c) for c in classes}
         s = self.settings
         depth = [self.stats.get(f"depth{SEP}{n}", 0) for n in self.names]
         inflight = [self.stats.get(f"inflight{SEP}{n}", 0) for n in self.names]

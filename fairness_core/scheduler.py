@@ -276,7 +276,8 @@ class Scheduler:
                     classes: Sequence[str] | None = None) -> Popped:
         """Complete ``done`` (each exactly as :meth:`ack` would) and lease the next jobs, in one
         script call: a worker pays one round trip per job instead of two, the way BullMQ's
-        move-to-finished hands back the next job. The acks are applied before the pop."""
+        move-to-finished hands back the next job. The acks are applied before the pop. A class of
+        ``classes`` that the applied config moved stands for the class its jobs went to."""
         if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or not 1 <= max_jobs <= MAX_POP:
             raise ValueError(f"max_jobs: expected 1..{MAX_POP}, got {max_jobs!r}")
         if classes is not None and not classes:
@@ -284,7 +285,9 @@ class Scheduler:
         settle = [arg for lease in done for arg in (lease.job_id, lease.attempts)]
 
         def build() -> tuple[object, ...]:
-            allowed = "" if classes is None else ",".join(str(self._class_index(c, "classes") + 1) for c in classes)
+            # A pool of a class the applied config moved serves where its jobs went.
+            allowed = "" if classes is None else ",".join(
+                str(self._class_index(self.moves.classes.get(c, c), "classes") + 1) for c in classes)
             return ("pop", max_jobs, allowed, *settle)
 
         self.memory.ensure_policy()

@@ -60,6 +60,26 @@ def test_stack_up_serves_every_part_and_down_leaves_nothing(tmp_path: Path) -> N
     status = run_fairctl("stack", "status", "--dir", str(tmp_path))
     assert status.returncode == 1 and "no service" in status.stdout
 
+    # Re-running `up` with an edited config applies it, since its processes follow what Redis has
+    # applied, not their file; one that would strand the queued jobs:low job is refused.
+    example = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    edits = tmp_path / "edits"
+    edits.mkdir()
+    no_low = {**example, "classes": [c for c in example["classes"] if c["name"] != "jobs:low"],
+              "classification": [r for r in example["classification"] if r["class"] != "jobs:low"]}
+    heavier = {**example, "classes": [{**example["classes"][0], "weight": 60}, *example["classes"][1:]]}
+    for name, data in (("no-low.yaml", no_low), ("heavier.yaml", heavier)):
+        (edits / name).write_text(yaml.safe_dump(data))
+    refused = run_fairctl("stack", "up", "--dir", str(tmp_path), "--config", str(edits / "no-low.yaml"), "--slots", "2")
+    assert refused.returncode == 1 and "--move jobs:low=CLASS" in refused.stderr, refused.stderr
+    assert [s["name"] for s in _services(tmp_path) if _alive(int(s["pid"]))] == []
+    applied = run_fairctl("stack", "up", "--dir", str(tmp_path), "--config", str(edits / "heavier.yaml"), "--slots", "2")
+    try:
+        assert applied.returncode == 0, applied.stderr
+        assert "config v2 applied\n  classes.jobs:high.weight: 70 -> 60\n" in applied.stdout
+    finally:
+        assert run_fairctl("stack", "down", "--dir", str(tmp_path)).returncode == 0
+
 
 @pytest.mark.slow
 def test_short_storm_drill_pages_for_password_resets_under_fifo(tmp_path: Path) -> None:
@@ -98,22 +118,3 @@ def test_drill_rejects_bad_arguments_naming_them(args: list[str], argument: str,
     assert run.stderr.startswith(f"fairctl: error: {argument}: ") and words in run.stderr
     assert "Traceback" not in run.stderr
 
-    # Re-running `up` with an edited config applies it, since its processes follow what Redis has
-    # applied, not their file; one that would strand the queued jobs:low job is refused.
-    example = yaml.safe_load(EXAMPLE_CONFIG.read_text())
-    edits = tmp_path / "edits"
-    edits.mkdir()
-    no_low = {**example, "classes": [c for c in example["classes"] if c["name"] != "jobs:low"],
-              "classification": [r for r in example["classification"] if r["class"] != "jobs:low"]}
-    heavier = {**example, "classes": [{**example["classes"][0], "weight": 60}, *example["classes"][1:]]}
-    for name, data in (("no-low.yaml", no_low), ("heavier.yaml", heavier)):
-        (edits / name).write_text(yaml.safe_dump(data))
-    refused = run_fairctl("stack", "up", "--dir", str(tmp_path), "--config", str(edits / "no-low.yaml"), "--slots", "2")
-    assert refused.returncode == 1 and "--move jobs:low=CLASS" in refused.stderr, refused.stderr
-    assert [s["name"] for s in _services(tmp_path) if _alive(int(s["pid"]))] == []
-    applied = run_fairctl("stack", "up", "--dir", str(tmp_path), "--config", str(edits / "heavier.yaml"), "--slots", "2")
-    try:
-        assert applied.returncode == 0, applied.stderr
-        assert "config v2 applied\n  classes.jobs:high.weight: 70 -> 60\n" in applied.stdout
-    finally:
-        assert run_fairctl("stack", "down", "--dir", str(tmp_path)).returncode == 0
