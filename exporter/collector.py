@@ -198,8 +198,8 @@ class FairnessCollector(Collector):
         reading = self._reading(config.exporter.scrape_timeout)
         if reading is not None:
             self._add_snapshot(families, reading.snapshot)
-            applied = getattr(self.scheduler, "applied", None)  # the simulator's stand-in has none
-            if applied is not None:
+            if self._live:  # the simulator's stand-in has no applied config
+                applied = self.scheduler.applied or self.scheduler.sync()  # read once; a change syncs again
                 families.add(m.CONFIG_VERSION, applied.version, fingerprint=applied.fingerprint)
             if reading.memory is not None:
                 self._add_memory(families, reading.memory)

@@ -157,7 +157,7 @@ class Scheduler:
         if config.redis.prefix != self.keys.prefix:
             raise ValueError(f"redis.prefix: {config.redis.prefix!r} is another queue group than {self.keys.prefix!r}")
         previous = self.read_applied()
-        every = (previous.moves.carried(config) if previous else Moves()).merged(moves)
+        every = (previous.moves.carried(config) if previous else NO_MOVES).merged(moves)
         every.check(config)
         before = previous.config if previous else self.config
         rebase = previous is not None and dict(derive(before).costs) != dict(derive(config).costs)

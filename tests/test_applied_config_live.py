@@ -277,7 +277,10 @@ def test_jobs_an_upgraded_group_left_under_an_unnamed_class_are_served_and_alert
                  f"{JOBS_UNDER_UNCONFIGURED_CLASS} firing for {LOW}")
         moved = Scheduler(after, client).apply(after, moves=Moves(classes={LOW: MEDIUM}))
         assert moved.moved == 37
-        assert not scrape(exporter.url).series(m.UNCONFIGURED_JOBS.name), "nothing left unconfigured"
+        later = scrape(exporter.url)
+        assert not later.series(m.UNCONFIGURED_JOBS.name), "nothing left unconfigured"
+        assert served.series(m.CONFIG_VERSION.name) == {((m.FINGERPRINT, applied.fingerprint),): 1}
+        assert later.series(m.CONFIG_VERSION.name) == {((m.FINGERPRINT, moved.fingerprint),): 2}, "followed the apply"
         wait_for(lambda: not prometheus.query(firing), 60, f"{JOBS_UNDER_UNCONFIGURED_CLASS} resolved")
 
 
