@@ -51,6 +51,13 @@ def check_url(url: str) -> None:
                          "password (%3F, %23)")
     if is_cluster(url) and options.get("db", 0) != 0:
         raise ValueError("a Redis Cluster has only database 0; drop the /<db> from the URL")
+    host = options.get("host")
+    try:  # what the socket does with it: a host such as "." (an unencoded @ in the password) fails there
+        if isinstance(host, str):
+            host.encode("idna")
+    except UnicodeError:
+        raise ValueError("the URL's host is not a host name; percent-encode characters such as / ? # @ : in "
+                         "the user name and password") from None
 
 
 def location(url: str) -> str:

@@ -129,6 +129,9 @@ def _kill_workers(pool: ProcessPoolExecutor) -> None:
         process.kill()  # a worker killed before its setpgid had no group of its own
     for process in workers:
         process.join(timeout=5)
+    # The pool's manager thread sees its workers gone and ends; joined now, the interpreter's exit
+    # has nothing left to wake (waking it there races its pipe's close and prints a traceback).
+    pool.shutdown(wait=True)
 
 
 def alert_label(alert: FiredAlert) -> str:
