@@ -23,6 +23,19 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = ROOT / "fairness.yaml"
 REDIS_URL_VARIABLE = "FAIRCTL_TEST_REDIS_URL"
 _prefixes = itertools.count()
+# Modules whose tests start a whole stack (tests/test_drill.py, tests/test_interrupts.py): a stack
+# prefers the compose ports (6379, 9090, ...), so two at once on one machine would race for them.
+STACK_MODULES = frozenset({"test_drill", "test_interrupts"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup``: a module's tests run in one worker, as they
+    share its module-scoped servers (and a ``GivenRedis``'s key prefixes count per process); the
+    stack-starting modules share one group, so no two stacks start at once."""
+    for item in items:
+        module = getattr(item, "module", None)
+        name = module.__name__.rsplit(".", 1)[-1] if module is not None else item.nodeid
+        item.add_marker(pytest.mark.xdist_group("stacks" if name in STACK_MODULES else name))
 
 
 @dataclass(frozen=True)

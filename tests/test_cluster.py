@@ -81,7 +81,7 @@ def prefixes_one_per_master(cluster: RedisClusterServers) -> list[str]:
 def test_scheduler_and_exporter_suites_pass_on_the_cluster(cluster: RedisClusterServers) -> None:
     env = {**os.environ, REDIS_URL_VARIABLE: cluster.url, "PYTHONPATH": str(ROOT)}
     deselect = [arg for test in NOT_ON_A_CLUSTER for arg in ("--deselect", test)]
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITES, *deselect],
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *SUITES, *deselect],
                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and " skipped" not in run.stdout, run.stdout[-500:]
