@@ -25,7 +25,7 @@ from .common import (
     load,
     open_scheduler,
 )
-from .status_view import as_json, class_statuses, memory_line, render
+from .status_view import as_json, class_statuses, config_line, memory_line, render
 
 app = typer.Typer()
 
@@ -156,11 +156,13 @@ def status(
         after = scheduler.snapshot()
         dead = scheduler.dead_letter_counts()
         memory = read_memory(scheduler.client)
+        applied = scheduler.applied or scheduler.sync()
     rows = class_statuses(scheduler.config, before, after, top, dead)
     unconfigured = sorted(after.unconfigured.values(), key=lambda u: u.name)
     headroom = scheduler.config.redis.memory_headroom
     if as_json_output:
-        typer.echo(json.dumps(as_json(rows, interval, unconfigured=unconfigured, memory=memory, headroom=headroom),
-                              indent=2))
+        typer.echo(json.dumps(as_json(rows, interval, unconfigured=unconfigured, memory=memory, headroom=headroom,
+                                      applied=applied), indent=2))
     else:
-        typer.echo(render(rows, interval, unconfigured=unconfigured, memory=memory_line(memory, headroom)))
+        typer.echo(render(rows, interval, unconfigured=unconfigured, memory=memory_line(memory, headroom),
+                          config=config_line(applied, after.time)))

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from fairness_core import Config, MemoryInfo, Snapshot
 from fairness_core.ages import format_age
+from fairness_core.config_store import Applied
 from fairness_core.memory import SAFE_POLICY
 from fairness_core.snapshot import UnconfiguredClass
 
@@ -84,10 +85,17 @@ def memory_line(memory: MemoryInfo, headroom: float) -> str:
     return f"{used}; {policy}"
 
 
+def config_line(applied: Applied, now: float) -> str:
+    """Which config the group runs: what every process of it follows (see ``fairctl config show``)."""
+    return (f"config: v{applied.version} of queue group {applied.config.redis.prefix} (fingerprint "
+            f"{applied.fingerprint}), applied {format_age(max(0.0, now - applied.applied_at))} ago")
+
+
 def render(rows: list[ClassStatus], interval: float | None, *, unconfigured: Sequence[UnconfiguredClass] = (),
-           memory: str | None = None) -> str:
+           memory: str | None = None, config: str | None = None) -> str:
     """A plain-text table (no colours: it goes into logs and tickets as often as terminals);
-    ``unconfigured`` classes get a table of their own, ``memory`` is :func:`memory_line`'s."""
+    ``unconfigured`` classes get a table of their own, ``memory`` is :func:`memory_line`'s and
+    ``config`` :func:`config_line`'s."""
     cells = [HEADERS] + [
         (r.name, str(r.depth), format_age(r.oldest_age_s), str(r.inflight), str(r.delayed),
          "-" if r.dead_letters is None else str(r.dead_letters), "yes" if r.paused else "no", f"{r.weight_pct:.0f}%", "-" if r.share_pct is None else f"{r.share_pct:.1f}%")
@@ -114,13 +122,20 @@ def render(rows: list[ClassStatus], interval: float | None, *, unconfigured: Seq
                      "apply FILE --move OLD=NEW, or put the class back in the config")
     if memory:
         lines.append(memory)
+    if config:
+        lines.append(config)
     return "\n".join(lines)
 
 
 def as_json(rows: list[ClassStatus], interval: float | None, *, unconfigured: Sequence[UnconfiguredClass] = (),
-            memory: MemoryInfo | None = None, headroom: float | None = None) -> dict[str, Any]:
-    out = {"interval_s": interval, "dead_letters": sum(r.dead_letters or 0 for r in rows),
-           "classes": [asdict(r) for r in rows], "unconfigured_classes": [asdict(u) for u in unconfigured]}
+            memory: MemoryInfo | None = None, headroom: float | None = None,
+            applied: Applied | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "interval_s": interval, "dead_letters": sum(r.dead_letters or 0 for r in rows),
+        "classes": [asdict(r) for r in rows], "unconfigured_classes": [asdict(u) for u in unconfigured]}
+    if applied is not None:
+        out["applied_config"] = {"version": applied.version, "fingerprint": applied.fingerprint,
+                                 "applied_at": applied.applied_at}
     if memory is not None:
         out["redis_memory"] = {**asdict(memory), "memory_headroom": headroom}
     return out

@@ -69,11 +69,16 @@ def test_pause_resume_and_status(config_path: Path, client: redis.Redis) -> None
     low = next(line for line in table.stdout.splitlines() if line.startswith("jobs:low"))
     assert low.split()[1] == "3" and " yes " in low and low.endswith("-")
     assert "jobs:low: acme (3)" in table.stdout
+    applied = scheduler.read_applied()
+    assert applied is not None
+    assert (f"config: v1 of queue group {applied.config.redis.prefix} (fingerprint {applied.fingerprint}), "
+            "applied ") in table.stdout
 
     assert invoke("resume", "jobs:low", "--config", config_path).exit_code == 0
     data = json.loads(invoke("status", "--json", "--interval", "0.1", "--config", config_path).stdout)
     low_json = next(c for c in data["classes"] if c["name"] == "jobs:low")
     assert low_json["paused"] is False and low_json["depth"] == 3 and low_json["weight_pct"] == 10.0
+    assert data["applied_config"]["version"] == 1 and data["applied_config"]["fingerprint"] == applied.fingerprint
 
 
 def test_realised_share_is_the_processed_delta_between_snapshots(config_path: Path, client: redis.Redis) -> None:
