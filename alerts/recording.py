@@ -42,6 +42,7 @@ REQUESTED_RATE = _name(m.JOBS_ENQUEUED, "requested_rate")
 REQUESTED_SHARE = _name(m.JOBS_ENQUEUED, "requested_share")
 REDELIVERED_RATE = _name(m.JOBS_REDELIVERED, "rate")
 DEAD_LETTERED = _name(m.JOBS_DEAD_LETTERED, "increase")
+REFUSED = _name(m.JOBS_REFUSED, "increase")
 WAIT_P99 = _name(m.JOBS_WAIT, "p99")
 
 
@@ -117,6 +118,8 @@ def recording_rules(config: Config) -> tuple[Recording, ...]:
                   "Expired leases per second per class."),
         Recording(DEAD_LETTERED, dedup(over_time("increase", m.JOBS_DEAD_LETTERED.name, window)),
                   "Jobs dead-lettered per class over the window."),
+        Recording(REFUSED, dedup(over_time("increase", m.JOBS_REFUSED.name, window)),
+                  "Arrivals refused at a tenant's queued-jobs limit per class over the window."),
         Recording(
             WAIT_P99,
             f"histogram_quantile(0.99, {deduped_rate(m.JOBS_WAIT.series('_bucket'), window)})",

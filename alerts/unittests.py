@@ -467,6 +467,25 @@ def _dead_lettered(s: Scenario) -> list[Case]:
     ]
 
 
+def _refused(s: Scenario) -> list[Case]:
+    alert = r.TENANT_AT_QUEUED_LIMIT
+    queue = s.config.classes[-1].name
+    for_minutes = s.for_minutes(alert)
+    end = s.window + for_minutes + 1
+
+    def inputs(values: str) -> tuple[Series, ...]:
+        return tuple(s.series(m.JOBS_REFUSED, values, exporters=2, queue=queue))
+
+    return [
+        Case(f"two exporters; 10 arrivals for {queue} refused every minute: fires once, counting each refusal once",
+             inputs(ramp(10, end)), (Check(end, alert, (s.firing(alert, 10 * s.window, queue),)),)),
+        Case("one burst of refusals, then none: silent before for: elapses, and once it left the window",
+             inputs(f"{flat(0, 2)} {flat(50, end + s.window)}"),
+             (Check(2 + for_minutes - 1, alert), Check(end + s.window, alert))),
+        Case("no refusals: silent", inputs(flat(0, end)), (Check(end, alert),)),
+    ]
+
+
 def _paused(s: Scenario) -> list[Case]:
     """QueuePaused fires for a forgotten pause (the starvation files show their alerts silent)."""
     alert = r.QUEUE_PAUSED
@@ -643,6 +662,7 @@ def test_files(config: Config) -> tuple[TestFile, ...]:
         TestFile(r.REDIS_MAY_EVICT_JOBS, tuple(_may_evict(s))),
         TestFile(r.FAIRNESS_EXPORTER_DOWN, tuple(_exporter_down(s))),
         TestFile(r.FAIRNESS_EXPORTER_REDIS_DOWN, tuple(_redis_down(s))),
+        TestFile(r.TENANT_AT_QUEUED_LIMIT, tuple(_refused(s))),
         TestFile("recording", tuple(_recording(s))),
     )
 

@@ -143,6 +143,9 @@ JOBS_DEMOTED = _counter(
     "jobs_demoted_total", Q, "Arrivals for the class sent one class down because it was over its arrival budget.")
 JOBS_REJECTED = _counter(
     "jobs_rejected_total", Q, "Arrivals for the class refused because it was over its arrival budget (budget_action reject).")
+JOBS_REFUSED = _counter(
+    "jobs_refused_total", Q,
+    "Arrivals for the class refused because their tenant was at its queued-jobs limit (tenants.max_queued).")
 JOBS_WAIT = MetricSpec(
     "jobs_wait_seconds", Kind.HISTOGRAM, Q, "Time from enqueue to a job's first lease, by class.")
 
@@ -199,7 +202,7 @@ SCRAPE_ERROR_REASONS = ("timeout", "unavailable", "error")
 FROM_REDIS: tuple[MetricSpec, ...] = (
     QUEUE_OLDEST_AGE, QUEUE_DEPTH, QUEUE_INFLIGHT, QUEUE_DELAYED, QUEUE_PAUSED, QUEUE_ACTIVE_TENANTS,
     QUEUE_NOISY_TENANTS, QUEUE_QUIET_OLDEST_AGE, QUEUE_FAIRNESS_INDEX, JOBS_ENQUEUED, JOBS_PROCESSED,
-    JOBS_FAILED, JOBS_REDELIVERED, JOBS_DEAD_LETTERED, JOBS_PROMOTED, JOBS_DEMOTED, JOBS_REJECTED, JOBS_WAIT,
+    JOBS_FAILED, JOBS_REDELIVERED, JOBS_DEAD_LETTERED, JOBS_PROMOTED, JOBS_DEMOTED, JOBS_REJECTED, JOBS_REFUSED, JOBS_WAIT,
     QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION,
     *UNCONFIGURED, *REDIS_MEMORY,
 )

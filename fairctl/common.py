@@ -25,6 +25,7 @@ from fairness_core import (
     RedisMemoryFull,
     RedisUnavailable,
     Scheduler,
+    TenantLimitReached,
     load_config,
     redis_client,
 )
@@ -68,6 +69,8 @@ def clear_errors(**argument_for_field: str) -> Iterator[None]:
         fail(argument_for_field.get(exc.field, f"--{exc.field}"), str(exc).removeprefix(f"{exc.field}: "))
     except BudgetRejected as exc:
         fail("TASK", str(exc), code=1)
+    except TenantLimitReached as exc:  # temporary, as a budget rejection: exit 1
+        fail("--tenant", str(exc), code=1)
     except EvictionPolicyError as exc:
         fail("--redis-url", str(exc))
     except RedisMemoryFull as exc:  # temporary, as a budget rejection: exit 1

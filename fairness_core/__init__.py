@@ -5,7 +5,9 @@ from .classification import Classification, classify
 from .config import Config, ConfigError, load_config, parse_config, parse_duration
 from .config_store import AppliedConfigUnreadable, ConfigConflict, ConfigRefused, Moves
 from .connection import redis_client
-from .jobs import BudgetRejected, Enqueued, FairnessError, InvalidJob, Lease, Popped, RedisUnavailable
+from .jobs import (
+    BudgetRejected, Enqueued, FairnessError, InvalidJob, Lease, Popped, RedisUnavailable, TenantLimitReached,
+)
 from .memory import EvictionPolicyError, MemoryInfo, RedisMemoryFull
 from .model import Model
 from .scheduler import Scheduler
@@ -15,5 +17,5 @@ __all__ = [
     "AppliedConfigUnreadable", "BudgetRejected", "Classification", "ClassSnapshot", "Config", "ConfigConflict",
     "ConfigError", "ConfigRefused", "Enqueued", "EvictionPolicyError", "FairnessError", "InvalidJob", "Lease",
     "MemoryInfo", "Model", "Moves", "Popped", "RedisMemoryFull", "RedisUnavailable", "Scheduler", "Snapshot",
-    "classify", "load_config", "parse_config", "parse_duration", "redis_client",
+    "TenantLimitReached", "classify", "load_config", "parse_config", "parse_duration", "redis_client",
 ]

@@ -39,6 +39,8 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 MAX_WEIGHT = 1_000_000
+# A queued-jobs limit above this is no limit a Redis could hold (and stays exact in Lua's doubles).
+MAX_QUEUED = 10**12
 # The reason a job demoted by its class's arrival budget is queued with; reserved, because the
 # alert rules tell demand from demotions by it.
 OVER_BUDGET_REASON = "over priority budget"
@@ -77,6 +79,9 @@ ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
     "RedisMemoryHigh": 60.0,
     # An evicting policy loses jobs silently: a minute, to ride out a scrape or a CONFIG SET typo.
     "RedisMayEvictJobs": 60.0,
+    # Refusals at a tenant's queued-jobs limit: five minutes, so a producer that backs off after a
+    # refusal or two is not called stuck, while one that keeps sending into the limit is.
+    "TenantAtQueuedLimit": 300.0,
 })
 
 
@@ -142,15 +147,31 @@ class ClassConfig:
 
 
 @dataclass(frozen=True)
+class TierLimits:
+    """One tier's admission limits, overriding the ``tenants`` section's."""
+
+    max_queued: int | None = None
+
+
+@dataclass(frozen=True)
 class TenantsConfig:
     tiers: Mapping[str, int] = field(default_factory=lambda: {"default": 1})
     default_tier: str = "default"
     batch: int = 10
     max_id_bytes: int = 256
+    # Admission: the jobs one tenant may have queued in the group, all classes together (None: no
+    # limit), and per-tier overrides of it.
+    max_queued: int | None = None
+    limits: Mapping[str, TierLimits] = field(default_factory=dict)
 
     def cost(self, tier: str) -> int:
         """Virtual-time cost of one job for a tenant of ``tier``: integer, so Lua and Python agree."""
         return math.lcm(*self.tiers.values()) // self.tiers[tier]
+
+    def max_queued_for(self, tier: str) -> int | None:
+        """The queued-jobs limit of a tenant enqueueing as ``tier``: its tier's own, else the group's."""
+        own = self.limits.get(tier)
+        return own.max_queued if own is not None and own.max_queued is not None else self.max_queued
 
 
 @dataclass(frozen=True)
@@ -399,11 +420,25 @@ def _tenants(value: object, path: str, source: str | None) -> TenantsConfig:
     default_tier = r.get("default_tier", next(iter(tier_map)) if "default" not in tier_map else "default", _name)
     if default_tier not in tier_map:
         raise r.error("default_tier", f"must be one of the tiers ({', '.join(tier_map)}), got {default_tier!r}")
+    def limits(raw: object, lpath: str) -> dict[str, TierLimits]:
+        if not isinstance(raw, dict):
+            raise ConfigError(lpath, f"expected a mapping of tier name to limits, got {kind_of(raw)}")
+        out: dict[str, TierLimits] = {}
+        for tier, item in raw.items():
+            if tier not in tier_map:
+                raise ConfigError(f"{lpath}.{tier}", f"unknown tier {tier!r}; tenants.tiers has: {', '.join(tier_map)}")
+            lr = Reader(item, f"{lpath}.{tier}", source)
+            out[tier] = TierLimits(max_queued=lr.get("max_queued", None, int_between(1, MAX_QUEUED)))
+            lr.done()
+        return out
+
     out = TenantsConfig(
         tiers=tier_map,
         default_tier=default_tier,
         batch=r.get("batch", TenantsConfig.batch, int_between(1, 1000)),
         max_id_bytes=r.get("max_id_bytes", TenantsConfig.max_id_bytes, int_between(1, 4096)),
+        max_queued=r.get("max_queued", None, int_between(1, MAX_QUEUED)),
+        limits=r.get("limits", {}, limits),
     )
     r.done()
     return out

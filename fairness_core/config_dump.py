@@ -58,6 +58,13 @@ def config_to_data(config: Config) -> dict[str, Any]:
     }
     if e.listen is not None:
         exporter["listen"] = e.listen
+    tenants: dict[str, Any] = {"tiers": dict(t.tiers), "default_tier": t.default_tier, "batch": t.batch,
+                               "max_id_bytes": t.max_id_bytes}
+    if t.max_queued is not None:
+        tenants["max_queued"] = t.max_queued
+    if t.limits:
+        tenants["limits"] = {tier: {"max_queued": lim.max_queued} if lim.max_queued is not None else {}
+                             for tier, lim in t.limits.items()}
     return {
         "redis": {"url": config.redis.url, "prefix": config.redis.prefix,
                   "memory_headroom": config.redis.memory_headroom},
@@ -65,8 +72,7 @@ def config_to_data(config: Config) -> dict[str, Any]:
                       "budget_window": format_duration(s.budget_window), "budget_min_arrivals": s.budget_min_arrivals,
                       "budget_action": s.budget_action},
         "classes": classes,
-        "tenants": {"tiers": dict(t.tiers), "default_tier": t.default_tier, "batch": t.batch,
-                    "max_id_bytes": t.max_id_bytes},
+        "tenants": tenants,
         "classification": rules,
         "leases": {"visibility_timeout": format_duration(le.visibility_timeout), "max_attempts": le.max_attempts,
                    "retry_backoff": format_duration(le.retry_backoff),

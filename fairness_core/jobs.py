@@ -35,6 +35,24 @@ class BudgetRejected(FairnessError):
     """The class is over its arrival budget and ``scheduler.budget_action`` is ``reject``."""
 
 
+class TenantLimitReached(FairnessError):
+    """The tenant is at an admission limit: the job was refused, nothing queued. ``limit`` is the
+    config field that set it (``tenants.max_queued``, ``tenants.limits.free.max_queued``), ``value``
+    its value. Room comes back as workers take the tenant's queued jobs."""
+
+    def __init__(self, tenant: str, limit: str, value: int) -> None:
+        self.tenant, self.limit, self.value = tenant, limit, value
+        super().__init__(f"tenant {tenant!r} is at its limit of {value} queued jobs ({limit}); job refused")
+
+    @classmethod
+    def at(cls, config: Config, tenant: str, tier: str, name: str, value: int) -> TenantLimitReached:
+        """The refusal of a job of ``tenant`` enqueued as ``tier`` at the limit ``name``, naming
+        the field that set the limit for that tier."""
+        own = config.tenants.limits.get(tier)
+        field = f"tenants.limits.{tier}.{name}" if own is not None and getattr(own, name) is not None else f"tenants.{name}"
+        return cls(tenant, field, value)
+
+
 class StateDamaged(FairnessError):
     """The group's keys in Redis contradict each other: some were deleted or evicted. Nothing the
     scheduler can mend by itself; the message says what it found."""

@@ -18,7 +18,7 @@ from .config import Config
 from .config_store import NO_MOVES, ConfigRefused, Moves
 from .jobs import (
     SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, Envelope, InvalidJob, Lease, Popped, Record,
-    check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
+    TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
 )
 from .settings import derive
 from .snapshot import RawClass, Snapshot, build_snapshot
@@ -260,9 +260,11 @@ class Model:
     def submit_many(self, now: int, task: str, tenant: str, count: int, payload: Any = None, *,
                     tier: str | None = None, user_waiting: bool = False) -> list[tuple[str, str, int]]:
         """``count`` jobs queued exactly as ``count`` calls of :meth:`submit` at ``now`` would queue
-        them (ids ``seq+1 ..``, classes, reasons, budget decisions and the whole state), returned as
-        runs of (class, reason, jobs). Jobs for a class without an arrival budget are queued in one
-        step, so the simulator's 2.3-million-job burst costs about a second, not a minute."""
+        them (ids ``seq+1 ..``, classes, reasons, budget decisions, tenant-limit refusals and the
+        whole state), returned as runs of (class, reason, jobs); TenantLimitReached once the tenant
+        is at its limit (every job left counted as refused), BudgetRejected at a rejection. Jobs
+        for a class without an arrival budget are queued in one step, so the simulator's
+        2.3-million-job burst costs about a second, not a minute."""
         task = check_task(task)
         tenant = check_tenant(tenant, self.config)
         tier = check_tier(tier, self.config)
@@ -272,16 +274,21 @@ class Model:
         decision = classify(self.config, task, tier=tier, user_waiting=user_waiting)
         wanted = self.config.class_index(decision.queue)
         has_budget = self.settings.has_budget
+        limit = self.settings.max_queued.get(tier, 0)
+        room: float = limit - self._queued(tenant) if limit else math.inf
         runs: list[tuple[str, str, int]] = []
         left = count
         while left > 0:
+            if room <= 0:  # every job left is refused alike: nothing between them makes room
+                self._stat("refused", decision.queue, left)
+                raise TenantLimitReached.at(self.config, tenant, tier, "max_queued", limit)
             if has_budget and self.settings.budgets[wanted] > 0:  # each decision depends on the one before
                 n = 1
                 ci, reason = self._apply_budget(now, wanted, decision.reason)
                 if ci is None:
                     raise BudgetRejected(f"{decision.queue} is over its arrival budget; job for tenant {tenant!r} rejected")
             else:
-                n, ci, reason = left, wanted, decision.reason
+                n, ci, reason = int(min(left, room)), wanted, decision.reason
                 if has_budget:
                     self._roll_arrivals(now)
                     self._count_arrivals(ci, n)
@@ -297,7 +304,12 @@ class Model:
             else:
                 runs.append((queue, reason, n))
             left -= n
+            room -= n
         return runs
+
+    def _queued(self, tenant: str) -> int:
+        """As the Lua's ``at_limit`` counts: the tenant's queued jobs in every configured class."""
+        return int(sum(self._cls(c).backlog.score(tenant) or 0 for c in self.names))
 
     def _observe_wait(self, queue: str, wait: int) -> None:
         buckets = self.settings.buckets_ms

@@ -22,7 +22,7 @@ from .config_store import (
 from .connection import redis_errors
 from .jobs import (
     SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, InvalidJob, Lease, Popped, Record, StateDamaged,
-    check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
+    TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
 )
 from .keys import Keys
 from .memory import MemoryGuard
@@ -194,7 +194,9 @@ class Scheduler:
 
     def enqueue(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
                 user_waiting: bool = False) -> str:
-        """Classify and queue one job; returns its id. Raises InvalidJob before touching Redis."""
+        """Classify and queue one job; returns its id. Raises InvalidJob before touching Redis,
+        TenantLimitReached when the tenant is at its ``tenants`` limit, BudgetRejected when the
+        class is over its arrival budget and rejects (nothing is queued then)."""
         return self.submit(task, tenant, payload, tier=tier, user_waiting=user_waiting).job_id
 
     def submit(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
@@ -217,7 +219,8 @@ class Scheduler:
         """One job per payload, all for the same task and tenant, in one pipelined round trip: a
         burst (a load generator, a backfill) is not held to one round trip per job. Each job is
         its own atomic script call, exactly as :meth:`submit`'s; None for a job a priority budget
-        rejected. Every payload is checked before anything is sent."""
+        rejected or a tenant limit refused (the jobs before and after it are queued or refused on
+        their own). Every payload is checked before anything is sent."""
         self._enqueue_args(task, tenant, tier, user_waiting)  # InvalidJob before anything is sent
         bodies = [encode_payload(p, self.config) for p in payloads]
         self.memory.check()
@@ -257,11 +260,15 @@ class Scheduler:
         return ("enqueue", self.config.class_index(decision.queue) + 1, tenant, tier, task, decision.reason)
 
     def _enqueued(self, reply: Any, head: tuple[object, ...], *, raise_rejected: bool = True) -> Enqueued | None:
-        job_id, queue, reason = reply
+        """The script's reply as the job queued; for a job refused at a tenant limit or rejected by a
+        budget, None (``raise_rejected`` false) or the error."""
+        job_id, queue, reason, *limit = reply
         if job_id:
             return Enqueued(_text(job_id), _text(queue), _text(reason))
         if not raise_rejected:
             return None
+        if limit:
+            raise TenantLimitReached.at(self.config, str(head[2]), str(head[3]), _text(limit[0]), int(limit[1]))
         asked = self.settings.classes[int(str(head[1])) - 1]
         raise BudgetRejected(f"{asked} is over its arrival budget; job for tenant {head[2]!r} rejected")
 

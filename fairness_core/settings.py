@@ -33,6 +33,8 @@ class Settings:
     policy: str
     batch: int
     costs: Mapping[str, int]  # tier -> virtual-time cost of one job
+    max_queued: Mapping[str, int]  # tier -> jobs a tenant enqueueing as it may have queued, 0 for no limit
+    has_limit: bool  # some tier has one: only then does an enqueue count the tenant's queued jobs
     default_cost: int  # the charge for a tier no config names (a job queued before its tier went)
     fingerprint: str  # of the applied config and moves: every script checks it against Redis's
     moves: tuple[tuple[str, str], ...]  # (removed class, class its jobs go to), sorted
@@ -55,6 +57,7 @@ def derive(config: Config, moves: Moves = NO_MOVES) -> Settings:
     """The settings of ``config`` applied with ``moves``; the one place a policy value is derived
     from the config."""
     classes, exp = config.classes, config.exporter
+    limits = {tier: config.tenants.max_queued_for(tier) or 0 for tier in config.tenants.tiers}
     return Settings(
         classes=tuple(c.name for c in classes),
         weights=tuple(c.weight for c in classes),
@@ -71,6 +74,8 @@ def derive(config: Config, moves: Moves = NO_MOVES) -> Settings:
         batch=config.tenants.batch,
         costs={tier: config.tenants.cost(tier) for tier in config.tenants.tiers},
         default_cost=config.tenants.cost(config.tenants.default_tier),
+        max_queued=limits,
+        has_limit=any(limits.values()),
         fingerprint=fingerprint(config, moves),
         moves=tuple(sorted(moves.classes.items())),
         moved=dict(moves.classes),

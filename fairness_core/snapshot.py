@@ -21,7 +21,7 @@ WAIT_BUCKETS_S: tuple[float, ...] = (
 )
 
 # Per-class lifecycle counters kept by the scripts (stats field "<name>" SEP "<class>").
-COUNTERS = ("processed", "failed", "redelivered", "dead", "promoted", "demoted", "rejected")
+COUNTERS = ("processed", "failed", "redelivered", "dead", "promoted", "demoted", "rejected", "refused")
 
 # A tenant is noisy in a class when it holds more than this share of the class's in-flight jobs
 # (the SQS fair-queue rule; and at least exporter.noisy_min_inflight of its own) or of its queued

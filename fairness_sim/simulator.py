@@ -33,7 +33,7 @@ from typing import Any
 from fairness_core.ages import human
 from fairness_core.config import Config
 from fairness_core.config_store import ConfigRefused, differences
-from fairness_core.jobs import BudgetRejected, Lease
+from fairness_core.jobs import BudgetRejected, Lease, TenantLimitReached
 from fairness_core.model import Model
 from fairness_core.snapshot import Snapshot
 from fairness_core.worker import PROMOTE_EVERY_S, REAP_EVERY_S
@@ -200,8 +200,8 @@ class Simulation:
         before = self.model.seq
         try:
             self.model.submit_many(now, stream.task, tenant, n, tier=stream.tier, user_waiting=stream.user_waiting)
-        except BudgetRejected:
-            pass  # counted by the model (jobs_rejected_total); the jobs before it were queued
+        except (BudgetRejected, TenantLimitReached):
+            pass  # counted by the model (jobs_rejected_total, jobs_refused_total); the jobs before it were queued
         self._stream_of.extend(array("H", [i]) * (self.model.seq - before))
 
     def _start(self, now: int, pool: int, entry: Any) -> None:

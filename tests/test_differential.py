@@ -16,7 +16,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fairness_core import BudgetRejected, Lease, Model, Scheduler
+from fairness_core import BudgetRejected, Lease, Model, Scheduler, TenantLimitReached
 from fairness_core.config import POLICIES, parse_config
 from fairness_core.config_dump import config_to_data
 from fairness_core.config_store import ConfigRefused, Moves
@@ -36,6 +36,9 @@ configs = st.fixed_dictionaries({
     "reserved": st.integers(0, 2),
     "promote": st.booleans(),
     "budget_action": st.sampled_from(["demote", "reject"]),
+    # Admission: a small group-wide limit, and a smaller one for the free tier, so runs reach them.
+    "max_queued": st.sampled_from([None, 3, 6]),
+    "free_max_queued": st.sampled_from([None, 2]),
 })
 
 enqueues = st.tuples(st.just("enqueue"), st.sampled_from(TASKS), st.sampled_from(TENANTS),
@@ -91,7 +94,9 @@ def build_config(params: dict[str, Any]):
         classes=classes,
         scheduler={"policy": params["policy"], "budget_window": "10s", "budget_min_arrivals": 4,
                    "budget_action": params.get("budget_action", "demote")},
-        tenants={"batch": params["batch"]},
+        tenants={"batch": params["batch"], "max_queued": params.get("max_queued"),
+                 **({"limits": {"free": {"max_queued": params["free_max_queued"]}}}
+                    if params.get("free_max_queued") else {})},
         leases={"visibility_timeout": "3s", "max_attempts": 3, "retry_backoff": "500ms", "retry_backoff_max": "2s"},
         exporter={"window": "5s", "topk_tenants": 2, "fairness_sample": 3,
                   "noisy_min_inflight": 1},
@@ -115,6 +120,8 @@ def changed_config(config: Any, change: dict[str, Any]) -> tuple[Any, Moves]:
              "drop-free": {"enterprise": 6, "pro": 3}}[change["tiers"]]
     data["tenants"]["tiers"] = tiers
     data["tenants"]["default_tier"] = "free" if "free" in tiers else "pro"
+    if "free" not in tiers:
+        data["tenants"].get("limits", {}).pop("free", None)
     moves = Moves(classes={removed: low} if change["move_low"] else {},
                   tiers={"free": "pro"} if change["move_free"] and "free" not in tiers else {})
     return parse_config(yaml.safe_load(yaml.safe_dump(data))), moves
@@ -150,6 +157,8 @@ def _run(target: Any, op: tuple, now: int | None, leases: list[Lease]) -> Any:
                 out.append(target.submit(*args, op[1], op[2], {"n": i}, tier=op[3], user_waiting=op[4]))
             except BudgetRejected:
                 out.append("rejected")
+            except TenantLimitReached as exc:
+                out.append(f"refused: {exc}")
         return out
     if name == "pop":
         return target.pop(*args, op[1], classes=op[2])
@@ -212,6 +221,10 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
     ORDER, ("enqueue", "order", "b", "free", False, 2), ("apply", {**RENAME, "low": "jobs:low", "tiers": "drop-free"}),
     ("apply", {**RENAME, "low": "jobs:low", "tiers": "drop-free", "move_free": True}), ("pop", 2, None),
     ("apply", {**RENAME, "low": "jobs:low", "tiers": "same"}), ("pop", 2, None)])
+# A tenant at its limit is refused (counted) while another is accepted; a pop makes room again.
+@example(params={**PLAIN, "max_queued": 3, "free_max_queued": 2}, ops=[
+    ("enqueue", "order", "acme", None, False, 4), ("enqueue", "newsletter", "b", "pro", False, 4),
+    ("enqueue", "order", "b", "free", False, 1), ("pop", 1, None), ("enqueue", "order", "acme", None, False, 2)])
 def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: list[tuple]) -> None:
     config = build_config(params)
     clock = [1_700_000_000_000]

@@ -234,15 +234,39 @@ local function apply_budget(ci, reason)
   return ci, reason
 end
 
+-- ---------------------------------------------------------------- admission (tenant limits)
+
+-- The queued-jobs limit a tenant enqueueing as `tier` is at (nil when below it or unlimited): its
+-- jobs queued in every class, read from the backlog counts pushes and pops keep, one ZSCORE per
+-- class. Leased and retrying jobs are not queued: a pop makes room.
+local function at_limit(tenant, tier)
+  local limit = cfg.max_queued[tier] or 0
+  if limit == 0 then return nil end
+  local queued = 0
+  for i = 1, NCLASS do queued = queued + num(redis.call('ZSCORE', ckey(cfg.classes[i], PART_BACKLOG), tenant)) end
+  if queued >= limit then return limit end
+  return nil
+end
+
 -- ---------------------------------------------------------------- operations
 
 local ops = {}
 
--- ARGV[4..]: class index (1-based), tenant, tier, task, reason, payload
+-- ARGV[4..]: class index (1-based), tenant, tier, task, reason, payload. Returns {id, class,
+-- reason}; a budget rejection has the id ''; a refusal at a tenant limit has the id '' and the
+-- limit's name and value after the reason. A refused job is no arrival: the budget never sees it.
 function ops.enqueue()
-  local ci, reason = apply_budget(tonumber(ARGV[4]), ARGV[8])
-  if ci == nil then return {'', cfg.classes[tonumber(ARGV[4])], reason} end
-  local c, tenant, tier = cfg.classes[ci], ARGV[5], ARGV[6]
+  local asked, tenant, tier = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+  if cfg.has_limit then
+    local limit = at_limit(tenant, tier)
+    if limit then
+      stat('refused', cfg.classes[asked], 1)
+      return {'', cfg.classes[asked], ARGV[8], 'max_queued', limit}
+    end
+  end
+  local ci, reason = apply_budget(asked, ARGV[8])
+  if ci == nil then return {'', cfg.classes[asked], reason} end
+  local c = cfg.classes[ci]
   local id = redis.call('INCR', K_SEQ)
   local e = {}
   e[ENV_ID], e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS], e[ENV_TIER], e[ENV_TASK], e[ENV_REASON], e[ENV_PAYLOAD] =
