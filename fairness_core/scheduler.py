@@ -166,11 +166,17 @@ class Scheduler:
                                      check=True)
         self._compile(config, every)
         moved = 0
-        while (n := int(self._call("move", MOVE_BATCH))) > 0:
+        while (n := self.move_pending()) > 0:
             moved += n
         self.sync()
         return ApplyOutcome(version=version, fingerprint=self.settings.fingerprint,
                             changes=tuple(differences(before, config)), moved=moved)
+
+    def move_pending(self, limit: int = MOVE_BATCH) -> int:
+        """Move up to ``limit`` queued jobs of classes the applied config moved (one script call);
+        how many moved. ``apply`` moves them all; workers call this on their sweeps too, so the
+        moves finish even if the process that applied dies half way."""
+        return int(self._call("move", limit))
 
     def _apply_script(self, config: Config, moves: Moves, *, expect: str, rebase: bool, check: bool) -> int:
         """The ``apply`` op, run by the script compiled from ``config``; the version applied.

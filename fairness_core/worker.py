@@ -204,11 +204,14 @@ class Worker:
             self._warn_if_all_reserved()
             reap = self._counted(self._policy_then_reap, "expired leases returned to their queues")
             promote = self._counted(self.scheduler.promote_overdue, "overdue jobs promoted one class up")
+            move = self._counted(self.scheduler.move_pending, "queued jobs of removed classes moved where the "
+                                                             "applied config says")
             self._start_periodic("heartbeat", self.scheduler.config.leases.visibility_timeout / 3,
                                  self._heartbeat, self._halt)
             self._start_periodic("registration", self.registration_ttl / 3, self._register, self._halt)
             self._start_periodic("reaper", REAP_EVERY_S, reap, self._stopping)
             self._start_periodic("aging", PROMOTE_EVERY_S, promote, self._stopping)
+            self._start_periodic("moves", PROMOTE_EVERY_S, move, self._stopping)
             started = last = time.monotonic()
             if self.log_every > 0:
                 def summary() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import signal
+import threading
 import time
 from collections import Counter
 from contextlib import ExitStack
@@ -25,7 +26,9 @@ from alerts.output import rules_text
 from alerts.rules import JOBS_UNDER_UNCONFIGURED_CLASS
 from exporter import metrics as m
 from fairness_core import Config, Scheduler, Snapshot, load_config, redis_client
+from fairness_core import worker as worker_module
 from fairness_core.config_store import ConfigRefused, Moves, fingerprint, shared_text
+from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer
 
 from .conftest import EXAMPLE_CONFIG, make_config
@@ -309,3 +312,31 @@ def test_removing_a_class_that_holds_jobs_is_refused_and_a_move_keeps_every_job_
     popped = scheduler.pop(100)
     assert Counter(lease.queue for lease in popped) == {MEDIUM: 35}
     assert sorted(lease.job_id for lease in popped) == sorted(ids[LOW] + ids[MEDIUM]), "no job lost, none invented"
+
+
+def test_moves_finish_without_the_process_that_applied_them(
+        redis_server: RedisServer, client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An applier that dies after the apply, before its moves: a worker's sweep moves the rest."""
+    _, before = group_config(tmp_path, redis_server.url, {HIGH: 70, MEDIUM: 20, LOW: 10}, name="a.yaml")
+    _, after = group_config(tmp_path, redis_server.url, {HIGH: 70, MEDIUM: 30}, prefix=before.redis.prefix,
+                            name="b.yaml")
+    scheduler = Scheduler(before, client)
+    ids = enqueue_each(scheduler, {LOW: 12})[LOW]
+    moves = Moves(classes={LOW: MEDIUM})
+    # What apply does first, alone: the config applied, its moves recorded, nothing moved yet.
+    scheduler._apply_script(after, moves, expect=scheduler.read_applied().fingerprint, rebase=False, check=True)
+    left = Scheduler(before, client).snapshot()
+    assert left.unconfigured[LOW].depth == 12 and LOW not in left.classes, (left.unconfigured, set(left.classes))
+
+    monkeypatch.setattr(worker_module, "PROMOTE_EVERY_S", 0.1)
+    done: list[str] = []
+    worker = Worker(Scheduler(before, client), HandlerRegistry(fallback=lambda lease: done.append(lease.job_id)),
+                    concurrency=1, grace=5.0)
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        wait_for(lambda: sorted(done) == sorted(ids), 30, "the moved jobs served under jobs:medium")
+    finally:
+        worker.stop()
+        runner.join(timeout=30)
+    assert not Scheduler(after, client).snapshot().unconfigured, "nothing left under the removed class"
