@@ -145,7 +145,7 @@ JOBS_REJECTED = _counter(
     "jobs_rejected_total", Q, "Arrivals for the class refused because it was over its arrival budget (budget_action reject).")
 JOBS_REFUSED = _counter(
     "jobs_refused_total", Q,
-    "Arrivals for the class refused because their tenant was at its queued-jobs limit (tenants.max_queued).")
+    "Arrivals for the class refused because their tenant was at an admission limit (tenants.max_queued, tenants.max_rate).")
 JOBS_WAIT = MetricSpec(
     "jobs_wait_seconds", Kind.HISTOGRAM, Q, "Time from enqueue to a job's first lease, by class.")
 

@@ -151,6 +151,7 @@ class TierLimits:
     """One tier's admission limits, overriding the ``tenants`` section's."""
 
     max_queued: int | None = None
+    max_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -162,16 +163,25 @@ class TenantsConfig:
     # Admission: the jobs one tenant may have queued in the group, all classes together (None: no
     # limit), and per-tier overrides of it.
     max_queued: int | None = None
+    # The jobs per second one tenant may have accepted, estimated over ``rate_window`` (None: no limit).
+    max_rate: float | None = None
+    rate_window: float = 60.0
     limits: Mapping[str, TierLimits] = field(default_factory=dict)
 
     def cost(self, tier: str) -> int:
         """Virtual-time cost of one job for a tenant of ``tier``: integer, so Lua and Python agree."""
         return math.lcm(*self.tiers.values()) // self.tiers[tier]
 
-    def max_queued_for(self, tier: str) -> int | None:
-        """The queued-jobs limit of a tenant enqueueing as ``tier``: its tier's own, else the group's."""
+    def limit_field(self, tier: str, name: str) -> str:
+        """The config field that sets the limit ``name`` for ``tier``: its tier's own when set."""
         own = self.limits.get(tier)
-        return own.max_queued if own is not None and own.max_queued is not None else self.max_queued
+        return f"tenants.limits.{tier}.{name}" if own is not None and getattr(own, name) is not None else f"tenants.{name}"
+
+    def limit_for(self, tier: str, name: str) -> int | float | None:
+        """The limit ``name`` (``max_queued``, ``max_rate``) of a tenant enqueueing as ``tier``:
+        its tier's own, else the group's (None: no limit)."""
+        own = self.limits.get(tier)
+        return getattr(own, name) if own is not None and getattr(own, name) is not None else getattr(self, name)
 
 
 @dataclass(frozen=True)
@@ -326,6 +336,14 @@ def _arrival_rate(value: object, path: str) -> float:
     return per_second
 
 
+def _rate_window(value: object, path: str) -> float:
+    """A whole number of seconds, 1s to 1d: the script's buckets are that many milliseconds."""
+    seconds = parse_duration(value, path)
+    if not float(seconds).is_integer() or not 1 <= seconds <= 86400:
+        raise ConfigError(path, f"expected whole seconds from 1s to 1d, got {value!r}")
+    return seconds
+
+
 def _url_template(value: object, path: str) -> str:
     text = nonempty_str(value, path)
     if any(ch.isspace() or ch == "$" for ch in text):
@@ -428,7 +446,8 @@ def _tenants(value: object, path: str, source: str | None) -> TenantsConfig:
             if tier not in tier_map:
                 raise ConfigError(f"{lpath}.{tier}", f"unknown tier {tier!r}; tenants.tiers has: {', '.join(tier_map)}")
             lr = Reader(item, f"{lpath}.{tier}", source)
-            out[tier] = TierLimits(max_queued=lr.get("max_queued", None, int_between(1, MAX_QUEUED)))
+            out[tier] = TierLimits(max_queued=lr.get("max_queued", None, int_between(1, MAX_QUEUED)),
+                                   max_rate=lr.get("max_rate", None, _arrival_rate))
             lr.done()
         return out
 
@@ -438,6 +457,8 @@ def _tenants(value: object, path: str, source: str | None) -> TenantsConfig:
         batch=r.get("batch", TenantsConfig.batch, int_between(1, 1000)),
         max_id_bytes=r.get("max_id_bytes", TenantsConfig.max_id_bytes, int_between(1, 4096)),
         max_queued=r.get("max_queued", None, int_between(1, MAX_QUEUED)),
+        max_rate=r.get("max_rate", None, _arrival_rate),
+        rate_window=r.get("rate_window", TenantsConfig.rate_window, _rate_window),
         limits=r.get("limits", {}, limits),
     )
     r.done()

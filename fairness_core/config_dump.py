@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import ALERT_FOR, Config, format_duration
+from .config import ALERT_FOR, Config, TenantsConfig, TierLimits, format_duration
 from .generated import yaml_text
 
 
 def _duration(seconds: float | None) -> str | None:
     return None if seconds is None else format_duration(seconds)
+
+
+def _limits(limits: TenantsConfig | TierLimits) -> dict[str, Any]:
+    """The admission limits ``limits`` sets (the group's, or one tier's)."""
+    return {name: getattr(limits, name) for name in ("max_queued", "max_rate") if getattr(limits, name) is not None}
 
 
 def config_to_data(config: Config) -> dict[str, Any]:
@@ -60,11 +65,11 @@ def config_to_data(config: Config) -> dict[str, Any]:
         exporter["listen"] = e.listen
     tenants: dict[str, Any] = {"tiers": dict(t.tiers), "default_tier": t.default_tier, "batch": t.batch,
                                "max_id_bytes": t.max_id_bytes}
-    if t.max_queued is not None:
-        tenants["max_queued"] = t.max_queued
+    tenants.update(_limits(t))
+    if t.rate_window != TenantsConfig.rate_window:
+        tenants["rate_window"] = format_duration(t.rate_window)
     if t.limits:
-        tenants["limits"] = {tier: {"max_queued": lim.max_queued} if lim.max_queued is not None else {}
-                             for tier, lim in t.limits.items()}
+        tenants["limits"] = {tier: _limits(lim) for tier, lim in t.limits.items()}
     return {
         "redis": {"url": config.redis.url, "prefix": config.redis.prefix,
                   "memory_headroom": config.redis.memory_headroom},

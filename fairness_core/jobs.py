@@ -37,20 +37,25 @@ class BudgetRejected(FairnessError):
 
 class TenantLimitReached(FairnessError):
     """The tenant is at an admission limit: the job was refused, nothing queued. ``limit`` is the
-    config field that set it (``tenants.max_queued``, ``tenants.limits.free.max_queued``), ``value``
-    its value. Room comes back as workers take the tenant's queued jobs."""
+    config field that set it (``tenants.max_queued``, ``tenants.limits.free.max_rate``), ``value``
+    its value (queued jobs, or jobs per second). Room comes back as workers take the tenant's
+    queued jobs, or as its accepted jobs age out of the rate window."""
 
-    def __init__(self, tenant: str, limit: str, value: int) -> None:
+    def __init__(self, tenant: str, limit: str, value: int | float) -> None:
         self.tenant, self.limit, self.value = tenant, limit, value
-        super().__init__(f"tenant {tenant!r} is at its limit of {value} queued jobs ({limit}); job refused")
+        if limit.endswith("max_rate"):
+            rate = int(value) if float(value).is_integer() else value
+            super().__init__(f"tenant {tenant!r} is over its arrival rate of {rate:g}/s ({limit}); job refused")
+        else:
+            super().__init__(f"tenant {tenant!r} is at its limit of {value} queued jobs ({limit}); job refused")
 
     @classmethod
-    def at(cls, config: Config, tenant: str, tier: str, name: str, value: int) -> TenantLimitReached:
+    def at(cls, config: Config, tenant: str, tier: str, name: str) -> TenantLimitReached:
         """The refusal of a job of ``tenant`` enqueued as ``tier`` at the limit ``name``, naming
-        the field that set the limit for that tier."""
-        own = config.tenants.limits.get(tier)
-        field = f"tenants.limits.{tier}.{name}" if own is not None and getattr(own, name) is not None else f"tenants.{name}"
-        return cls(tenant, field, value)
+        the field that set the limit for that tier and its configured value."""
+        value = config.tenants.limit_for(tier, name)
+        assert value is not None, f"no {name} limit for tier {tier!r}"
+        return cls(tenant, config.tenants.limit_field(tier, name), value)
 
 
 class StateDamaged(FairnessError):

@@ -26,6 +26,10 @@ DEAD = "dead"  # list: dead-lettered records
 WORKERS = "workers"  # zset: worker id -> registration expiry (ms)
 WORKER_SLOTS = "workerslots"  # hash: worker id -> slots it serves
 CONFIG = "config"  # hash: the applied config (fairness_core.config_store): text, moves, fingerprint, version
+# base + RATE_SPACE + rate-window bucket; hash: tenant -> jobs accepted in that bucket
+# (tenants.max_rate), expiring two windows after a tenant's first job in it. Not in FIXED: the
+# script builds the two it reads from ``base``.
+RATE_SPACE = "rate:"
 
 # The group-wide keys every script declares, in KEYS order; the script finds each by its name here.
 FIXED: dict[str, str] = {

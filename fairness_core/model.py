@@ -48,6 +48,7 @@ class Model:
         self.swrr: dict[str, float] = {}
         self.paused: set[str] = set()
         self.arrivals: dict[str, float] = {}
+        self.rates: dict[int, dict[str, int]] = {}  # rate-window bucket -> tenant -> accepted jobs
         self.seq = 0
         self.classes: dict[str, _Class] = {name: _Class() for name in self.names}
         self.leases = ZSet()
@@ -262,7 +263,7 @@ class Model:
         """``count`` jobs queued exactly as ``count`` calls of :meth:`submit` at ``now`` would queue
         them (ids ``seq+1 ..``, classes, reasons, budget decisions, tenant-limit refusals and the
         whole state), returned as runs of (class, reason, jobs); TenantLimitReached once the tenant
-        is at its limit (every job left counted as refused), BudgetRejected at a rejection. Jobs
+        is at a limit (every job left counted as refused), BudgetRejected at a rejection. Jobs
         for a class without an arrival budget are queued in one step, so the simulator's
         2.3-million-job burst costs about a second, not a minute."""
         task = check_task(task)
@@ -276,19 +277,22 @@ class Model:
         has_budget = self.settings.has_budget
         limit = self.settings.max_queued.get(tier, 0)
         room: float = limit - self._queued(tenant) if limit else math.inf
+        rate_room = self._rate_room(now, tenant, tier)
         runs: list[tuple[str, str, int]] = []
         left = count
         while left > 0:
-            if room <= 0:  # every job left is refused alike: nothing between them makes room
+            # Every job left is refused alike: nothing between them makes room, time stands still.
+            refused = "max_queued" if room <= 0 else "max_rate" if rate_room <= 0 else None
+            if refused is not None:
                 self._stat("refused", decision.queue, left)
-                raise TenantLimitReached.at(self.config, tenant, tier, "max_queued", limit)
+                raise TenantLimitReached.at(self.config, tenant, tier, refused)
             if has_budget and self.settings.budgets[wanted] > 0:  # each decision depends on the one before
                 n = 1
                 ci, reason = self._apply_budget(now, wanted, decision.reason)
                 if ci is None:
                     raise BudgetRejected(f"{decision.queue} is over its arrival budget; job for tenant {tenant!r} rejected")
             else:
-                n, ci, reason = int(min(left, room)), wanted, decision.reason
+                n, ci, reason = int(min(left, room, rate_room)), wanted, decision.reason
                 if has_budget:
                     self._roll_arrivals(now)
                     self._count_arrivals(ci, n)
@@ -303,13 +307,46 @@ class Model:
                 runs[-1] = (queue, reason, runs[-1][2] + n)
             else:
                 runs.append((queue, reason, n))
+            if self.settings.has_rate:
+                self._count_rate(now, tenant, n)
             left -= n
             room -= n
+            rate_room -= n
         return runs
 
     def _queued(self, tenant: str) -> int:
         """As the Lua's ``at_limit`` counts: the tenant's queued jobs in every configured class."""
         return int(sum(self._cls(c).backlog.score(tenant) or 0 for c in self.names))
+
+    def _rate_room(self, now: int, tenant: str, tier: str) -> float:
+        """The jobs ``tenant`` may still have accepted at ``now`` as ``tier`` (inf: no rate limit),
+        each decided as the Lua's ``over_rate`` decides it, float for float: job k is accepted
+        while the estimate with the k before it counted stays under the allowance."""
+        allowed = self.settings.rate_allowed.get(tier, 0)
+        if not allowed:
+            return math.inf
+        window = self.settings.rate_window_ms
+        bucket = math.floor(now / window)
+        part = self.rates.get(bucket - 1, {}).get(tenant, 0) * (window - (now - bucket * window)) / window
+        cur = self.rates.get(bucket, {}).get(tenant, 0)
+
+        def accepted(k: int) -> bool:
+            return part + (cur + k) < allowed
+
+        n = max(0, math.ceil(allowed - part - cur))  # the first refused job, give or take rounding
+        while n > 0 and not accepted(n - 1):
+            n -= 1
+        while accepted(n):
+            n += 1
+        return n
+
+    def _count_rate(self, now: int, tenant: str, n: int) -> None:
+        """As the Lua's ``count_rate``, ``n`` times; buckets before the previous one go, as Redis expires them."""
+        bucket = math.floor(now / self.settings.rate_window_ms)
+        counts = self.rates.setdefault(bucket, {})
+        counts[tenant] = counts.get(tenant, 0) + n
+        for old in [b for b in self.rates if b < bucket - 1]:
+            del self.rates[old]
 
     def _observe_wait(self, queue: str, wait: int) -> None:
         buckets = self.settings.buckets_ms
@@ -600,8 +637,9 @@ class Model:
 
     def state(self, now: int) -> dict[str, Any]:
         """Everything the Lua scheduler stores, in the canonical form the differential test
-        compares (service buckets only while live: older ones expire in Redis)."""
+        compares (service and rate buckets only while live: older ones expire in Redis)."""
         live = math.floor(now / self.settings.window_ms) - 1
+        rates_live = math.floor(now / self.settings.rate_window_ms) - 1
         classes = {}
         for name, cls in self.classes.items():
             entry = {
@@ -622,6 +660,7 @@ class Model:
             "swrr": {k: v for k, v in self.swrr.items()},
             "paused": set(self.paused),
             "arrivals": {k: v for k, v in self.arrivals.items()},
+            "rates": {b: dict(counts) for b, counts in self.rates.items() if b >= rates_live},
             "seq": self.seq,
             "classes": classes,
             "leases": dict(self.leases.items()),

@@ -201,8 +201,8 @@ class Scheduler:
     def enqueue(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
                 user_waiting: bool = False) -> str:
         """Classify and queue one job; returns its id. Raises InvalidJob before touching Redis,
-        TenantLimitReached when the tenant is at its ``tenants`` limit, BudgetRejected when the
-        class is over its arrival budget and rejects (nothing is queued then)."""
+        TenantLimitReached when the tenant is at a ``tenants`` limit (queued jobs or arrival rate),
+        BudgetRejected when the class is over its arrival budget and rejects (nothing is queued then)."""
         return self.submit(task, tenant, payload, tier=tier, user_waiting=user_waiting).job_id
 
     def submit(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
@@ -274,7 +274,7 @@ class Scheduler:
         if not raise_rejected:
             return None
         if limit:
-            raise TenantLimitReached.at(self.config, str(head[2]), str(head[3]), _text(limit[0]), int(limit[1]))
+            raise TenantLimitReached.at(self.config, str(head[2]), str(head[3]), _text(limit[0]))
         asked = self.settings.classes[int(str(head[1])) - 1]
         raise BudgetRejected(f"{asked} is over its arrival budget; job for tenant {head[2]!r} rejected")
 

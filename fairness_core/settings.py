@@ -35,6 +35,10 @@ class Settings:
     costs: Mapping[str, int]  # tier -> virtual-time cost of one job
     max_queued: Mapping[str, int]  # tier -> jobs a tenant enqueueing as it may have queued, 0 for no limit
     has_limit: bool  # some tier has one: only then does an enqueue count the tenant's queued jobs
+    max_rate: Mapping[str, float]  # tier -> jobs per second a tenant enqueueing as it may have accepted, 0 for none
+    rate_allowed: Mapping[str, float]  # tier -> max_rate as jobs per rate window, what the estimate is held to
+    rate_window_ms: int  # the window of the rate estimate, and the length of each of its buckets
+    has_rate: bool  # some tier has one: only then does an enqueue read and count the tenant's arrivals
     default_cost: int  # the charge for a tier no config names (a job queued before its tier went)
     fingerprint: str  # of the applied config and moves: every script checks it against Redis's
     moves: tuple[tuple[str, str], ...]  # (removed class, class its jobs go to), sorted
@@ -57,7 +61,9 @@ def derive(config: Config, moves: Moves = NO_MOVES) -> Settings:
     """The settings of ``config`` applied with ``moves``; the one place a policy value is derived
     from the config."""
     classes, exp = config.classes, config.exporter
-    limits = {tier: config.tenants.max_queued_for(tier) or 0 for tier in config.tenants.tiers}
+    tenants = config.tenants
+    limits = {tier: int(tenants.limit_for(tier, "max_queued") or 0) for tier in tenants.tiers}
+    rates = {tier: float(tenants.limit_for(tier, "max_rate") or 0) for tier in tenants.tiers}
     return Settings(
         classes=tuple(c.name for c in classes),
         weights=tuple(c.weight for c in classes),
@@ -76,6 +82,11 @@ def derive(config: Config, moves: Moves = NO_MOVES) -> Settings:
         default_cost=config.tenants.cost(config.tenants.default_tier),
         max_queued=limits,
         has_limit=any(limits.values()),
+        max_rate=rates,
+        # Rounded: 0.3/s over 10s is 3 jobs, not 3.0000000000000004 (a fourth let in).
+        rate_allowed={tier: round(rate * tenants.rate_window, 9) for tier, rate in rates.items()},
+        rate_window_ms=int(tenants.rate_window * 1000),
+        has_rate=any(rates.values()),
         fingerprint=fingerprint(config, moves),
         moves=tuple(sorted(moves.classes.items())),
         moved=dict(moves.classes),

@@ -10,7 +10,7 @@ from typing import Any
 import redis
 
 from fairness_core import Config
-from fairness_core.keys import Keys
+from fairness_core.keys import RATE_SPACE, Keys
 
 
 def _s(value: bytes) -> str:
@@ -26,6 +26,11 @@ def _num(value: bytes) -> float:
     return int(number) if number.is_integer() else number
 
 
+def _glob(text: str) -> str:
+    """``text`` as a SCAN pattern matching only itself."""
+    return text.replace("[", "\\[").replace("*", "\\*").replace("?", "\\?")
+
+
 def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, Any]:
     k = Keys(config.redis.prefix)
     window_ms = int(config.exporter.window * 1000)
@@ -35,7 +40,7 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
     for name in [*config.class_names, *sorted(counted - set(config.class_names))]:
         prefix = k.class_key(name, "t/")
         queues = {}
-        for key in client.scan_iter(match=prefix.replace("[", "\\[").replace("*", "\\*").replace("?", "\\?") + "*", count=1000):
+        for key in client.scan_iter(match=_glob(prefix) + "*", count=1000):
             tenant = _s(key)[len(prefix):]
             queues[tenant] = [_s(e) for e in client.lrange(key, 0, -1)]
         vt = client.get(k.class_key(name, "vt"))
@@ -60,12 +65,19 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
         }
         if name not in config.class_names and not any(v for key, v in classes[name].items() if key != "vt"):
             del classes[name]
+    rate_window_ms = int(config.tenants.rate_window * 1000)
+    rates = {}
+    for key in client.scan_iter(match=_glob(k.base + RATE_SPACE) + "*", count=1000):
+        bucket = int(_s(key).rsplit(":", 1)[1])
+        if bucket >= now_ms // rate_window_ms - 1:  # the model forgets what Redis expires
+            rates[bucket] = {_s(t): int(n) for t, n in client.hgetall(key).items()}
     seq = client.get(k.seq)
     return {
         "stats": {f: v for f, v in ((_s(f), int(v)) for f, v in client.hgetall(k.stats).items()) if v != 0},
         "swrr": {_s(f): _num(v) for f, v in client.hgetall(k.swrr).items()},
         "paused": {_s(m) for m in client.smembers(k.paused)},
         "arrivals": {_s(f): _num(v) for f, v in client.hgetall(k.arrivals).items()},
+        "rates": rates,
         "seq": int(seq) if seq else 0,
         "classes": classes,
         "leases": _zset(client, k.leases),

@@ -139,3 +139,102 @@ def test_limits_are_dumped_and_read_back() -> None:
     assert data["tenants"]["max_queued"] == MAX_QUEUED and data["tenants"]["limits"] == {"free": {"max_queued": 10}}
     assert parse_config(data) == config
     assert "max_queued" not in config_to_data(make_config())["tenants"]
+
+
+# ---------------------------------------------------------------- the arrival-rate limit
+
+T0 = 1_700_000_000_000  # a rate-window bucket boundary (a multiple of 10 s)
+
+
+def rate_limited(client: redis.Redis, clock: list[int], **tenants: Any) -> Scheduler:
+    """A scheduler at ``clock[0]`` whose tenants may have 3 jobs accepted per 10 s window."""
+    config = make_config(tenants={"max_rate": "18/m", "rate_window": "10s", **tenants})
+    return Scheduler(config, client, clock=lambda: clock[0])
+
+
+def test_no_rate_limit_by_default() -> None:
+    settings = derive(make_config())
+    assert settings.has_rate is False and set(settings.max_rate.values()) == {0}
+    assert settings.rate_window_ms == 60_000
+
+
+def test_a_tenant_over_its_rate_is_refused_and_let_in_again_as_the_window_moves(client: redis.Redis) -> None:
+    clock = [T0]
+    s = rate_limited(client, clock)
+    for _ in range(3):
+        s.enqueue("order", "flood")
+    with pytest.raises(TenantLimitReached) as refused:
+        s.enqueue("order", "flood")
+    assert (refused.value.limit, refused.value.value) == ("tenants.max_rate", 0.3)
+    assert str(refused.value) == "tenant 'flood' is over its arrival rate of 0.3/s (tenants.max_rate); job refused"
+    assert s.enqueue("order", "quiet")  # another tenant's rate is its own
+    assert s.snapshot().classes["jobs:medium"].counters["refused"] == 1
+    clock[0] = T0 + 10_000  # next bucket: all 3 still weigh in at its start
+    with pytest.raises(TenantLimitReached):
+        s.enqueue("order", "flood")
+    clock[0] = T0 + 13_000  # 70% of the previous bucket left: 2.1 < 3 lets one in, 3.1 no more
+    s.enqueue("order", "flood")
+    with pytest.raises(TenantLimitReached):
+        s.enqueue("order", "flood")
+    clock[0] = T0 + 20_000  # the previous bucket holds the one job: 2 more
+    s.enqueue("order", "flood")
+    s.enqueue("order", "flood")
+    with pytest.raises(TenantLimitReached):
+        s.enqueue("order", "flood")
+    assert s.snapshot().classes["jobs:medium"].counters["refused"] == 4
+
+
+def test_refused_jobs_do_not_count_against_the_rate(client: redis.Redis) -> None:
+    clock = [T0]
+    s = Scheduler(make_config(tenants={"max_rate": "18/m", "rate_window": "10s", "max_queued": 2}), client,
+                  clock=lambda: clock[0])
+    assert len([d for d in s.submit_many("order", "flood", [1, 2, 3, 4]) if d]) == 2  # two at max_queued
+    for lease in s.pop(2):
+        s.ack(lease)
+    s.enqueue("order", "flood")  # the refusals took none of the rate: the third job of the window
+    with pytest.raises(TenantLimitReached, match=r"arrival rate of 0\.3/s"):
+        s.enqueue("order", "flood")
+
+
+def test_a_tiers_own_rate_replaces_the_group_wide_one_and_is_named(client: redis.Redis) -> None:
+    clock = [T0]
+    s = rate_limited(client, clock, limits={"free": {"max_rate": 0.1}})
+    s.enqueue("order", "small", tier="free")
+    with pytest.raises(TenantLimitReached, match=r"arrival rate of 0\.1/s \(tenants\.limits\.free\.max_rate\)"):
+        s.enqueue("order", "small", tier="free")
+    assert [s.enqueue("order", "big", tier="pro") for _ in range(3)]
+    with pytest.raises(TenantLimitReached, match=r"\(tenants\.max_rate\)"):
+        s.enqueue("order", "big", tier="pro")
+
+
+def test_the_model_refuses_a_burst_as_the_script_does(client: redis.Redis) -> None:
+    clock = [T0 + 2_500]
+    s = rate_limited(client, clock)
+    model = Model(s.config)
+    assert [d is not None for d in s.submit_many("order", "flood", list(range(5)))] == [True] * 3 + [False] * 2
+    with pytest.raises(TenantLimitReached, match="arrival rate"):
+        model.submit_many(clock[0], "order", "flood", 5)
+    assert model.stats["refused\tjobs:medium"] == 2 and model.seq == 3
+    assert model.rates == {(T0 + 2_500) // 10_000: {"flood": 3}}
+
+
+@pytest.mark.parametrize(("tenants", "message"), [
+    ({"max_rate": 0}, "tenants.max_rate: must be more than zero"),
+    ({"max_rate": "fast"}, "tenants.max_rate: expected jobs per second or a rate such as 500/m"),
+    ({"limits": {"free": {"max_rate": "1/y"}}}, "tenants.limits.free.max_rate: expected jobs per second"),
+    ({"rate_window": "1500ms"}, "tenants.rate_window: expected whole seconds from 1s to 1d"),
+    ({"rate_window": "2d"}, "tenants.rate_window: expected whole seconds from 1s to 1d"),
+    ({"rate_window": 60}, "tenants.rate_window: expected a duration"),
+])
+def test_bad_rates_are_refused_naming_the_field(tenants: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("?", r"\?")):
+        make_config(tenants=tenants)
+
+
+def test_rates_are_dumped_and_read_back() -> None:
+    config = make_config(tenants={"max_rate": "6000/m", "rate_window": "5m", "limits": {"free": {"max_rate": "2/s"}}})
+    data = config_to_data(config)
+    assert data["tenants"]["max_rate"] == 100.0 and data["tenants"]["rate_window"] == "5m"
+    assert data["tenants"]["limits"] == {"free": {"max_rate": 2.0}}
+    assert parse_config(data) == config
+    assert not {"max_rate", "rate_window"} & set(config_to_data(make_config())["tenants"])

@@ -39,6 +39,9 @@ configs = st.fixed_dictionaries({
     # Admission: a small group-wide limit, and a smaller one for the free tier, so runs reach them.
     "max_queued": st.sampled_from([None, 3, 6]),
     "free_max_queued": st.sampled_from([None, 2]),
+    # And arrival rates of 3 and 2 jobs per 10s window, so runs are refused and let in as it moves.
+    "max_rate": st.sampled_from([None, 0.3]),
+    "free_max_rate": st.sampled_from([None, 0.2]),
 })
 
 enqueues = st.tuples(st.just("enqueue"), st.sampled_from(TASKS), st.sampled_from(TENANTS),
@@ -95,8 +98,10 @@ def build_config(params: dict[str, Any]):
         scheduler={"policy": params["policy"], "budget_window": "10s", "budget_min_arrivals": 4,
                    "budget_action": params.get("budget_action", "demote")},
         tenants={"batch": params["batch"], "max_queued": params.get("max_queued"),
-                 **({"limits": {"free": {"max_queued": params["free_max_queued"]}}}
-                    if params.get("free_max_queued") else {})},
+                 "max_rate": params.get("max_rate"), "rate_window": "10s",
+                 **({"limits": {"free": {"max_queued": params.get("free_max_queued"),
+                                         "max_rate": params.get("free_max_rate")}}}
+                    if params.get("free_max_queued") or params.get("free_max_rate") else {})},
         leases={"visibility_timeout": "3s", "max_attempts": 3, "retry_backoff": "500ms", "retry_backoff_max": "2s"},
         exporter={"window": "5s", "topk_tenants": 2, "fairness_sample": 3,
                   "noisy_min_inflight": 1},
@@ -225,6 +230,12 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
 @example(params={**PLAIN, "max_queued": 3, "free_max_queued": 2}, ops=[
     ("enqueue", "order", "acme", None, False, 4), ("enqueue", "newsletter", "b", "pro", False, 4),
     ("enqueue", "order", "b", "free", False, 1), ("pop", 1, None), ("enqueue", "order", "acme", None, False, 2)])
+# A tenant over its arrival rate is refused (no arrival) while another is let in; the estimate lets
+# it in again as the window moves on, the previous bucket counting less and less.
+@example(params={**PLAIN, "max_rate": 0.3, "free_max_rate": 0.2}, ops=[
+    ("enqueue", "order", "acme", None, False, 4), ("enqueue", "order", "b", "free", False, 3),
+    ("sleep", 4000), ("sleep", 4000), ("sleep", 4000), ("enqueue", "order", "acme", None, False, 2),
+    ("sleep", 4000), ("enqueue", "order", "acme", None, False, 3)])
 def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: list[tuple]) -> None:
     config = build_config(params)
     clock = [1_700_000_000_000]

@@ -248,13 +248,36 @@ local function at_limit(tenant, tier)
   return nil
 end
 
+-- The arrival-rate limit (jobs per second) a tenant enqueueing as `tier` is over, or nil: as the
+-- budget estimates arrivals, its accepted jobs in the current rate-window bucket plus the previous
+-- bucket's weighted by the part of it still in the window, held to the rate times the window.
+local function over_rate(tenant, tier)
+  local allowed = cfg.rate_allowed[tier] or 0
+  if allowed == 0 then return nil end
+  local window = cfg.rate_window_ms
+  local bucket = math.floor(now / window)
+  local prev = num(redis.call('HGET', base .. RATE_SPACE .. (bucket - 1), tenant))
+  local cur = num(redis.call('HGET', base .. RATE_SPACE .. bucket, tenant))
+  if prev * (window - (now - bucket * window)) / window + cur >= allowed then return cfg.max_rate[tier] end
+  return nil
+end
+
+-- Count an accepted job in its tenant's rate bucket; a bucket lives two windows from its tenant's
+-- first job in it, as long as the estimate reads it.
+local function count_rate(tenant)
+  local key = base .. RATE_SPACE .. math.floor(now / cfg.rate_window_ms)
+  if redis.call('HINCRBY', key, tenant, 1) == 1 then redis.call('PEXPIRE', key, 2 * cfg.rate_window_ms) end
+end
+
 -- ---------------------------------------------------------------- operations
 
 local ops = {}
 
 -- ARGV[4..]: class index (1-based), tenant, tier, task, reason, payload. Returns {id, class,
 -- reason}; a budget rejection has the id ''; a refusal at a tenant limit has the id '' and the
--- limit's name and value after the reason. A refused job is no arrival: the budget never sees it.
+-- limit's name and value (a rate as a string, jobs per second) after the reason. The queued-jobs
+-- limit is checked first, then the rate, then the budget; only an accepted job is an arrival for
+-- either the rate or the budget.
 function ops.enqueue()
   local asked, tenant, tier = tonumber(ARGV[4]), ARGV[5], ARGV[6]
   if cfg.has_limit then
@@ -264,8 +287,16 @@ function ops.enqueue()
       return {'', cfg.classes[asked], ARGV[8], 'max_queued', limit}
     end
   end
+  if cfg.has_rate then
+    local rate = over_rate(tenant, tier)
+    if rate then
+      stat('refused', cfg.classes[asked], 1)
+      return {'', cfg.classes[asked], ARGV[8], 'max_rate', tostring(rate)}
+    end
+  end
   local ci, reason = apply_budget(asked, ARGV[8])
   if ci == nil then return {'', cfg.classes[asked], reason} end
+  if cfg.has_rate then count_rate(tenant) end
   local c = cfg.classes[ci]
   local id = redis.call('INCR', K_SEQ)
   local e = {}
