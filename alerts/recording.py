@@ -119,7 +119,7 @@ def recording_rules(config: Config) -> tuple[Recording, ...]:
         Recording(DEAD_LETTERED, dedup(over_time("increase", m.JOBS_DEAD_LETTERED.name, window)),
                   "Jobs dead-lettered per class over the window."),
         Recording(REFUSED, dedup(over_time("increase", m.JOBS_REFUSED.name, window)),
-                  "Arrivals refused at a tenant's queued-jobs limit per class over the window."),
+                  "Arrivals refused at a tenant's admission limit per class over the window."),
         Recording(
             WAIT_P99,
             f"histogram_quantile(0.99, {deduped_rate(m.JOBS_WAIT.series('_bucket'), window)})",

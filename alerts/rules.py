@@ -41,7 +41,7 @@ QUEUE_PAUSED = "QueuePaused"
 JOBS_UNDER_UNCONFIGURED_CLASS = "JobsUnderUnconfiguredClass"
 REDIS_MEMORY_HIGH = "RedisMemoryHigh"
 REDIS_MAY_EVICT_JOBS = "RedisMayEvictJobs"
-TENANT_AT_QUEUED_LIMIT = "TenantAtQueuedLimit"
+TENANT_AT_LIMIT = "TenantAtLimit"
 
 SLO = {"slo": Query(rec.MAX_AGE)}
 
@@ -307,16 +307,16 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
             _one(config, FAIRNESS_EXPORTER_REDIS_DOWN, f"{dedup(m.EXPORTER_REDIS_UP.name)} == 0", CRITICAL),
         ),
         Alert(
-            TENANT_AT_QUEUED_LIMIT,
-            f"arrivals for a class were refused because their tenant was at its queued-jobs limit "
-            f"(tenants.max_queued): some within the last {window}, for "
-            f"{duration(for_seconds(config, TENANT_AT_QUEUED_LIMIT))} on end",
-            Text("Arrivals for $queue are refused at a tenant's queued-jobs limit"),
+            TENANT_AT_LIMIT,
+            f"arrivals for a class were refused because their tenant was at an admission limit, its "
+            f"queued jobs (tenants.max_queued) or its arrival rate (tenants.max_rate): some within the last "
+            f"{window}, for {duration(for_seconds(config, TENANT_AT_LIMIT))} on end",
+            Text("Arrivals for $queue are refused at a tenant's admission limit"),
             Text(f"$value:number arrivals for $queue were refused in the last {window}: their tenant had as many "
-                 "jobs queued as its limit allows (tenants.max_queued, or its tier's tenants.limits). The producer "
-                 "sends faster than the workers take that tenant's jobs; what it sends meanwhile is lost unless "
-                 "it retries."),
-            _one(config, TENANT_AT_QUEUED_LIMIT, f"{rec.REFUSED} > 0", WARNING),
+                 "jobs queued as its limit allows (tenants.max_queued) or sent faster than its arrival rate "
+                 "(tenants.max_rate), or its tier's tenants.limits. The producer sends faster than its limits "
+                 "let in; what it sends meanwhile is lost unless it retries."),
+            _one(config, TENANT_AT_LIMIT, f"{rec.REFUSED} > 0", WARNING),
         ),
     )
 

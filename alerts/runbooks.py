@@ -81,7 +81,7 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
                                       f"{rec.REDELIVERED_RATE} / {rec.PROCESSED_RATE}"),
         "dead_letters": d("Jobs in the dead-letter list", dedup(m.DEAD_LETTERS.name)),
         "dead_lettered": d(f"Jobs dead-lettered per class over the last {duration(window)}", rec.DEAD_LETTERED),
-        "refused": d(f"Arrivals refused at a tenant's queued-jobs limit per class over the last {duration(window)}",
+        "refused": d(f"Arrivals refused at a tenant's admission limit per class over the last {duration(window)}",
                      rec.REFUSED),
         "paused_since": d("Time each class spent paused over the last day (seconds)",
                           f"count_over_time(({rec.PAUSED} > 0)[1d:1m]) * 60"),

@@ -468,7 +468,7 @@ def _dead_lettered(s: Scenario) -> list[Case]:
 
 
 def _refused(s: Scenario) -> list[Case]:
-    alert = r.TENANT_AT_QUEUED_LIMIT
+    alert = r.TENANT_AT_LIMIT
     queue = s.config.classes[-1].name
     for_minutes = s.for_minutes(alert)
     end = s.window + for_minutes + 1
@@ -662,7 +662,7 @@ def test_files(config: Config) -> tuple[TestFile, ...]:
         TestFile(r.REDIS_MAY_EVICT_JOBS, tuple(_may_evict(s))),
         TestFile(r.FAIRNESS_EXPORTER_DOWN, tuple(_exporter_down(s))),
         TestFile(r.FAIRNESS_EXPORTER_REDIS_DOWN, tuple(_redis_down(s))),
-        TestFile(r.TENANT_AT_QUEUED_LIMIT, tuple(_refused(s))),
+        TestFile(r.TENANT_AT_LIMIT, tuple(_refused(s))),
         TestFile("recording", tuple(_recording(s))),
     )
 

@@ -79,9 +79,9 @@ ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
     "RedisMemoryHigh": 60.0,
     # An evicting policy loses jobs silently: a minute, to ride out a scrape or a CONFIG SET typo.
     "RedisMayEvictJobs": 60.0,
-    # Refusals at a tenant's queued-jobs limit: five minutes, so a producer that backs off after a
+    # Refusals at a tenant's admission limit: five minutes, so a producer that backs off after a
     # refusal or two is not called stuck, while one that keeps sending into the limit is.
-    "TenantAtQueuedLimit": 300.0,
+    "TenantAtLimit": 300.0,
 })
 
 

@@ -35,7 +35,7 @@ DOCUMENTED_ALERTS = (
     "QueueStarving", "QueueShareBelowWeight", "PriorityMixDrift", "PriorityReasonShift", "TenantDominatingQueue",
     "QuietTenantsStarving", "QueueStalled", "PriorityInversion", "JobsRedeliveredHigh", "JobsDeadLettered",
     "QueuePaused", "JobsUnderUnconfiguredClass", "RedisMemoryHigh", "RedisMayEvictJobs", "FairnessExporterDown",
-    "FairnessExporterRedisDown", "TenantAtQueuedLimit",
+    "FairnessExporterRedisDown", "TenantAtLimit",
 )
 ANNOTATIONS = {"summary", "description", "runbook_url", "dashboard_url"}
 
