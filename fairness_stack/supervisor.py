@@ -81,8 +81,12 @@ class StackState:
     config_changes: list[str] = field(default_factory=list)  # what starting it applied (apply_config)
 
     def save(self) -> None:
+        """Written whole, then renamed into place: `stack status` or `down` reading it while
+        `up` writes never sees half a file."""
         path = Path(self.directory) / STATE_FILE
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        partial = path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        os.replace(partial, path)
 
     @classmethod
     def load(cls, directory: Path) -> StackState:

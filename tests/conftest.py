@@ -25,7 +25,9 @@ REDIS_URL_VARIABLE = "FAIRCTL_TEST_REDIS_URL"
 _prefixes = itertools.count()
 # Modules whose tests start a whole stack (tests/test_drill.py, tests/test_interrupts.py): a stack
 # prefers the compose ports (6379, 9090, ...), so two at once on one machine would race for them.
-STACK_MODULES = frozenset({"test_drill", "test_interrupts"})
+# The worker-crash test kills and respawns worker processes on a clock; it runs in the same group
+# so that no stack starts beside it.
+STACK_MODULES = frozenset({"test_drill", "test_interrupts", "test_worker_crash"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -25,6 +25,7 @@ UPFRONT = 5_000  # queued before the workers start
 STREAMED = 15_000  # enqueued by a producer while workers are being killed
 CHUNK = 500  # the producer enqueues this many, then pauses, so its stream spans many kills
 PROCESSES = 4
+WARM_UP_S = 2.0  # a respawned worker is not killed again before this
 # Spread over all three classes (enterprise tenants' unlisted tasks go to jobs:medium) and tiers.
 TASKS = ["password_reset", "order_confirmation", "newsletter", "invoice_pdf", "nightly_digest"]
 TENANTS = [(f"tenant-{i}", ("free", "pro", "enterprise")[i % 3]) for i in range(7)]
@@ -81,6 +82,7 @@ def test_sigkilled_workers_under_continuous_load_lose_nothing_and_redeliveries_a
 
     rng = random.Random(2)
     workers = [spawn(i) for i in range(PROCESSES)]
+    born = [time.monotonic()] * PROCESSES
     stream = producer(Scheduler(config, redis_client(redis_server.url)), ids)
     kills = kills_while_producing = 0
     deadline = time.monotonic() + 180
@@ -89,9 +91,14 @@ def test_sigkilled_workers_under_continuous_load_lose_nothing_and_redeliveries_a
             assert time.monotonic() < deadline, f"not finished after 180s: {totals(scheduler)}"
             time.sleep(rng.uniform(0.7, 1.3))
             victim = rng.randrange(PROCESSES)
+            # A victim that has had time to start (a loaded machine starts Python slowly), killed
+            # while jobs are in flight: a kill that cuts no lease tests nothing.
+            time.sleep(max(0.0, born[victim] + WARM_UP_S - time.monotonic()))
+            wait_for(lambda: finished() or totals(scheduler)["inflight"] > 0, 30, "jobs in flight")
             workers[victim].send_signal(signal.SIGKILL)
             workers[victim].wait()
             workers[victim] = spawn(victim)
+            born[victim] = time.monotonic()
             kills += 1
             kills_while_producing += stream.is_alive()
     finally:
