@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 RENDER_SHARE = 0.2
 RENDER_MAX_S = 0.25
 
+# Worker time is stored in integer microseconds; Prometheus's base unit is the second.
+MICROSECONDS_PER_SECOND = 1_000_000
+
 # Lifecycle counters of the contract and the snapshot counter each one reads.
 LIFECYCLE: tuple[tuple[m.MetricSpec, str], ...] = (
     (m.JOBS_FAILED, "failed"), (m.JOBS_REDELIVERED, "redelivered"), (m.JOBS_DEAD_LETTERED, "dead"),
@@ -210,7 +213,7 @@ class FairnessCollector(Collector):
             errors = dict(self._errors)
         for reason, count in errors.items():
             families.add(m.EXPORTER_SCRAPE_ERRORS, count, reason=reason)
-        families.add(m.EXPORTER_BUILD_INFO, 1, version=self.version)
+        families.add(m.EXPORTER_BUILD_INFO, 1, version=self.version, charge=config.scheduler.charge)
         families.add(m.EXPORTER_SCRAPE_DURATION, time.monotonic() - started)
         return iter(families)
 
@@ -268,6 +271,7 @@ class FairnessCollector(Collector):
             for reason, count in sorted(enqueued.items()):
                 families.add(m.JOBS_ENQUEUED, count, queue=name, reason=reason)
             families.add(m.JOBS_PROCESSED, view.counters.get("processed", 0), queue=name)
+            families.add(m.QUEUE_WORKER_SECONDS, view.counters.get("worktime", 0) / MICROSECONDS_PER_SECOND, queue=name)
             for spec, counter in LIFECYCLE:
                 families.add(spec, view.counters.get(counter, 0), queue=name)
             families.add_histogram(m.JOBS_WAIT, view.wait_buckets, view.wait_sum, queue=name)

@@ -32,6 +32,7 @@ VERSION = "version"
 STATE = "state"
 POLICY = "policy"
 FINGERPRINT = "fingerprint"
+CHARGE = "charge"
 
 # The states of queue_unconfigured_jobs.
 UNCONFIGURED_STATES = ("queued", "inflight", "delayed")
@@ -134,6 +135,10 @@ JOBS_ENQUEUED = _counter(
 JOBS_PROCESSED = _counter(
     "jobs_processed_total", Q,
     "Jobs of the class completed (acked); per tenant, see queue_tenant_share_ratio.")
+QUEUE_WORKER_SECONDS = _counter(
+    "queue_worker_seconds_total", Q,
+    "Worker time the class's finished jobs took (acked or failed, as their workers measured it), under either "
+    "scheduler.charge: the capacity each class really uses.")
 JOBS_FAILED = _counter("jobs_failed_total", Q, "Job attempts of the class that failed (nacked by a handler).")
 JOBS_REDELIVERED = _counter(
     "jobs_redelivered_total", Q, "Jobs of the class whose lease expired and that went back to the queue.")
@@ -152,11 +157,13 @@ JOBS_WAIT = MetricSpec(
 # ------------------------------------------------------------------ per tenant, bounded by topk_tenants
 QUEUE_TENANT_SHARE = _gauge(
     "queue_tenant_share_ratio", (QUEUE, TENANT),
-    "A tenant's share of the class's completions over exporter.window, for the class's "
-    "exporter.topk_tenants busiest tenants in that window (whenever each first sent a job).")
+    "A tenant's share of the class's service over exporter.window (of its completions, or of its worker time under "
+    "scheduler.charge: runtime), for the class's exporter.topk_tenants busiest tenants in that window "
+    "(whenever each first sent a job).")
 TENANT_SHARE = _gauge(
     "tenant_share_ratio", (TENANT,),
-    "Share of all processed jobs over exporter.window, for the top exporter.topk_tenants tenants.")
+    "Share of all service over exporter.window (of all completions, or of all worker time under "
+    "scheduler.charge: runtime), for the top exporter.topk_tenants tenants.")
 TENANT_OLDEST_AGE = _gauge(
     "tenant_oldest_message_age_seconds", (QUEUE, TENANT),
     "Age of a tenant's oldest due job, for the exporter.topk_tenants oldest tenants of each class.")
@@ -192,7 +199,10 @@ EXPORTER_SCRAPE_DURATION = _gauge(
 EXPORTER_SCRAPE_ERRORS = _counter(
     "fairness_exporter_scrape_errors_total", (REASON,),
     "Scrapes that could not read Redis: timeout (over exporter.scrape_timeout), unavailable (connection), error.")
-EXPORTER_BUILD_INFO = _gauge("fairness_exporter_build_info", (VERSION,), "Always 1; the fairctl version serving.")
+EXPORTER_BUILD_INFO = _gauge(
+    "fairness_exporter_build_info", (VERSION, CHARGE),
+    "Always 1; the fairctl version serving and what the config charges a job (scheduler.charge): jobs or runtime, "
+    "so the shares' basis is known.")
 
 # The reasons of fairness_exporter_scrape_errors_total, all served from the start.
 SCRAPE_ERROR_REASONS = ("timeout", "unavailable", "error")
@@ -202,7 +212,7 @@ SCRAPE_ERROR_REASONS = ("timeout", "unavailable", "error")
 FROM_REDIS: tuple[MetricSpec, ...] = (
     QUEUE_OLDEST_AGE, QUEUE_DEPTH, QUEUE_INFLIGHT, QUEUE_DELAYED, QUEUE_PAUSED, QUEUE_ACTIVE_TENANTS,
     QUEUE_NOISY_TENANTS, QUEUE_QUIET_OLDEST_AGE, QUEUE_FAIRNESS_INDEX, JOBS_ENQUEUED, JOBS_PROCESSED,
-    JOBS_FAILED, JOBS_REDELIVERED, JOBS_DEAD_LETTERED, JOBS_PROMOTED, JOBS_DEMOTED, JOBS_REJECTED, JOBS_REFUSED, JOBS_WAIT,
+    QUEUE_WORKER_SECONDS, JOBS_FAILED, JOBS_REDELIVERED, JOBS_DEAD_LETTERED, JOBS_PROMOTED, JOBS_DEMOTED, JOBS_REJECTED, JOBS_REFUSED, JOBS_WAIT,
     QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION,
     *UNCONFIGURED, *REDIS_MEMORY,
 )

@@ -95,7 +95,7 @@ def test_idle_classes_report_zero_for_every_series_and_the_config_gauges() -> No
     assert scrape.value(m.QUEUE_ARRIVAL_BUDGET.name, queue="jobs:high") == pytest.approx(0.2)
     assert scrape.value(m.QUEUE_ARRIVAL_BUDGET.name, queue="jobs:low") == 1
     assert scrape.value(m.EXPORTER_REDIS_UP.name) == 1
-    assert scrape.value(m.EXPORTER_BUILD_INFO.name, version="test") == 1
+    assert scrape.value(m.EXPORTER_BUILD_INFO.name, version="test", charge="jobs") == 1
     assert {scrape.value(m.EXPORTER_SCRAPE_ERRORS.name, reason=r) for r in m.SCRAPE_ERROR_REASONS} == {0}
 
 
@@ -134,6 +134,22 @@ def test_every_family_of_a_busy_scrape_is_in_the_contract_and_promtool_accepts_o
         assert scrape.value(spec.name, queue="jobs:high") == busy.counters[counter]
     checked = promtool_check_metrics(scrape.text)
     assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("charge", ["jobs", "runtime"])
+def test_worker_time_is_served_in_seconds_and_the_info_metric_names_the_charge(charge: str) -> None:
+    """Redis counts worker time in microseconds under either charge; Prometheus reads seconds, and
+    the info metric tells what the served shares are shares of."""
+    config = make_config(scheduler={"charge": charge})
+    busy = class_snapshot("jobs:high", counters={**{c: 0 for c in COUNTERS}, "worktime": 2_500_001},
+                          processed_window=7_000_000.0, top_processed=(("acme", 5_250_000.0),),
+                          tenant_shares=(("acme", 0.75),))
+    scrape = collect(config, FakeScheduler(lambda: idle_snapshot(config, jobs_high=busy)))
+    assert scrape.value(m.QUEUE_WORKER_SECONDS.name, queue="jobs:high") == pytest.approx(2.500001)
+    assert scrape.value(m.QUEUE_WORKER_SECONDS.name, queue="jobs:low") == 0
+    assert scrape.value(m.QUEUE_TENANT_SHARE.name, queue="jobs:high", tenant="acme") == 0.75  # a ratio either way
+    assert scrape.value(m.EXPORTER_BUILD_INFO.name, version="test", charge=charge) == 1
+    assert len(scrape.series(m.EXPORTER_BUILD_INFO.name)) == 1
 
 
 def test_wait_histogram_buckets_are_cumulative_with_the_slos_as_edges() -> None:
