@@ -3,7 +3,9 @@
 Names follow Prometheus's ``level:metric:operation`` convention under the ``fairctl`` level and
 are built from the metric contract; they carry no window so that dashboards can rely on them
 whatever ``alerts.rate_window`` is. Every raw series is deduplicated across exporters first
-(:func:`alerts.promql.dedup`). Import the name constants; never retype them.
+(:func:`alerts.promql.dedup`). Import the name constants; never retype them. The realised shares
+depend on ``scheduler.charge`` (shares of completions or of worker time): take their names from
+:func:`basis`.
 """
 
 from __future__ import annotations
@@ -31,10 +33,8 @@ OLDEST_AGE, QUIET_AGE, DEPTH, ACTIVE_TENANTS, MAX_AGE, WEIGHT_RATIO, ARRIVAL_BUD
     _name(spec, "max") for spec in DEDUPED_GAUGES)
 BACKLOGGED = _name(m.QUEUE_DEPTH, "backlogged")
 PROCESSED_RATE = _name(m.JOBS_PROCESSED, "rate")
-PROCESSED_SHARE = _name(m.JOBS_PROCESSED, "share")
-TENANT_SHARE = _name(m.JOBS_PROCESSED, "tenant_share")
+WORKER_RATE = _name(m.QUEUE_WORKER_SECONDS, "rate")
 ENTITLED_SHARE = _name(m.QUEUE_WEIGHT_RATIO, "backlogged")
-BACKLOGGED_SHARE = _name(m.JOBS_PROCESSED, "backlogged_share")
 ENQUEUED_RATE = _name(m.JOBS_ENQUEUED, "rate")
 REASON_SHARE = _name(m.JOBS_ENQUEUED, "reason_share")
 REASON_BASELINE = _name(m.JOBS_ENQUEUED, "reason_share_baseline")
@@ -44,6 +44,43 @@ REDELIVERED_RATE = _name(m.JOBS_REDELIVERED, "rate")
 DEAD_LETTERED = _name(m.JOBS_DEAD_LETTERED, "increase")
 REFUSED = _name(m.JOBS_REFUSED, "increase")
 WAIT_P99 = _name(m.JOBS_WAIT, "p99")
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What the realised shares are shares of, which ``scheduler.charge`` decides: completions
+    (``jobs``), or worker time (``runtime``, where the weights are shares of worker time). The
+    share recordings are named after the counter they share out, so a name never claims a basis
+    the figures are not in; the phrases put the basis in every text that speaks of a share."""
+
+    counter: m.MetricSpec
+    rate: str  # recorded per-second rate of ``counter`` per class
+    share: str  # each class's part of all of it
+    backlogged_share: str  # each backlogged class's part among the backlogged classes
+    tenant_share: str  # a tenant's part of its class's, over exporter.window
+    share_noun: str  # "realised {share_noun} against ..."
+    served: str  # what is shared out: "of all {served}", "a class's {served}"
+    served_for: str  # "{served_for} the backlogged classes"
+    served_in: str  # "{served_in} a class"
+
+
+def _basis(counter: m.MetricSpec, rate: str, share_noun: str, served: str, served_for: str,
+           served_in: str) -> Basis:
+    return Basis(counter, rate, _name(counter, "share"), _name(counter, "backlogged_share"),
+                 _name(counter, "tenant_share"), share_noun, served, served_for, served_in)
+
+
+BASES: dict[str, Basis] = {
+    "jobs": _basis(m.JOBS_PROCESSED, PROCESSED_RATE, "share", "completions", "the jobs completed for",
+                   "the jobs completed in"),
+    "runtime": _basis(m.QUEUE_WORKER_SECONDS, WORKER_RATE, "share of worker time", "worker time",
+                      "the worker time spent on", "the worker time spent on"),
+}
+
+
+def basis(config: Config) -> Basis:
+    """The basis of the realised shares under ``config``'s ``scheduler.charge``."""
+    return BASES[config.scheduler.charge]
 
 
 @dataclass(frozen=True)
@@ -63,9 +100,10 @@ def recording_rules(config: Config) -> tuple[Recording, ...]:
     """Every recording rule, in dependency order (one group evaluates them in turn)."""
     window, budget_window = config.alerts.rate_window, config.scheduler.budget_window
     baseline = config.alerts.reason_baseline
+    b = basis(config)
     enqueued_then = deduped_rate(m.JOBS_ENQUEUED.name, budget_window, baseline)
     backlogged_part = f"{WEIGHT_RATIO} * {BACKLOGGED}"
-    processed_part = f"{PROCESSED_RATE} * {BACKLOGGED}"
+    served_part = f"{b.rate} * {BACKLOGGED}"
     requested = (
         "(\n" + zero_filled(f"sum without ({m.REASON}) ("
                             f"{deduped_rate(excluding(m.JOBS_ENQUEUED, m.REASON, OVER_BUDGET_REASON), budget_window)})")
@@ -86,17 +124,22 @@ def recording_rules(config: Config) -> tuple[Recording, ...]:
             zero_filled(deduped_rate(m.JOBS_PROCESSED.name, window)),
             "Completions per second per class, rated per exporter then deduplicated.",
         ),
-        Recording(PROCESSED_SHARE, share(PROCESSED_RATE, m.QUEUE),
-                  "Realised share: each class's part of all completions."),
         Recording(
-            TENANT_SHARE,
+            WORKER_RATE,
+            zero_filled(deduped_rate(m.QUEUE_WORKER_SECONDS.name, window)),
+            "Worker seconds per second per class (about the worker slots its jobs keep busy), whatever "
+            "scheduler.charge is.",
+        ),
+        Recording(b.share, share(b.rate, m.QUEUE), f"Realised share: each class's part of all {b.served}."),
+        Recording(
+            b.tenant_share,
             dedup(m.QUEUE_TENANT_SHARE.name),
-            f"The part of its class's completions over exporter.window of each of the class's busiest "
+            f"The part of its class's {b.served} over exporter.window of each of the class's busiest "
             f"tenants in that window ({m.QUEUE_TENANT_SHARE.name}, one value whatever the number of exporters).",
         ),
         Recording(ENTITLED_SHARE, share(backlogged_part, m.QUEUE),
-                  "The share of completions each backlogged class's weight entitles it to among the backlogged classes."),
-        Recording(BACKLOGGED_SHARE, share(processed_part, m.QUEUE),
+                  f"The share of {b.served} each backlogged class's weight entitles it to among the backlogged classes."),
+        Recording(b.backlogged_share, share(served_part, m.QUEUE),
                   "The share each backlogged class realised among the backlogged classes."),
         Recording(REQUESTED_RATE, requested,
                   "Arrivals per second that the classification rules put in each class, before any budget "

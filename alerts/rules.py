@@ -130,6 +130,7 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
     urgent = config.classes[0].name
     stall = a.stall_after
     up = selector(UP, **{JOB: a.exporter_job})
+    b = rec.basis(config)
     return (
         Alert(
             QUEUE_STARVING,
@@ -148,11 +149,11 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
             f"a class backlogged for {window} realises less than {number(a.share_tolerance)} x the share its "
             "weight entitles it to among the backlogged classes (never when it gets more because others are empty)",
             Text("$queue gets far less than its weight"),
-            Text(f"Over the last {window}, $queue got $value:percent of the jobs completed for the backlogged "
+            Text(f"Over the last {window}, $queue got $value:percent of {b.served_for} the backlogged "
                  f"classes: less than {number(a.share_tolerance)} x the $entitled:percent its weight entitles it "
                  "to, while other classes were backlogged too.", {"entitled": Query(rec.ENTITLED_SHARE)}),
             _one(config, QUEUE_SHARE_BELOW_WEIGHT,
-                 f"{rec.BACKLOGGED_SHARE}\n  < {number(a.share_tolerance)} * {rec.ENTITLED_SHARE}", WARNING),
+                 f"{b.backlogged_share}\n  < {number(a.share_tolerance)} * {rec.ENTITLED_SHARE}", WARNING),
         ),
         Alert(
             PRIORITY_MIX_DRIFT,
@@ -185,14 +186,14 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
         ),
         Alert(
             TENANT_DOMINATING_QUEUE,
-            f"one tenant gets more than {number(a.tenant_dominance * 100)}% of a class's completions over "
+            f"one tenant gets more than {number(a.tenant_dominance * 100)}% of a class's {b.served} over "
             f"{tenant_window} (exporter.window) while at least one other tenant has jobs waiting in it",
             Text("Tenant $tenant takes most of $queue"),
-            Text(f"Over the last {tenant_window}, tenant $tenant got $value:percent of the jobs completed in $queue "
+            Text(f"Over the last {tenant_window}, tenant $tenant got $value:percent of {b.served_in} $queue "
                  "while $active:number tenants had jobs waiting in it.",
                  {"active": Query(rec.ACTIVE_TENANTS)}),
             _one(config, TENANT_DOMINATING_QUEUE,
-                 f"{rec.TENANT_SHARE} > {number(a.tenant_dominance)}\n  and ignoring ({m.TENANT})\n"
+                 f"{b.tenant_share} > {number(a.tenant_dominance)}\n  and ignoring ({m.TENANT})\n"
                  f"{rec.ACTIVE_TENANTS} >= 2", WARNING),
         ),
         Alert(

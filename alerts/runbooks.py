@@ -36,6 +36,7 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
     """Every query the runbooks show, by the key the templates use."""
     window = config.alerts.rate_window
     inflight = dedup(m.QUEUE_INFLIGHT.name)
+    b = rec.basis(config)
     d = Diagnostic
     return {
         "oldest_vs_slo": d("Oldest due job per class against its SLO (above 1: older than max_age)",
@@ -49,12 +50,14 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "fleet_busy": d("Leased jobs against the slots the fleet registered (near 1: saturated)",
                         f"sum without ({m.QUEUE}) ({inflight})\n  / {dedup(m.WORKER_SLOTS.name)}"),
         "throughput": d("Completions per second per class", rec.PROCESSED_RATE),
-        "share_vs_weight": d("Realised share against configured weight ("
+        "worker_time": d("Worker seconds per second per class (about the worker slots its jobs keep busy)",
+                         rec.WORKER_RATE),
+        "share_vs_weight": d(f"Realised {b.share_noun} against configured weight ("
                              "above 1 is the surplus of empty classes, as it should be)",
-                             f"{rec.PROCESSED_SHARE} / {rec.WEIGHT_RATIO}"),
+                             f"{b.share} / {rec.WEIGHT_RATIO}"),
         "backlogged": d(f"Classes backlogged through the last {duration(window)} and not paused", rec.BACKLOGGED),
         "backlogged_share": d("Realised against entitled share among the backlogged classes (what "
-                              "QueueShareBelowWeight compares)", f"{rec.BACKLOGGED_SHARE} / {rec.ENTITLED_SHARE}"),
+                              "QueueShareBelowWeight compares)", f"{b.backlogged_share} / {rec.ENTITLED_SHARE}"),
         "requested_vs_budget": d("Share of arrivals asked for against the arrival budget (above 1: over budget)",
                                  f"{rec.REQUESTED_SHARE} / {rec.ARRIVAL_BUDGET}"),
         "demoted": d("Arrivals demoted one class down by the budget, per second",
@@ -64,9 +67,9 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
                          f"sort_desc({rec.ENQUEUED_RATE})"),
         "reason_shift": d(f"Each reason's share of its class now, minus {duration(config.alerts.reason_baseline)} ago",
                           f"{rec.REASON_SHARE} - {rec.REASON_BASELINE}"),
-        "top_tenants": d(f"The five tenants with the largest share of their class's completions over "
+        "top_tenants": d(f"The five tenants with the largest share of their class's {b.served} over "
                          f"{duration(config.exporter.window)}",
-                         f"topk(5, {rec.TENANT_SHARE})"),
+                         f"topk(5, {b.tenant_share})"),
         "noisy": d("Tenants judged noisy per class (more than 10% of its leased jobs)", dedup(m.QUEUE_NOISY_TENANTS.name)),
         "active_tenants": d("Tenants with due jobs per class", rec.ACTIVE_TENANTS),
         "fairness_index": d("Jain's fairness index over the class's backlogged tenants (1: fair; 1/n: one takes all)",
@@ -120,7 +123,8 @@ def render(config: Config) -> dict[PurePosixPath, str]:
         "config": config, "q": diagnostics(config), "alerts": alerts, "duration": duration, "number": number,
         "urgent": config.classes[0].name, "bulk": config.classes[-1].name,
         "link": lambda alert, key: r.link(config, alert, key), "over_budget_reason": OVER_BUDGET_REASON,
-        "tenant_share_metric": m.QUEUE_TENANT_SHARE.name,
+        "tenant_share_metric": m.QUEUE_TENANT_SHARE.name, "basis": rec.basis(config),
+        "runtime": config.scheduler.charge == "runtime",
     }
     files = {runbook_file(a.name): env.get_template(f"runbooks/{a.name}.md.j2").render(alert=a, **common)
              for a in alerts}

@@ -119,6 +119,7 @@ class Scenario:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.alerts = {a.name: a for a in r.build_alerts(config)}
+        self.basis = rec.basis(config)
         self.job = config.alerts.exporter_job
         self.window = minutes(config.alerts.rate_window)
 
@@ -185,14 +186,15 @@ def _share_below_weight(s: Scenario) -> list[Case]:
 
     def inputs(weights: Sequence[tuple[str, float]], shares: Mapping[str, float | None],
                empty: str | None = None) -> tuple[Series, ...]:
-        """Every class but ``empty`` backlogged; a share of None: no job of the class ever completed."""
+        """Every class but ``empty`` backlogged; a share (of the charge's basis) of None: the class
+        has no series of it (no job of the class ever finished)."""
         out: list[Series] = []
         for name, weight in weights:
             out += s.series(m.QUEUE_DEPTH, flat(0 if name == empty else 1000, end), queue=name)
             out += s.series(m.QUEUE_PAUSED, flat(0, end), queue=name)
             out += s.series(m.QUEUE_WEIGHT_RATIO, flat(weight, end), queue=name)
             if (part := shares[name]) is not None:
-                out += s.series(m.JOBS_PROCESSED, ramp(600 * part, end), queue=name)
+                out += s.series(s.basis.counter, ramp(600 * part, end), queue=name)
         return tuple(out)
 
     def shares(weights: Sequence[tuple[str, float]], name: str, part: float) -> dict[str, float]:
@@ -618,11 +620,14 @@ def _recording(s: Scenario) -> list[Case]:
     end = s.window + 1
     weights = s.classes(max(2, len(s.config.classes)))
     per_minute = {name: max(1, round(600 * w)) for name, w in weights}
-    total = sum(per_minute.values())
+    # Less urgent classes run longer jobs, so shares of worker time differ from shares of jobs.
+    seconds_per_minute = {name: per_minute[name] * 0.5 * (i + 1) for i, (name, _) in enumerate(weights)}
+    served = {m.JOBS_PROCESSED: per_minute, m.QUEUE_WORKER_SECONDS: seconds_per_minute}[s.basis.counter]
     series = [x for name, w in weights for x in (
         *s.series(m.QUEUE_DEPTH, flat(7, end), exporters=2, queue=name),
         *s.series(m.QUEUE_WEIGHT_RATIO, flat(w, end), exporters=2, queue=name),
         *s.series(m.JOBS_PROCESSED, ramp(per_minute[name], end), exporters=2, queue=name),
+        *s.series(m.QUEUE_WORKER_SECONDS, ramp(seconds_per_minute[name], end), exporters=2, queue=name),
         *s.series(m.QUEUE_TENANT_SHARE, flat(0.25, end), exporters=2, queue=name, tenant="tenant-1"))]
 
     def samples(value: Callable[[str], float]) -> tuple[Sample, ...]:
@@ -633,9 +638,10 @@ def _recording(s: Scenario) -> list[Case]:
         tuple(series), expr_checks=(
             ExprCheck(end, rec.DEPTH, samples(lambda name: 7)),
             ExprCheck(end, rec.PROCESSED_RATE, samples(lambda name: per_minute[name] / 60)),
-            ExprCheck(end, rec.PROCESSED_SHARE, samples(lambda name: per_minute[name] / total)),
-            ExprCheck(end, rec.TENANT_SHARE, tuple(Sample({"job": s.job, m.QUEUE: name, m.TENANT: "tenant-1"}, 0.25)
-                                                  for name, _ in weights)),
+            ExprCheck(end, rec.WORKER_RATE, samples(lambda name: seconds_per_minute[name] / 60)),
+            ExprCheck(end, s.basis.share, samples(lambda name: served[name] / sum(served.values()))),
+            ExprCheck(end, s.basis.tenant_share,
+                      tuple(Sample({"job": s.job, m.QUEUE: name, m.TENANT: "tenant-1"}, 0.25) for name, _ in weights)),
         ))]
 
 
