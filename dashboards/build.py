@@ -255,10 +255,12 @@ def tenant(config: Config) -> Dashboard:
     b = rec.basis(config)
     # The tenant's part of what its classes serve, in the basis's own unit.
     served_title, served_what, served_unit = {
-        m.JOBS_PROCESSED: ("Throughput per class", "Jobs of the tenant completed per second (its share times the "
-                           "class's throughput)", JOBS_PER_SECOND),
-        m.QUEUE_WORKER_SECONDS: ("Worker time per class", "Worker seconds per second that the tenant's jobs took (its "
-                                 "share times the class's worker time)", WORKER_SECONDS_PER_SECOND),
+        m.JOBS_PROCESSED: ("Throughput per class",
+                           "Jobs of the tenant completed per second (its share times the class's throughput)",
+                           JOBS_PER_SECOND),
+        m.QUEUE_WORKER_SECONDS: ("Worker time per class",
+                                 ("Worker seconds per second that the tenant's jobs took (its share times the class's "
+                                  "worker time)"), WORKER_SECONDS_PER_SECOND),
     }[b.counter]
     # Every tenant that was among a class's busiest at some point of the time range shown: the
     # tenants worth a look now, not the first ones the database ever saw.

@@ -182,3 +182,21 @@ def test_generate_check_covers_the_dashboards(tmp_path: Path) -> None:
     board.write_text(board.read_text().replace("Throughput", "Thruput"))
     checked = runner.invoke(app, ["generate", "--check", "--out", str(tmp_path), "--config", str(EXAMPLE_CONFIG)])
     assert checked.exit_code == 1 and f"{board}: changed" in checked.output
+
+
+@pytest.mark.parametrize("charge", ["jobs", "runtime"])
+def test_share_panels_use_the_configured_basis_and_worker_time_is_shown_under_either(charge: str) -> None:
+    config = make_config(scheduler={"charge": charge})
+    basis, recorded = recording.basis(config), {rule.name for rule in recording.recording_rules(config)}
+    other = next(b for name, b in recording.BASES.items() if name != charge)
+    boards = {uid: json.loads(render(config)[dashboard_file(uid)]) for uid in UIDS}
+    used = {name for data in boards.values() for _, expr in panel_queries(data) for name in metric_names(expr)}
+    assert {basis.share, basis.tenant_share} <= used <= recorded | {spec.name for spec in m.ALL} | {
+        m.JOBS_WAIT.series("_bucket")}
+    assert not {other.share, other.backlogged_share, other.tenant_share} & used
+    worker_time = [title for title, expr in panel_queries(boards[OVERVIEW_UID])
+                   if metric_names(expr) == {recording.WORKER_RATE}]
+    assert worker_time == ["Worker time per class"]
+    titles = " ".join(p["title"] + " " + p.get("description", "") for data in boards.values() for p in panels(data)
+                      if "share" in p["title"].lower())
+    assert basis.served in titles and other.served not in titles
