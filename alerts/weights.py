@@ -13,6 +13,9 @@ class. The formula used here, for a fleet of N worker slots (jobs run at once, `
   ``service_time``, equal service times are assumed and ``g_c = w_c / sum(w)``.
 * A class whose ``g_c < rho_c`` falls behind whenever the others are busy; the smallest weight
   that fixes it, the others unchanged, is ``rho_c * sum_(i != c)(w_i * S_i) / ((1 - rho_c) * S_c)``.
+* Under ``scheduler.charge: runtime`` a weight is a share of worker *time* itself:
+  ``g_c = w_c / sum(w)`` whatever the service times (the pops then split as ``w_c / S_c``), and
+  the smallest weight is the formula above with every ``S`` equal.
 
 Weights of zero cannot happen: the config refuses them (``classes[i].weight: must be > 0``).
 """
@@ -30,7 +33,7 @@ class ClassNeed:
     index: int
     name: str
     weight: int
-    weight_share: float  # of pops, every class backlogged
+    weight_share: float  # of pops, every class backlogged (equal service times assumed when unknown)
     guaranteed: float  # of slot time, every class backlogged
     arrival_rate: float | None  # jobs/s
     service_time: float | None  # s
@@ -47,6 +50,7 @@ class WeightsReport:
     slots: int | None
     equal_service_times: bool
     classes: tuple[ClassNeed, ...]
+    by_runtime: bool = False  # scheduler.charge: runtime, the weights share out worker time
 
     def warnings(self) -> list[str]:
         """One line per problem, naming the config field to change."""
@@ -80,21 +84,26 @@ def weights_report(config: Config, slots: int | None = None) -> WeightsReport:
     """The derived table; ``slots`` overrides ``alerts.worker_slots``."""
     slots = slots if slots is not None else config.alerts.worker_slots
     classes = config.classes
+    by_runtime = config.scheduler.charge == "runtime"
     timed = all(c.service_time is not None for c in classes)
-    time_of = [(c.service_time or 0.0) if timed else 1.0 for c in classes]
+    service = [(c.service_time or 0.0) if timed else 1.0 for c in classes]
+    # Under charge: runtime the weights share out slot time, so a class's time per job does not
+    # scale its share of time; it divides its share of pops instead.
+    time_of = [1.0] * len(classes) if by_runtime else service
     work = [c.weight * t for c, t in zip(classes, time_of)]
+    pops = [c.weight / t for c, t in zip(classes, service)] if by_runtime and timed else [float(c.weight) for c in classes]
     needs = []
     for i, c in enumerate(classes):
         needed = (c.arrival_rate * c.service_time / slots
                   if c.arrival_rate is not None and c.service_time is not None and slots else None)
-        own_time = c.service_time if timed and c.service_time else 1.0
+        own_time = time_of[i] if timed and time_of[i] else 1.0
         needs.append(ClassNeed(
-            index=i, name=c.name, weight=c.weight, weight_share=c.weight / config.total_weight,
+            index=i, name=c.name, weight=c.weight, weight_share=pops[i] / sum(pops),
             guaranteed=work[i] / sum(work), arrival_rate=c.arrival_rate, service_time=c.service_time,
             needed=needed,
             min_weight=None if needed is None else _min_weight(needed, own_time, sum(work) - work[i]),
         ))
-    return WeightsReport(slots, not timed, tuple(needs))
+    return WeightsReport(slots, not timed, tuple(needs), by_runtime)
 
 
 def table_rows(report: WeightsReport) -> list[tuple[str, ...]]:
@@ -116,7 +125,10 @@ def table_rows(report: WeightsReport) -> list[tuple[str, ...]]:
 
 def notes(report: WeightsReport) -> list[str]:
     """What the table's fleet, time share and needs mean for this report."""
+    assumed = " (equal service times assumed: not every class has service_time)" if report.equal_service_times else ""
+    time_share = ("time share: of the fleet's slot time when every class is backlogged: the weights themselves "
+                  "(scheduler.charge: runtime)" if report.by_runtime
+                  else "time share: of the fleet's slot time when every class is backlogged" + assumed)
     return [f"fleet: {report.slots} worker slots" if report.slots else "fleet: size unknown (alerts.worker_slots)",
-            "time share: of the fleet's slot time when every class is backlogged"
-            + (" (equal service times assumed: not every class has service_time)" if report.equal_service_times else ""),
+            time_share, *([f"pop share: of the jobs started{assumed}"] if report.by_runtime else []),
             "needs: arrival_rate x service_time / slots, the slot time the class needs to keep up"]

@@ -16,6 +16,7 @@ from alerts.layout import RULES_FILE, TESTS_DIR, runbook_file
 from alerts.output import render
 from alerts.rules import QUEUE_SHARE_BELOW_WEIGHT, TENANT_DOMINATING_QUEUE, UP
 from alerts.runbooks import diagnostics
+from alerts.weights import notes, weights_report
 from exporter import metrics as m
 from fairness_core import Config, parse_config
 from fairness_core.config import CHARGES
@@ -83,3 +84,18 @@ def test_the_shares_alerts_and_runbooks_follow_the_configured_basis(charge: str)
     share_runbook = runbooks[runbook_file(QUEUE_SHARE_BELOW_WEIGHT)]
     assert f"{basis.share} / " in share_runbook
     assert ("is not reported" in share_runbook) == (charge == "runtime")
+
+
+def test_the_weights_lint_reads_weights_as_shares_of_worker_time_under_runtime() -> None:
+    """The example's bulk class runs 10x longer jobs than the urgent one: counted in jobs its weight
+    of 10 buys 40% of the slot time, charged by runtime only 10%, less than the 10.4% it needs."""
+    by_jobs, by_runtime = (weights_report(charged(c)).classes[2] for c in ("jobs", "runtime"))
+    assert (by_jobs.guaranteed, by_jobs.short) == (pytest.approx(0.4), False)
+    assert (by_runtime.guaranteed, by_runtime.short, by_runtime.min_weight) == (pytest.approx(0.1), True, 11)
+    report = weights_report(charged("runtime"))
+    assert sum(c.weight_share for c in report.classes) == pytest.approx(1)
+    assert report.classes[0].weight_share > report.classes[0].guaranteed  # short jobs: more pops than time
+    assert any("scheduler.charge: runtime" in line for line in notes(report))
+    data = with_change("scheduler.charge", "runtime")
+    data["classes"][2]["weight"] = 11
+    assert not weights_report(parse_config(data)).warnings()
