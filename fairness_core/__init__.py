@@ -6,7 +6,7 @@ from .config import Config, ConfigError, load_config, parse_config, parse_durati
 from .config_store import AppliedConfigUnreadable, ConfigConflict, ConfigRefused, Moves
 from .connection import redis_client
 from .jobs import (
-    BudgetRejected, Enqueued, FairnessError, InvalidJob, Lease, Popped, RedisUnavailable, TenantLimitReached,
+    BudgetRejected, Enqueued, FairnessError, Finished, InvalidJob, Lease, Popped, RedisUnavailable, TenantLimitReached,
 )
 from .memory import EvictionPolicyError, MemoryInfo, RedisMemoryFull
 from .model import Model
@@ -15,7 +15,7 @@ from .snapshot import ClassSnapshot, Snapshot
 
 __all__ = [
     "AppliedConfigUnreadable", "BudgetRejected", "Classification", "ClassSnapshot", "Config", "ConfigConflict",
-    "ConfigError", "ConfigRefused", "Enqueued", "EvictionPolicyError", "FairnessError", "InvalidJob", "Lease",
+    "ConfigError", "ConfigRefused", "Enqueued", "EvictionPolicyError", "FairnessError", "Finished", "InvalidJob", "Lease",
     "MemoryInfo", "Model", "Moves", "Popped", "RedisMemoryFull", "RedisUnavailable", "Scheduler", "Snapshot",
     "TenantLimitReached", "classify", "load_config", "parse_config", "parse_duration", "redis_client",
 ]

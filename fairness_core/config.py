@@ -34,6 +34,8 @@ from .yaml_reader import (
 EXAMPLE_CONFIG = Path(str(resources.files(__package__) / "examples" / "fairness.yaml"))
 POLICIES = ("fifo", "strict", "weighted", "weighted-fair")
 BUDGET_ACTIONS = ("demote", "reject")
+# What a job costs its tenant and class: one job, or the worker time it took (docs/scheduler.md).
+CHARGES = ("jobs", "runtime")
 # Class names, tier names and the key prefix end up in Redis keys and Prometheus labels.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -129,6 +131,7 @@ class SchedulerConfig:
     budget_window: float = 600.0
     budget_min_arrivals: int = 100
     budget_action: str = "demote"
+    charge: str = "jobs"
 
 
 @dataclass(frozen=True)
@@ -401,6 +404,7 @@ def _scheduler(value: object, path: str, source: str | None) -> SchedulerConfig:
         budget_window=r.get("budget_window", SchedulerConfig.budget_window, parse_duration),
         budget_min_arrivals=r.get("budget_min_arrivals", SchedulerConfig.budget_min_arrivals, int_between(1, 10**9)),
         budget_action=r.get("budget_action", SchedulerConfig.budget_action, choice(BUDGET_ACTIONS)),
+        charge=r.get("charge", SchedulerConfig.charge, choice(CHARGES)),
     )
     r.done()
     return out

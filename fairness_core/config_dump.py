@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import ALERT_FOR, Config, TenantsConfig, TierLimits, format_duration
+from .config import ALERT_FOR, Config, SchedulerConfig, TenantsConfig, TierLimits, format_duration
 from .generated import yaml_text
 
 
@@ -70,12 +70,15 @@ def config_to_data(config: Config) -> dict[str, Any]:
         tenants["rate_window"] = format_duration(t.rate_window)
     if t.limits:
         tenants["limits"] = {tier: _limits(lim) for tier, lim in t.limits.items()}
+    scheduler: dict[str, Any] = {
+        "policy": s.policy, "max_payload_bytes": s.max_payload_bytes, "budget_window": format_duration(s.budget_window),
+        "budget_min_arrivals": s.budget_min_arrivals, "budget_action": s.budget_action}
+    if s.charge != SchedulerConfig.charge:  # only when set: a group's fingerprint holds across the upgrade
+        scheduler["charge"] = s.charge
     return {
         "redis": {"url": config.redis.url, "prefix": config.redis.prefix,
                   "memory_headroom": config.redis.memory_headroom},
-        "scheduler": {"policy": s.policy, "max_payload_bytes": s.max_payload_bytes,
-                      "budget_window": format_duration(s.budget_window), "budget_min_arrivals": s.budget_min_arrivals,
-                      "budget_action": s.budget_action},
+        "scheduler": scheduler,
         "classes": classes,
         "tenants": tenants,
         "classification": rules,

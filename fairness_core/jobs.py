@@ -167,6 +167,32 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Finished:
+    """A lease done, with the seconds its handler ran (a monotonic clock's difference, so no clock
+    skew between machines enters it). Under ``scheduler.charge: runtime`` the ack corrects the
+    tenant's and class's charge from the estimate to this; under either basis it is counted as the
+    class's worker time."""
+
+    lease: Lease
+    runtime: float
+
+
+def settled(done: Lease | Finished) -> tuple[Lease, float | None]:
+    """A lease done and its runtime (None when not reported)."""
+    return (done.lease, done.runtime) if isinstance(done, Finished) else (done, None)
+
+
+def runtime_us(runtime: float | None) -> str:
+    """A reported runtime as the script reads it: whole microseconds, or '' for none reported.
+    InvalidJob naming ``runtime`` for anything but a finite number of seconds >= 0."""
+    if runtime is None:
+        return ""
+    if isinstance(runtime, bool) or not isinstance(runtime, (int, float)) or not 0 <= runtime < 10**9:
+        raise InvalidJob("runtime", f"expected the seconds the job ran (a number >= 0), got {runtime!r}")
+    return str(round(runtime * 1_000_000))
+
+
+@dataclass(frozen=True)
 class DeadOutcome:
     """What a requeue or drop of dead letters did: the job ids handled, and those left in the list
     because their class is no longer configured."""

@@ -30,6 +30,9 @@ CONFIG = "config"  # hash: the applied config (fairness_core.config_store): text
 # (tenants.max_rate), expiring two windows after a tenant's first job in it. Not in FIXED: the
 # script builds the two it reads from ``base``.
 RATE_SPACE = "rate:"
+# base + CHARGED; hash: job id -> the microseconds of worker time its pop charged (scheduler.charge:
+# runtime), so its ack corrects the charge by the difference. Built from ``base`` like RATE_SPACE.
+CHARGED = "charged"
 
 # The group-wide keys every script declares, in KEYS order; the script finds each by its name here.
 FIXED: dict[str, str] = {
@@ -54,6 +57,9 @@ CLASS_PARTS: dict[str, str] = {
     "inflight": "inflight",  # zset: tenant -> leased jobs
     "served": "served:",  # + window bucket; zset: tenant -> jobs processed in that bucket
     "served_total": "servedn:",  # + window bucket; string: jobs processed in that bucket
+    # Under scheduler.charge: runtime (served and served_total then count microseconds of work):
+    "estimate": "est",  # hash: task -> moving average of its jobs' runtimes in the class (µs)
+    "tenant_estimate": "est/",  # + tenant; hash: task -> the tenant's own moving average (µs)
 }
 
 
@@ -114,6 +120,10 @@ class Keys:
     @property
     def config(self) -> str:
         return self.base + CONFIG
+
+    @property
+    def charged(self) -> str:
+        return self.base + CHARGED
 
     def class_key(self, queue: str, part: str) -> str:
         """A per-class structure; ``part`` is one of :data:`CLASS_PARTS`' values."""

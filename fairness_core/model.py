@@ -17,10 +17,11 @@ from .classification import classify
 from .config import Config
 from .config_store import NO_MOVES, ConfigRefused, Moves
 from .jobs import (
-    SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, Envelope, InvalidJob, Lease, Popped, Record,
-    TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
+    SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, Envelope, Finished, InvalidJob, Lease, Popped, Record,
+    TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line, runtime_us,
+    settled,
 )
-from .settings import derive
+from .settings import derive, rebases_tags
 from .snapshot import RawClass, Snapshot, build_snapshot
 from .zset import ZSet
 
@@ -36,6 +37,8 @@ class _Class:
     inflight: ZSet = field(default_factory=ZSet)
     served: dict[int, ZSet] = field(default_factory=dict)
     served_total: dict[int, int] = field(default_factory=dict)
+    estimates: dict[str, int] = field(default_factory=dict)  # task -> runtime estimate (µs)
+    tenant_estimates: dict[str, dict[str, int]] = field(default_factory=dict)  # tenant -> task -> µs
 
 
 class Model:
@@ -58,6 +61,7 @@ class Model:
         self.dead: list[str] = []
         self.workers = ZSet()
         self.worker_slots: dict[str, int] = {}
+        self.charged: dict[str, int] = {}  # job id -> µs its pop charged (charge: runtime)
 
     def _use(self, config: Config, moves: Moves) -> None:
         self.config, self.moves = config, moves
@@ -83,9 +87,9 @@ class Model:
         every = self.moves.carried(config).merged(given)
         every.check(config)
         old = (self.config, self.moves)
-        old_costs = dict(self.settings.costs)
+        before = self.settings
         self._use(config, every)
-        rebase = old_costs != dict(self.settings.costs)
+        rebase = rebases_tags(before, self.settings)
         others, held = self._unconfigured()
         refused = {c: held[c] for c in others if held[c] > 0 and c not in every.classes}
         tiers = sorted({tier for c in (*self.names, *others) for tier in self._cls(c).cost.values()
@@ -95,6 +99,11 @@ class Model:
             self._use(*old)
             raise ConfigRefused(refused, tuple(tiers))
         self.swrr = {}
+        self.charged = {}
+        if not self.settings.runtime:
+            for c in (*self.names, *others):
+                self._cls(c).estimates.clear()
+                self._cls(c).tenant_estimates.clear()
         if rebase:
             for c in (*self.names, *others):
                 cls = self._cls(c)
@@ -111,7 +120,9 @@ class Model:
             cls = self._cls(old)
             while moved < limit and cls.heads.first() is not None:
                 tenant = cls.heads.first()[0]  # type: ignore[index]
-                items, _ = self._take(old, tenant, limit - moved, from_tail=True)
+                items, left = self._take(old, tenant, limit - moved, from_tail=True)
+                if left == 0 and self.settings.runtime:
+                    self._forget(old, tenant)
                 for job in items:
                     self._push_head(new, tenant, [job])
                 moved += len(items)
@@ -205,6 +216,76 @@ class Model:
             entry = self.delayed_items.pop(rec)
             self._stat("delayed", entry.queue, -1)
             self._push_head(entry.queue, entry.tenant, [entry.job])
+
+    # ------------------------------------------------------------------ charging by runtime
+
+    def _charge(self, ci: int, tenant: str, items: Sequence[Envelope]) -> int:
+        """As the Lua's ``estimates`` and ``record_charges``: each job charged its tenant's
+        estimate for its task, else its class's, else the class's seed (at least the minimum),
+        recorded by id; the total."""
+        s = self.settings
+        cls = self._cls(self.names[ci])
+        own = cls.tenant_estimates.get(tenant, {})
+        work = 0
+        for job in items:
+            est = own.get(job.task)
+            if est is None:
+                est = cls.estimates.get(job.task)
+            charge = max(s.seed_us[ci] if est is None else est, s.min_charge_us)
+            self.charged[str(job.id)] = charge
+            work += charge
+        return work
+
+    def _charge_visit(self, swrr: list[float], elig: Sequence[int], ci: int, total: int, work: int) -> None:
+        """As the Lua's ``charge_visit``."""
+        for i in elig:
+            swrr[i] += (work - 1) * self.settings.weights[i]
+        swrr[ci] -= (work - 1) * total
+
+    def _forget(self, queue: str, tenant: str) -> None:
+        """As the Lua's ``forget``: a tenant with nothing queued or leased loses its estimates."""
+        cls = self._cls(queue)
+        if cls.backlog.score(tenant) is None and cls.inflight.score(tenant) is None:
+            cls.tenant_estimates.pop(tenant, None)
+
+    def _ran(self, entry: Record, ran: int | None, *, learning: bool) -> int:
+        """As the Lua's ``ran_for`` and ``finish_work`` for one settled job that ran ``ran`` µs
+        (None: not reported): what it counts as served."""
+        s = self.settings
+        queue, tenant = entry.queue, entry.tenant
+        if ran is not None:
+            self._stat("worktime", queue, ran)
+        if not s.runtime:
+            return 1
+        charged = self.charged.get(str(entry.job.id))
+        if ran is None:
+            return s.min_charge_us if charged is None else charged
+        cost = max(ran, s.min_charge_us)
+        fix = 0 if charged is None else cost - charged
+        cls = self._cls(queue)
+        if learning:
+            own = cls.tenant_estimates.setdefault(tenant, {})
+            own[entry.job.task] = _learned(own.get(entry.job.task), ran, s.smoothing)
+            cls.estimates[entry.job.task] = _learned(cls.estimates.get(entry.job.task), ran, s.smoothing)
+        if fix and tenant in cls.cost:
+            cls.tags.add(tenant, cls.tags.score(tenant) + fix * self._cost_of(cls.cost[tenant]))  # type: ignore[operator]
+        if s.policy in ("weighted", "weighted-fair"):
+            self._correct_classes(queue, fix)
+        return cost
+
+    def _correct_classes(self, queue: str, fix: int) -> None:
+        """As the Lua's ``correct_classes`` for one class."""
+        weights = self.settings.weights
+        swrr = [self.swrr.get(n, 0) for n in self.names]
+        if queue in self.names and fix != 0:
+            ci = self.names.index(queue)
+            total = 0
+            for i, name in enumerate(self.names):
+                if i == ci or (self.stats.get(f"depth{SEP}{name}", 0) > 0 and name not in self.paused):
+                    total += weights[i]
+                    swrr[i] += weights[i] * fix
+            swrr[ci] -= total * fix
+        self.swrr = dict(zip(self.names, swrr))
 
     # ------------------------------------------------------------------ budget
 
@@ -384,13 +465,16 @@ class Model:
     def pop(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Lease]:
         return [e.lease() for e in self.pop_entries(now, max_jobs, classes=classes)]
 
-    def ack_and_pop(self, now: int, done: Sequence[Lease], max_jobs: int = 1, *,
+    def ack_and_pop(self, now: int, done: Sequence[Lease | Finished], max_jobs: int = 1, *,
                     classes: Sequence[str] | None = None) -> Popped:
         """The acks, then the pop, in one step, as the Lua's ``pop`` with acks does it (nothing
         done when a class is unknown)."""
         for name in classes or ():
             self._pool_index(name)
-        acked = [self.ack(now, lease) for lease in done]
+        finished = [settled(item) for item in done]
+        for _, runtime in finished:
+            _runtime(runtime)  # an invalid one refuses the whole call, as the Scheduler's does
+        acked = [self.ack(now, lease, runtime=runtime) for lease, runtime in finished]
         return Popped(acked=acked, leases=self.pop(now, max_jobs, classes=classes))
 
     def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Record]:
@@ -436,16 +520,18 @@ class Model:
                 n = int(min(s.batch, max_jobs - len(out), cap[ci], len(cls.queues[tenant])))
                 cost = self._cost_of(cls.cost[tenant])
                 items, left = self._take(queue, tenant, n)
+                work = self._charge(ci, tenant, items) if s.runtime else n
                 if left > 0:
-                    cls.tags.add(tenant, tag + n * cost)
+                    cls.tags.add(tenant, tag + work * cost)
                 self._lease(now, queue, tenant, items, out)
-                for i in elig:
-                    swrr[i] += (n - 1) * s.weights[i]
-                swrr[ci] -= (n - 1) * total
+                self._charge_visit(swrr, elig, ci, total, work)
             else:
                 tenant = cls.heads.first()[0]  # type: ignore[index]
                 n = 1
-                self._lease(now, queue, tenant, self._take(queue, tenant, 1)[0], out)
+                items = self._take(queue, tenant, 1)[0]
+                if s.runtime and weighted:
+                    self._charge_visit(swrr, elig, ci, total, self._charge(ci, tenant, items))
+                self._lease(now, queue, tenant, items, out)
             depth[ci] -= n
             inflight[ci] += n
         if weighted and out:
@@ -459,33 +545,43 @@ class Model:
     def _release_lease(self, job_id: str, entry: Record) -> None:
         del self.leased[job_id]
         self.leases.remove(job_id)
+        if self.settings.runtime:
+            self.charged.pop(job_id, None)
         self._stat("inflight", entry.queue, -1)
         inflight = self._cls(entry.queue).inflight
         if inflight.incr(entry.tenant, -1) <= 0:
             inflight.remove(entry.tenant)
+            if self.settings.runtime:
+                self._forget(entry.queue, entry.tenant)
 
-    def _count_processed(self, now: int, queue: str, tenant: str) -> None:
+    def _count_processed(self, now: int, queue: str, tenant: str, units: int) -> None:
+        """Served ``units`` (a job, or µs of work under runtime) in the window bucket of ``now``."""
         cls = self._cls(queue)
         bucket = math.floor(now / self.settings.window_ms)
-        cls.served.setdefault(bucket, ZSet()).incr(tenant, 1)
-        cls.served_total[bucket] = cls.served_total.get(bucket, 0) + 1
+        cls.served.setdefault(bucket, ZSet()).incr(tenant, units)
+        cls.served_total[bucket] = cls.served_total.get(bucket, 0) + units
         for old in [b for b in cls.served if b < bucket - 1]:  # Redis expires these
             del cls.served[old]
             del cls.served_total[old]
 
-    def ack(self, now: int, lease: Lease) -> bool:
+    def ack(self, now: int, lease: Lease, *, runtime: float | None = None) -> bool:
+        ran = _runtime(runtime)
         entry = self._held(lease.job_id, lease.attempts)
         if entry is None:
             return False
+        units = self._ran(entry, ran, learning=True)
         self._release_lease(lease.job_id, entry)
         self._stat("processed", entry.queue, 1)
-        self._count_processed(now, entry.queue, entry.tenant)
+        self._count_processed(now, entry.queue, entry.tenant, units)
         return True
 
-    def nack(self, now: int, lease: Lease, error: str | None = None, *, final: bool = False) -> str:
+    def nack(self, now: int, lease: Lease, error: str | None = None, *, final: bool = False,
+             runtime: float | None = None) -> str:
+        ran = _runtime(runtime)
         entry = self._held(lease.job_id, lease.attempts)
         if entry is None:
             return "stale"
+        self._ran(entry, ran, learning=False)
         self._release_lease(lease.job_id, entry)
         self._stat("failed", entry.queue, 1)
         if entry.attempts >= self.settings.max_attempts or final:
@@ -542,7 +638,9 @@ class Model:
                 if overdue == 0:
                     cls.heads.add(tenant, q[0].enqueued_ms)
                 else:
-                    items, _ = self._take(queue, tenant, overdue)
+                    items, left = self._take(queue, tenant, overdue)
+                    if left == 0 and self.settings.runtime:
+                        self._forget(queue, tenant)
                     self._push_head(up, tenant, items)
                     self._stat("promoted", queue, len(items))
                     moved += len(items)
@@ -652,6 +750,8 @@ class Model:
                 "inflight": dict(cls.inflight.items()),
                 "served": {b: dict(z.items()) for b, z in cls.served.items() if b >= live},
                 "served_total": {b: n for b, n in cls.served_total.items() if b >= live},
+                "estimates": dict(cls.estimates),
+                "tenant_estimates": {t: dict(e) for t, e in cls.tenant_estimates.items() if e},
             }
             if name in self.names or any(v for k, v in entry.items() if k != "vt"):
                 classes[name] = entry  # a removed class with nothing left but its virtual time is not listed
@@ -669,8 +769,20 @@ class Model:
             "dead": list(self.dead),
             "workers": dict(self.workers.items()),
             "worker_slots": dict(self.worker_slots),
+            "charged": dict(self.charged),
         }
 
+
+
+def _runtime(runtime: float | None) -> int | None:
+    """A reported runtime in whole µs, as the Scheduler sends it (InvalidJob naming ``runtime``)."""
+    text = runtime_us(runtime)
+    return int(text) if text else None
+
+
+def _learned(old: int | None, ran: int, smoothing: float) -> int:
+    """As the Lua's ``learn``: an estimate moved towards a measured runtime; the first sets it."""
+    return ran if old is None else math.floor(old + (ran - old) * smoothing + 0.5)
 
 
 def _recorded_cost(tier: str) -> int | None:

@@ -21,13 +21,14 @@ from .config_store import (
 )
 from .connection import redis_errors
 from .jobs import (
-    SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, InvalidJob, Lease, Popped, Record, StateDamaged,
-    TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
+    SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, Finished, InvalidJob, Lease, Popped, Record,
+    StateDamaged, TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
+    runtime_us, settled,
 )
 from .keys import Keys
 from .memory import MemoryGuard
 from .script import script_source
-from .settings import derive
+from .settings import derive, rebases_tags
 from .snapshot import RawClass, Snapshot, build_snapshot
 
 MAX_POP = 1000
@@ -160,7 +161,7 @@ class Scheduler:
         every = (previous.moves.carried(config) if previous else NO_MOVES).merged(moves)
         every.check(config)
         before = previous.config if previous else self.config
-        rebase = previous is not None and dict(derive(before).costs) != dict(derive(config).costs)
+        rebase = previous is not None and rebases_tags(derive(before), derive(config))
         seen = previous.fingerprint if previous else ""
         version = self._apply_script(config, every, expect=seen if expect is None else expect, rebase=rebase,
                                      check=True)
@@ -285,17 +286,18 @@ class Scheduler:
         reserved pool to some classes. Returns an empty list when nothing is due."""
         return self.ack_and_pop((), max_jobs, classes=classes).leases
 
-    def ack_and_pop(self, done: Sequence[Lease], max_jobs: int = 1, *,
+    def ack_and_pop(self, done: Sequence[Lease | Finished], max_jobs: int = 1, *,
                     classes: Sequence[str] | None = None) -> Popped:
-        """Complete ``done`` (each exactly as :meth:`ack` would) and lease the next jobs, in one
-        script call: a worker pays one round trip per job instead of two, the way BullMQ's
-        move-to-finished hands back the next job. The acks are applied before the pop. A class of
-        ``classes`` that the applied config moved stands for the class its jobs went to."""
+        """Complete ``done`` (each exactly as :meth:`ack` would: a :class:`Finished` with its
+        runtime) and lease the next jobs, in one script call: a worker pays one round trip per job
+        instead of two, the way BullMQ's move-to-finished hands back the next job. The acks are
+        applied before the pop. A class of ``classes`` that the applied config moved stands for the
+        class its jobs went to."""
         if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or not 1 <= max_jobs <= MAX_POP:
             raise ValueError(f"max_jobs: expected 1..{MAX_POP}, got {max_jobs!r}")
         if classes is not None and not classes:
             raise ValueError("classes: expected at least one class name, or None for all")
-        settle = [arg for lease in done for arg in (lease.job_id, lease.attempts)]
+        settle = [arg for item in done for arg in _settled(item)]
 
         def build() -> tuple[object, ...]:
             # A pool of a class the applied config moved serves where its jobs went.
@@ -308,15 +310,20 @@ class Scheduler:
         return Popped(acked=[bool(a) for a in acked],
                       leases=[Record.from_fields([_text(f) for f in item]).lease() for item in items])
 
-    def ack(self, lease: Lease) -> bool:
-        """Complete a job. False when the lease had expired and the job went back to the queue."""
-        return bool(self._call("ack", lease.job_id, lease.attempts))
+    def ack(self, lease: Lease, *, runtime: float | None = None) -> bool:
+        """Complete a job. False when the lease had expired and the job went back to the queue.
+        ``runtime``: the seconds its handler ran, charged under ``scheduler.charge: runtime`` and
+        counted as worker time under either basis (None: the job keeps its estimated charge)."""
+        return bool(self._call("ack", lease.job_id, lease.attempts, runtime_us(runtime)))
 
-    def nack(self, lease: Lease, error: str | None = None, *, final: bool = False) -> str:
+    def nack(self, lease: Lease, error: str | None = None, *, final: bool = False,
+             runtime: float | None = None) -> str:
         """Fail a job: ``"retry"`` (after exponential backoff), ``"dead"`` (dead-lettered after
         ``leases.max_attempts``, or at once with ``final``: a failure no retry can mend) or
-        ``"stale"`` (the lease had already expired)."""
-        return _text(self._call("nack", lease.job_id, lease.attempts, one_line(error or "failed"), "1" if final else "0"))
+        ``"stale"`` (the lease had already expired). ``runtime`` as for :meth:`ack`: a failure
+        is charged the worker time it took."""
+        return _text(self._call("nack", lease.job_id, lease.attempts, one_line(error or "failed"),
+                                "1" if final else "0", runtime_us(runtime)))
 
     def extend(self, lease: Lease) -> bool:
         """Heartbeat for a long job: push the lease deadline a visibility timeout ahead."""
@@ -458,6 +465,12 @@ def _script_error(exc: redis.ResponseError) -> Exception:
     if text.startswith(DAMAGED):
         return StateDamaged(f"queue group state is damaged: {text[len(DAMAGED):].strip()}")
     return exc
+
+
+def _settled(done: Lease | Finished) -> tuple[str, int, str]:
+    """A lease done as the script's ack arguments: job id, attempts, runtime in µs ('' none)."""
+    lease, runtime = settled(done)
+    return lease.job_id, lease.attempts, runtime_us(runtime)
 
 
 def _text(value: bytes | str | int) -> str:

@@ -17,7 +17,7 @@ from importlib import resources
 from typing import Any
 
 from .jobs import SEP, DeadLetter, Envelope, Fields, Record
-from .keys import CLASS_PARTS, CLASS_SPACE, FIXED, PART_SEP, RATE_SPACE, TENANT_QUEUE
+from .keys import CHARGED, CLASS_PARTS, CLASS_SPACE, FIXED, PART_SEP, RATE_SPACE, TENANT_QUEUE
 from .settings import Settings
 
 _SOURCE = resources.files("fairness_core").joinpath("lua/scheduler.lua").read_text(encoding="utf-8")
@@ -65,10 +65,12 @@ def layout() -> dict[str, Any]:
         "SEP": SEP,
         **_positions("ENV", Envelope),
         "ENV_HEAD": _head(Envelope, max(ENVELOPE_READ, key=Envelope.names().index)),
+        "ENV_TASK_HEAD": _head(Envelope, "task"),  # charging by runtime looks up the task's estimate
         **_positions("REC", Record), "REC_HEAD": _head(Record, Record.names()[-2]),
         **_positions("DEAD", DeadLetter), "DEAD_HEAD": _head(DeadLetter, DeadLetter.names()[-2]),
         **{f"KEY_{name.upper()}": i for i, name in enumerate(FIXED, start=1)},
         "CLASS_SPACE": CLASS_SPACE, "PART_SEP": PART_SEP, "TENANT_QUEUE": TENANT_QUEUE, "RATE_SPACE": RATE_SPACE,
+        "CHARGED": CHARGED,
         **{f"PART_{name.upper()}": part for name, part in CLASS_PARTS.items()},
     }
 

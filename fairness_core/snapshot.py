@@ -20,8 +20,9 @@ WAIT_BUCKETS_S: tuple[float, ...] = (
     0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 43200, 86400,
 )
 
-# Per-class lifecycle counters kept by the scripts (stats field "<name>" SEP "<class>").
-COUNTERS = ("processed", "failed", "redelivered", "dead", "promoted", "demoted", "rejected", "refused")
+# Per-class lifecycle counters kept by the scripts (stats field "<name>" SEP "<class>"); "worktime"
+# is the microseconds workers reported running the class's acked and nacked jobs.
+COUNTERS = ("processed", "failed", "redelivered", "dead", "promoted", "demoted", "rejected", "refused", "worktime")
 
 # A tenant is noisy in a class when it holds more than this share of the class's in-flight jobs
 # (the SQS fair-queue rule; and at least exporter.noisy_min_inflight of its own) or of its queued

@@ -44,6 +44,9 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
             tenant = _s(key)[len(prefix):]
             queues[tenant] = [_s(e) for e in client.lrange(key, 0, -1)]
         vt = client.get(k.class_key(name, "vt"))
+        own = k.class_key(name, "est/")
+        tenant_estimates = {_s(key)[len(own):]: {_s(t): int(v) for t, v in client.hgetall(key).items()}
+                            for key in client.scan_iter(match=_glob(own) + "*", count=1000)}
         served, served_total = {}, {}
         for key in client.scan_iter(match=k.class_key(name, "served*"), count=1000):
             kind, bucket = _s(key).rsplit("/", 1)[1].split(":")
@@ -62,6 +65,8 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
             "inflight": _zset(client, k.class_key(name, "inflight")),
             "served": served,
             "served_total": served_total,
+            "estimates": {_s(t): int(v) for t, v in client.hgetall(k.class_key(name, "est")).items()},
+            "tenant_estimates": tenant_estimates,
         }
         if name not in config.class_names and not any(v for key, v in classes[name].items() if key != "vt"):
             del classes[name]
@@ -86,4 +91,5 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
         "dead": [_s(e) for e in client.lrange(k.dead, 0, -1)],
         "workers": _zset(client, k.workers),
         "worker_slots": {_s(f): int(v) for f, v in client.hgetall(k.worker_slots).items()},
+        "charged": {_s(f): int(v) for f, v in client.hgetall(k.charged).items()},
     }

@@ -16,10 +16,11 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fairness_core import BudgetRejected, Lease, Model, Scheduler, TenantLimitReached
+from fairness_core import BudgetRejected, Finished, Lease, Model, Scheduler, TenantLimitReached
 from fairness_core.config import POLICIES, parse_config
 from fairness_core.config_dump import config_to_data
 from fairness_core.config_store import ConfigRefused, Moves
+from fairness_core.jobs import settled
 
 from .conftest import make_config
 from .redis_state import read_state
@@ -42,14 +43,19 @@ configs = st.fixed_dictionaries({
     # And arrival rates of 3 and 2 jobs per 10s window, so runs are refused and let in as it moves.
     "max_rate": st.sampled_from([None, 0.3]),
     "free_max_rate": st.sampled_from([None, 0.2]),
+    # What fairness counts: jobs, or microseconds of work (estimates at the pop, corrected at the ack).
+    "charge": st.sampled_from(["jobs", "runtime"]),
 })
+# A runtime a worker reports (seconds): none, under the minimum charge, about the seed, far above it.
+runtimes = st.sampled_from([None, 0.0, 0.0004, 0.05, 0.2, 0.5, 2.0])
 
 enqueues = st.tuples(st.just("enqueue"), st.sampled_from(TASKS), st.sampled_from(TENANTS),
                      st.sampled_from([None, "enterprise", "pro", "free"]), st.booleans(), st.integers(1, 8))
 pops = st.tuples(st.just("pop"), st.integers(1, 6),
                  st.one_of(st.none(), st.none(), st.lists(st.sampled_from(CLASSES), min_size=1, max_size=2, unique=True)))
 # Acks riding with the next pop: picked leases (repeats and long-settled ones are stale acks).
-ack_and_pops = st.tuples(st.just("ack_and_pop"), st.lists(st.integers(0, 50), max_size=3), st.integers(1, 6),
+ack_and_pops = st.tuples(st.just("ack_and_pop"), st.lists(st.tuples(st.integers(0, 50), runtimes), max_size=3),
+                         st.integers(1, 6),
                          st.one_of(st.none(), st.lists(st.sampled_from(CLASSES), min_size=1, max_size=2, unique=True)))
 # A config change while jobs are everywhere: new weights, policy and batch; the third class renamed
 # (or back), its jobs moved or not; the tiers re-weighted (new costs) or "free" dropped, its
@@ -62,13 +68,14 @@ applies = st.tuples(st.just("apply"), st.fixed_dictionaries({
     "move_low": st.booleans(),
     "tiers": st.sampled_from(["same", "reweigh", "drop-free"]),
     "move_free": st.booleans(),
+    "charge": st.sampled_from(["jobs", "runtime"]),
 }))
 operations = st.lists(
     st.one_of(
         enqueues, enqueues, enqueues, pops, pops, pops, ack_and_pops, ack_and_pops,
-        st.tuples(st.just("ack"), st.integers(0, 50)),
-        st.tuples(st.just("nack"), st.integers(0, 50)),
-        st.tuples(st.just("nack_final"), st.integers(0, 50)),
+        st.tuples(st.just("ack"), st.integers(0, 50), runtimes),
+        st.tuples(st.just("nack"), st.integers(0, 50), runtimes),
+        st.tuples(st.just("nack_final"), st.integers(0, 50), runtimes),
         # Dead letters: picked leases' ids (most are not dead: not found), or the oldest of a class.
         st.tuples(st.sampled_from(["requeue", "drop"]), st.lists(st.integers(0, 50), max_size=3),
                   st.one_of(st.none(), st.sampled_from(CLASSES)), st.integers(1, 3)),
@@ -89,14 +96,16 @@ def build_config(params: dict[str, Any]):
     classes = [
         {"name": "jobs:high", "weight": params["weights"][0], "max_age": "60s",
          "reserved_slots": params["reserved"], **({"arrival_budget": params["budget"]} if params["budget"] else {})},
-        {"name": "jobs:medium", "weight": params["weights"][1], "max_age": "15m"},
+        # An expected service time: the seed of the class's runtime estimates.
+        {"name": "jobs:medium", "weight": params["weights"][1], "max_age": "15m", "arrival_rate": "1/s",
+         "service_time": "200ms"},
         {"name": "jobs:low", "weight": params["weights"][2], "max_age": "1h",
          **({"promote_after": "5s"} if params["promote"] else {})},
     ]
     return make_config(
         classes=classes,
         scheduler={"policy": params["policy"], "budget_window": "10s", "budget_min_arrivals": 4,
-                   "budget_action": params.get("budget_action", "demote")},
+                   "budget_action": params.get("budget_action", "demote"), "charge": params.get("charge", "jobs")},
         tenants={"batch": params["batch"], "max_queued": params.get("max_queued"),
                  "max_rate": params.get("max_rate"), "rate_window": "10s",
                  **({"limits": {"free": {"max_queued": params.get("free_max_queued"),
@@ -120,6 +129,7 @@ def changed_config(config: Any, change: dict[str, Any]) -> tuple[Any, Moves]:
         if rule["class"] in ("jobs:low", "jobs:bulk"):
             rule["class"] = low
     data["scheduler"]["policy"] = change["policy"]
+    data["scheduler"]["charge"] = change.get("charge", "jobs")
     data["tenants"]["batch"] = change["batch"]
     tiers = {"same": {"enterprise": 6, "pro": 3, "free": 1}, "reweigh": {"enterprise": 4, "pro": 3, "free": 1},
              "drop-free": {"enterprise": 6, "pro": 3}}[change["tiers"]]
@@ -168,15 +178,19 @@ def _run(target: Any, op: tuple, now: int | None, leases: list[Lease]) -> Any:
     if name == "pop":
         return target.pop(*args, op[1], classes=op[2])
     if name == "ack_and_pop":
-        done = [leases[i % len(leases)] for i in op[1]] if leases else []
-        return target.ack_and_pop(*args, done, op[2], classes=op[3])
+        return target.ack_and_pop(*args, _done(op, leases), op[2], classes=op[3])
     if name in ("ack", "nack", "extend", "nack_final"):
         if not leases:
             return None
         lease = leases[op[1] % len(leases)]
+        runtime = op[2] if len(op) > 2 else None
         if name == "nack_final":
-            return target.nack(*args, lease, "no handler for task x", final=True)
-        return getattr(target, name)(*args, lease, *(("boom",) if name == "nack" else ()))
+            return target.nack(*args, lease, "no handler for task x", final=True, runtime=runtime)
+        if name == "nack":
+            return target.nack(*args, lease, "boom", runtime=runtime)
+        if name == "ack":
+            return target.ack(*args, lease, runtime=runtime)
+        return target.extend(*args, lease)
     if name in ("requeue", "drop"):
         ids = [leases[i % len(leases)].job_id for i in op[1]] if leases else []
         method = target.requeue_dead if name == "requeue" else target.drop_dead
@@ -210,7 +224,7 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
     ("sleep", 4000), ("sleep", 2000), ("promote",)])
 # An ack riding with a pop frees the reserved capacity that pop then uses; a repeated ack is stale.
 @example(params={**PLAIN, "reserved": 1}, ops=[
-    ("register", "w1", 2), ORDER, ORDER, ("pop", 1, None), ("ack_and_pop", [0, 0], 1, None)])
+    ("register", "w1", 2), ORDER, ORDER, ("pop", 1, None), ("ack_and_pop", [(0, None), (0, None)], 1, None)])
 # A job dead-lettered at once is requeued with attempts reset, served again, then dropped for good.
 @example(params=PLAIN, ops=[ORDER, ORDER, ("pop", 2, None), ("nack_final", 0), ("nack_final", 1),
                             ("requeue", [0], None, 1), ("pop", 1, None), ("drop", [], "jobs:medium", 3)])
@@ -236,6 +250,19 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
     ("enqueue", "order", "acme", None, False, 4), ("enqueue", "order", "b", "free", False, 3),
     ("sleep", 4000), ("sleep", 4000), ("sleep", 4000), ("enqueue", "order", "acme", None, False, 2),
     ("sleep", 4000), ("enqueue", "order", "acme", None, False, 3)])
+# Charging by runtime: the pops charge estimates (seeds first), acks correct them and teach the
+# estimates, a failure is charged without teaching, and a tenant that leaves loses its estimates
+# and rejoins at the class's virtual time, its late corrections dropped.
+@example(params={**PLAIN, "charge": "runtime"}, ops=[
+    ("enqueue", "order", "acme", None, False, 3), ("enqueue", "newsletter", "b", "pro", False, 3),
+    ("pop", 2, None), ("ack_and_pop", [(0, 2.0), (1, 0.05)], 2, None), ("ack", 2, 0.5), ("nack", 3, 0.2),
+    ("pop", 2, None), ("ack_and_pop", [(4, 0.0004), (5, None)], 3, None), ("ack", 6, 2.0),
+    ("enqueue", "order", "acme", None, False, 2), ("pop", 1, None), ("ack", 7, 0.05)])
+# Switching the basis under load re-bases the tags and drops the estimates and charges.
+@example(params={**PLAIN, "charge": "runtime"}, ops=[
+    ("enqueue", "order", "acme", None, False, 3), ("pop", 2, None), ("ack", 0, 1.0),
+    ("apply", {**RENAME, "low": "jobs:low", "move_low": False, "charge": "jobs"}), ("ack", 1, 1.0), ("pop", 1, None),
+    ("apply", {**RENAME, "low": "jobs:low", "move_low": False, "charge": "runtime"}), ("ack", 2, 0.3)])
 def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: list[tuple]) -> None:
     config = build_config(params)
     clock = [1_700_000_000_000]
@@ -263,6 +290,12 @@ def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: l
         clock[0] += 1
 
 
+def _done(op: tuple, leases: list[Lease]) -> list[Lease | Finished]:
+    """The leases an ack_and_pop op acks, each with its runtime when one is reported."""
+    picked = [(leases[i % len(leases)], runtime) for i, runtime in op[1]] if leases else []
+    return [lease if runtime is None else Finished(lease, runtime) for lease, runtime in picked]
+
+
 def _account(op: tuple, got: Any, leases: list[Lease], accepted: set[str], finished: set[str]) -> None:
     """Track the jobs Redis accepted and those that left it for good (acked, dropped)."""
     if op[0] == "enqueue":
@@ -270,7 +303,7 @@ def _account(op: tuple, got: Any, leases: list[Lease], accepted: set[str], finis
     elif op[0] == "ack" and got:
         finished.add(leases[op[1] % len(leases)].job_id)
     elif op[0] == "ack_and_pop" and not isinstance(got, str):
-        done = [leases[i % len(leases)] for i in op[1]] if leases else []
+        done = [settled(item)[0] for item in _done(op, leases)]
         finished.update(lease.job_id for lease, ok in zip(done, got.acked) if ok)
     elif op[0] == "drop" and not isinstance(got, str):
         finished.update(got.done)

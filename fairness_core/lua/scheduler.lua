@@ -24,6 +24,7 @@ local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_
   KEYS[KEY_LEASED], KEYS[KEY_DELAYED], KEYS[KEY_DEAD], KEYS[KEY_WORKERS], KEYS[KEY_WORKER_SLOTS], KEYS[KEY_CONFIG]
 local op = ARGV[1]
 local base = ARGV[2]
+local K_CHARGED = base .. CHARGED
 -- Every call runs the applied config or nothing: a script compiled from another config (a process
 -- that has not seen the latest `fairctl config apply`, or one that has not applied any) is refused
 -- before it reads or writes anything, and its process reloads the applied config and retries.
@@ -98,6 +99,89 @@ end
 -- A removed class's jobs coming back (a reaped lease, a retry, a requeued dead letter) go where
 -- the applied config moved that class; with no move they stay where they were, and show.
 local function served_by(c) return cfg.moved[c] or c end
+
+-- ---------------------------------------------------------------- charging by runtime
+-- Under scheduler.charge: runtime a job is charged the worker time it takes (µs): an estimate at
+-- the pop, corrected to the measured runtime at the ack. Estimates are moving averages per tenant
+-- and task (kept while the tenant has jobs queued or leased in the class) and per task in the
+-- class (the seed of a tenant's first job of the task), else the class's configured seed.
+
+local function task_of(env) return ({string.match(env, ENV_TASK_HEAD)})[ENV_TASK] end
+
+local function tenant_estimates(c, tenant) return ckey(c, PART_TENANT_ESTIMATE .. tenant) end
+
+-- The charges (µs, at least the minimum) of `items`, a tenant's jobs of class index ci.
+local function estimates(ci, tenant, items)
+  local c, tasks = cfg.classes[ci], {}
+  for k, env in ipairs(items) do tasks[k] = task_of(env) end
+  local own = redis.call('HMGET', tenant_estimates(c, tenant), unpack(tasks))
+  local class = nil
+  local out = {}
+  for k = 1, #tasks do
+    local est = tonumber(own[k])
+    if est == nil then
+      class = class or redis.call('HMGET', ckey(c, PART_ESTIMATE), unpack(tasks))
+      est = tonumber(class[k]) or cfg.seed_us[ci]
+    end
+    out[k] = math.max(est, cfg.min_charge_us)
+  end
+  return out
+end
+
+-- Record what the pop charged each job (by id), so its ack corrects by the difference; returns the total.
+local function record_charges(items, charges)
+  local rows, work = {}, 0
+  for k, env in ipairs(items) do
+    rows[#rows + 1] = header(env)
+    rows[#rows + 1] = charges[k]
+    work = work + charges[k]
+  end
+  redis.call('HSET', K_CHARGED, unpack(rows))
+  return work
+end
+
+-- A tenant with no job queued or leased in a class leaves it: its estimates go (memory stays
+-- bounded by the tenants at work), and it comes back seeded from the class's.
+local function forget(c, tenant)
+  if not redis.call('ZSCORE', ckey(c, PART_BACKLOG), tenant) and not redis.call('ZSCORE', ckey(c, PART_INFLIGHT), tenant) then
+    redis.call('DEL', tenant_estimates(c, tenant))
+  end
+end
+
+-- Shift class shares of worker time by `fixes` (class -> µs more than charged): the class pays it
+-- in smooth weighted round-robin as a pop of that size would, against the classes contending now
+-- (queued jobs, not paused). A class no config names is not charged.
+local function correct_classes(fixes, order)
+  local index = {}
+  for i = 1, NCLASS do index[cfg.classes[i]] = i end
+  local fields = {}
+  for i = 1, NCLASS do fields[i] = 'depth' .. SEP .. cfg.classes[i] end
+  local depth = redis.call('HMGET', K_STATS, unpack(fields))
+  local paused = {}
+  for _, name in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[name] = true end
+  local cur = redis.call('HMGET', K_SWRR, unpack(cfg.classes))
+  local swrr = {}
+  for i = 1, NCLASS do swrr[i] = num(cur[i]) end
+  for _, c in ipairs(order) do
+    local ci, fix = index[c], fixes[c]
+    if ci and fix ~= 0 then
+      local total = 0
+      for i = 1, NCLASS do
+        if i == ci or (num(depth[i]) > 0 and not paused[cfg.classes[i]]) then
+          total = total + cfg.weights[i]
+          swrr[i] = swrr[i] + cfg.weights[i] * fix
+        end
+      end
+      swrr[ci] = swrr[ci] - total * fix
+    end
+  end
+  local args = {}
+  for i = 1, NCLASS do
+    args[#args + 1] = cfg.classes[i]
+    args[#args + 1] = swrr[i]
+  end
+  redis.call('HSET', K_SWRR, unpack(args))
+end
 
 local function push_tail(c, tenant, tier, env, enq)
   c = served_by(c)
@@ -360,12 +444,14 @@ local function release_inflight(c, tenant, n)
   stat('inflight', c, -n)
   if tonumber(redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), -n, tenant)) <= 0 then
     redis.call('ZREM', ckey(c, PART_INFLIGHT), tenant)
+    if cfg.runtime then forget(c, tenant) end
   end
 end
 
 local function release_lease(id, c, tenant)
   redis.call('HDEL', K_LEASED, id)
   redis.call('ZREM', K_LEASES, id)
+  if cfg.runtime then redis.call('HDEL', K_CHARGED, id) end
   release_inflight(c, tenant, 1)
 end
 
@@ -373,49 +459,124 @@ end
 -- exporter reads the current and the previous one; each lives three windows from its first
 -- write). No cumulative count per tenant: every tenant is counted the same way, whenever it came,
 -- and the exporter names the heaviest of the window, not the first ever seen.
-local function count_processed(c, tenant, n)
+local function count_processed(c, tenant, n, units)
   release_inflight(c, tenant, n)
   stat('processed', c, n)
   local bucket = math.floor(now / cfg.window_ms)
   local served = ckey(c, PART_SERVED .. bucket)
   local total = ckey(c, PART_SERVED_TOTAL .. bucket)
-  redis.call('ZINCRBY', served, n, tenant)
-  if redis.call('INCRBY', total, n) == n then
+  redis.call('ZINCRBY', served, units, tenant)
+  if redis.call('INCRBY', total, units) == units then
     redis.call('PEXPIRE', served, 3 * cfg.window_ms)
     redis.call('PEXPIRE', total, 3 * cfg.window_ms)
   end
 end
 
--- Ack the leases given as (job id, attempts) pairs in ARGV[first..]: 1 each, or 0 for a stale
--- lease (expired and reaped, redelivered since, or acked earlier in the same list). The same
--- state as acking them one by one, with one call per structure and per tenant, not per job.
+-- The work of the jobs settled in one call (runtimes in µs), applied once by finish_work: worker
+-- time per class, charge corrections per class and per tenant, estimate updates.
+local function new_work() return {classes = {}, time = {}, fixes = {}, tenants = {}, tenant_fix = {}, keys = {}, est = {}} end
+
+-- A measured runtime moves an estimate (key, task) by the smoothing weight; the first one sets it.
+local function learn(w, key, task, ran)
+  local ests = w.est[key]
+  if ests == nil then
+    ests = {}
+    w.est[key] = ests
+    w.keys[#w.keys + 1] = key
+  end
+  local old = ests[task] or tonumber(redis.call('HGET', key, task))
+  ests[task] = old and math.floor(old + (ran - old) * cfg.smoothing + 0.5) or ran
+end
+
+-- A settled job of class c and tenant that ran `ran` µs (nil: not reported), charged `charged` µs
+-- at its pop (nil: none recorded); `learning`: an ack (a failure's runtime says little of the
+-- task's). Returns what it counts as served: 1 job, or under runtime its runtime (else its charge).
+local function ran_for(w, c, tenant, env, ran, charged, learning)
+  if ran then
+    if w.time[c] == nil then
+      w.time[c], w.fixes[c] = 0, 0
+      w.classes[#w.classes + 1] = c
+    end
+    w.time[c] = w.time[c] + ran
+  end
+  if not cfg.runtime then return 1 end
+  if not ran then return charged or cfg.min_charge_us end
+  local cost = math.max(ran, cfg.min_charge_us)
+  if charged then
+    local key = c .. SEP .. tenant
+    if w.tenant_fix[key] == nil then
+      w.tenant_fix[key] = 0
+      w.tenants[#w.tenants + 1] = {c, tenant, key}
+    end
+    w.tenant_fix[key] = w.tenant_fix[key] + cost - charged
+    w.fixes[c] = w.fixes[c] + cost - charged
+  end
+  if learning then
+    local task = task_of(env)
+    learn(w, tenant_estimates(c, tenant), task, ran)
+    learn(w, ckey(c, PART_ESTIMATE), task, ran)
+  end
+  return cost
+end
+
+local function finish_work(w)
+  for _, c in ipairs(w.classes) do stat('worktime', c, w.time[c]) end
+  if not cfg.runtime then return end
+  for _, key in ipairs(w.keys) do
+    local args = {}
+    for task, est in pairs(w.est[key]) do
+      args[#args + 1] = task
+      args[#args + 1] = est
+    end
+    redis.call('HSET', key, unpack(args))
+  end
+  -- A tenant queued now pays (or gets back) the difference on its tag; one that left has no tag.
+  for _, t in ipairs(w.tenants) do
+    local fix = w.tenant_fix[t[3]]
+    local tier = fix ~= 0 and redis.call('HGET', ckey(t[1], PART_COST), t[2])
+    if tier then redis.call('ZINCRBY', ckey(t[1], PART_TAGS), fix * cost_of(tier), t[2]) end
+  end
+  if #w.classes > 0 and (cfg.policy == 'weighted' or cfg.policy == 'weighted-fair') then correct_classes(w.fixes, w.classes) end
+end
+
+-- Ack the leases given as (job id, attempts, runtime) triples in ARGV[first..] (runtime: µs the
+-- job ran, '' when not reported): 1 each, or 0 for a stale lease (expired and reaped, redelivered
+-- since, or acked earlier in the same list). The same state as acking them one by one, with one
+-- call per structure and per tenant, not per job.
 local function settle(first)
   local ids, acked = {}, {}
-  for i = first, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+  for i = first, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
   if #ids == 0 then return acked end
   local records = redis.call('HMGET', K_LEASED, unpack(ids))
+  local charged = cfg.runtime and redis.call('HMGET', K_CHARGED, unpack(ids)) or {}
   local gone, taken, tenants, order = {}, {}, {}, {}
+  local w = new_work()
   for k, id in ipairs(ids) do
     acked[k] = 0
     if records[k] and not taken[id] then
-      local c, tenant, att = parse_record(records[k])
-      if att == tonumber(ARGV[first + 2 * k - 1]) then
+      local c, tenant, att, env = parse_record(records[k])
+      if att == tonumber(ARGV[first + 3 * k - 2]) then
         acked[k], taken[id] = 1, true
         gone[#gone + 1] = id
         local key = c .. SEP .. tenant
-        if tenants[key] == nil then
-          tenants[key] = 0
-          order[#order + 1] = {c, tenant, key}
+        local t = tenants[key]
+        if t == nil then
+          t = {c, tenant, 0, 0}  -- class, tenant, jobs, served units
+          tenants[key] = t
+          order[#order + 1] = t
         end
-        tenants[key] = tenants[key] + 1
+        t[3] = t[3] + 1
+        t[4] = t[4] + ran_for(w, c, tenant, env, tonumber(ARGV[first + 3 * k - 1]), tonumber(charged[k]), true)
       end
     end
   end
   if #gone > 0 then
+    finish_work(w)
     redis.call('HDEL', K_LEASED, unpack(gone))
     redis.call('ZREM', K_LEASES, unpack(gone))
+    if cfg.runtime then redis.call('HDEL', K_CHARGED, unpack(gone)) end
   end
-  for _, t in ipairs(order) do count_processed(t[1], t[2], tenants[t[3]]) end
+  for _, t in ipairs(order) do count_processed(t[1], t[2], t[3], t[4]) end
   return acked
 end
 
@@ -430,14 +591,21 @@ local function capacity(i, inflight, slots)
   return slots - used - held
 end
 
+-- Charge the chosen class for the whole visit, `work` units (jobs, or µs under runtime) where its
+-- choice counted one: the rest as more rounds of smooth weighted round-robin.
+local function charge_visit(swrr, elig, ci, total, work)
+  for _, i in ipairs(elig) do swrr[i] = swrr[i] + (work - 1) * cfg.weights[i] end
+  swrr[ci] = swrr[ci] - (work - 1) * total
+end
+
 local function head_score(c)
   local h = redis.call('ZRANGE', ckey(c, PART_HEADS), 0, 0, 'WITHSCORES')
   return h[1], tonumber(h[2])
 end
 
 -- ARGV[4]: max jobs, ARGV[5]: allowed classes as "1,3" (1-based) or "" for all,
--- ARGV[6..]: job id and attempts of each lease to ack first (the worker's finished jobs ride with
--- its next pop: one round trip per job). Returns {now, leased records, 1/0 per ack}.
+-- ARGV[6..]: job id, attempts and runtime of each lease to ack first (the worker's finished jobs
+-- ride with its next pop: one round trip per job). Returns {now, leased records, 1/0 per ack}.
 function ops.pop()
   local acked = settle(6)
   release_delayed(100)
@@ -515,11 +683,10 @@ function ops.pop()
       local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), tenant))
       local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci]))
       n = #items
-      if left > 0 then redis.call('ZADD', ckey(c, PART_TAGS), tag + n * cost, tenant) end
+      local work = cfg.runtime and record_charges(items, estimates(ci, tenant, items)) or n
+      if left > 0 then redis.call('ZADD', ckey(c, PART_TAGS), tag + work * cost, tenant) end
       lease(c, tenant, items, out)
-      -- Charge the class for the whole visit: n-1 more rounds of smooth weighted round-robin.
-      for _, i in ipairs(elig) do swrr[i] = swrr[i] + (n - 1) * cfg.weights[i] end
-      swrr[ci] = swrr[ci] - (n - 1) * total
+      charge_visit(swrr, elig, ci, total, work)
     else
       tenant = head_score(c)
       if tenant == nil then
@@ -527,7 +694,9 @@ function ops.pop()
           'holds any: scheduler keys were deleted or evicted (is maxmemory-policy noeviction?)')
       end
       n = 1
-      lease(c, tenant, take(c, tenant, 1), out)
+      local items = take(c, tenant, 1)
+      if cfg.runtime and swrr ~= nil then charge_visit(swrr, elig, ci, total, record_charges(items, estimates(ci, tenant, items))) end
+      lease(c, tenant, items, out)
     end
     depth[ci] = depth[ci] - n
     inflight[ci] = inflight[ci] + n
@@ -544,16 +713,20 @@ function ops.pop()
   return {tostring(now), out, acked}
 end
 
--- ARGV[4]: job id, ARGV[5]: attempts of the lease
+-- ARGV[4]: job id, ARGV[5]: attempts of the lease, ARGV[6]: µs it ran ('' not reported)
 function ops.ack()
   return settle(4)[1]
 end
 
 -- ARGV[4]: job id, ARGV[5]: attempts, ARGV[6]: error text (one line), ARGV[7]: '1' to dead-letter
--- at once whatever the attempts (a failure no retry can mend, such as a task without a handler)
+-- at once whatever the attempts (a failure no retry can mend, such as a task without a handler),
+-- ARGV[8]: µs it ran ('' not reported). A failure is charged the worker time it took, as an ack.
 function ops.nack()
   local c, tenant, att, env = held(ARGV[4], tonumber(ARGV[5]))
   if not c then return 'stale' end
+  local w = new_work()
+  ran_for(w, c, tenant, env, tonumber(ARGV[8]), cfg.runtime and tonumber(redis.call('HGET', K_CHARGED, ARGV[4])), false)
+  finish_work(w)
   release_lease(ARGV[4], c, tenant)
   stat('failed', c, 1)
   if att >= cfg.max_attempts or ARGV[7] == '1' then
@@ -621,7 +794,8 @@ function ops.promote()
           local _, enq = header(redis.call('LINDEX', qk, 0))
           redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
         else
-          local items = take(c, tenant, overdue)
+          local items, left = take(c, tenant, overdue)
+          if left == 0 and cfg.runtime then forget(c, tenant) end
           for k = #items, 1, -1 do push_head(up, tenant, items[k]) end
           stat('promoted', c, #items)
           moved = moved + #items
@@ -689,7 +863,8 @@ function ops.register()
 end
 
 -- ARGV[4]: the fingerprint the caller read ('' when none is applied), ARGV[5]: the config's text,
--- ARGV[6]: its moves' text, ARGV[7]: '1' when some tier's cost changed, ARGV[8]: '1' to check.
+-- ARGV[6]: its moves' text, ARGV[7]: '1' when some tier's cost or the charge basis changed,
+-- ARGV[8]: '1' to check.
 -- Compiled from the config being applied. Checked, it is refused, changing nothing, when a class
 -- the config does not name still holds jobs and no move says where they go, or a tier it does not
 -- name is still a queued tenant's. The first config of a group (a process adopting its own) is
@@ -728,7 +903,19 @@ function ops.apply()
   -- Smooth weighted round-robin restarts from zero: the new weights hold from the first round,
   -- and no class gets a burst to catch up on credit it banked under the old ones.
   redis.call('DEL', K_SWRR)
-  -- Tags are in units of the tier costs: across a change of cost no tenant keeps its place.
+  -- Jobs in flight keep the charge of their pop: their acks correct nothing.
+  redis.call('DEL', K_CHARGED)
+  -- Runtime estimates are kept only while charging by runtime.
+  if not cfg.runtime then
+    for _, c in ipairs(classes) do
+      for _, part in ipairs({PART_TAGS, PART_INFLIGHT}) do
+        for _, tenant in ipairs(redis.call('ZRANGE', ckey(c, part), 0, -1)) do redis.call('DEL', tenant_estimates(c, tenant)) end
+      end
+      redis.call('DEL', ckey(c, PART_ESTIMATE))
+    end
+  end
+  -- Tags are in units of the tier costs and of the charge basis: across a change of either no
+  -- tenant keeps its place.
   if ARGV[7] == '1' then
     for _, c in ipairs(classes) do
       if redis.call('EXISTS', ckey(c, PART_TAGS)) == 1 then
@@ -751,7 +938,9 @@ function ops.move()
     while moved < limit do
       local tenant = head_score(old)
       if tenant == nil then break end
-      for _, env in ipairs(take(old, tenant, limit - moved, true)) do
+      local items, left = take(old, tenant, limit - moved, true)
+      if left == 0 and cfg.runtime then forget(old, tenant) end
+      for _, env in ipairs(items) do
         push_head(new, tenant, env)
         moved = moved + 1
       end
