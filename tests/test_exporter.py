@@ -31,6 +31,7 @@ from exporter.server import exporter_server, tls_context
 from fairctl.cli import app
 from fairctl.handlers import sleep_handlers
 from fairness_core import Config, Lease, Scheduler, redis_client
+from fairness_core.version import fairctl_version
 from fairness_core.worker import Worker
 from fairness_stack.servers import RedisServer, free_port
 
@@ -136,6 +137,35 @@ def test_values_match_ground_truth_from_the_jobs(redis_server: RedisServer) -> N
     for labels, share in got.series(m.TENANT_SHARE.name).items():
         assert share == pytest.approx(by_tenant[dict(labels)["tenant"]] / total)
     assert got.value(m.EXPORTER_REDIS_UP.name) == 1
+
+
+@pytest.mark.parametrize("charge", ["jobs", "runtime"])
+def test_worker_time_and_tenant_shares_follow_the_reported_runtimes(redis_server: RedisServer, charge: str) -> None:
+    """Worker time is counted (in seconds) under either charge; the tenant shares are of jobs under
+    jobs and of worker time under runtime: two jobs of 0.3 s each against two of 0.1 s."""
+    config = config_on(redis_server.url, scheduler={**NO_BUDGET, "charge": charge})
+    scheduler = Scheduler(config, redis_client(redis_server.url))
+    runtimes = {"long": 0.3, "short": 0.1}
+    for tenant in ("long", "short") * 2:
+        scheduler.submit("newsletter", tenant)
+    scheduler.submit("sync_contacts", "failing")
+    leases = scheduler.pop(10)
+    assert sorted(lease.tenant for lease in leases) == ["failing", "long", "long", "short", "short"]
+    for lease in leases:
+        if lease.tenant == "failing":
+            assert scheduler.nack(lease, "boom", runtime=0.05) == "retry"
+        else:
+            assert scheduler.ack(lease, runtime=runtimes[lease.tenant])
+    with running_exporter(config) as exporter:
+        got = scrape(exporter.url)
+    assert got.value(m.EXPORTER_BUILD_INFO.name, version=fairctl_version(), charge=charge) == 1
+    worker_time = {queue: got.value(m.QUEUE_WORKER_SECONDS.name, queue=queue) for queue in CLASSES}
+    assert worker_time == {"jobs:high": 0, "jobs:medium": pytest.approx(0.05), "jobs:low": pytest.approx(0.8)}
+    assert got.value(m.JOBS_PROCESSED.name, queue="jobs:low") == 4
+    shares = {dict(labels)["tenant"]: v for labels, v in got.series(m.QUEUE_TENANT_SHARE.name).items()
+              if dict(labels)["queue"] == "jobs:low"}
+    expected = {"jobs": {"long": 0.5, "short": 0.5}, "runtime": {"long": 0.75, "short": 0.25}}[charge]
+    assert shares == pytest.approx(expected)
 
 
 def test_configured_classes_with_no_work_report_zero(redis_server: RedisServer) -> None:
