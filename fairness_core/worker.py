@@ -7,6 +7,9 @@ queue) and aging (``promote_after``). Every Redis call survives an outage: the w
 line, backs off and carries on, because a job is only settled by ``ack``/``nack`` and anything not
 settled comes back through the reaper. Delivery is therefore at least once, never lost.
 
+Each handler call is timed with a monotonic clock and the seconds it ran go with its ack or nack:
+the worker time the class is counted (and, under ``scheduler.charge: runtime``, charged) for.
+
 A worker refuses to start against a Redis whose ``maxmemory-policy`` may evict keys (it would lose
 jobs silently), and re-reads the policy at every reap tick: if it changes under a running worker,
 the worker logs the error, stops taking jobs, settles the running ones and :meth:`Worker.run`
@@ -30,7 +33,7 @@ from functools import partial
 from types import FrameType
 from typing import TypeVar
 
-from .jobs import Lease, RedisUnavailable
+from .jobs import Finished, Lease, RedisUnavailable
 from .memory import EvictionPolicyError, require_noeviction
 from .scheduler import Scheduler
 
@@ -353,12 +356,12 @@ class Worker:
     # ------------------------------------------------------------------ slots
 
     def _slot_loop(self) -> None:
-        """Pop, work, repeat. A finished job's ack rides with the slot's next pop (one round trip
-        per job); the lease stays held, and heartbeated, until that call settles it. When the slot
-        stops, acks still pending are sent on their own. A worker killed in between loses no job:
-        the unacked lease expires and the job runs again (at least once, as before)."""
+        """Pop, work, repeat. A finished job's ack, with its runtime, rides with the slot's next
+        pop (one round trip per job); the lease stays held, and heartbeated, until that call
+        settles it. When the slot stops, acks still pending are sent on their own. A worker killed
+        in between loses no job: the unacked lease expires and the job runs again (at least once)."""
         idle = IDLE_MIN_S
-        done: list[Lease] = []
+        done: list[Finished] = []
         while not self._stopping.is_set():
             try:
                 popped = self._call(lambda: self.scheduler.ack_and_pop(done, self.batch, classes=self.classes),
@@ -380,42 +383,47 @@ class Worker:
             with self._held_lock:
                 self._held.update((lease.job_id, lease) for lease in leases)
             for lease in leases:
-                if not self._halt.is_set() and self._work(lease):
-                    done.append(lease)
+                finished = None if self._halt.is_set() else self._work(lease)
+                if finished is not None:
+                    done.append(finished)
                 else:
                     self._release(lease)
-        for lease in done:
-            self._settled([lease], [self._call(partial(self.scheduler.ack, lease), self._halt)])
+        for finished in done:
+            ack = partial(self.scheduler.ack, finished.lease, runtime=finished.runtime)
+            self._settled([finished], [self._call(ack, self._halt)])
 
-    def _work(self, lease: Lease) -> bool:
-        """Run the job; True when it succeeded and awaits its ack. A failure is nacked here."""
+    def _work(self, lease: Lease) -> Finished | None:
+        """Run the job; its :class:`Finished` (lease and runtime) when it succeeded and awaits
+        its ack, else None. A failure is nacked here, with the time it took."""
         try:
             handler = self.handlers.resolve(lease.task)
             if handler is None:
                 # No retry can help (no handler appears between attempts): dead-letter it at once,
                 # where `fairctl dead` shows it, instead of burning leases.max_attempts retries.
                 self._settle_nack(lease, f"no handler for task {lease.task}", final=True)
-                return False
-            error = self._run_handler(handler, lease)
+                return None
+            error, runtime = self._run_handler(handler, lease)
             if error is None:
-                return True
-            self._settle_nack(lease, error)
+                return Finished(lease, runtime)
+            self._settle_nack(lease, error, runtime=runtime)
         except Exception:
             log.exception("settling job %s failed; its lease will expire and it will be delivered again", lease.job_id)
-        return False
+        return None
 
     @staticmethod
-    def _run_handler(handler: Handler, lease: Lease) -> str | None:
-        """None on success, else the error stored with the job."""
+    def _run_handler(handler: Handler, lease: Lease) -> tuple[str | None, float]:
+        """(None on success, else the error stored with the job; the seconds the handler ran,
+        by a monotonic clock so that no clock step or skew enters the charge)."""
+        started = time.monotonic()
         try:
             handler(lease)
         except Exception as exc:  # the handler's failure is the job's failure, not the worker's
-            return str(exc) or type(exc).__name__
-        return None
+            return str(exc) or type(exc).__name__, time.monotonic() - started
+        return None, time.monotonic() - started
 
-    def _settled(self, done: list[Lease], acked: Sequence[bool | None]) -> None:
+    def _settled(self, done: Sequence[Finished], acked: Sequence[bool | None]) -> None:
         """Stop heartbeating acked leases; say so when an ack came too late (None: never sent)."""
-        for lease, ok in zip(done, acked):
+        for lease, ok in zip((f.lease for f in done), acked):
             if ok:
                 self.tally.count(lease.queue, "done")
             elif ok is False:
@@ -423,8 +431,8 @@ class Worker:
                 log.warning("job %s finished but its lease was no longer held; it may run again", lease.job_id)
             self._release(lease)
 
-    def _settle_nack(self, lease: Lease, error: str, *, final: bool = False) -> None:
-        outcome = self._call(lambda: self.scheduler.nack(lease, error, final=final), self._halt)
+    def _settle_nack(self, lease: Lease, error: str, *, final: bool = False, runtime: float | None = None) -> None:
+        outcome = self._call(lambda: self.scheduler.nack(lease, error, final=final, runtime=runtime), self._halt)
         self.tally.count(lease.queue, "failed", *{"retry": ("retried",), "dead": ("dead-lettered",)}.get(outcome or "", ()))
         log.warning("job %s (%s, tenant %s, attempt %d) failed: %s -> %s", lease.job_id, lease.task,
                     lease.tenant, lease.attempts, error, outcome or "unsettled")
