@@ -70,9 +70,9 @@ def worker(
     Leases jobs, runs the task's handler, acks (or nacks when it raises) with the seconds the
     handler ran: the class's worker time, and its charge under scheduler.charge: runtime. Keeps
     leases of long jobs alive, reaps leases of dead workers, promotes overdue jobs and rides out
-    Redis outages.
-    The first signal stops taking jobs and lets running ones finish (exit 0); a second one exits
-    at once (exit 1; the reaper re-delivers what was running). Exits 2 if Redis is down at start."""
+    Redis outages. The first signal stops taking jobs and lets running ones finish (exit 0); a
+    second one exits at once (exit 1; the reaper re-delivers what was running). Exits 2 if Redis
+    is down at start."""
     every = _log_every(log_every)
     cfg = load(config, redis_url)
     only = check_classes(cfg, [c.strip() for c in classes.split(",")], "--classes") if classes else None
