@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from .redis_url import check_url
 from .yaml_reader import (
@@ -151,10 +151,15 @@ class ClassConfig:
 
 @dataclass(frozen=True)
 class TierLimits:
-    """One tier's admission limits, overriding the ``tenants`` section's."""
+    """One tier's admission limits, overriding the ``tenants`` section's: None leaves the group's
+    limit in force, :data:`UNLIMITED` (written ``unlimited``) lifts it for the tier."""
 
     max_queued: int | None = None
     max_rate: float | None = None
+
+
+# A tier's limit of 0: the tier has none, whatever the group's (``unlimited`` in the file).
+UNLIMITED = 0
 
 
 @dataclass(frozen=True)
@@ -184,7 +189,9 @@ class TenantsConfig:
         """The limit ``name`` (``max_queued``, ``max_rate``) of a tenant enqueueing as ``tier``:
         its tier's own, else the group's (None: no limit)."""
         own = self.limits.get(tier)
-        return getattr(own, name) if own is not None and getattr(own, name) is not None else getattr(self, name)
+        if own is None or getattr(own, name) is None:
+            return getattr(self, name)
+        return None if getattr(own, name) == UNLIMITED else getattr(own, name)
 
 
 @dataclass(frozen=True)
@@ -450,8 +457,8 @@ def _tenants(value: object, path: str, source: str | None) -> TenantsConfig:
             if tier not in tier_map:
                 raise ConfigError(f"{lpath}.{tier}", f"unknown tier {tier!r}; tenants.tiers has: {', '.join(tier_map)}")
             lr = Reader(item, f"{lpath}.{tier}", source)
-            out[tier] = TierLimits(max_queued=lr.get("max_queued", None, int_between(1, MAX_QUEUED)),
-                                   max_rate=lr.get("max_rate", None, _arrival_rate))
+            out[tier] = TierLimits(max_queued=lr.get("max_queued", None, _or_unlimited(int_between(1, MAX_QUEUED))),
+                                   max_rate=lr.get("max_rate", None, _or_unlimited(_arrival_rate)))
             lr.done()
         return out
 
@@ -467,6 +474,18 @@ def _tenants(value: object, path: str, source: str | None) -> TenantsConfig:
     )
     r.done()
     return out
+
+
+def _or_unlimited(convert: Callable[[object, str], Any]) -> Callable[[object, str], Any]:
+    """A tier limit: ``unlimited`` (no limit for the tier, whatever the group's), or a limit."""
+    def read(value: object, path: str) -> Any:
+        if value == "unlimited":
+            return UNLIMITED
+        try:
+            return convert(value, path)
+        except ConfigError as exc:
+            raise ConfigError(path, f"{exc.message}; or unlimited, for no limit on this tier") from None
+    return read
 
 
 def _leases(value: object, path: str, source: str | None) -> LeasesConfig:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import ALERT_FOR, Config, SchedulerConfig, TenantsConfig, TierLimits, format_duration
+from .config import ALERT_FOR, UNLIMITED, Config, SchedulerConfig, TenantsConfig, TierLimits, format_duration
 from .generated import yaml_text
 
 
@@ -19,7 +19,8 @@ def _duration(seconds: float | None) -> str | None:
 
 def _limits(limits: TenantsConfig | TierLimits) -> dict[str, Any]:
     """The admission limits ``limits`` sets (the group's, or one tier's)."""
-    return {name: getattr(limits, name) for name in ("max_queued", "max_rate") if getattr(limits, name) is not None}
+    return {name: "unlimited" if isinstance(limits, TierLimits) and getattr(limits, name) == UNLIMITED
+            else getattr(limits, name) for name in ("max_queued", "max_rate") if getattr(limits, name) is not None}
 
 
 def config_to_data(config: Config) -> dict[str, Any]:

@@ -83,6 +83,16 @@ def test_a_tiers_own_limit_replaces_the_group_wide_one_and_is_named(client: redi
         s.enqueue("order", "big", tier="pro")
 
 
+def test_a_tier_can_lift_the_group_wide_limits(client: redis.Redis) -> None:
+    s = limited(client, max_rate=100, limits={"enterprise": {"max_queued": "unlimited", "max_rate": "unlimited"}})
+    assert all(s.submit_many("order", "big", [{}] * (3 * LIMIT), tier="enterprise"))
+    assert [d is not None for d in s.submit_many("order", "small", [{}] * (LIMIT + 1), tier="pro")] == [True] * LIMIT + [False]
+    assert derive(s.config).max_queued["enterprise"] == 0 and derive(s.config).max_rate["enterprise"] == 0
+    data = config_to_data(s.config)
+    assert data["tenants"]["limits"] == {"enterprise": {"max_queued": "unlimited", "max_rate": "unlimited"}}
+    assert parse_config(data) == s.config
+
+
 def test_submit_many_queues_up_to_the_limit_and_returns_none_for_the_rest(client: redis.Redis) -> None:
     s = limited(client)
     s.enqueue("order", "flood")
@@ -127,6 +137,8 @@ def test_fairctl_enqueue_exits_1_naming_the_limit(redis_server: Any, tmp_path: P
     ({"limits": {"free": {"max_q": 3}}}, "tenants.limits.free.max_q: unknown key; did you mean max_queued?"),
     ({"limits": {"free": 3}}, "tenants.limits.free: expected a mapping"),
     ({"limits": [1]}, "tenants.limits: expected a mapping of tier name to limits"),
+    ({"limits": {"free": {"max_queued": "none"}}},
+     "tenants.limits.free.max_queued: expected a whole number, got 'none'; or unlimited, for no limit on this tier"),
 ])
 def test_bad_limits_are_refused_naming_the_field(tenants: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("?", r"\?")):
