@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from .config import Config, ConfigError, parse_config
+from .config import Config, ConfigError, SchedulerConfig, parse_config
 from .config_dump import config_to_data
 from .generated import yaml_text
 from .jobs import FairnessError
@@ -154,6 +154,9 @@ def differences(old: Config, new: Config) -> list[str]:
 
 def _keyed(data: dict[str, Any]) -> dict[str, Any]:
     out = dict(data)
+    # Written only when set (so fingerprints of configs from before it existed hold): a change
+    # from or to the default reads as one.
+    out["scheduler"] = {**data["scheduler"], "charge": data["scheduler"].get("charge", SchedulerConfig.charge)}
     out["classes"] = {c["name"]: {k: v for k, v in c.items() if k != "name"} for c in data["classes"]}
     out["classification"] = {str(i): rule for i, rule in enumerate(data["classification"])}
     out["class order"] = [c["name"] for c in data["classes"]]
