@@ -27,9 +27,10 @@ from fairness_core import ConfigError, parse_duration
 from fairness_core.ages import human
 from fairness_core.config import POLICIES
 from fairness_sim.alert_evaluation import AlertEvaluationError
-from fairness_sim.policies import PROGRESS_EVERY_S, Outcome, alert_label, run_policies
-from fairness_sim.report import fairness_text, verdict, write_report
+from fairness_sim.policies import PROGRESS_EVERY_S, Check, Outcome, alert_label, run_policies
+from fairness_sim.report import fairness_text, verdict, worker_time_lines, write_report
 from fairness_sim.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
+from fairness_sim.simulator import PolicyRun
 
 from .common import check_policies, fail
 from .text_table import text_table
@@ -37,6 +38,7 @@ from .text_table import text_table
 app = typer.Typer()
 
 EXIT_EXPECTATION = 1
+TOP_TENANTS_JSON = 10  # tenants listed per class in --json's worker time, the heaviest first
 
 
 # ------------------------------------------------------------------ progress
@@ -81,7 +83,7 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
     header = ("class", "jobs", "wait mean", "p50", "p99", "max", "max oldest", "SLO", "share", "weight")
     for outcome in outcomes:
         run = outcome.run
-        lines.append(f"policy {run.policy}  ({run.jobs_started:,} jobs started, {run.jobs_enqueued:,} enqueued; "
+        lines.append(f"policy {run.title}  ({run.jobs_started:,} jobs started, {run.jobs_enqueued:,} enqueued; "
                      f"{run.wall_s:.1f}s)")
         lines.extend(f"  {change}" for change in run.config_changes)
         rows = [header]
@@ -96,6 +98,8 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
                      f"95% of scrapes under {human(run.quiet_p95_age_s[typical])} ({typical})")
         fairness = ", ".join(f"{name} {fairness_text(run, name)}" for name in settings)
         lines.append(f"  tenant fairness index (1 = fair; while 2+ tenants wait): {fairness}")
+        if scenario.reports_worker_time:
+            lines.extend(f"  {line}" for line in worker_time_lines(scenario, run))
         lines.append(f"  verdict: {verdict(scenario, run).summary()}")
         if outcome.alerts is not None:
             if outcome.alerts:
@@ -103,11 +107,10 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
                 lines.extend(f"    {human(a.first_firing_s):>6}  {alert_label(a)}" for a in outcome.alerts)
             else:
                 lines.append("  alerts fired: none")
-            problems = outcome.violations(scenario)
-            if problems:
-                lines.extend(f"  EXPECTATION FAILED: {p}" for p in problems)
-            elif problems is not None:
-                lines.append("  as expected by the scenario")
+        lines.extend(f"  {check}" for check in outcome.checks(scenario, outcomes))
+        lines.extend(f"  EXPECTATION FAILED: {p}" for p in outcome.alert_violations(scenario) or ())
+        if outcome.violations(scenario, outcomes) == []:
+            lines.append("  as expected by the scenario")
         lines.append("")
     if alerts_note:
         lines.append(alerts_note)
@@ -119,7 +122,7 @@ def as_json(scenario: Scenario, outcomes: Sequence[Outcome]) -> dict[str, Any]:
     policies: dict[str, Any] = {}
     for outcome in outcomes:
         run = outcome.run
-        policies[run.policy] = {
+        policies[run.name] = {
             "classes": {q: {"jobs": r.jobs, "wait_mean_s": r.wait_mean_s, "wait_p50_s": r.wait_p50_s,
                             "wait_p99_s": r.wait_p99_s, "wait_max_s": r.wait_max_s,
                             "max_oldest_age_s": r.max_oldest_age_s, "realised_share": r.realised_share}
@@ -135,9 +138,25 @@ def as_json(scenario: Scenario, outcomes: Sequence[Outcome]) -> dict[str, Any]:
             "class_status": {c.name: c.status for c in verdict(scenario, run).classes},
             "jobs_enqueued": run.jobs_enqueued,
             "jobs_started": run.jobs_started,
-            "expectation_violations": outcome.violations(scenario),
+            "expectation_violations": outcome.violations(scenario, outcomes),
         }
+        if scenario.reports_worker_time:
+            policies[run.name] |= worker_time_json(run, outcome.checks(scenario, outcomes))
     return {"scenario": scenario.name, "duration_s": scenario.duration, "seed": scenario.seed, "policies": policies}
+
+
+def worker_time_json(run: PolicyRun, checks: Sequence[Check]) -> dict[str, Any]:
+    """A run's worker time for ``--json`` (scenarios that compare charge bases or charge by runtime)."""
+    worker_time = run.worker_time
+    classes = {} if worker_time is None else {
+        name: {"seconds": worker_time.total(name), "share": worker_time.class_share(name),
+               "backlogged_tenants": len(worker_time.backlogged.get(name, ())),
+               "tenants": [{"tenant": row.tenant, "seconds": row.seconds, "share": row.share, "fair_share": row.fair_share}
+                           for row in worker_time.tenants(name)[:TOP_TENANTS_JSON]]}
+        for name in worker_time.seconds}
+    return {"policy": run.policy, "charge": run.charge, "worker_time": classes,
+            "stream_wait_p99_s": run.stream_wait_p99_s,
+            "checks": [{"ok": c.ok, "text": c.text} for c in checks]}
 
 
 # ------------------------------------------------------------------ the command
@@ -167,7 +186,8 @@ def simulate_command(
              "default: marketing-storm, 2.3M newsletters ahead of password resets.")] = None,
     policy: Annotated[Optional[list[str]], typer.Option(
         "--policy", "-p", metavar="P", show_default=False,
-        help=f"Policy to simulate ({', '.join(POLICIES)}); repeat for several. Default: the scenario's list.")] = None,
+        help=f"Policy to simulate ({', '.join(POLICIES)}); repeat for several (each under every charge basis "
+             "a scenario's charges list). Default: the scenario's list.")] = None,
     json_file: Annotated[Optional[Path], typer.Option(
         "--json", metavar="FILE", show_default=False, help="Also write the results as JSON.")] = None,
     report: Annotated[Optional[Path], typer.Option(
@@ -190,7 +210,7 @@ def simulate_command(
             scenario = scenario.shortened(parse_duration(duration, "--duration"))
     except ConfigError as exc:
         fail("--duration" if exc.path == "--duration" else "SCENARIO", str(exc).removeprefix("--duration: "))
-    chosen = check_policies(policy or scenario.policies)
+    chosen = scenario.run_names(check_policies(policy or scenario.policies))
     processes = processes or min(os.cpu_count() or 1, len(chosen))
     with tempfile.TemporaryDirectory(prefix="fairctl-simulate-") as tmp:
         rules_file, note = _rules_for(scenario, rules, Path(tmp))
@@ -208,5 +228,5 @@ def simulate_command(
     if report is not None:
         write_report(report, scenario, outcomes)
         typer.echo(f"report written to {report.resolve()}")
-    if any(o.violations(scenario) for o in outcomes):
+    if any(o.violations(scenario, outcomes) for o in outcomes):
         raise typer.Exit(EXIT_EXPECTATION)

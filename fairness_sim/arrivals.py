@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from .scenario import Burst, Poisson, Scenario, Service, Stream, TenantPool
+from .scenario import Backlog, Burst, Poisson, Scenario, Service, Stream, TenantPool
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,10 @@ def stream_arrivals(scenario: Scenario, index: int, end_s: float) -> Iterator[Ar
         return f"{pool.prefix}{rng.randrange(pool.size)}" if isinstance(pool, TenantPool) else pool
 
     arrivals = stream.arrivals
+    if isinstance(arrivals, Backlog):  # the first jobs only: the simulator tops them up as they start
+        if _open(stream, stream.start, end_s):
+            yield Arrival(stream.start, index, tuple((t, arrivals.queued) for t in stream_tenants(stream)))
+        return
     if isinstance(arrivals, Burst):
         if arrivals.at <= end_s:
             if isinstance(stream.tenant, TenantPool):
@@ -71,6 +75,12 @@ def stream_arrivals(scenario: Scenario, index: int, end_s: float) -> Iterator[Ar
         if not _open(stream, at, end_s):
             return
         yield Arrival(at, index, ((tenant(), 1),))
+
+
+def stream_tenants(stream: Stream) -> list[str]:
+    """Every tenant a stream can send jobs for."""
+    pool = stream.tenant
+    return [f"{pool.prefix}{k}" for k in range(pool.size)] if isinstance(pool, TenantPool) else [pool]
 
 
 def _open(stream: Stream, at: float, end_s: float) -> bool:

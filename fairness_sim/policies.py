@@ -17,13 +17,63 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fairness_core.ages import human
+
 from .alert_evaluation import FiredAlert, SeriesRecorder, evaluate
-from .scenario import Fired, Scenario
+from .scenario import FairWorkerTime, FigureCheck, Fired, Scenario, TenantWorkerTime, WaitFalls
 from .simulator import PolicyRun, scenario_config, simulate
 
 # Labels every simulated alert carries alike (the simulated exporter's job), or shown apart.
 HIDDEN_LABELS = {"severity", "job", "instance"}
 PROGRESS_EVERY_S = 0.2
+
+
+@dataclass(frozen=True)
+class Check:
+    """One of the figures the scenario expects of a run, as checked: ``ok`` None when it could
+    not be (the run it compares with was not simulated)."""
+
+    ok: bool | None
+    text: str
+
+    def __str__(self) -> str:
+        return {True: "checked", False: "EXPECTATION FAILED", None: "not checked"}[self.ok] + f": {self.text}"
+
+
+def _points(share: float) -> str:
+    return f"{share * 100:.1f} points"
+
+
+def judge(check: FigureCheck, run: PolicyRun, runs: dict[str, PolicyRun]) -> Check:
+    """A figure check on ``run``; ``runs``: every run simulated, by name (for comparisons)."""
+    if isinstance(check, TenantWorkerTime):
+        share = run.worker_time.tenant(check.queue, check.tenant).share if run.worker_time else 0.0
+        bounds = [f"at least {check.at_least:.0%}" if check.at_least is not None else "",
+                  f"at most {check.at_most:.0%}" if check.at_most is not None else ""]
+        ok = (check.at_least is None or share >= check.at_least) and (check.at_most is None or share <= check.at_most)
+        return Check(ok, f"{check.tenant} holds {share:.1%} of {check.queue}'s worker time "
+                         f"(expected {' and '.join(b for b in bounds if b)})")
+    if isinstance(check, FairWorkerTime):
+        worst = run.worker_time.furthest_from_fair(check.queue) if run.worker_time else None
+        if worst is None or worst.fair_share is None:
+            return Check(False, f"no tenant of {check.queue} was backlogged throughout: no fair share to compare with")
+        count = len(run.worker_time.backlogged[check.queue]) if run.worker_time else 0
+        gap = abs(worst.share - worst.fair_share)
+        return Check(gap <= check.within, f"each of the {count:,} tenants backlogged throughout holds its "
+                     f"tier-weighted fair share of {check.queue}'s worker time within {_points(check.within)} "
+                     f"(furthest: {worst.tenant}, {worst.share:.1%} against {worst.fair_share:.1%})")
+    assert isinstance(check, WaitFalls)
+    baseline = runs.get(check.baseline)
+    now = run.stream_wait_p99_s.get(check.stream)
+    if baseline is None:
+        return Check(None, f"{check.stream}: p99 wait against {check.baseline}, which was not simulated")
+    before = baseline.stream_wait_p99_s.get(check.stream)
+    if before is None or now is None:
+        return Check(False, f"{check.stream}: no job started in {'this run' if now is None else check.baseline}, "
+                            "so no p99 wait to compare")
+    factor = before / now if now > 0 else float("inf")
+    return Check(factor >= check.by, f"the p99 wait of {check.stream} falls {factor:.1f}x from {check.baseline} "
+                                     f"({human(before)} -> {human(now)}; expected at least {check.by:g}x)")
 
 
 @dataclass(frozen=True)
@@ -33,14 +83,29 @@ class Outcome:
     run: PolicyRun
     alerts: list[FiredAlert] | None
 
-    def violations(self, scenario: Scenario) -> list[str] | None:
-        """What contradicts the scenario's ``expect`` (None: nothing to check it against)."""
-        expectation = scenario.expect.get(self.run.policy)
-        if expectation is None or self.alerts is None:
+    def alert_violations(self, scenario: Scenario) -> list[str] | None:
+        """What contradicts the alerts the scenario's ``expect`` names (None: nothing to check)."""
+        expectation = scenario.expect.get(self.run.name)
+        if expectation is None or self.alerts is None or (expectation.figures and not expectation.has_alerts):
             return None
         step = scenario.evaluation_interval  # a firing period ends at the first evaluation that no longer fires
         return expectation.violations([Fired(a.alert, a.labels, a.first_firing_s, a.periods[-1][1] - step)
                                        for a in self.alerts])
+
+    def checks(self, scenario: Scenario, outcomes: Sequence[Outcome] = ()) -> list[Check]:
+        """The figures the scenario's ``expect`` names for this run, checked; ``outcomes``: the
+        other runs, for comparisons."""
+        expectation = scenario.expect.get(self.run.name)
+        runs = {o.run.name: o.run for o in outcomes}
+        return [judge(check, self.run, runs) for check in (expectation.figures if expectation else ())]
+
+    def violations(self, scenario: Scenario, outcomes: Sequence[Outcome] = ()) -> list[str] | None:
+        """What contradicts the scenario's ``expect`` (None: nothing to check it against)."""
+        alerts = self.alert_violations(scenario)
+        checks = self.checks(scenario, outcomes)
+        if alerts is None and not any(c.ok is not None for c in checks):
+            return None
+        return (alerts or []) + [c.text for c in checks if c.ok is False]
 
 
 # ------------------------------------------------------------------ running the policies

@@ -269,8 +269,8 @@ def _cell(text: str, cls: str = "") -> str:
     return f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>"
 
 
-def _expectation(scenario: Scenario, outcome: Outcome) -> tuple[str, str]:
-    problems = outcome.violations(scenario)
+def _expectation(scenario: Scenario, outcome: Outcome, outcomes: Sequence[Outcome]) -> tuple[str, str]:
+    problems = outcome.violations(scenario, outcomes)
     if problems is None:
         why = "alerts not evaluated" if outcome.alerts is None else "the scenario expects nothing of this policy"
         return f"n/a <small>({why})</small>", ""
@@ -287,7 +287,7 @@ def _verdict_table(scenario: Scenario, outcomes: Sequence[Outcome]) -> str:
     rows = []
     for outcome in outcomes:
         v = verdict(scenario, outcome.run)
-        cells = [_cell(f"<b>{html.escape(outcome.run.policy)}</b>"),
+        cells = [_cell(f"<b>{html.escape(outcome.run.title)}</b>"),
                  _cell(html.escape(v.word), "word " + ("ok" if v.word == "met SLOs" else "bad")),
                  _cell("yes" if v.interactive_met else "no", "ok" if v.interactive_met else "bad")]
         for c in v.classes:
@@ -303,7 +303,7 @@ def _verdict_table(scenario: Scenario, outcomes: Sequence[Outcome]) -> str:
             text = f"{len(outcome.alerts)}" + (f", {len(paging)} paging (first at {human(first)})" if paging else
                                                 ", none paging")
             cells.append(_cell(text if outcome.alerts else "none"))
-        cells.append(_cell(*_expectation(scenario, outcome)))
+        cells.append(_cell(*_expectation(scenario, outcome, outcomes)))
         rows.append("<tr>" + "".join(cells) + "</tr>")
     legend = "; ".join(f"<b>{html.escape(k)}</b>: {html.escape(v)}" for k, v in STATUS_HELP.items())
     return (f'<h2>Verdict</h2><table class="verdicts"><tr>{"".join(f"<th>{h}</th>" for h in head)}</tr>'
@@ -335,10 +335,12 @@ def _summary_table(scenario: Scenario, outcome: Outcome) -> str:
             "class served something (1 = fair, 1/n = one tenant takes all; none served: tenants waited and the class "
             "served nothing; -: never two tenants waiting at once).")
     changes = "".join(f"<li>{html.escape(str(change))}</li>" for change in run.config_changes)
+    shown = worker_time_lines(scenario, run) if scenario.reports_worker_time else []
+    worker_time = "".join(f"<p>{html.escape(line)}</p>" for line in shown)
     return (f"<p>{run.jobs_started:,} jobs started of {run.jobs_enqueued:,} enqueued.</p>"
             + ('<p>Config changes (SLOs and weights below: the config in force at the end):</p>'
                f'<ul class="alerts">{changes}</ul>' if changes else "") +
-            f'<table><tr>{head}</tr>{"".join(rows)}</table><p class="note">{html.escape(note)}</p>')
+            f'<table><tr>{head}</tr>{"".join(rows)}</table><p class="note">{html.escape(note)}</p>{worker_time}')
 
 
 def fairness_text(run: PolicyRun, name: str) -> str:
@@ -353,18 +355,49 @@ def fairness_text(run: PolicyRun, name: str) -> str:
     return f"{index:.2f}" + (f" (none served {unserved:.0%} of the time)" if unserved >= 0.005 else "")
 
 
-def _alerts_html(scenario: Scenario, outcome: Outcome) -> str:
+HEAVIEST_SHOWN = 3  # tenants named per class in the worker-time lines
+
+
+def worker_time_lines(scenario: Scenario, run: PolicyRun) -> list[str]:
+    """Worker time as the terminal and the report state it: each class's share of all worker time
+    against its weight, the heaviest tenants' shares of their class's against their fair shares,
+    and each stream's p99 wait (the figures a ``charge: runtime`` comparison is about)."""
+    worker_time = run.worker_time
+    if worker_time is None:
+        return []
+    settings = scenario.class_settings()
+    busy = [name for name in settings if worker_time.total(name) > 0]
+    lines = ["worker time per class (weight): " + ", ".join(
+        f"{name} {worker_time.class_share(name):.1%} ({settings[name][1]:.0%})" for name in busy)]
+    for name in busy:
+        rows = worker_time.tenants(name)
+        heaviest = ", ".join(f"{row.tenant} {row.share:.1%}" + (f" (fair {row.fair_share:.1%})" if row.fair_share is not None
+                                                                else "") for row in rows[:HEAVIEST_SHOWN])
+        line = f"{name} worker time ({human(worker_time.total(name))}), heaviest tenants: {heaviest}"
+        worst = worker_time.furthest_from_fair(name)
+        if worst is not None and worst.fair_share is not None:
+            line += (f"; {len(worker_time.backlogged[name]):,} backlogged throughout, furthest from its fair share: "
+                     f"{worst.tenant} by {abs(worst.share - worst.fair_share) * 100:.1f} points")
+        lines.append(line)
+    lines.append("p99 wait per stream: " + ", ".join(
+        f"{name} {'-' if p99 is None else human(p99)}" for name, p99 in run.stream_wait_p99_s.items()))
+    return lines
+
+
+def _alerts_html(scenario: Scenario, outcome: Outcome, outcomes: Sequence[Outcome]) -> str:
+    checks = "".join(f'<p class="{"ok" if c.ok else "bad"}">{html.escape(str(c))}</p>'
+                     for c in outcome.checks(scenario, outcomes))
     if outcome.alerts is None:
-        return "<p>Alerts were not evaluated (promtool or the rules were missing).</p>"
+        return "<p>Alerts were not evaluated (promtool or the rules were missing).</p>" + checks
     fired = "".join(f"<li>{html.escape(alert_label(a))}: first firing at {human(a.first_firing_s)}</li>"
                     for a in outcome.alerts)
-    parts = [f'<p>Alerts fired:</p><ul class="alerts">{fired}</ul>' if fired else "<p>No alert fired.</p>"]
-    problems = outcome.violations(scenario)
+    parts = [f'<p>Alerts fired:</p><ul class="alerts">{fired}</ul>' if fired else "<p>No alert fired.</p>", checks]
+    problems = outcome.alert_violations(scenario)
     if problems:
         parts.append("".join(f'<p class="bad">Expectation failed: {html.escape(p)}</p>' for p in problems))
     elif problems is not None:
         parts.append(f'<p class="ok">Every alert fired or stayed silent as the scenario expects of '
-                     f"{html.escape(outcome.run.policy)}.</p>")
+                     f"{html.escape(outcome.run.title)}.</p>")
     return "".join(parts)
 
 
@@ -380,9 +413,9 @@ def write_report(path: Path, scenario: Scenario, outcomes: Sequence[Outcome]) ->
         if timeline is not None:
             figures.append(timeline)
         plots = "".join(f"<figure>{_svg(fig)}</figure>" for fig in figures)
-        sections.append(f'<h2 id="{html.escape(run.policy)}">policy {html.escape(run.policy)}: '
+        sections.append(f'<h2 id="{html.escape(run.name)}">policy {html.escape(run.title)}: '
                         f'<span class="{"ok" if v.word == "met SLOs" else "bad"}">{html.escape(v.word)}</span></h2>'
-                        f"{_summary_table(scenario, outcome)}{_alerts_html(scenario, outcome)}{plots}")
+                        f"{_summary_table(scenario, outcome)}{_alerts_html(scenario, outcome, outcomes)}{plots}")
     page = PAGE.format(
         title=html.escape(f"fairctl simulate: {scenario.name} ({human(scenario.duration)}, seed {scenario.seed})"),
         description=html.escape(scenario.description), body="".join(sections))

@@ -22,6 +22,7 @@ from typing import Any
 
 from fairness_core.classification import classify
 from fairness_core.config import (
+    CHARGES,
     EXAMPLE_CONFIG,
     POLICIES,
     ClassConfig,
@@ -66,7 +67,16 @@ class Burst:
     count: int
 
 
-Arrivals = Poisson | Constant | Burst
+@dataclass(frozen=True)
+class Backlog:
+    """Each tenant of the stream keeps ``queued`` jobs waiting from the stream's start: a new one
+    arrives whenever one of them starts (a producer that is always behind, so its tenant is
+    backlogged the whole time whatever the scheduler gives it)."""
+
+    queued: int
+
+
+Arrivals = Poisson | Constant | Burst | Backlog
 
 
 @dataclass(frozen=True)
@@ -153,9 +163,47 @@ class Fired:
 
 
 @dataclass(frozen=True)
+class TenantWorkerTime:
+    """A tenant's share of its class's worker time must be ``at_least`` and/or ``at_most`` this
+    fraction."""
+
+    tenant: str
+    queue: str
+    at_least: float | None = None
+    at_most: float | None = None
+
+
+@dataclass(frozen=True)
+class FairWorkerTime:
+    """Every tenant of ``queue`` backlogged throughout the run holds its tier-weighted fair share of
+    the class's worker time, give or take ``within`` (0.05: 5 points)."""
+
+    queue: str
+    within: float
+
+
+@dataclass(frozen=True)
+class WaitFalls:
+    """The p99 wait of the streams named ``stream`` is at least ``by`` times shorter than in the
+    run ``baseline`` (another run of the same scenario)."""
+
+    stream: str
+    baseline: str
+    by: float
+
+
+FigureCheck = TenantWorkerTime | FairWorkerTime | WaitFalls
+
+
+@dataclass(frozen=True)
 class Expectation:
     fire: tuple[AlertMatch, ...]
     silent: tuple[AlertMatch, ...]
+    figures: tuple[FigureCheck, ...] = ()
+
+    @property
+    def has_alerts(self) -> bool:
+        return bool(self.fire or self.silent)
 
     def violations(self, fired: Sequence[Fired]) -> list[str]:
         """What contradicts this expectation, given every alert that fired; empty when the run
@@ -182,13 +230,14 @@ class Expectation:
 class ConfigChange:
     """A config applied mid-run, as ``fairctl config apply`` does: ``config`` is the scenario's
     config with every patch up to this one; ``policy`` the scheduling policy those patches set
-    (None: each run keeps the policy it runs under); ``moves``: removed class -> the class its
-    queued jobs move to."""
+    (None: each run keeps the policy it runs under), ``charge`` likewise for ``scheduler.charge``;
+    ``moves``: removed class -> the class its queued jobs move to."""
 
     at: float
     config: Config
     policy: str | None
     moves: Mapping[str, str]
+    charge: str | None = None  # the charge basis these patches set (None: each run keeps its own)
 
     def pool_classes(self, classes: tuple[str, ...] | None) -> tuple[str, ...] | None:
         """A reserved pool's classes once this change is applied: a moved class's slots serve the
@@ -214,6 +263,19 @@ class Scenario:
     evaluation_interval: float
     source: str | None = None
     config_changes: tuple[ConfigChange, ...] = ()
+    charges: tuple[str, ...] | None = None  # charge bases each policy runs under (None: the config's)
+
+    def run_names(self, policies: Sequence[str] | None = None) -> tuple[str, ...]:
+        """The runs of ``policies`` (default: the scenario's): one per policy, or one per policy
+        and charge basis when the scenario lists ``charges``."""
+        return tuple(run_name(p, c) for p in (policies or self.policies) for c in (self.charges or (None,)))
+
+    @property
+    def reports_worker_time(self) -> bool:
+        """Whether the output shows worker time: the scenario compares charge bases or charges
+        by runtime (the other scenarios' output stays as it was)."""
+        return self.charges is not None or any(
+            c.scheduler.charge == "runtime" for c in (self.config, *(ch.config for ch in self.config_changes)))
 
     @property
     def final_config(self) -> Config:
@@ -234,6 +296,18 @@ class Scenario:
         (which is about the whole scenario)."""
         return dataclasses.replace(self, duration=duration, expect={},
                                    config_changes=tuple(c for c in self.config_changes if c.at < duration))
+
+
+def run_name(policy: str, charge: str | None) -> str:
+    """A run's name: its policy, with the charge basis when the scenario compares them
+    (``weighted-fair/runtime``)."""
+    return policy if charge is None else f"{policy}/{charge}"
+
+
+def run_parts(name: str) -> tuple[str, str | None]:
+    """``weighted-fair/runtime`` -> (``weighted-fair``, ``runtime``); a policy alone -> (it, None)."""
+    policy, _, charge = name.partition("/")
+    return policy, charge or None
 
 
 # ------------------------------------------------------------------ small converters
@@ -270,11 +344,13 @@ def _one_of(value: object, path: str, options: tuple[str, ...]) -> tuple[str, ob
 
 
 def _arrivals(value: object, path: str, source: str | None) -> Arrivals:
-    kind, inner = _one_of(value, path, ("poisson", "constant", "burst"))
+    kind, inner = _one_of(value, path, ("poisson", "constant", "burst", "backlog"))
     r = Reader(inner, f"{path}.{kind}", source)
     out: Arrivals
     if kind == "burst":
         out = Burst(at=r.get("at", 0.0, _offset), count=r.require("count", int_between(1, 100_000_000)))
+    elif kind == "backlog":
+        out = Backlog(queued=r.require("queued", int_between(1, 100_000)))
     else:
         rate = r.require("rate_per_s", _number(positive=True))
         out = Poisson(rate) if kind == "poisson" else Constant(rate)
@@ -392,7 +468,46 @@ def _alert_match(value: object, path: str, source: str | None, fire: bool) -> Al
     return out
 
 
-def _expectation(value: object, path: str, source: str | None) -> Expectation:
+@dataclass(frozen=True)
+class _Names:
+    """What an expectation may name: the classes, the streams and the other runs."""
+
+    classes: tuple[str, ...]
+    streams: tuple[str, ...]
+    runs: tuple[str, ...]
+
+
+def _fraction(value: object, path: str) -> float:
+    number = _number(positive=False)(value, path)
+    if number > 1:
+        raise ConfigError(path, f"expected a fraction between 0 and 1 (0.05 for 5 points), got {value!r}")
+    return number
+
+
+def _figures(raw: object, path: str, source: str | None, kind: str, names: _Names) -> tuple[FigureCheck, ...]:
+    """``worker_time``, ``fair_worker_time`` or ``p99_wait_falls``: a list of checks on the run's figures."""
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(path, f"expected a non-empty list of {kind} checks, got {raw!r}")
+    out: list[FigureCheck] = []
+    for i, item in enumerate(raw):
+        r = Reader(item, f"{path}[{i}]", source)
+        check: FigureCheck
+        if kind == "worker_time":
+            check = TenantWorkerTime(tenant=r.require("tenant", nonempty_str), queue=r.require("class", choice(names.classes)),
+                                     at_least=r.get("at_least", None, _fraction), at_most=r.get("at_most", None, _fraction))
+            if check.at_least is None and check.at_most is None:
+                raise r.error("at_least", "give at_least, at_most or both")
+        elif kind == "fair_worker_time":
+            check = FairWorkerTime(queue=r.require("class", choice(names.classes)), within=r.require("within", _fraction))
+        else:
+            check = WaitFalls(stream=r.require("stream", choice(names.streams)), baseline=r.require("from", choice(names.runs)),
+                              by=r.require("by", _number(positive=True)))
+        r.done()
+        out.append(check)
+    return tuple(out)
+
+
+def _expectation(value: object, path: str, source: str | None, names: _Names) -> Expectation:
     r = Reader(value, path, source)
 
     def matches(fire: bool) -> Any:
@@ -402,18 +517,26 @@ def _expectation(value: object, path: str, source: str | None) -> Expectation:
             return tuple(_alert_match(item, f"{lpath}[{i}]", source, fire) for i, item in enumerate(raw))
         return convert
 
-    out = Expectation(fire=r.get("fire", (), matches(True)), silent=r.get("silent", (), matches(False)))
+    def figures(kind: str) -> Any:
+        return lambda raw, fpath: _figures(raw, fpath, source, kind, names)
+
+    out = Expectation(fire=r.get("fire", (), matches(True)), silent=r.get("silent", (), matches(False)),
+                      figures=tuple(check for kind in ("worker_time", "fair_worker_time", "p99_wait_falls")
+                                    for check in r.get(kind, (), figures(kind))))
     r.done()
     return out
 
 
-def _policies(value: object, path: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value:
-        raise ConfigError(path, f"expected a non-empty list of policies ({', '.join(POLICIES)}), got {value!r}")
-    out = tuple(choice(POLICIES)(p, f"{path}[{i}]") for i, p in enumerate(value))
-    if len(set(out)) != len(out):
-        raise ConfigError(path, "lists a policy twice")
-    return out
+def _choices(options: tuple[str, ...], plural: str, singular: str) -> Any:
+    """A non-empty list of distinct ``options`` (the ``policies`` or ``charges`` list)."""
+    def convert(value: object, path: str) -> tuple[str, ...]:
+        if not isinstance(value, list) or not value:
+            raise ConfigError(path, f"expected a non-empty list of {plural} ({', '.join(options)}), got {value!r}")
+        out = tuple(choice(options)(p, f"{path}[{i}]") for i, p in enumerate(value))
+        if len(set(out)) != len(out):
+            raise ConfigError(path, f"lists a {singular} twice")
+        return out
+    return convert
 
 
 # ------------------------------------------------------------------ the scheduler config
@@ -503,7 +626,9 @@ def _config_changes(r: Reader, data: Any, duration: float) -> tuple[ConfigChange
             raise c.error("moves", str(exc)) from None
         c.done()
         fixed = _sets(patch, "scheduler.policy") or bool(changes and changes[-1].policy)
-        changes.append(ConfigChange(at, config, config.scheduler.policy if fixed else None, moves))
+        charged = _sets(patch, "scheduler.charge") or bool(changes and changes[-1].charge)
+        changes.append(ConfigChange(at, config, config.scheduler.policy if fixed else None, moves,
+                                    config.scheduler.charge if charged else None))
     return tuple(changes)
 
 
@@ -520,12 +645,20 @@ def parse_scenario(data: object, source: str | None = None, base: Path | None = 
     streams_raw = r.require("streams", _list_of("streams", source, 1, MAX_STREAMS))
     workers_raw = r.require("workers", _list_of("workers", source, 1, 1000))
     all_policies: tuple[str, ...] = POLICIES
-    policies = r.get("policies", all_policies, _policies)
+    policies = r.get("policies", all_policies, _choices(POLICIES, "policies", "policy"))
+    charges = r.get("charges", None, _choices(CHARGES, "charge bases", "charge basis"))
+    workers = tuple(_pool(w, f"workers[{i}]", source, config, i) for i, w in enumerate(workers_raw))
+    streams = tuple(_stream(s, f"streams[{i}]", source, config, duration) for i, s in enumerate(streams_raw))
+    changes = _config_changes(r, data, duration)
+    runs = tuple(run_name(p, c) for p in POLICIES for c in (charges or (None,)))
+    classes = tuple(dict.fromkeys(c for cfg in (config, *(ch.config for ch in changes)) for c in cfg.class_names))
+    names = _Names(classes, tuple(dict.fromkeys(s.name for s in streams)), runs)
 
     def expect(raw: object, path: str) -> dict[str, Expectation]:
         if not isinstance(raw, dict):
-            raise ConfigError(path, f"expected a mapping of policy to fire/silent lists, got {raw!r}")
-        return {choice(POLICIES)(p, f"{path}.{p}"): _expectation(v, f"{path}.{p}", source) for p, v in raw.items()}
+            raise ConfigError(path, f"expected a mapping of {'policy/charge' if charges else 'policy'} to "
+                              f"fire/silent lists, got {raw!r}")
+        return {choice(runs)(p, f"{path}.{p}"): _expectation(v, f"{path}.{p}", source, names) for p, v in raw.items()}
 
     scenario = Scenario(
         name=r.require("name", nonempty_str),
@@ -533,14 +666,15 @@ def parse_scenario(data: object, source: str | None = None, base: Path | None = 
         duration=duration,
         seed=r.get("seed", 0, int_between(0, 2**63 - 1)),
         config=config,
-        workers=tuple(_pool(w, f"workers[{i}]", source, config, i) for i, w in enumerate(workers_raw)),
-        streams=tuple(_stream(s, f"streams[{i}]", source, config, duration) for i, s in enumerate(streams_raw)),
+        workers=workers,
+        streams=streams,
         policies=policies,
         expect=r.get("expect", {}, expect),
         scrape_interval=r.get("scrape_interval", 15.0, parse_duration),
         evaluation_interval=r.get("evaluation_interval", 15.0, parse_duration),
         source=source,
-        config_changes=_config_changes(r, data, duration),
+        config_changes=changes,
+        charges=charges,
     )
     r.done()
     for i, pool in enumerate(scenario.workers):

@@ -39,7 +39,8 @@ from fairness_core.snapshot import Snapshot
 from fairness_core.worker import PROMOTE_EVERY_S, REAP_EVERY_S
 
 from .arrivals import Arrival, service_samplers, stream_arrivals
-from .scenario import ConfigChange, Scenario, Stream
+from .scenario import Backlog, ConfigChange, Scenario, Stream, run_name, run_parts
+from .worktime import WorkerTime, WorkerTimeResult
 
 Observer = Callable[[int, Snapshot], None]
 Reconfigure = Callable[[int, Config], None]
@@ -116,20 +117,39 @@ class PolicyRun:
     jobs_enqueued: int
     wall_s: float
     config_changes: tuple[AppliedChange, ...] = ()
+    charge: str | None = None  # the charge basis the scenario ran this policy under (None: the config's)
+    worker_time: WorkerTimeResult | None = None
+    stream_wait_p99_s: dict[str, float | None] = field(default_factory=dict)  # per stream name, first leases
+
+    @property
+    def name(self) -> str:
+        """The run's name, as ``expect`` keys it: the policy, or ``policy/charge``."""
+        return run_name(self.policy, self.charge)
+
+    @property
+    def title(self) -> str:
+        """The run as the output heads it: ``weighted-fair`` or ``weighted-fair, charge runtime``."""
+        return self.policy + (f", charge {self.charge}" if self.charge else "")
 
 
-def with_policy(config: Config, policy: str) -> Config:
-    return dataclasses.replace(config, scheduler=dataclasses.replace(config.scheduler, policy=policy))
+def with_policy(config: Config, policy: str, charge: str | None = None) -> Config:
+    """``config`` under ``policy`` (and the ``charge`` basis, when given)."""
+    scheduler = dataclasses.replace(config.scheduler, policy=policy)
+    if charge is not None:
+        scheduler = dataclasses.replace(scheduler, charge=charge)
+    return dataclasses.replace(config, scheduler=scheduler)
 
 
-def scenario_config(scenario: Scenario, policy: str) -> Config:
-    """The scenario's scheduler config with ``policy`` in force."""
-    return with_policy(scenario.config, policy)
+def scenario_config(scenario: Scenario, run: str) -> Config:
+    """The scenario's scheduler config for ``run``: a policy, or ``policy/charge``."""
+    return with_policy(scenario.config, *run_parts(run))
 
 
-def change_config(change: ConfigChange, policy: str) -> Config:
-    """A change's config in a run under ``policy``: the policy the changes set, else the run's."""
-    return with_policy(change.config, change.policy or policy)
+def change_config(change: ConfigChange, run: str) -> Config:
+    """A change's config in ``run`` (a policy, or ``policy/charge``): the policy and charge basis
+    the changes set, else the run's."""
+    policy, charge = run_parts(run)
+    return with_policy(change.config, change.policy or policy, change.charge or charge)
 
 
 def _configured(ages: Sequence[float]) -> list[float]:
@@ -143,14 +163,15 @@ def _percentile(ordered: Sequence[Any], q: float) -> Any:
 
 
 class Simulation:
-    """One scenario under one policy. ``observe(now_ms, snapshot)`` is called at every scrape;
-    ``progress(fraction)`` as virtual time advances; ``reconfigure(now_ms, config)`` when a config
-    change is applied."""
+    """One scenario under one policy (``policy/charge`` for a charge basis of ``charges``).
+    ``observe(now_ms, snapshot)`` is called at every scrape; ``progress(fraction)`` as virtual time
+    advances; ``reconfigure(now_ms, config)`` when a config change is applied."""
 
     def __init__(self, scenario: Scenario, policy: str, *, observe: Observer | None = None,
                  progress: Progress | None = None, reconfigure: Reconfigure | None = None) -> None:
         self.scenario = scenario
-        self.policy = policy
+        self.run_name = policy
+        self.policy, self.charge = run_parts(policy)
         self.config = scenario_config(scenario, policy)
         self.model = Model(self.config)
         self.observe = observe
@@ -166,11 +187,15 @@ class Simulation:
         self._stream_of = array("H", [0])  # job id -> stream (ids start at 1)
         self._pool_classes = [p.classes for p in scenario.workers]
         self._idle = [p.count for p in scenario.workers]
-        self._running: list[dict[int, Lease]] = [{} for _ in scenario.workers]  # token -> lease being worked
+        # token -> (lease, started ms) of the jobs being worked
+        self._running: list[dict[int, tuple[Lease, int]]] = [{} for _ in scenario.workers]
         self._abandoned: set[int] = set()  # tokens of jobs whose slot crashed
         self._tokens = itertools.count()
         self._heartbeat_ms = int(self.config.leases.visibility_timeout * 1000 / HEARTBEAT_SHARE)
         self._waits: dict[str, array[int]] = {n: array("q") for n in self.names}
+        self._stream_waits: list[array[int]] = [array("q") for _ in scenario.streams]
+        self.worker_time = WorkerTime()
+        self._tiers: dict[str, str] = {}  # tenant -> the tier its latest jobs came with
         self._completed: Counter[str] = Counter()
         self._completed_at_scrape: Counter[str] = Counter()
         self.timeline = Timeline()
@@ -197,6 +222,7 @@ class Simulation:
         self._schedule_arrival(arrival.stream)
 
     def _submit(self, now: int, i: int, stream: Stream, tenant: str, n: int) -> None:
+        self._tiers[tenant] = stream.tier
         before = self.model.seq
         try:
             self.model.submit_many(now, stream.task, tenant, n, tier=stream.tier, user_waiting=stream.user_waiting)
@@ -206,25 +232,38 @@ class Simulation:
 
     def _start(self, now: int, pool: int, entry: Any) -> None:
         job = entry.job
+        i = self._stream_of[job.id]
         if entry.attempts == 1:
             self._waits[entry.queue].append(now - job.enqueued_ms)
-        service_ms = max(1, round(self._service[self._stream_of[job.id]]() * 1000))
+            self._stream_waits[i].append(now - job.enqueued_ms)
+            self._top_up(now, i, entry.tenant)
+        service_ms = max(1, round(self._service[i]() * 1000))
         lease = Lease(job_id=str(job.id), queue=entry.queue, tenant=entry.tenant, reason=job.reason, task=job.task,
                       payload=None, enqueued_at=job.enqueued_ms / 1000.0, attempts=entry.attempts)
         done = now + service_ms
         token = next(self._tokens)
-        self._running[pool][token] = lease
+        self._running[pool][token] = (lease, now)
         self._push(done, _COMPLETE, (pool, token))
         if service_ms > self._heartbeat_ms:
             self._push(now + self._heartbeat_ms, _HEARTBEAT, (token, lease, done))
 
-    def _crash(self, pool: int, count: int) -> int:
+    def _top_up(self, now: int, i: int, tenant: str) -> None:
+        """A backlog stream's tenant sends a job as one of its waiting ones starts, until the stream stops."""
+        stream = self.scenario.streams[i]
+        if isinstance(stream.arrivals, Backlog) and (stream.stop is None or now < stream.stop * 1000):
+            self._submit(now, i, stream, tenant, 1)
+
+    def _worked(self, now: int, lease: Lease, started: int, *, finished: bool = True) -> None:
+        """Count a slot's busy time on a job, worked to the end or until the slot died."""
+        self.worker_time.add(lease.queue, lease.tenant, now - started, finished=finished)
+
+    def _crash(self, now: int, pool: int, count: int) -> int:
         """Kill ``count`` slots of ``pool``, busy ones first (a crash takes running jobs with it;
         their leases are left to expire). Returns how many died."""
         running = self._running[pool]
         victims = sorted(running)[:count]
         for token in victims:
-            del running[token]
+            self._worked(now, *running.pop(token), finished=False)
             self._abandoned.add(token)
         idle = min(self._idle[pool], count - len(victims))
         self._idle[pool] -= idle
@@ -245,7 +284,7 @@ class Simulation:
         """Apply a config change as ``fairctl config apply`` does, move the removed classes' jobs,
         and follow the new config from now on (pools, heartbeats, the alert series). A refused
         change (a removed class still holding jobs, and no move) leaves the config as it was."""
-        config = change_config(change, self.policy)
+        config = change_config(change, self.run_name)
         try:
             self.model.apply(now, config, moves=change.moves)
         except ConfigRefused as exc:
@@ -273,6 +312,8 @@ class Simulation:
                     series[name].append(math.nan)
                 tl.active_tenants[name].append(0)
                 continue
+            cls = self.model.classes.get(name)
+            self.worker_time.scrape(name, cls.queues if cls is not None else ())
             noisy = [age for tenant, age in view.oldest_tenants if tenant in view.noisy_tenants]
             tl.oldest_age[name].append(view.oldest_age)
             tl.quiet_age[name].append(view.quiet_oldest_age)
@@ -314,8 +355,9 @@ class Simulation:
                 if token in self._abandoned:
                     self._abandoned.discard(token)
                     continue  # its slot died: nobody acks, the lease expires
-                lease = self._running[pool].pop(token)
-                if model.ack(now, lease):
+                lease, began = self._running[pool].pop(token)
+                self._worked(now, lease, began)
+                if model.ack(now, lease, runtime=(now - began) / 1000.0):
                     self._completed[lease.queue] += 1
                 self._idle[pool] += 1
             elif kind == _HEARTBEAT:
@@ -325,7 +367,7 @@ class Simulation:
                 continue  # nothing changed for the other slots
             elif kind == _CRASH:
                 pool, crash = arg
-                died = self._crash(pool, crash.count)
+                died = self._crash(now, pool, crash.count)
                 if crash.restart_after is not None and died:
                     self._push(now + int(crash.restart_after * 1000), _RESTART, (pool, died))
             elif kind == _RESTART:
@@ -369,13 +411,20 @@ class Simulation:
             fairness[name] = sum(served) / len(served) if served else None
             unserved[name] = 1 - len(served) / len(backlogged) if backlogged else None
         quiet = {name: sorted(_configured(tl.quiet_age[name])) for name in self.names}
+        stream_waits: dict[str, list[int]] = {}
+        for stream, waits_ms in zip(self.scenario.streams, self._stream_waits):
+            stream_waits.setdefault(stream.name, []).extend(waits_ms)
+        tiers = self.config.tenants.tiers
+        weights = {tenant: tiers.get(tier, tiers[self.config.tenants.default_tier]) for tenant, tier in self._tiers.items()}
         return PolicyRun(
-            policy=self.policy, classes=classes,
+            policy=self.policy, charge=self.charge, classes=classes,
             quiet_max_age_s={name: ages[-1] if ages else 0.0 for name, ages in quiet.items()},
             quiet_p95_age_s={name: _percentile(ages, 0.95) if ages else 0.0 for name, ages in quiet.items()},
             fairness_index=fairness, fairness_unserved=unserved, timeline=tl,
             jobs_started=sum(len(w) for w in self._waits.values()), jobs_enqueued=self.model.seq, wall_s=wall_s,
-            config_changes=tuple(self._applied),
+            config_changes=tuple(self._applied), worker_time=self.worker_time.result(weights),
+            stream_wait_p99_s={name: _percentile(sorted(w), 0.99) / 1000.0 if w else None
+                               for name, w in stream_waits.items()},
         )
 
 
