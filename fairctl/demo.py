@@ -90,7 +90,7 @@ def run_demo(config: Config, seconds: float) -> None:
     for _ in range(STORM_JOBS):
         scheduler.enqueue(STORM_TASK, STORM_TENANT, {"service_s": STORM_SERVICE_S})
     before = scheduler.snapshot()
-    typer.echo("\nBefore:\n" + render(class_statuses(config, None, before, 3), None))
+    typer.echo("\nBefore:\n" + render(class_statuses(config, None, before, 3), None, charge=config.scheduler.charge))
 
     recorder = WaitRecorder()
     worker = Worker(scheduler, HandlerRegistry(fallback=recorder), concurrency=WORKER_SLOTS, grace=5.0)
@@ -108,7 +108,7 @@ def run_demo(config: Config, seconds: float) -> None:
         thread.join()
 
     rows = class_statuses(config, before, scheduler.snapshot(), 3)
-    typer.echo(f"\nAfter {seconds:g}s:\n" + render(rows, seconds))
+    typer.echo(f"\nAfter {seconds:g}s:\n" + render(rows, seconds, charge=config.scheduler.charge))
     storm_class = classify(config, STORM_TASK, tier=config.tenants.default_tier).queue
     typer.echo("\n" + conclusion(config, recorder, next(r for r in rows if r.name == storm_class), seconds))
 

@@ -145,7 +145,8 @@ def status(
     """Show each class's backlog and the share of work it really gets.
 
     Per class: depth, oldest job's age, in-flight, delayed retries, dead letters, paused, configured weight and
-    realised share (the class's part of the jobs processed during --interval), then the most
+    realised share (the class's part of the jobs processed during --interval; under scheduler.charge:
+    runtime, of the worker time the workers reported, the time share), then the most
     backlogged tenants of each class, the jobs under classes the config does not name (nothing
     serves them), and Redis's memory against maxmemory with its eviction policy."""
     cfg = load(config, redis_url)
@@ -160,9 +161,10 @@ def status(
     rows = class_statuses(scheduler.config, before, after, top, dead)
     unconfigured = sorted(after.unconfigured.values(), key=lambda u: u.name)
     headroom = scheduler.config.redis.memory_headroom
+    charge = scheduler.config.scheduler.charge
     if as_json_output:
-        typer.echo(json.dumps(as_json(rows, interval, unconfigured=unconfigured, memory=memory, headroom=headroom,
-                                      applied=applied), indent=2))
+        typer.echo(json.dumps(as_json(rows, interval, charge=charge, unconfigured=unconfigured, memory=memory,
+                                      headroom=headroom, applied=applied), indent=2))
     else:
-        typer.echo(render(rows, interval, unconfigured=unconfigured, memory=memory_line(memory, headroom),
-                          config=config_line(applied, after.time)))
+        typer.echo(render(rows, interval, charge=charge, unconfigured=unconfigured,
+                          memory=memory_line(memory, headroom), config=config_line(applied, after.time)))

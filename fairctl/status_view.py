@@ -3,8 +3,10 @@ got against its configured weight, and the jobs given up on (dead letters). Shar
 ``fairctl status`` adds the jobs under classes the config does not name (nothing serves them) and
 Redis's memory against its limit and policy.
 
-The realised share needs two snapshots: it is each class's processed delta over the interval,
-because a lifetime total would hide a storm that started a minute ago.
+The realised share needs two snapshots: it is each class's delta over the interval, because a
+lifetime total would hide a storm that started a minute ago. It is counted in the basis the
+scheduler shares out (``scheduler.charge``): jobs processed, or under ``runtime`` the worker time
+the workers reported, so it reads against the weight in the same unit.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from fairness_core.snapshot import UnconfiguredClass
 from .text_table import text_table
 
 HEADERS = ("class", "depth", "oldest", "in-flight", "delayed", "dead", "paused", "weight", "share")
+SHARE_HEADER = {"jobs": "share", "runtime": "time share"}  # by scheduler.charge
 UNCONFIGURED_HEADERS = ("class (not configured)", "depth", "oldest", "in-flight", "delayed")
 
 
@@ -33,8 +36,9 @@ class ClassStatus:
     delayed: int
     paused: bool
     weight_pct: float
-    processed: int  # over the interval
-    share_pct: float | None  # None when nothing was processed in the interval
+    processed: int  # jobs, over the interval
+    worktime_s: float  # worker time reported over the interval (either charge)
+    share_pct: float | None  # of the interval's jobs, or worker time under charge: runtime; None: none
     top_tenants: list[tuple[str, int]]
     dead_letters: int | None = None  # of the class, in the dead-letter list (None: not read)
 
@@ -42,12 +46,15 @@ class ClassStatus:
 def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top: int,
                    dead: Mapping[str, int] | None = None) -> list[ClassStatus]:
     """One row per configured class; ``before=None`` means no interval (share unknown); ``dead``
-    the dead letters of each class (Scheduler.dead_letter_counts)."""
-    def done(snapshot: Snapshot, name: str) -> int:
-        return snapshot.classes[name].counters["processed"]
+    the dead letters of each class (Scheduler.dead_letter_counts). The share is in ``config``'s
+    charge: pass the applied config, the one the scheduler follows."""
+    def delta(counter: str) -> dict[str, int]:
+        return {name: after.classes[name].counters[counter] - before.classes[name].counters[counter] if before else 0
+                for name in config.class_names}
 
-    processed = {name: done(after, name) - done(before, name) if before else 0 for name in config.class_names}
-    total = sum(processed.values())
+    processed, worktime = delta("processed"), delta("worktime")
+    basis = worktime if config.scheduler.charge == "runtime" else processed
+    total = sum(basis.values())
     rows = []
     for c in config.classes:
         view = after.classes[c.name]
@@ -60,7 +67,8 @@ def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top
             paused=view.paused,
             weight_pct=100.0 * c.weight / config.total_weight,
             processed=processed[c.name],
-            share_pct=100.0 * processed[c.name] / total if total else None,
+            worktime_s=worktime[c.name] / 1e6,
+            share_pct=100.0 * basis[c.name] / total if total else None,
             top_tenants=list(view.top_backlog[:top]),
             dead_letters=None if dead is None else dead.get(c.name, 0),
         ))
@@ -91,20 +99,29 @@ def config_line(applied: Applied, now: float) -> str:
             f"{applied.fingerprint}), applied {format_age(max(0.0, now - applied.applied_at))} ago")
 
 
-def render(rows: list[ClassStatus], interval: float | None, *, unconfigured: Sequence[UnconfiguredClass] = (),
-           memory: str | None = None, config: str | None = None) -> str:
+def share_line(rows: Sequence[ClassStatus], interval: float, charge: str) -> str:
+    """What the share column counts, over how long, and how much of it there was."""
+    jobs = sum(r.processed for r in rows)
+    if charge == "runtime":
+        worked = format_age(sum(r.worktime_s for r in rows))
+        return (f"time share = worker time per class over the last {interval:g}s ({worked} reported, {jobs} jobs; "
+                "scheduler.charge: runtime)")
+    return f"share = processed per class over the last {interval:g}s ({jobs} jobs; scheduler.charge: jobs)"
+
+
+def render(rows: list[ClassStatus], interval: float | None, *, charge: str = "jobs",
+           unconfigured: Sequence[UnconfiguredClass] = (), memory: str | None = None, config: str | None = None) -> str:
     """A plain-text table (no colours: it goes into logs and tickets as often as terminals);
-    ``unconfigured`` classes get a table of their own, ``memory`` is :func:`memory_line`'s and
-    ``config`` :func:`config_line`'s."""
-    cells = [HEADERS] + [
+    ``charge`` the applied scheduler.charge the shares are counted in, ``unconfigured`` classes
+    get a table of their own, ``memory`` is :func:`memory_line`'s and ``config`` :func:`config_line`'s."""
+    cells = [(*HEADERS[:-1], SHARE_HEADER[charge])] + [
         (r.name, str(r.depth), format_age(r.oldest_age_s), str(r.inflight), str(r.delayed),
          "-" if r.dead_letters is None else str(r.dead_letters), "yes" if r.paused else "no", f"{r.weight_pct:.0f}%", "-" if r.share_pct is None else f"{r.share_pct:.1f}%")
         for r in rows
     ]
     lines = text_table(cells, numbers_right=True)
     if interval:
-        lines.append(f"share = processed per class over the last {interval:g}s "
-                     f"({sum(r.processed for r in rows)} jobs)")
+        lines.append(share_line(rows, interval, charge))
     dead = sum(r.dead_letters or 0 for r in rows)
     if dead:
         lines.append(f"dead letters: {dead} (failed for good, or no handler for their task): "
@@ -127,11 +144,12 @@ def render(rows: list[ClassStatus], interval: float | None, *, unconfigured: Seq
     return "\n".join(lines)
 
 
-def as_json(rows: list[ClassStatus], interval: float | None, *, unconfigured: Sequence[UnconfiguredClass] = (),
-            memory: MemoryInfo | None = None, headroom: float | None = None,
-            applied: Applied | None = None) -> dict[str, Any]:
+def as_json(rows: list[ClassStatus], interval: float | None, *, charge: str = "jobs",
+            unconfigured: Sequence[UnconfiguredClass] = (), memory: MemoryInfo | None = None,
+            headroom: float | None = None, applied: Applied | None = None) -> dict[str, Any]:
+    """``charge``: the basis of each class's share_pct (jobs, or worker time under runtime)."""
     out: dict[str, Any] = {
-        "interval_s": interval, "dead_letters": sum(r.dead_letters or 0 for r in rows),
+        "interval_s": interval, "charge": charge, "dead_letters": sum(r.dead_letters or 0 for r in rows),
         "classes": [asdict(r) for r in rows], "unconfigured_classes": [asdict(u) for u in unconfigured]}
     if applied is not None:
         out["applied_config"] = {"version": applied.version, "fingerprint": applied.fingerprint,

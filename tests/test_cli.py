@@ -13,8 +13,8 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from fairctl.cli import app
-from fairctl.status_view import class_statuses
-from fairness_core import Scheduler, load_config
+from fairctl.status_view import class_statuses, render
+from fairness_core import Finished, Scheduler, load_config
 from fairness_core.ages import format_age
 from fairness_stack.servers import RedisServer, free_port
 
@@ -93,7 +93,38 @@ def test_realised_share_is_the_processed_delta_between_snapshots(config_path: Pa
     rows = class_statuses(scheduler.config, before, scheduler.snapshot(), top=3)
     assert [(r.name, r.processed, r.share_pct) for r in rows] == [
         ("jobs:high", 7, 70.0), ("jobs:medium", 0, 0.0), ("jobs:low", 3, 30.0)]
+    assert render(rows, 1.0).splitlines()[0].endswith(" share") and (
+        "share = processed per class over the last 1s (10 jobs; scheduler.charge: jobs)" in render(rows, 1.0))
     assert all(r.share_pct is None for r in class_statuses(scheduler.config, None, before, top=3))
+
+
+def test_under_charge_runtime_status_shows_shares_of_worker_time(redis_server: RedisServer, client: redis.Redis,
+                                                                tmp_path: Path) -> None:
+    path, _ = write_config(tmp_path, redis_server.url, scheduler={"charge": "runtime"})
+    scheduler = scheduler_for(path, client)
+    for task in ["password_reset"] + ["newsletter"] * 3:
+        scheduler.enqueue(task, "t")
+    before = scheduler.snapshot()
+    (high,) = scheduler.pop(1, classes=["jobs:high"])
+    *low, last = scheduler.pop(3, classes=["jobs:low"])
+    assert scheduler.ack_and_pop([Finished(high, 0.6)] + [Finished(lease, 0.1) for lease in low]).acked == [True] * 3
+    assert scheduler.nack(last, "boom", runtime=0.1) == "retry"  # a failure's time is worker time too
+    rows = class_statuses(scheduler.config, before, scheduler.snapshot(), top=3)
+    assert [(r.name, r.processed) for r in rows] == [("jobs:high", 1), ("jobs:medium", 0), ("jobs:low", 2)]
+    assert [r.worktime_s for r in rows] == pytest.approx([0.6, 0.0, 0.3])
+    assert [r.share_pct for r in rows] == pytest.approx([200 / 3, 0.0, 100 / 3])  # by jobs: 33% and 67%
+    text = render(rows, 1.0, charge="runtime")
+    assert text.splitlines()[0].split()[-2:] == ["time", "share"]
+    assert next(line for line in text.splitlines() if line.startswith("jobs:high")).endswith(" 66.7%")
+    assert ("time share = worker time per class over the last 1s (0.9s reported, 3 jobs; scheduler.charge: runtime)"
+            in text)
+
+    data = json.loads(invoke("status", "--json", "--interval", "0.1", "--config", path).stdout)
+    assert data["charge"] == "runtime" and {"processed", "worktime_s", "share_pct"} <= set(data["classes"][0])
+    table = invoke("status", "--interval", "0.1", "--config", path)
+    assert table.exit_code == 0, table.output
+    assert table.stdout.splitlines()[0].endswith("time share")
+    assert "(0.0s reported, 0 jobs; scheduler.charge: runtime)" in table.stdout
 
 
 @pytest.mark.parametrize("seconds, text", [
