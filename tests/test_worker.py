@@ -11,6 +11,7 @@ import redis
 
 from fairctl.common import connect
 from fairctl.handlers import sleep_handlers
+from fairctl.status_view import class_statuses
 from fairness_core import Lease, Scheduler
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer, free_port
@@ -116,3 +117,57 @@ def test_classes_limit_a_worker_to_its_reserved_pool(client: redis.Redis) -> Non
                         concurrency=4, classes=["jobs:high"])):
         wait_for(lambda: totals(scheduler)["processed"] == 1, 20, "the high job")
     assert seen == ["jobs:high"] and scheduler.snapshot().classes["jobs:low"].depth == 1
+
+
+SLEEPS_S = {"password_reset": 0.2, "checkout_receipt": 0.1, "newsletter": 0.05}  # jobs:high, jobs:high, jobs:low
+JOBS = {"password_reset": 3, "checkout_receipt": 2, "newsletter": 8}
+
+
+@pytest.mark.parametrize("charge", ["jobs", "runtime"])
+def test_the_worker_reports_each_handlers_runtime_as_worker_time(client: redis.Redis, charge: str) -> None:
+    """Acks (riding the next pop) and nacks carry the seconds the handler ran, under either charge:
+    the class's worktime counter is the sum of its handlers' sleeps; the status view's share is of
+    that worker time under charge: runtime, of the jobs processed under jobs."""
+    scheduler = Scheduler(make_config(scheduler={"charge": charge}, leases={"max_attempts": 1}), client)
+
+    def sleep_then_maybe_fail(lease: Lease) -> None:
+        time.sleep(SLEEPS_S[lease.task])
+        if lease.task == "checkout_receipt":
+            raise RuntimeError("failed after its sleep")  # a nack: its time counts too
+
+    before = scheduler.snapshot()
+    for task, count in JOBS.items():
+        for i in range(count):
+            scheduler.enqueue(task, f"t{i % 3}")
+    with running(Worker(scheduler, HandlerRegistry(fallback=sleep_then_maybe_fail), concurrency=4)):
+        wait_for(lambda: totals(scheduler)["processed"] == 11 and totals(scheduler)["dead"] == 2, 30, "every job")
+    after = scheduler.snapshot()
+    worked = {name: view.counters["worktime"] / 1e6 for name, view in after.classes.items()}
+    slept = {"jobs:high": 3 * 0.2 + 2 * 0.1, "jobs:medium": 0.0, "jobs:low": 8 * 0.05}
+    for name, seconds in slept.items():
+        # A monotonic sleep is never shorter than asked; a loaded machine may wake a thread late.
+        assert seconds - 0.001 <= worked[name] <= seconds * 1.5 + 0.1, (name, worked[name], seconds)
+
+    rows = {r.name: r for r in class_statuses(scheduler.config, before, after, top=3)}
+    assert {name: r.worktime_s for name, r in rows.items()} == pytest.approx(worked)
+    assert [rows[n].processed for n in slept] == [3, 0, 8]
+    if charge == "runtime":  # about 2/3 of the time, though 3 of the 11 jobs done
+        expected = {name: 100 * seconds / sum(worked.values()) for name, seconds in worked.items()}
+    else:
+        expected = {"jobs:high": 100 * 3 / 11, "jobs:medium": 0.0, "jobs:low": 100 * 8 / 11}
+    assert {name: r.share_pct for name, r in rows.items()} == pytest.approx(expected)
+
+
+def test_an_ack_sent_on_stop_carries_its_runtime(client: redis.Redis) -> None:
+    """The last job's ack, sent on its own as the slot stops (no next pop to ride), has its runtime."""
+    scheduler = Scheduler(make_config(), client)
+
+    def last_job(lease: Lease) -> None:
+        time.sleep(0.3)
+        worker.stop()
+
+    worker = Worker(scheduler, HandlerRegistry(fallback=last_job), concurrency=1)  # serves jobs:high alone
+    scheduler.enqueue("password_reset", "t")
+    with running(worker):
+        wait_for(lambda: totals(scheduler)["processed"] == 1, 20, "the job")
+    assert 0.3 <= totals(scheduler)["worktime"] / 1e6 <= 0.3 * 1.5 + 0.1
