@@ -121,11 +121,26 @@ def list_value(value: object, path: str) -> list[Any]:
     return value
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """Safe YAML that refuses a key given twice in one mapping: PyYAML would keep the last
+    silently, so a second ``weight:`` line would quietly win over the first."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark, f"key {key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: Path, what: str) -> object:
     """A YAML file's document; ConfigError (without a field path) when it cannot be read or parsed.
     Shared by config and scenario files so both fail the same way."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except OSError as exc:
         raise ConfigError("", f"cannot read {what} {path}: {exc.strerror}", str(path)) from None
     except yaml.YAMLError as exc:

@@ -48,6 +48,14 @@ def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
     assert f"while parsing a flow sequence (line {line})" in text, text
 
 
+def test_a_key_given_twice_is_refused_naming_the_key_and_its_line(tmp_path: Path) -> None:
+    path = _example_with(tmp_path, "  policy: weighted-fair", "  policy: weighted-fair\n  policy: fifo")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    line = next(i for i, l in enumerate(path.read_text().splitlines(), 1) if "policy: fifo" in l)
+    assert str(err.value).startswith(f"{path}:{line}:") and "key 'policy' is given twice" in str(err.value)
+
+
 def test_a_scenario_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "storm.yaml"
     path.write_text("name: x\nduration: 2h\nworkers: [{count: 1}\n")
