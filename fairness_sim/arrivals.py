@@ -3,7 +3,9 @@ load generator both replay, so ``fairctl simulate`` and ``fairctl drill`` see th
 
 Each stream draws from its own generator seeded ``"{seed}:arrivals:{i}"`` (gaps, then the
 tenant of each arrival), and service times from ``"{seed}:service:{i}"``: the same seed gives the
-same jobs, at the same times, for the same tenants, in both.
+same jobs, at the same times, for the same tenants, in both. A ``backlog`` stream is the
+exception: only its first jobs are arrivals here, the rest arrive as the simulated scheduler
+starts jobs, so only the simulator replays it.
 """
 
 from __future__ import annotations

@@ -26,13 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from fairness_core.ages import human
-from fairness_core.config import Config
+from fairness_core.config import Config, ConfigError
 from fairness_core.config_store import ConfigRefused, Moves
 from fairness_core.jobs import FairnessError, RedisUnavailable
 from fairness_core.scheduler import Scheduler
 
 from .arrivals import all_arrivals, service_samplers
-from .scenario import Burst, ConfigChange, Scenario, Service, Stream
+from .scenario import Backlog, Burst, ConfigChange, Scenario, Service, Stream
 from .simulator import AppliedChange, change_config
 
 RETRY_EVERY_S = 0.5
@@ -90,6 +90,16 @@ def live_changes(scenario: Scenario, policy: str, live: Callable[[Config], Confi
     return tuple(replace(c, config=live(change_config(c, policy))) for c in scenario.config_changes)
 
 
+def check_replayable(scenario: Scenario) -> None:
+    """Refuse a scenario a live replay cannot reproduce: a ``backlog`` stream's jobs arrive as the
+    scheduler starts the earlier ones, which only the simulation knows in advance (raises
+    :class:`ConfigError` naming the stream)."""
+    for i, stream in enumerate(scenario.streams):
+        if isinstance(stream.arrivals, Backlog):
+            raise ConfigError(f"streams[{i}].arrivals.backlog", "a backlog stream's jobs arrive as the scheduler "
+                              "starts earlier ones: fairctl simulate replays it, a live replay cannot", scenario.source)
+
+
 class ChangeRefused(FairnessError):
     """A scenario's config change Redis refused: the rest of the replay would rehearse the config
     before it, so the replay stops."""
@@ -118,6 +128,7 @@ class LoadGenerator:
     def __init__(self, scenario: Scenario, scheduler: Scheduler, replay: Replay, *,
                  changes: Sequence[ConfigChange] = (), say: Callable[[str], None] = lambda _: None,
                  stop: threading.Event | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        check_replayable(scenario)
         self.scenario = scenario
         self.scheduler = scheduler
         self.replay = replay

@@ -11,6 +11,7 @@ import pytest
 
 from fairctl.simulate_command import as_json, render
 from fairness_core import ConfigError
+from fairness_sim.loadgen import check_replayable
 from fairness_sim.policies import Outcome
 from fairness_sim.scenario import load_scenario, parse_scenario
 from fairness_sim.simulator import PolicyRun, Simulation, simulate
@@ -206,3 +207,12 @@ def test_other_scenarios_print_no_worker_time() -> None:
     runtime = scenario_of([backlog("jobs:medium", 0.5, "a")], "1m", slots=2,
                           config_patch={"classes[0].reserved_slots": 0, "scheduler.charge": "runtime"})
     assert runtime.reports_worker_time and "worker time" in render(runtime, [Outcome(simulate(runtime, "weighted-fair"), None)], None)
+
+
+def test_a_live_replay_refuses_a_backlog_stream() -> None:
+    """fairctl drill and loadgen cannot know when the scheduler will start a backlog stream's jobs,
+    so they refuse the scenario, naming the stream, instead of replaying its first jobs only."""
+    with pytest.raises(ConfigError) as info:
+        check_replayable(load_scenario("heavy-tenant"))
+    assert info.value.path == "streams[0].arrivals.backlog" and "fairctl simulate" in info.value.message
+    check_replayable(load_scenario("marketing-storm"))
