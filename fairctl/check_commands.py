@@ -41,7 +41,9 @@ def weights(config: ConfigOption = DEFAULT_CONFIG, slots: SlotsOption = None) ->
 
     From the optional classes[].arrival_rate and service_time: the slot time each class needs to
     keep up (arrival_rate x service_time / slots) against what its weight guarantees when every
-    class is backlogged, with the smallest weight that would do."""
+    class is backlogged, with the smallest weight that would do. A weight is a share of the jobs
+    started (pop share) under scheduler.charge: jobs, and of the worker time (time share) under
+    runtime; the other column follows from the service times."""
     _weights(load(config, None), slots)
 
 
