@@ -148,6 +148,23 @@ local function forget(c, tenant)
   end
 end
 
+-- Smooth weighted round-robin's current value per class, in class order, and back.
+local function load_swrr()
+  local cur = redis.call('HMGET', K_SWRR, unpack(cfg.classes))
+  local swrr = {}
+  for i = 1, NCLASS do swrr[i] = num(cur[i]) end
+  return swrr
+end
+
+local function save_swrr(swrr)
+  local args = {}
+  for i = 1, NCLASS do
+    args[#args + 1] = cfg.classes[i]
+    args[#args + 1] = swrr[i]
+  end
+  redis.call('HSET', K_SWRR, unpack(args))
+end
+
 -- Shift class shares of worker time by `fixes` (class -> µs more than charged): the class pays it
 -- in smooth weighted round-robin as a pop of that size would, against the classes contending now
 -- (queued jobs, not paused). A class no config names is not charged.
@@ -159,9 +176,7 @@ local function correct_classes(fixes, order)
   local depth = redis.call('HMGET', K_STATS, unpack(fields))
   local paused = {}
   for _, name in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[name] = true end
-  local cur = redis.call('HMGET', K_SWRR, unpack(cfg.classes))
-  local swrr = {}
-  for i = 1, NCLASS do swrr[i] = num(cur[i]) end
+  local swrr = load_swrr()
   for _, c in ipairs(order) do
     local ci, fix = index[c], fixes[c]
     if ci and fix ~= 0 then
@@ -175,12 +190,7 @@ local function correct_classes(fixes, order)
       swrr[ci] = swrr[ci] - total * fix
     end
   end
-  local args = {}
-  for i = 1, NCLASS do
-    args[#args + 1] = cfg.classes[i]
-    args[#args + 1] = swrr[i]
-  end
-  redis.call('HSET', K_SWRR, unpack(args))
+  save_swrr(swrr)
 end
 
 local function push_tail(c, tenant, tier, env, enq)
@@ -632,11 +642,7 @@ function ops.pop()
   local slots = num(raw[2 * NCLASS + 1])
   local policy = cfg.policy
   local swrr = nil
-  if policy == 'weighted' or policy == 'weighted-fair' then
-    swrr = {}
-    local cur = redis.call('HMGET', K_SWRR, unpack(cfg.classes))
-    for i = 1, NCLASS do swrr[i] = num(cur[i]) end
-  end
+  if policy == 'weighted' or policy == 'weighted-fair' then swrr = load_swrr() end
 
   local out = {}
   while #out < want do
@@ -702,14 +708,7 @@ function ops.pop()
     inflight[ci] = inflight[ci] + n
   end
 
-  if swrr ~= nil and #out > 0 then
-    local args = {}
-    for i = 1, NCLASS do
-      args[#args + 1] = cfg.classes[i]
-      args[#args + 1] = swrr[i]
-    end
-    redis.call('HSET', K_SWRR, unpack(args))
-  end
+  if swrr ~= nil and #out > 0 then save_swrr(swrr) end
   return {tostring(now), out, acked}
 end
 
