@@ -23,7 +23,7 @@ from fairness_sim.scenario import DEFAULT_SCENARIO, load_scenario
 from fairness_sim.simulator import simulate
 from fairness_stack.servers import RedisServer
 
-from . import memory, peers, script_latency, throughput
+from . import charge, memory, peers, script_latency, throughput
 from .exporter_scrape import scrape
 from .harness import Row, alternate, machine, per_second, server_us
 from .load import PAYLOAD_BYTES, fill, scheduler, work_some
@@ -64,8 +64,8 @@ def log(message: str) -> None:
 
 
 def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
-    """(1) one job per call, (2) batches of 10, (3) 100,000 tenants against 10, (6) memory,
-    (5) scrapes, (8) the longest script run; all on one redis-server."""
+    """(1) one job per call, (1c) charged by runtime against by jobs, (2) batches of 10, (3) 100,000
+    tenants against 10, (6) memory, (5) scrapes, (8) the longest script run; all on one redis-server."""
     client = redis.Redis.from_url(server.url)
     big_jobs = sizes.big_tenants * sizes.big_jobs_per_tenant
     log(f"loading {big_jobs:,} jobs for {sizes.big_tenants:,} tenants")
@@ -86,6 +86,8 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
     )
     one_us, batch_us = (throughput.script_us(client, small, tenants, n, per_call) for per_call in (1, 10))
     lpop_us = server_us(client, "lpop", throughput.raw_lpop(client, "raw-list", n))
+    log("pop+ack charged by runtime against by jobs")
+    by_runtime = charge.row(server.url, tenants, n, sizes.repeats)
     log("exporter scrapes")
     small_jobs = sizes.small_tenants * sizes.small_jobs_per_tenant
     fill(server.url, "scrape-small", sizes.small_tenants, sizes.small_jobs_per_tenant)
@@ -103,6 +105,7 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
             f"in Redis: script {one_us:.0f} µs per call (a pop and an ack), LPOP {lpop_us:.1f} µs"),
         Row("1b", "pop, then a separate ack call (two round trips per job)", per_second(separate),
             f"raw LPOP {per_second(raw)}", separate / raw, "informative", None),
+        by_runtime,
         Row("2", "pop+ack, batches of 10 (max_jobs 10, tenants.batch 10)", per_second(batched),
             f"raw LPOP {per_second(raw)}", batched / raw, "≥ 4", batched / raw >= 4,
             f"in Redis: script {batch_us:.0f} µs per call of 10 pops and 10 acks"),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import redis
 
-from fairness_core import Lease, Scheduler
+from fairness_core import Finished, Lease, Scheduler
 
 from .harness import rate, server_us
 from .load import payload
@@ -38,17 +38,27 @@ def refill(sched: Scheduler, tenants: int, jobs: int) -> None:
         sched.submit_many("sync_contacts", f"tenant-{t}", [payload(n) for n in range(per)])
 
 
-def drain(sched: Scheduler, jobs: int, per_call: int) -> None:
-    """Pop and ack ``jobs`` jobs, ``per_call`` per call, each call acking the previous call's."""
-    done: list[Lease] = []
+def ran_for(lease: Lease) -> float:
+    """A runtime to report for a job: 1 to 10 ms by its payload, so a tenant's jobs differ and
+    their acks under ``charge: runtime`` correct the estimate charged at the pop."""
+    return 0.001 * (1 + lease.payload["user_id"] % 10)
+
+
+def drain(sched: Scheduler, jobs: int, per_call: int, *, report: bool = False) -> None:
+    """Pop and ack ``jobs`` jobs, ``per_call`` per call, each call acking the previous call's;
+    with ``report``, each ack carries the job's runtime (:func:`ran_for`), as a worker's does."""
+    def finished(leases: list[Lease]) -> list[Lease | Finished]:
+        return [Finished(lease, ran_for(lease)) if report else lease for lease in leases]
+
+    leases: list[Lease] = []
     left = jobs
     while left > 0:
-        done = sched.ack_and_pop(done, min(per_call, left)).leases
-        if not done:
+        leases = sched.ack_and_pop(finished(leases), min(per_call, left)).leases
+        if not leases:
             raise RuntimeError(f"the queue ran dry with {left} jobs still to pop")
-        left -= len(done)
-    for lease in done:
-        sched.ack(lease)
+        left -= len(leases)
+    for lease in leases:
+        sched.ack(lease, runtime=ran_for(lease) if report else None)
 
 
 def pop_then_ack(sched: Scheduler, jobs: int) -> None:
@@ -69,7 +79,8 @@ def scheduler_run(sched: Scheduler, jobs: int, work: Callable[[Scheduler, int], 
     return run
 
 
-def script_us(client: redis.Redis, sched: Scheduler, tenants: int, jobs: int, per_call: int) -> float:
+def script_us(client: redis.Redis, sched: Scheduler, tenants: int, jobs: int, per_call: int, *,
+              report: bool = False) -> float:
     """Mean microseconds Redis spends in the script per call of :func:`drain` (what limits it)."""
     refill(sched, tenants, jobs)
-    return server_us(client, "evalsha", lambda: drain(sched, jobs, per_call))
+    return server_us(client, "evalsha", lambda: drain(sched, jobs, per_call, report=report))
