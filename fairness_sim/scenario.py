@@ -45,6 +45,7 @@ from fairness_core.yaml_reader import (
 SCENARIOS = Path(str(resources.files(__package__) / "scenarios"))
 DEFAULT_SCENARIO = SCENARIOS / "marketing-storm.yaml"
 MAX_STREAMS = 65_535  # the simulator keeps each job's stream in a 16-bit array
+MAX_BACKLOG = 100_000_000  # jobs a backlog stream keeps waiting over all its tenants, as the largest burst
 _LABEL = r'[A-Za-z_][A-Za-z0-9_]*\s*=\s*"(?:[^"\\]|\\.)*"'
 _SELECTOR = re.compile(rf'^([A-Za-z_][A-Za-z0-9_]*)\s*(?:\{{\s*((?:{_LABEL}\s*,\s*)*(?:{_LABEL})?)\s*\}})?$')
 _MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
@@ -203,6 +204,7 @@ class Expectation:
 
     @property
     def has_alerts(self) -> bool:
+        """Whether it names alerts (else only figures, which need no rule evaluation)."""
         return bool(self.fire or self.silent)
 
     def violations(self, fired: Sequence[Fired]) -> list[str]:
@@ -416,6 +418,10 @@ def _stream(value: object, path: str, source: str | None, config: Config, durati
         raise r.error("stop", "must be later than start")
     if isinstance(stream.arrivals, Burst) and stream.arrivals.at >= duration:
         raise ConfigError(f"{path}.arrivals.burst.at", "must be inside the scenario's duration", source)
+    if isinstance(stream.arrivals, Backlog) and isinstance(stream.tenant, TenantPool) and \
+            stream.arrivals.queued * stream.tenant.size > MAX_BACKLOG:
+        raise ConfigError(f"{path}.arrivals.backlog.queued", f"{stream.arrivals.queued:,} jobs for each of "
+                          f"{stream.tenant.size:,} tenants is more than {MAX_BACKLOG:,} jobs waiting", source)
     r.done()
     return stream
 

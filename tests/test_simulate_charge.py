@@ -195,6 +195,8 @@ def test_a_crashed_slot_counts_its_worker_time_up_to_the_crash() -> None:
         ({"charges": ["seconds"]}, "charges[0]", "expected one of jobs, runtime"),
         ({"expect": {"weighted-fair": {}}}, "expect.weighted-fair", "expected one of"),
         ({"streams": [backlog("jobs:medium", 1, "a", queued=0)]}, "streams[0].arrivals.backlog.queued", "between 1"),
+        ({"streams": [backlog("jobs:medium", 1, {"pool": 10_000_000}, queued=11)]}, "streams[0].arrivals.backlog.queued",
+         "more than 100,000,000 jobs waiting"),
         ({"expect": {"weighted-fair/runtime": {"fair_worker_time": [{"class": "jobs:urgent", "within": 0.05}]}}},
          "expect.weighted-fair/runtime.fair_worker_time[0].class", "expected one of"),
         ({"expect": {"weighted-fair/runtime": {"fair_worker_time": [{"class": "jobs:medium", "within": 5}]}}},
