@@ -26,8 +26,8 @@ _prefixes = itertools.count()
 # Modules whose tests start a whole stack (tests/test_drill.py, tests/test_interrupts.py): a stack
 # prefers the compose ports (6379, 9090, ...), so two at once on one machine would race for them.
 # The worker-crash test kills and respawns worker processes on a clock; it runs in the same group
-# so that no stack starts beside it. The live charge test works some 20,000 timed jobs through a
-# worker's slot threads; it runs there too, so that neither slows the other.
+# so that no stack starts beside it. The live charge test runs fairctl worker processes through
+# some 20,000 timed jobs; it runs there too, so that neither slows the other.
 STACK_MODULES = frozenset({"test_drill", "test_interrupts", "test_worker_crash", "test_charge_live"})
 
 

@@ -21,13 +21,14 @@ from fairness_core.worker import Worker
 from .conftest import EXAMPLE_CONFIG, ROOT, make_config
 
 
-def write_config(tmp_path: Path, redis_url: str, **sections: dict[str, Any]) -> tuple[Path, Config]:
-    """The example config with ``sections`` merged in and a fresh key prefix, written to a file
-    (subprocesses and CLI commands read files), and loaded back."""
+def write_config(tmp_path: Path, redis_url: str, **sections: Any) -> tuple[Path, Config]:
+    """The example config with ``sections`` merged in (a section that is no mapping, such as
+    ``classes``, replaced) and a fresh key prefix, written to a file (subprocesses and CLI commands
+    read files), and loaded back."""
     data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
     fresh = {"redis": {"url": redis_url, "prefix": make_config().redis.prefix}}
     for key, value in {**fresh, **sections}.items():
-        data[key] = {**data[key], **value}
+        data[key] = {**data[key], **value} if isinstance(value, dict) and isinstance(data.get(key), dict) else value
     path = tmp_path / "fairness.yaml"
     path.write_text(yaml.safe_dump(data))
     return path, load_config(path)
@@ -59,14 +60,15 @@ def totals(scheduler: Scheduler) -> dict[str, int]:
     return out
 
 
-def spawn_worker(config_path: Path, log_path: Path, record_key: str, redis_url: str, *args: str) -> subprocess.Popen[bytes]:
-    """``fairctl worker`` in its own process, working tests/recording_handlers.py."""
+def spawn_worker(config_path: Path, log_path: Path, record_key: str, redis_url: str, *args: str,
+                 handlers: str = "tests.recording_handlers:handlers") -> subprocess.Popen[bytes]:
+    """``fairctl worker`` in its own process, working ``handlers`` (by default those of
+    tests/recording_handlers.py, recording in ``record_key``)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RECORD_KEY": record_key, "RECORD_REDIS_URL": redis_url}
     env.pop("FAIRCTL_REDIS_URL", None)
     with log_path.open("ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "fairctl", "worker", "--config", str(config_path),
-             "--handlers", "tests.recording_handlers:handlers", *args],
+            [sys.executable, "-m", "fairctl", "worker", "--config", str(config_path), "--handlers", handlers, *args],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
         )
 
