@@ -13,7 +13,9 @@ import typer
 from fairness_core.ages import human
 from fairness_core.config import ConfigError, parse_duration
 from fairness_sim.drill import External, PolicyDrill, as_json, run_policy_drill
-from fairness_sim.loadgen import ChangeRefused, LoadGenerator, LoadStats, Replay, live_changes, volume_for
+from fairness_sim.loadgen import (
+    ChangeRefused, LoadGenerator, LoadStats, Replay, check_replayable, live_changes, volume_for,
+)
 from fairness_sim.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 from fairness_sim.simulator import scenario_config
 from fairness_sim.timescale import SpeedTooHigh, compress
@@ -56,8 +58,11 @@ VolumeOption = Annotated[float | None, typer.Option(
 
 
 def _scenario(path: Path | None, config_file: Path | None = None) -> Scenario:
+    """The scenario to replay live, refused (exit 2) before anything starts when it cannot be."""
     try:
-        return load_scenario(path or DEFAULT_SCENARIO, config_file)
+        scenario = load_scenario(path or DEFAULT_SCENARIO, config_file)
+        check_replayable(scenario)
+        return scenario
     except ConfigError as exc:
         fail("SCENARIO", str(exc))
 

@@ -8,12 +8,14 @@ import dataclasses
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from fairctl.cli import app
 from fairctl.simulate_command import as_json, render
 from fairness_core import ConfigError
 from fairness_sim.loadgen import check_replayable
 from fairness_sim.policies import Outcome
-from fairness_sim.scenario import load_scenario, parse_scenario
+from fairness_sim.scenario import load_scenario, parse_scenario, scenario_file
 from fairness_sim.simulator import PolicyRun, Simulation, simulate
 
 from .conftest import EXAMPLE_CONFIG
@@ -237,3 +239,10 @@ def test_a_live_replay_refuses_a_backlog_stream() -> None:
         check_replayable(load_scenario("heavy-tenant"))
     assert info.value.path == "streams[0].arrivals.backlog" and "fairctl simulate" in info.value.message
     check_replayable(load_scenario("marketing-storm"))
+
+
+@pytest.mark.parametrize("command", ["drill", "loadgen"])
+def test_drill_and_loadgen_refuse_a_backlog_scenario_before_starting_anything(command: str) -> None:
+    result = CliRunner().invoke(app, [command, str(scenario_file("heavy-tenant"))])
+    assert result.exit_code == 2
+    assert "streams[0].arrivals.backlog: a backlog stream's jobs arrive as the scheduler" in result.stderr
