@@ -23,7 +23,7 @@ from fairness_sim.scenario import DEFAULT_SCENARIO, load_scenario
 from fairness_sim.simulator import simulate
 from fairness_stack.servers import RedisServer
 
-from . import charge, memory, peers, script_latency, throughput
+from . import admission, charge, memory, peers, script_latency, throughput
 from .exporter_scrape import scrape
 from .harness import Row, alternate, machine, per_second, server_us
 from .load import PAYLOAD_BYTES, fill, scheduler, work_some
@@ -48,14 +48,18 @@ class Sizes:
     e2e_jobs: int  # jobs per end-to-end run
     concurrency: int  # worker slots of each system in the end-to-end runs (more than the 2 reserved for jobs:high)
     storm: str | None  # simulated duration of the storm (None: the scenario's own two hours)
+    admission_limit: int  # tenants.max_queued of the live storm against a limit (it sends ten times that)
 
 
 FULL = Sizes(repeats=5, jobs=5_000, big_tenants=100_000, big_jobs_per_tenant=10, small_tenants=10,
-             small_jobs_per_tenant=10, scrapes=50, e2e_jobs=20_000, concurrency=4, storm=None)
+             small_jobs_per_tenant=10, scrapes=50, e2e_jobs=20_000, concurrency=4, storm=None,
+             admission_limit=100_000)
 QUICK = Sizes(repeats=3, jobs=2_000, big_tenants=10_000, big_jobs_per_tenant=10, small_tenants=10,
-              small_jobs_per_tenant=10, scrapes=20, e2e_jobs=5_000, concurrency=4, storm="20m")
+              small_jobs_per_tenant=10, scrapes=20, e2e_jobs=5_000, concurrency=4, storm="20m",
+              admission_limit=10_000)
 SMOKE = Sizes(repeats=1, jobs=200, big_tenants=200, big_jobs_per_tenant=5, small_tenants=5,
-              small_jobs_per_tenant=4, scrapes=3, e2e_jobs=200, concurrency=4, storm="1m")
+              small_jobs_per_tenant=4, scrapes=3, e2e_jobs=200, concurrency=4, storm="1m",
+              admission_limit=200)
 PRESETS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 
 
@@ -211,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     with RedisServer() as server:
         where = machine(redis.Redis.from_url(server.url))
         rows = scheduler_rows(server, sizes)
+    with RedisServer() as server:
+        log("a storm against a queued-jobs limit")
+        rows.append(admission.row(server.url, sizes.admission_limit, 10 * sizes.admission_limit))
     rows += peer_rows(sizes, found)
     rows.append(storm_row(sizes))
     rows.sort(key=lambda row: row.number)
