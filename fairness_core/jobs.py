@@ -270,10 +270,13 @@ class Envelope(Fields):
     payload: str
 
     def lease(self, queue: str, tenant: str, attempts: int) -> Lease:
-        return Lease(
-            job_id=str(self.id), queue=queue, tenant=tenant, reason=self.reason, task=self.task,
-            payload=json.loads(self.payload), enqueued_at=self.enqueued_ms / 1000.0, attempts=attempts,
-        )
+        return _lease(self.id, self.enqueued_ms, self.task, self.reason, self.payload, queue, tenant, attempts)
+
+
+def _lease(job_id: int, enqueued_ms: int, task: str, reason: str, payload: str, queue: str, tenant: str,
+           attempts: int) -> Lease:
+    """The one place a Lease is made from an envelope's fields (positional: this runs per job)."""
+    return Lease(str(job_id), queue, tenant, reason, task, json.loads(payload), enqueued_ms / 1000.0, attempts)
 
 
 @dataclass(slots=True)
@@ -288,6 +291,25 @@ class Record(Fields):
 
     def lease(self) -> Lease:
         return self.job.lease(self.queue, self.tenant, self.attempts)
+
+
+# Where the fields a lease needs sit in an envelope line, taken from Envelope's declaration.
+_ENVELOPE_AT = {name: i for i, name in enumerate(Envelope.names())}
+_ID, _ENQUEUED, _TASK, _REASON, _PAYLOAD = (_ENVELOPE_AT[name] for name in ("id", "enqueued_ms", "task", "reason",
+                                                                             "payload"))
+
+
+def popped_lease(queue: bytes | str, tenant: bytes | str, attempts: int, envelope: bytes | str) -> Lease:
+    """The lease of one record of a pop reply (its fields in Record's order, as Redis sends them):
+    the same Lease as ``Record.from_fields(...).lease()``, read straight from the envelope line
+    without the generic field readers, because every job a worker runs passes through here."""
+    fields = _str(envelope).split(SEP, len(_ENVELOPE_AT) - 1)
+    return _lease(int(fields[_ID]), int(fields[_ENQUEUED]), fields[_TASK], fields[_REASON], fields[_PAYLOAD],
+                  _str(queue), _str(tenant), int(attempts))
+
+
+def _str(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,9 +21,9 @@ from .config_store import (
 )
 from .connection import redis_errors
 from .jobs import (
-    SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, Finished, InvalidJob, Lease, Popped, Record,
+    SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, Finished, InvalidJob, Lease, Popped,
     StateDamaged, TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
-    runtime_us, settled,
+    popped_lease, runtime_us, settled,
 )
 from .keys import Keys
 from .memory import MemoryGuard
@@ -308,7 +308,7 @@ class Scheduler:
         self.memory.ensure_policy()
         _now, items, acked = self._synced(build)
         return Popped(acked=[bool(a) for a in acked],
-                      leases=[Record.from_fields([_text(f) for f in item]).lease() for item in items])
+                      leases=[popped_lease(*item) for item in items])
 
     def ack(self, lease: Lease, *, runtime: float | None = None) -> bool:
         """Complete a job. False when the lease had expired and the job went back to the queue.
