@@ -83,12 +83,18 @@ def load(config_path: Path, redis_url: str | None) -> Config:
     With no ``--config`` and no fairness.yaml in the working directory, the example config that
     ships with fairctl is read (and a line on stderr says so): an installed fairctl generates,
     checks and demonstrates with no file of the user's at hand."""
+    with clear_errors():
+        config = load_config(config_file(config_path))
+    return with_redis_url(config, redis_url)
+
+
+def config_file(config_path: Path) -> Path:
+    """The file ``--config`` stands for: the example config when it is the default and there is no
+    fairness.yaml here (a line on stderr says so)."""
     if config_path == DEFAULT_CONFIG and not config_path.exists():
         typer.echo(f"fairctl: no {DEFAULT_CONFIG} here; using the example config {EXAMPLE_CONFIG}", err=True)
-        config_path = EXAMPLE_CONFIG
-    with clear_errors():
-        config = load_config(config_path)
-    return with_redis_url(config, redis_url)
+        return EXAMPLE_CONFIG
+    return config_path
 
 
 def with_redis_url(config: Config, redis_url: str | None) -> Config:

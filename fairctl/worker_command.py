@@ -11,9 +11,13 @@ from typing import Annotated, Optional
 import typer
 
 from fairness_core.config import ConfigError, parse_duration
+from fairness_core.memory import require_noeviction
 from fairness_core.worker import HandlerRegistry, Worker
 
-from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, connect, fail, load
+from .common import (
+    DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, config_file, connect, fail, load,
+)
+from .worker_processes import run_processes
 
 app = typer.Typer()
 
@@ -62,6 +66,13 @@ def worker(
     log_every: Annotated[str, typer.Option(
         metavar="DURATION", help="Log a summary line this often: jobs done, failed, retried and dead-lettered "
                                  "per class since the last one (0: only the final one, on stop).")] = "60s",
+    processes: Annotated[int, typer.Option(
+        metavar="N", min=1, max=256,
+        help="Worker processes, each with --concurrency slots (N x concurrency in all). A process's slots are "
+             "threads sharing Python's GIL: use more processes for CPU-bound handlers, or for the most short "
+             "jobs per second (the client side of every pop then runs on more than one core). Signals go to "
+             "this parent process, which passes each one to every child; it exits non-zero if any child "
+             "failed, stopping the others.")] = 1,
     config: ConfigOption = DEFAULT_CONFIG,
     redis_url: RedisUrlOption = None,
 ) -> None:
@@ -72,12 +83,22 @@ def worker(
     leases of long jobs alive, reaps leases of dead workers, promotes overdue jobs and rides out
     Redis outages. The first signal stops taking jobs and lets running ones finish (exit 0); a
     second one exits at once (exit 1; the reaper re-delivers what was running). Exits 2 if Redis
-    is down at start."""
+    is down at start. With --processes N, N such workers run as child processes of this one."""
     every = _log_every(log_every)
+    config = config_file(config)
     cfg = load(config, redis_url)
     only = check_classes(cfg, [c.strip() for c in classes.split(",")], "--classes") if classes else None
     registry = load_handlers(handlers)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if processes > 1:
+        scheduler = connect(cfg)
+        with clear_errors():  # one clear error here, not one per child
+            require_noeviction(scheduler.client)
+        args = ["--handlers", handlers, "--concurrency", str(concurrency), "--batch", str(batch), "--grace", str(grace),
+                "--log-every", log_every, "--config", str(config), *(["--classes", classes] if classes else [])]
+        # The URL may hold a password: it goes to the children in their environment, never on a command line.
+        env = {**os.environ, **({"FAIRCTL_REDIS_URL": redis_url} if redis_url else {})}
+        raise typer.Exit(run_processes(processes, args, env))
     runner = Worker(connect(cfg), registry, concurrency=concurrency, classes=only, batch=batch, grace=grace,
                     log_every=every)
     with clear_errors():

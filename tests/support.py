@@ -61,15 +61,17 @@ def totals(scheduler: Scheduler) -> dict[str, int]:
 
 
 def spawn_worker(config_path: Path, log_path: Path, record_key: str, redis_url: str, *args: str,
-                 handlers: str = "tests.recording_handlers:handlers") -> subprocess.Popen[bytes]:
+                 handlers: str = "tests.recording_handlers:handlers",
+                 start_new_session: bool = False) -> subprocess.Popen[bytes]:
     """``fairctl worker`` in its own process, working ``handlers`` (by default those of
-    tests/recording_handlers.py, recording in ``record_key``)."""
+    tests/recording_handlers.py, recording in ``record_key``); with ``start_new_session``, in a
+    process group of its own that a test can signal as a terminal does."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RECORD_KEY": record_key, "RECORD_REDIS_URL": redis_url}
     env.pop("FAIRCTL_REDIS_URL", None)
     with log_path.open("ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "fairctl", "worker", "--config", str(config_path), "--handlers", handlers, *args],
-            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=start_new_session,
         )
 
 

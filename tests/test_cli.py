@@ -164,7 +164,8 @@ def test_bad_arguments_exit_2_with_one_line_naming_the_argument(
     assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("command", [["status"], ["enqueue", "x", "--tenant", "a"], ["pause", "jobs:low"], ["worker"]])
+@pytest.mark.parametrize("command", [["status"], ["enqueue", "x", "--tenant", "a"], ["pause", "jobs:low"], ["worker"],
+                                     ["worker", "--processes", "2"]])
 def test_config_errors_and_redis_down_exit_2(tmp_path: Path, command: list[str]) -> None:
     config = invoke(*command, "--config", bad_config(tmp_path, "redis://127.0.0.1:1/0"))
     assert config.exit_code == 2

@@ -1,0 +1,85 @@
+"""``fairctl worker --processes N``: N worker processes under one parent that registers N x
+concurrency x batch slots, works jobs, passes each signal on once and fails when a child fails."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import redis
+
+from fairness_core import Scheduler
+from fairness_stack.servers import RedisServer
+
+from .support import spawn_worker, totals, wait_for, write_config
+
+PROCESSES, CONCURRENCY, BATCH = 2, 2, 3
+
+
+def _children(log: Path) -> list[int]:
+    """The pids of the worker processes, from the parent's start line."""
+    wait_for(lambda: "worker processes:" in log.read_text(), 60, "the parent to start its children")
+    return [int(pid) for pid in re.search(r"started \d+ worker processes: ([\d ]+)", log.read_text())[1].split()]
+
+
+def test_processes_register_their_slots_work_jobs_and_drain_on_sigterm(
+        redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
+    path, config = write_config(tmp_path, redis_server.url)
+    scheduler = Scheduler(config, client)
+    key, log = f"{config.redis.prefix}:ran", tmp_path / "worker.log"
+    proc = spawn_worker(path, log, key, redis_server.url, "--processes", str(PROCESSES),
+                        "--concurrency", str(CONCURRENCY), "--batch", str(BATCH))
+    try:
+        wait_for(lambda: scheduler.snapshot().worker_slots == PROCESSES * CONCURRENCY * BATCH, 60,
+                 "every process to register")
+        assert len(_children(log)) == PROCESSES
+        for i in range(40):
+            scheduler.enqueue("sync_contacts", f"t{i % 4}", {"service_s": 0.01})
+        wait_for(lambda: totals(scheduler)["processed"] == 40, 60, "the 40 jobs")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    assert scheduler.snapshot().worker_slots == 0, "every process unregistered"
+    assert sorted(client.lrange(key, 0, -1)) == sorted(f"{n}:1".encode() for n in range(1, 41))
+    assert log.read_text().count(" stopped") == PROCESSES
+
+
+def test_a_ctrl_c_reaches_each_process_once_so_running_jobs_finish(
+        redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
+    """A terminal sends SIGINT to the parent's whole process group; the children, in groups of
+    their own, get it once from the parent: they drain (a second signal would abandon the job)."""
+    path, config = write_config(tmp_path, redis_server.url)
+    scheduler = Scheduler(config, client)
+    key, log = f"{config.redis.prefix}:ran", tmp_path / "worker.log"
+    proc = spawn_worker(path, log, key, redis_server.url, "--processes", str(PROCESSES), "--concurrency", "1",
+                        start_new_session=True)
+    try:
+        wait_for(lambda: scheduler.snapshot().worker_slots == PROCESSES, 60, "every process to register")
+        scheduler.enqueue("password_reset", "t", {"service_s": 1.0})  # jobs:high: 2 slots are all reserved for it
+        wait_for(lambda: totals(scheduler)["inflight"] == 1, 60, "the job to be leased")
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    assert client.lrange(key, 0, -1) == [b"1:1"]
+    assert totals(scheduler)["processed"] == 1 and "second signal" not in log.read_text()
+
+
+def test_a_child_that_dies_stops_the_others_and_fails_the_parent(
+        redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
+    path, config = write_config(tmp_path, redis_server.url)
+    scheduler = Scheduler(config, client)
+    log = tmp_path / "worker.log"
+    proc = spawn_worker(path, log, f"{config.redis.prefix}:ran", redis_server.url, "--processes", str(PROCESSES),
+                        "--concurrency", "1")
+    try:
+        wait_for(lambda: scheduler.snapshot().worker_slots == PROCESSES, 60, "every process to register")
+        os.kill(_children(log)[0], signal.SIGKILL)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert code == 1, text
+    assert "exited with code -9; stopping the others" in text and text.count(" stopped") == PROCESSES - 1
