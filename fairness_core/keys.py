@@ -60,7 +60,11 @@ CLASS_PARTS: dict[str, str] = {
     # Under scheduler.charge: runtime (served and served_total then count microseconds of work):
     "estimate": "est",  # hash: task -> moving average of its jobs' runtimes in the class (µs)
     "tenant_estimate": "est/",  # + tenant; hash: task -> the tenant's own moving average (µs)
+    # zset of one member, WAKE_MEMBER: idle workers block on it (BZPOPMIN). Scored 0 when the class
+    # may have work to take now, else the time (ms) a retry of the class comes due.
+    "wake": "wake",
 }
+WAKE_MEMBER = "work"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from .jobs import (
     StateDamaged, TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
     popped_lease, runtime_us, settled,
 )
-from .keys import Keys
+from .keys import WAKE_MEMBER, Keys
 from .memory import MemoryGuard
 from .script import script_source
 from .settings import derive, rebases_tags
@@ -355,9 +355,30 @@ class Scheduler:
             self.client.sadd(self.keys.paused, queue)
 
     def resume(self, queue: str) -> None:
+        """Release a paused class, and wake an idle worker blocked on it (its work was there all along)."""
         self._class_index(queue, "queue")
         with redis_errors(self.client):
             self.client.srem(self.keys.paused, queue)
+            self.client.zadd(self.keys.class_key(queue, "wake"), {WAKE_MEMBER: 0}, lt=True)
+
+    def wait_for_work(self, timeout: float, classes: Sequence[str] | None = None) -> float | None:
+        """Block up to ``timeout`` seconds until one of ``classes`` (all when None) may have work
+        for an idle worker, as BullMQ's marker key does: every enqueue (and every pop that leaves
+        work behind, every retry released, every resume) arms the class's wake key, and this takes
+        the arming off it (one waiter woken per arming, not a herd). Returns 0.0 when work may be
+        there now, the seconds until a retry of the class comes due, or None when ``timeout``
+        passed. A wake-up is a hint: the pop that follows decides what is really due."""
+        served = self.settings.classes if classes is None else [self.moves.classes.get(c, c) for c in classes]
+        keys = [self.keys.class_key(c, "wake") for c in served]
+        with redis_errors(self.client):
+            got = self.client.bzpopmin(keys, timeout=timeout)
+            if got is None:
+                return None
+            due_ms = float(got[2])
+            if due_ms <= 0:
+                return 0.0
+            now_ms = self._clock() if self._clock is not None else _ms(self.client.time())
+        return max(0.0, (due_ms - now_ms) / 1000)
 
     def _class_index(self, name: str, argument: str) -> int:
         try:
@@ -465,6 +486,11 @@ def _script_error(exc: redis.ResponseError) -> Exception:
     if text.startswith(DAMAGED):
         return StateDamaged(f"queue group state is damaged: {text[len(DAMAGED):].strip()}")
     return exc
+
+
+def _ms(time_reply: tuple[int, int]) -> float:
+    """Redis ``TIME`` (seconds, microseconds) in milliseconds."""
+    return time_reply[0] * 1000 + time_reply[1] / 1000
 
 
 def _settled(done: Lease | Finished) -> tuple[str, int, str]:

@@ -19,6 +19,7 @@ raises :class:`EvictionPolicyError` (``fairctl worker`` exits 2 with the fix).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import signal
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Lease], None]
 T = TypeVar("T")
 
-IDLE_MIN_S, IDLE_MAX_S = 0.01, 0.25  # nothing due: poll gently, never spin
+IDLE_WAIT_S = 5.0  # an idle worker's longest blocking wait for work: its one periodic look when nothing comes
 OUTAGE_MIN_S, OUTAGE_MAX_S = 0.1, 5.0  # Redis unreachable: capped exponential backoff
 REAP_EVERY_S = 1.0
 PROMOTE_EVERY_S = 10.0
@@ -87,6 +88,56 @@ class HandlerRegistry(MutableMapping[str, Handler]):
 
     def __len__(self) -> int:
         return len(self._handlers)
+
+
+class Doorbell:
+    """Where a worker's idle slots wait for work, instead of each polling Redis. One listener
+    thread blocks on the wake keys of the worker's classes (``Scheduler.wait_for_work``) for all of
+    them and lets one slot go per wake-up: an idle worker sends Redis one blocking call every
+    ``IDLE_WAIT_S`` however many slots it has, and a job enqueued into an idle fleet starts within
+    a round trip or two of its enqueue. A retry's due time, which a wake-up may carry, shortens the
+    next wait so the retry is taken when it comes due."""
+
+    def __init__(self, slots: int) -> None:
+        self._cond = threading.Condition()
+        self._waiting = 0  # slots waiting for a ring
+        self._rings = 0  # rings not yet taken (at most one per slot)
+        self._slots = slots
+
+    def wait(self, stopping: threading.Event) -> None:
+        """Block an idle slot until it is rung or ``stopping`` is set."""
+        with self._cond:
+            self._waiting += 1
+            self._cond.notify_all()  # the listener starts listening
+            while self._rings == 0 and not stopping.is_set():
+                self._cond.wait(TICK_S)
+            self._rings = max(0, self._rings - 1)
+            self._waiting -= 1
+
+    def ring(self) -> None:
+        """Let one waiting slot go (or the next one that comes to wait) and pop."""
+        with self._cond:
+            self._rings = min(self._rings + 1, self._slots)
+            self._cond.notify_all()
+
+    def listen(self, wait_for_work: Callable[[float], float | None], stopping: threading.Event) -> None:
+        """The listener thread: while some slot waits, block on the wake keys (``wait_for_work``
+        with a timeout) and ring a slot on each wake-up, on a retry coming due, and every
+        ``IDLE_WAIT_S`` (the periodic look that bounds what a lost wake-up can cost)."""
+        due: float | None = None  # monotonic time a retry comes due
+        while not stopping.is_set():
+            with self._cond:
+                while self._waiting == 0 and not stopping.is_set():
+                    self._cond.wait(TICK_S)
+            if stopping.is_set():
+                return
+            timeout = IDLE_WAIT_S if due is None else min(IDLE_WAIT_S, max(0.001, due - time.monotonic()))
+            got = wait_for_work(timeout)
+            if got is None or got == 0.0:  # the time passed (a due retry among it), or work came
+                due = None if got is None else due
+                self.ring()
+            else:
+                due = min(due or math.inf, time.monotonic() + got)
 
 
 def jittered(delay: float) -> float:
@@ -181,6 +232,7 @@ class Worker:
         self._held: dict[str, Lease] = {}  # leases this worker must heartbeat
         self._held_lock = threading.Lock()
         self._slots: list[threading.Thread] = []
+        self._doorbell = Doorbell(concurrency)
         self.log_every = log_every  # seconds between summary lines; 0: none but the final one
         self.tally = Tally()
         self._refused: EvictionPolicyError | None = None  # the policy changed under the running worker
@@ -223,6 +275,7 @@ class Worker:
                     log.info("worker %s: last %.0fs: %s", self.worker_id, now - last, Tally.line(self.tally.take()))
                     last = now
                 self._start_periodic("summary", self.log_every, summary, self._stopping)
+            self._thread("doorbell", lambda: self._doorbell.listen(self._wait_for_work, self._stopping))
             self._slots = [self._thread(f"slot-{i}", self._slot_loop) for i in range(self.concurrency)]
             while not self._stopping.is_set() and self._signals == 0:
                 time.sleep(TICK_S)
@@ -360,7 +413,6 @@ class Worker:
         pop (one round trip per job); the lease stays held, and heartbeated, until that call
         settles it. When the slot stops, acks still pending are sent on their own. A worker killed
         in between loses no job: the unacked lease expires and the job runs again (at least once)."""
-        idle = IDLE_MIN_S
         done: list[Finished] = []
         while not self._stopping.is_set():
             try:
@@ -376,10 +428,8 @@ class Worker:
             done = []
             leases = popped.leases
             if not leases:
-                self._stopping.wait(jittered(idle))
-                idle = min(idle * 2, IDLE_MAX_S)
+                self._doorbell.wait(self._stopping)
                 continue
-            idle = IDLE_MIN_S
             with self._held_lock:
                 self._held.update((lease.job_id, lease) for lease in leases)
             for lease in leases:
@@ -391,6 +441,18 @@ class Worker:
         for finished in done:
             ack = partial(self.scheduler.ack, finished.lease, runtime=finished.runtime)
             self._settled([finished], [self._call(ack, self._halt)])
+
+    def _wait_for_work(self, timeout: float) -> float | None:
+        """The doorbell's blocking wait. On a failure it rings (returns None): the slot's pop then
+        meets the outage, and reports and rides it out once, as every call does."""
+        try:
+            return self.scheduler.wait_for_work(timeout, self.classes)
+        except RedisUnavailable:
+            self._stopping.wait(jittered(OUTAGE_MIN_S))
+        except Exception:  # a bug or a Redis error reply: the slots' pops will show it too
+            log.exception("waiting for work failed")
+            self._stopping.wait(jittered(OUTAGE_MAX_S))
+        return None
 
     def _work(self, lease: Lease) -> Finished | None:
         """Run the job; its :class:`Finished` (lease and runtime) when it succeeded and awaits

@@ -14,6 +14,7 @@ from fairctl.common import connect
 from fairctl.handlers import sleep_handlers
 from fairctl.status_view import class_statuses
 from fairness_core import Lease, Scheduler
+from fairness_core import worker as worker_module
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer, free_port
 
@@ -189,3 +190,50 @@ def test_fairctl_worker_reports_runtimes(redis_server: RedisServer, client: redi
         assert proc.wait(timeout=30) == 0, (tmp_path / "worker.log").read_text()
     # Each handler also records its run in Redis after its sleep: a little more than the sleeps.
     assert 1.5 - 0.001 <= scheduler.snapshot().classes["jobs:high"].counters["worktime"] / 1e6 <= 1.5 * 1.5 + 0.3
+
+
+# ---------------------------------------------------------------- idle workers wake on work
+
+@pytest.fixture
+def long_idle_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idle workers' periodic look pushed to a minute: whatever starts sooner was woken."""
+    monkeypatch.setattr(worker_module, "IDLE_WAIT_S", 60.0)
+
+
+def idle(worker: Worker) -> Worker:
+    """``worker`` once started has popped nothing and its slots wait on the doorbell."""
+    wait_for(lambda: worker._doorbell._waiting == worker.concurrency, 20, "every slot idle")
+    return worker
+
+
+@pytest.mark.usefixtures("long_idle_wait")
+def test_an_idle_worker_wakes_for_a_job_and_for_a_resumed_class(client: redis.Redis) -> None:
+    scheduler = Scheduler(make_config(), client)
+    worker = Worker(scheduler, HandlerRegistry(fallback=lambda lease: None), concurrency=4)
+    with running(worker):
+        idle(worker)
+        scheduler.enqueue("password_reset", "t")
+        wait_for(lambda: totals(scheduler)["processed"] == 1, 20, "the job, well before the minute's look")
+        scheduler.pause("jobs:low")
+        scheduler.enqueue("newsletter", "t")
+        idle(worker)
+        assert totals(scheduler)["processed"] == 1  # paused: woken, nothing to take, waiting again
+        scheduler.resume("jobs:low")
+        wait_for(lambda: totals(scheduler)["processed"] == 2, 20, "the resumed class's job")
+
+
+@pytest.mark.usefixtures("long_idle_wait")
+def test_an_idle_worker_takes_a_retry_as_it_comes_due_and_a_reserved_pool_wakes(client: redis.Redis) -> None:
+    scheduler = Scheduler(make_config(leases={"retry_backoff": "1s"}), client)
+    attempts: list[int] = []
+
+    def flaky(lease: Lease) -> None:
+        attempts.append(lease.attempts)
+        if lease.attempts == 1:
+            raise RuntimeError("try again")
+
+    worker = Worker(scheduler, HandlerRegistry(fallback=flaky), concurrency=2, classes=["jobs:high"])
+    with running(worker):
+        idle(worker)
+        scheduler.enqueue("password_reset", "t")
+        wait_for(lambda: attempts == [1, 2], 20, "the job, then its retry after the backoff")

@@ -61,27 +61,35 @@ def test_summary_lines_per_class_and_a_final_one(client: redis.Redis, caplog: py
     for _ in range(3):
         scheduler.enqueue("password_reset", "t")
     scheduler.enqueue("newsletter", "t")
+    expected = {("jobs:high", "done"): 3, ("jobs:low", "failed"): 2, ("jobs:low", "retried"): 1,
+                ("jobs:low", "dead-lettered"): 1}
     caplog.set_level(logging.INFO, logger="fairness_core.worker")
     with running(Worker(scheduler, registry, concurrency=4, log_every=0.3)):  # more slots than reserved_slots
         wait_for(lambda: totals(scheduler)["dead"] == 1 and totals(scheduler)["processed"] == 3, 20, "4 settled jobs")
-        wait_for(lambda: any(kind.startswith("last") and text == "no jobs settled" for kind, text in summaries(caplog)),
-                 10, "a summary line after the jobs were counted")
-    lines = summaries(caplog)
-    periodic = [text for kind, text in lines if kind.startswith("last")]
-    counted = {}
-    for text in periodic:  # the periodic lines, added up, are every settled job once
+        # A job is in Redis's counters a moment before the worker counts it: the periodic lines
+        # added up reach every settled job once, a line or two later.
+        wait_for(lambda: counted(caplog) == expected, 10, "the periodic lines to count every settled job")
+        time.sleep(1.0)  # more periodic lines: none counts a job twice
+    assert counted(caplog) == expected
+    kind, final = summaries(caplog)[-1]
+    assert kind.startswith("in all") and final == ("jobs:high: done 3, failed 0, retried 0, dead-lettered 0; "
+                                                    "jobs:low: done 0, failed 2, retried 1, dead-lettered 1")
+
+
+def counted(caplog: pytest.LogCaptureFixture) -> dict[tuple[str, str], int]:
+    """The periodic summary lines added up: (class, outcome) -> jobs, zeros left out."""
+    out: dict[tuple[str, str], int] = {}
+    for kind, text in summaries(caplog):
+        if not kind.startswith("last"):
+            continue
         for part in text.split("; "):
             if part == "no jobs settled":
                 continue
             queue, _, figures = part.partition(": ")
             for figure in figures.split(", "):
                 name, _, n = figure.rpartition(" ")
-                counted[queue, name] = counted.get((queue, name), 0) + int(n)
-    assert {k: v for k, v in counted.items() if v} == {
-        ("jobs:high", "done"): 3, ("jobs:low", "failed"): 2, ("jobs:low", "retried"): 1, ("jobs:low", "dead-lettered"): 1}
-    kind, final = lines[-1]
-    assert kind.startswith("in all") and final == ("jobs:high: done 3, failed 0, retried 0, dead-lettered 0; "
-                                                    "jobs:low: done 0, failed 2, retried 1, dead-lettered 1")
+                out[queue, name] = out.get((queue, name), 0) + int(n)
+    return {k: v for k, v in out.items() if v}
 
 
 def test_log_every_zero_leaves_only_the_final_line(client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:

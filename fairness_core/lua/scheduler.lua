@@ -193,6 +193,11 @@ local function correct_classes(fixes, order)
   save_swrr(swrr)
 end
 
+-- Wake an idle worker blocked on the class (BZPOPMIN on its wake key): `at` 0 when the class may
+-- have work to take now, else when (ms) a retry of it comes due. One member, lowest time kept:
+-- a burst of enqueues is one wake-up, and each pop that leaves work behind arms the next.
+local function wake(c, at) redis.call('ZADD', ckey(c, PART_WAKE), 'LT', at, WAKE_MEMBER) end
+
 local function push_tail(c, tenant, tier, env, enq)
   c = served_by(c)
   if redis.call('RPUSH', tkey(c, tenant), env) == 1 then
@@ -202,6 +207,7 @@ local function push_tail(c, tenant, tier, env, enq)
   end
   redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
   stat('depth', c, 1)
+  wake(c, 0)
 end
 
 -- Redelivered, retried and promoted jobs go to the head of their tenant's sub-queue.
@@ -215,6 +221,7 @@ local function push_head(c, tenant, env)
   end
   redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
   stat('depth', c, 1)
+  wake(c, 0)
 end
 
 -- Pop n jobs from the head of a tenant's sub-queue (the tail, youngest first, with from_tail),
@@ -644,7 +651,7 @@ function ops.pop()
   local swrr = nil
   if policy == 'weighted' or policy == 'weighted-fair' then swrr = load_swrr() end
 
-  local out = {}
+  local out, took = {}, {}
   while #out < want do
     local elig, cap = {}, {}
     for i = 1, NCLASS do
@@ -706,6 +713,11 @@ function ops.pop()
     end
     depth[ci] = depth[ci] - n
     inflight[ci] = inflight[ci] + n
+    took[ci] = true
+  end
+  -- Work left behind wakes another idle worker, which takes the next (a chain, not a herd).
+  for ci, _ in pairs(took) do
+    if depth[ci] > 0 then wake(cfg.classes[ci], 0) end
   end
 
   if swrr ~= nil and #out > 0 then save_swrr(swrr) end
@@ -735,6 +747,7 @@ function ops.nack()
   local delay = math.min(cfg.backoff_ms * math.pow(2, att - 1), cfg.backoff_max_ms)
   redis.call('ZADD', K_DELAYED, now + delay, table.concat(record(c, tenant, att, with_attempts(env, att)), SEP))
   stat('delayed', c, 1)
+  wake(served_by(c), now + delay)
   return 'retry'
 end
 
