@@ -17,7 +17,7 @@ from fairness_core.worker import HandlerRegistry, Worker
 from .common import (
     DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, config_file, connect, fail, load,
 )
-from .worker_processes import run_processes
+from .worker_processes import follow_parent, run_processes
 
 app = typer.Typer()
 
@@ -84,6 +84,8 @@ def worker(
     Redis outages. The first signal stops taking jobs and lets running ones finish (exit 0); a
     second one exits at once (exit 1; the reaper re-delivers what was running). Exits 2 if Redis
     is down at start. With --processes N, N such workers run as child processes of this one."""
+    if not follow_parent():
+        raise typer.Exit(1)
     every = _log_every(log_every)
     config = config_file(config)
     cfg = load(config, redis_url)

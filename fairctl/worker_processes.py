@@ -22,13 +22,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import FrameType
 
 log = logging.getLogger("fairctl.worker")
 
 TICK_S = 0.1  # how often the parent passes signals on and looks for exited children
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
+# Set in each child's environment: the parent's pid, for the child to follow (see follow_parent).
+PARENT_VARIABLE = "FAIRCTL_WORKER_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -42,12 +44,13 @@ def run_processes(count: int, worker_args: Sequence[str], env: dict[str, str] | 
 
     previous = {sig: signal.signal(sig, on_signal) for sig in FORWARDED}
     children: list[subprocess.Popen[bytes]] = []
+    child_env = {**(os.environ if env is None else env), PARENT_VARIABLE: str(os.getpid())}
     try:
         for _ in range(count):
             if received:
                 break
-            children.append(subprocess.Popen([sys.executable, "-m", "fairctl", "worker", *worker_args], env=env,
-                                             process_group=0, preexec_fn=_die_with_parent()))
+            children.append(subprocess.Popen([sys.executable, "-m", "fairctl", "worker", *worker_args], env=child_env,
+                                             process_group=0))
         log.info("started %d worker processes: %s", len(children), " ".join(str(c.pid) for c in children))
         return _supervise(children, received)
     finally:
@@ -90,15 +93,11 @@ def _signal_running(children: list[subprocess.Popen[bytes]], exited: dict[int, i
             child.send_signal(signum)
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """A pre-exec hook asking Linux to send the child SIGTERM when the parent dies (None elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the parent died before the request took effect
-            os.kill(os.getpid(), signal.SIGTERM)
-    return hook
+def follow_parent() -> bool:
+    """In a child: on Linux, ask for SIGTERM when the parent dies (so it drains rather than work on
+    unsupervised). False when the parent is gone already; True too when not started by a parent."""
+    parent = os.environ.pop(PARENT_VARIABLE, None)
+    if parent is None or not sys.platform.startswith("linux"):
+        return True
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    return os.getppid() == int(parent)  # checked after the request: the parent may have died before it

@@ -1,13 +1,16 @@
 """``fairctl worker --processes N``: N worker processes under one parent that registers N x
-concurrency x batch slots, works jobs, passes each signal on once and fails when a child fails."""
+concurrency x batch slots, works jobs, passes each signal on once and fails when a child fails;
+the children drain when the parent dies."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import sys
 from pathlib import Path
 
+import pytest
 import redis
 
 from fairness_core import Scheduler
@@ -83,3 +86,35 @@ def test_a_child_that_dies_stops_the_others_and_fails_the_parent(
     text = log.read_text()
     assert code == 1, text
     assert "exited with code -9; stopping the others" in text and text.count(" stopped") == PROCESSES - 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a parent's death is signalled by Linux only")
+def test_children_drain_when_the_parent_is_killed(redis_server: RedisServer, client: redis.Redis,
+                                                  tmp_path: Path) -> None:
+    """The parent killed hard (no signal to pass on): Linux sends each child SIGTERM, and they
+    drain and unregister instead of working on unsupervised."""
+    path, config = write_config(tmp_path, redis_server.url)
+    scheduler = Scheduler(config, client)
+    log = tmp_path / "worker.log"
+    proc = spawn_worker(path, log, f"{config.redis.prefix}:ran", redis_server.url, "--processes", str(PROCESSES),
+                        "--concurrency", "1")
+    try:
+        wait_for(lambda: scheduler.snapshot().worker_slots == PROCESSES, 60, "every process to register")
+        children = _children(log)
+        proc.kill()
+        proc.wait(timeout=60)
+        wait_for(lambda: scheduler.snapshot().worker_slots == 0, 60, "the children to unregister")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    wait_for(lambda: log.read_text().count(" stopped") == PROCESSES, 60, "the children to stop")
+    for pid in children:
+        wait_for(lambda pid=pid: _gone(pid), 60, f"worker process {pid} to exit")
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie that nobody reaped yet (an orphan's new parent may not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
