@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,6 +58,11 @@ def server_us(client: redis.Redis, command: str, run: Callable[[], object]) -> f
     run()
     after_usec, after_calls = totals()
     return (after_usec - usec) / max(1, after_calls - calls)
+
+
+def log(message: str) -> None:
+    """A progress line on stderr: the report goes to stdout or a file."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def per_second(value: float) -> str:

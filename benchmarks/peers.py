@@ -95,6 +95,13 @@ def install(*, allowed: bool) -> Peers:
     return peers
 
 
+def find(mode: str) -> Peers:
+    """The peers as ``--peers`` asks: ``install`` when missing, only those ``installed``, or ``none``."""
+    if mode == "none":
+        return Peers(missing={"RQ": "skipped (--peers none)", "BullMQ": "skipped (--peers none)"})
+    return install(allowed=mode == "install")
+
+
 def versions(peers: Peers) -> dict[str, str]:
     """Installed versions of the peers, for the table."""
     out = {}
@@ -123,8 +130,9 @@ def _wait(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.02)
 
 
-def fairctl(url: str, run: str, jobs: int, concurrency: int, batch: int = 1) -> float:
-    """Seconds for ``jobs`` no-op jobs through one ``fairctl worker --concurrency N --batch B``."""
+def fairctl(url: str, run: str, jobs: int, concurrency: int, batch: int = 1, processes: int = 1) -> float:
+    """Seconds for ``jobs`` no-op jobs through one ``fairctl worker --concurrency N --batch B``
+    (``--processes P``: P processes of ``concurrency`` slots each)."""
     config = bench_config(url, f"e2e-{run}")
     data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
     data["redis"] = {"url": url, "prefix": config.redis.prefix}
@@ -134,10 +142,11 @@ def fairctl(url: str, run: str, jobs: int, concurrency: int, batch: int = 1) -> 
     sched = Scheduler(config, redis_client(url))
     worker = subprocess.Popen(
         [sys.executable, "-m", "fairctl", "worker", "--config", file.name, "--handlers",
-         "fairctl.handlers:sleep_handlers", "--concurrency", str(concurrency), "--batch", str(batch)],
+         "fairctl.handlers:sleep_handlers", "--concurrency", str(concurrency), "--batch", str(batch),
+         "--processes", str(processes)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait(lambda: sched.snapshot().worker_slots >= concurrency, "fairctl worker to register")
+        _wait(lambda: sched.snapshot().worker_slots >= processes * concurrency, "fairctl worker to register")
         started = time.perf_counter()
         for first in range(0, jobs, CHUNK):
             n = min(CHUNK, jobs - first)

@@ -23,9 +23,9 @@ from fairness_sim.scenario import DEFAULT_SCENARIO, load_scenario
 from fairness_sim.simulator import simulate
 from fairness_stack.servers import RedisServer
 
-from . import admission, charge, memory, peers, script_latency, throughput
+from . import admission, charge, e2e, memory, peers, script_latency, throughput
 from .exporter_scrape import scrape
-from .harness import Row, alternate, machine, per_second, server_us
+from .harness import Row, alternate, log, machine, per_second, server_us
 from .load import PAYLOAD_BYTES, fill, scheduler, work_some
 from .report import write_report
 from .simulator import baseline as model_rate
@@ -61,10 +61,6 @@ SMOKE = Sizes(repeats=1, jobs=200, big_tenants=200, big_jobs_per_tenant=5, small
               small_jobs_per_tenant=4, scrapes=3, e2e_jobs=200, concurrency=4, storm="1m",
               admission_limit=200)
 PRESETS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
@@ -129,52 +125,6 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
     ]
 
 
-# The worker leases this many jobs per pop in row 4b (each slot works them in turn; the same four
-# slots, so the same concurrency): the documented `fairctl worker --batch` for high-rate queues.
-E2E_BATCH = 10
-BATCHED = f"fairctl --batch {E2E_BATCH}"
-
-
-def peer_rows(sizes: Sizes, found: peers.Peers) -> list[Row]:
-    """(4) end-to-end against RQ and BullMQ on one fresh redis-server."""
-    n, c = sizes.e2e_jobs, sizes.concurrency
-    runs = {"fairctl": lambda url, i: peers.fairctl(url, f"f{i}", n, c),
-            BATCHED: lambda url, i: peers.fairctl(url, f"fb{i}", n, c, E2E_BATCH)}
-    if found.rq_python:
-        runs["RQ"] = lambda url, i: peers.rq(found, url, f"r{i}", n, c)
-    if found.node:
-        runs["BullMQ"] = lambda url, i: peers.bullmq(found, url, f"b{i}", n, c)
-    seconds: dict[str, list[float]] = {name: [] for name in runs}
-    with RedisServer() as server:
-        for i in range(sizes.repeats):
-            for name, run in runs.items():
-                log(f"end to end: {name}, run {i + 1}")
-                seconds[name].append(run(server.url, i))
-                peers.flush(server.url)
-    versions = peers.versions(found)
-    rows = []
-    for number, worker, how in (("4", "fairctl", "one job per pop"), ("4b", BATCHED, f"`--batch {E2E_BATCH}`")):
-        ours = n / statistics.median(seconds[worker])
-        for name in ("RQ", "BullMQ"):
-            if name in seconds:
-                theirs = n / statistics.median(seconds[name])
-                rows.append(Row(number, f"end to end, {n:,} no-op jobs, {c} worker slots each ({how}), vs {name} "
-                                f"{versions.get(name, '')}", per_second(ours), f"{name} {per_second(theirs)}",
-                                ours / theirs, "> 1", ours > theirs,
-                                PEER_SETUP[name].format(c=c, node=versions.get("Node.js", ""),
-                                                        batch="" if worker == "fairctl" else f" --batch {E2E_BATCH}")))
-            else:
-                rows.append(Row(number, f"end to end ({how}) vs {name}", per_second(ours), f"{name}: not run", None,
-                                "> 1", None, found.missing.get(name, "")))
-    return rows
-
-
-PEER_SETUP = {
-    "RQ": "{c} `rq worker` processes (SimpleWorker: no fork per job); fairctl: one `fairctl worker --concurrency {c}{batch}`",
-    "BullMQ": "prioritized jobs (priority 1-3), one Worker of concurrency {c} on Node.js {node}",
-}
-
-
 def storm_row(sizes: Sizes) -> Row:
     """(7) the marketing storm under the four policies, one after the other in this process."""
     scenario = load_scenario(DEFAULT_SCENARIO)
@@ -210,15 +160,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if found.missing else 0
     sizes = PRESETS[args.preset]
     started = time.monotonic()
-    found = peers.install(allowed=args.peers == "install") if args.peers != "none" else peers.Peers(
-        missing={"RQ": "skipped (--peers none)", "BullMQ": "skipped (--peers none)"})
+    found = peers.find(args.peers)
     with RedisServer() as server:
         where = machine(redis.Redis.from_url(server.url))
         rows = scheduler_rows(server, sizes)
     with RedisServer() as server:
         log("a storm against a queued-jobs limit")
         rows.append(admission.row(server.url, sizes.admission_limit, 10 * sizes.admission_limit))
-    rows += peer_rows(sizes, found)
+    rows += e2e.rows(sizes.e2e_jobs, sizes.concurrency, sizes.repeats, found)
     rows.append(storm_row(sizes))
     rows.sort(key=lambda row: row.number)
     write_report(args.out, rows, where, args.preset, sizes.repeats, time.monotonic() - started)

@@ -1,0 +1,100 @@
+"""End to end against RQ and BullMQ (rows 4, 4b and 4c), all systems in turns on one redis-server.
+
+Every system gets the same worker slots. Row 4 is one ``fairctl worker`` whose slots are threads
+(one job per pop), row 4b the same with ``--batch``, row 4c the same slots as processes of two
+(``--processes``), set against the threads and against BullMQ: the slots of one process share
+Python's GIL, and the client side of each pop is what one job per pop spends most on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from collections.abc import Callable
+
+from fairness_stack.servers import RedisServer
+
+from . import peers
+from .harness import Row, log, per_second
+from .report import table
+
+# The worker leases this many jobs per pop in row 4b (each slot works them in turn; the same four
+# slots, so the same concurrency): the documented `fairctl worker --batch` for high-rate queues.
+E2E_BATCH = 10
+BATCHED = f"fairctl --batch {E2E_BATCH}"
+# Row 4c: the slots as processes of this many slots each.
+PER_PROCESS = 2
+SPLIT = "fairctl --processes"
+
+PEER_SETUP = {
+    "RQ": "{c} `rq worker` processes (SimpleWorker: no fork per job); fairctl: one `fairctl worker {how}`",
+    "BullMQ": "prioritized jobs (priority 1-3), one Worker of concurrency {c} on Node.js {node}",
+}
+
+
+def rows(jobs: int, concurrency: int, repeats: int, found: peers.Peers) -> list[Row]:
+    """Rows 4, 4b and 4c: ``jobs`` no-op jobs through ``concurrency`` slots of each system, each
+    figure the median of ``repeats`` runs, the systems taking turns in each round."""
+    n, c = jobs, concurrency
+    processes = max(1, c // PER_PROCESS)
+    split = f"--processes {processes} --concurrency {c // processes}"
+    runs: dict[str, Callable[[str, int], float]] = {
+        "fairctl": lambda url, i: peers.fairctl(url, f"f{i}", n, c),
+        BATCHED: lambda url, i: peers.fairctl(url, f"fb{i}", n, c, E2E_BATCH),
+        SPLIT: lambda url, i: peers.fairctl(url, f"fp{i}", n, c // processes, processes=processes),
+    }
+    if found.rq_python:
+        runs["RQ"] = lambda url, i: peers.rq(found, url, f"r{i}", n, c)
+    if found.node:
+        runs["BullMQ"] = lambda url, i: peers.bullmq(found, url, f"b{i}", n, c)
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    with RedisServer() as server:
+        for i in range(repeats):
+            for name, run in runs.items():
+                log(f"end to end: {name}, run {i + 1}")
+                seconds[name].append(run(server.url, i))
+                peers.flush(server.url)
+    versions = peers.versions(found)
+    rate = {name: n / statistics.median(s) for name, s in seconds.items()}
+    out = []
+    for number, worker, how, against in (
+            ("4", "fairctl", "one job per pop", ("RQ", "BullMQ")),
+            ("4b", BATCHED, f"`--batch {E2E_BATCH}`", ("RQ", "BullMQ")),
+            ("4c", SPLIT, f"`{split}`, one job per pop", ("BullMQ",))):
+        if worker == SPLIT:
+            out.append(Row(number, f"end to end, {n:,} no-op jobs, {c} worker slots as `{split}`, vs the same "
+                           f"slots as {c} threads of one process", per_second(rate[SPLIT]),
+                           f"fairctl {per_second(rate['fairctl'])}", rate[SPLIT] / rate["fairctl"], "informative",
+                           None, f"one job per pop; the threads are row 4's `fairctl worker --concurrency {c}`"))
+        command = {"fairctl": f"--concurrency {c}", BATCHED: f"--concurrency {c} --batch {E2E_BATCH}", SPLIT: split}
+        for name in against:
+            if name in rate:
+                out.append(Row(number, f"end to end, {n:,} no-op jobs, {c} worker slots each ({how}), vs {name} "
+                               f"{versions.get(name, '')}", per_second(rate[worker]), f"{name} {per_second(rate[name])}",
+                               rate[worker] / rate[name], "> 1", rate[worker] > rate[name],
+                               PEER_SETUP[name].format(c=c, node=versions.get("Node.js", ""), how=command[worker])))
+            else:
+                out.append(Row(number, f"end to end ({how}) vs {name}", per_second(rate[worker]), f"{name}: not run",
+                               None, "> 1", None, found.missing.get(name, "")))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.e2e", description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs per run (default 20000, as --preset full)")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each system, in turns (default 5)")
+    parser.add_argument("--concurrency", type=int, default=4, help="worker slots of each system (default 4)")
+    parser.add_argument("--peers", choices=["install", "installed", "none"], default="install",
+                        help="install RQ and BullMQ when missing (default), use them only if installed, or skip them")
+    args = parser.parse_args(argv)
+    found = peers.find(args.peers)
+    start_load = os.getloadavg()[0]
+    print(table(rows(args.jobs, args.concurrency, args.repeats, found)))
+    print(f"\nload average {start_load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
