@@ -23,7 +23,7 @@ from fairness_sim.scenario import DEFAULT_SCENARIO, load_scenario
 from fairness_sim.simulator import simulate
 from fairness_stack.servers import RedisServer
 
-from . import admission, charge, e2e, memory, peers, script_latency, throughput
+from . import admission, charge, e2e, memory, peers, pickup, script_latency, throughput
 from .exporter_scrape import scrape
 from .harness import Row, alternate, log, machine, per_second, server_us
 from .load import PAYLOAD_BYTES, fill, scheduler, work_some
@@ -49,17 +49,19 @@ class Sizes:
     concurrency: int  # worker slots of each system in the end-to-end runs (more than the 2 reserved for jobs:high)
     storm: str | None  # simulated duration of the storm (None: the scenario's own two hours)
     admission_limit: int  # tenants.max_queued of the live storm against a limit (it sends ten times that)
+    pickups: int  # jobs each system picks up after an idle spell ...
+    pickup_idle: float  # ... of this many seconds
 
 
 FULL = Sizes(repeats=5, jobs=5_000, big_tenants=100_000, big_jobs_per_tenant=10, small_tenants=10,
              small_jobs_per_tenant=10, scrapes=50, e2e_jobs=20_000, concurrency=4, storm=None,
-             admission_limit=100_000)
+             admission_limit=100_000, pickups=20, pickup_idle=5.0)
 QUICK = Sizes(repeats=3, jobs=2_000, big_tenants=10_000, big_jobs_per_tenant=10, small_tenants=10,
               small_jobs_per_tenant=10, scrapes=20, e2e_jobs=5_000, concurrency=4, storm="20m",
-              admission_limit=10_000)
+              admission_limit=10_000, pickups=5, pickup_idle=5.0)
 SMOKE = Sizes(repeats=1, jobs=200, big_tenants=200, big_jobs_per_tenant=5, small_tenants=5,
               small_jobs_per_tenant=4, scrapes=3, e2e_jobs=200, concurrency=4, storm="1m",
-              admission_limit=200)
+              admission_limit=200, pickups=2, pickup_idle=0.5)
 PRESETS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 
 
@@ -168,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         log("a storm against a queued-jobs limit")
         rows.append(admission.row(server.url, sizes.admission_limit, 10 * sizes.admission_limit))
     rows += e2e.rows(sizes.e2e_jobs, sizes.concurrency, sizes.repeats, found)
+    with RedisServer() as server:
+        log("idle pickup and an idle fleet's commands, fairctl and BullMQ")
+        rows += pickup.rows(server.url, found, slots=sizes.concurrency, samples=sizes.pickups, idle=sizes.pickup_idle)
     rows.append(storm_row(sizes))
     rows.sort(key=lambda row: row.number)
     write_report(args.out, rows, where, args.preset, sizes.repeats, time.monotonic() - started)

@@ -1,0 +1,187 @@
+"""Idle pickup: how soon a job enqueued into a fleet idle for a while starts, and what an idle fleet
+sends Redis, for fairctl and BullMQ on the same redis-server.
+
+Each system's worker (``fairctl worker``, BullMQ's ``Worker``) runs with the same slots; after
+``idle`` seconds with nothing queued one job is enqueued, stamped with the wall clock, and its
+handler pushes how long after the stamp it started. Commands an idle fleet sends are counted with
+``MONITOR`` (commands a script runs inside Redis left out) over an idle spell with many slots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import redis
+import yaml
+
+from fairness_core import Scheduler, redis_client
+from fairness_stack.servers import RedisServer, stop_process
+
+from . import peers
+from .harness import Row
+from .load import EXAMPLE_CONFIG, bench_config
+from .report import table
+
+READY_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Pickup:
+    """One system's figures: pickup latencies (ms), and commands per second its idle fleet sent."""
+
+    latencies: list[float]
+    idle_commands: float
+
+    @property
+    def p99(self) -> float:
+        return statistics.quantiles(self.latencies, n=100, method="inclusive")[98] if len(self.latencies) > 1 \
+            else self.latencies[0]
+
+
+def sent_per_second(url: str, seconds: float) -> float:
+    """Commands per second clients sent ``url`` over ``seconds`` (MONITOR; scripts' own commands not counted)."""
+    client = redis.Redis.from_url(url)
+    counted, done = [0], threading.Event()
+
+    def watch(monitor: object) -> None:
+        while True:
+            command = monitor.next_command()  # type: ignore[attr-defined]
+            if done.is_set():
+                return
+            if command.get("client_type") != "lua":
+                counted[0] += 1
+
+    with client.monitor() as monitor:
+        thread = threading.Thread(target=watch, args=(monitor,), daemon=True)
+        thread.start()
+        time.sleep(seconds)
+        done.set()
+        redis.Redis.from_url(url).ping()  # the command the watcher ends on, not counted
+        thread.join(10)
+    return counted[0] / seconds
+
+
+def measure(url: str, key: str, enqueue: Callable[[], None], samples: int, idle: float) -> list[float]:
+    """``samples`` pickups, each of one job enqueued after ``idle`` seconds of nothing."""
+    client = redis.Redis.from_url(url)
+    out = []
+    for _ in range(samples):
+        time.sleep(idle)
+        enqueue()
+        got = client.blpop([key], timeout=30)
+        if got is None:
+            raise RuntimeError(f"no job started within 30 s ({key})")
+        out.append(float(got[1]))
+    return out
+
+
+@contextmanager
+def fairctl_worker(url: str, slots: int) -> Iterator[Scheduler]:
+    """One ``fairctl worker --concurrency slots`` on a fresh prefix, its handlers recording pickups."""
+    config = bench_config(url, f"pickup-{slots}")
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["redis"] = {"url": url, "prefix": config.redis.prefix}
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as file:
+        yaml.safe_dump(data, file)
+    scheduler = Scheduler(config, redis_client(url))
+    env = {**os.environ, "PICKUP_REDIS_URL": url, "PICKUP_KEY": f"pickup:fairctl:{slots}"}
+    worker = subprocess.Popen([sys.executable, "-m", "fairctl", "worker", "--config", file.name, "--handlers",
+                               "benchmarks.pickup_handlers:handlers", "--concurrency", str(slots), "--log-every", "0"],
+                              cwd=peers.ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while scheduler.snapshot().worker_slots < slots:
+            if time.monotonic() > deadline or worker.poll() is not None:
+                raise RuntimeError("fairctl worker did not register")
+            time.sleep(0.05)
+        yield scheduler
+    finally:
+        stop_process(worker, timeout=10)
+        os.unlink(file.name)
+
+
+@contextmanager
+def bullmq_worker(found: peers.Peers, url: str, slots: int) -> Iterator[Callable[[], None]]:
+    """One BullMQ Worker of concurrency ``slots``; yields how to add one stamped job."""
+    assert found.node is not None
+    env = {**os.environ, "NODE_PATH": str(peers.NODE_PREFIX / "node_modules")}
+    script, queue = str(peers.SCRIPTS / "bullmq_pickup.mjs"), f"pickup-{slots}"
+    worker = subprocess.Popen([found.node, script, "worker", url, queue, str(slots)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert worker.stdout is not None
+        if worker.stdout.readline().strip() != b"ready":
+            raise RuntimeError("the BullMQ worker did not start")
+        yield lambda: subprocess.run([found.node, script, "add", url, queue], env=env, check=True,  # type: ignore[list-item]
+                                     capture_output=True, timeout=30)
+    finally:
+        stop_process(worker, timeout=10)
+
+
+def fairctl_pickup(url: str, slots: int, fleet: int, samples: int, idle: float) -> Pickup:
+    with fairctl_worker(url, slots) as scheduler:
+        latencies = measure(url, f"pickup:fairctl:{slots}", lambda: scheduler.submit(
+            "password_reset", "acme", {"t": time.time() * 1000}) and None, samples, idle)
+    with fairctl_worker(url, fleet):
+        time.sleep(1.0)
+        return Pickup(latencies, sent_per_second(url, max(idle, 2.0)))
+
+
+def bullmq_pickup(found: peers.Peers, url: str, slots: int, fleet: int, samples: int, idle: float) -> Pickup:
+    with bullmq_worker(found, url, slots) as add:
+        latencies = measure(url, f"pickup-{slots}:pickup", add, samples, idle)
+    with bullmq_worker(found, url, fleet):
+        time.sleep(1.0)
+        return Pickup(latencies, sent_per_second(url, max(idle, 2.0)))
+
+
+def rows(url: str, found: peers.Peers, *, slots: int = 4, fleet: int = 40, samples: int = 20,
+         idle: float = 5.0) -> list[Row]:
+    """Row 9: idle pickup p99 against BullMQ's; row 9b: commands an idle fleet of ``fleet`` slots sends."""
+    ours = fairctl_pickup(url, slots, fleet, samples, idle)
+    peers.flush(url)
+    theirs = bullmq_pickup(found, url, slots, fleet, samples, idle) if found.node else None
+    peers.flush(url)
+    how = f"{samples} jobs, each after {idle:g} s idle, {slots} slots"
+    spread = f"median {statistics.median(ours.latencies):.1f} ms, max {max(ours.latencies):.1f} ms"
+    if theirs is None:
+        pickup = Row("9", f"idle pickup p99 ({how}) vs BullMQ", f"{ours.p99:.1f} ms", "BullMQ: not run", None,
+                     "≤ 10 ms", ours.p99 <= 10, spread)
+        idle_row = Row("9b", f"commands an idle fleet of {fleet} slots sends Redis", f"{ours.idle_commands:.1f}/s",
+                       "BullMQ: not run", None, "a few per second", ours.idle_commands <= 5)
+        return [pickup, idle_row]
+    return [
+        Row("9", f"idle pickup p99 ({how}) vs BullMQ", f"{ours.p99:.1f} ms", f"BullMQ {theirs.p99:.1f} ms",
+            ours.p99 / theirs.p99, "≤ 10 ms", ours.p99 <= 10,
+            f"{spread}; BullMQ median {statistics.median(theirs.latencies):.1f} ms"),
+        Row("9b", f"commands an idle fleet of {fleet} slots sends Redis", f"{ours.idle_commands:.1f}/s",
+            f"BullMQ {theirs.idle_commands:.1f}/s", ours.idle_commands / max(theirs.idle_commands, 0.1),
+            "a few per second", ours.idle_commands <= 5, "MONITOR, commands scripts run inside Redis not counted"),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=20, help="jobs each system picks up (default 20)")
+    parser.add_argument("--idle", type=float, default=5.0, help="seconds idle before each job (default 5)")
+    parser.add_argument("--peers", choices=["install", "installed", "none"], default="installed",
+                        help="install BullMQ when missing, use it only if installed (default), or skip it")
+    args = parser.parse_args(argv)
+    found = peers.find(args.peers)
+    with RedisServer() as server:
+        print(table(rows(server.url, found, samples=args.samples, idle=args.idle)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
