@@ -1,9 +1,11 @@
-"""End to end against RQ and BullMQ (rows 4, 4b and 4c), all systems in turns on one redis-server.
+"""End to end against RQ and BullMQ (rows 4 and 4b), and one worker's slots as threads or as
+processes (rows 4c and 4d), all runs in turns on one redis-server.
 
 Every system gets the same worker slots. Row 4 is one ``fairctl worker`` whose slots are threads
-(one job per pop), row 4b the same with ``--batch``, row 4c the same slots as processes of two
-(``--processes``), set against the threads and against BullMQ: the slots of one process share
-Python's GIL, and the client side of each pop is what one job per pop spends most on.
+(one job per pop), row 4b the same with ``--batch``. Rows 4c and 4d give the same slots as
+processes of two (``--processes``) against row 4's threads, which share Python's GIL: with no-op
+jobs (4c), and with jobs that compute in Python (4d, :mod:`benchmarks.compute_handlers`), the case
+``--processes`` is for.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from fairness_stack.servers import RedisServer
 
 from . import peers
+from .compute_handlers import COMPUTE_S
 from .harness import Row, log, per_second
 from .report import table
 
@@ -24,9 +27,12 @@ from .report import table
 # slots, so the same concurrency): the documented `fairctl worker --batch` for high-rate queues.
 E2E_BATCH = 10
 BATCHED = f"fairctl --batch {E2E_BATCH}"
-# Row 4c: the slots as processes of this many slots each.
+# Rows 4c and 4d: the slots as processes of this many slots each.
 PER_PROCESS = 2
 SPLIT = "fairctl --processes"
+COMPUTING, COMPUTING_SPLIT = "fairctl, computing", "fairctl --processes, computing"
+COMPUTE_HANDLERS = "benchmarks.compute_handlers:handlers"
+COMPUTE_SHARE = 5  # the computing runs work a fifth of the jobs: each takes a millisecond of CPU
 
 PEER_SETUP = {
     "RQ": "{c} `rq worker` processes (SimpleWorker: no fork per job); fairctl: one `fairctl worker {how}`",
@@ -35,15 +41,19 @@ PEER_SETUP = {
 
 
 def rows(jobs: int, concurrency: int, repeats: int, found: peers.Peers) -> list[Row]:
-    """Rows 4, 4b and 4c: ``jobs`` no-op jobs through ``concurrency`` slots of each system, each
-    figure the median of ``repeats`` runs, the systems taking turns in each round."""
+    """Rows 4 to 4d: ``jobs`` jobs through ``concurrency`` slots of each system, each figure the
+    median of ``repeats`` runs, the systems and set-ups taking turns in each round."""
     n, c = jobs, concurrency
     processes = max(1, c // PER_PROCESS)
     split = f"--processes {processes} --concurrency {c // processes}"
+    computed = max(1, n // COMPUTE_SHARE)
     runs: dict[str, Callable[[str, int], float]] = {
         "fairctl": lambda url, i: peers.fairctl(url, f"f{i}", n, c),
         BATCHED: lambda url, i: peers.fairctl(url, f"fb{i}", n, c, E2E_BATCH),
         SPLIT: lambda url, i: peers.fairctl(url, f"fp{i}", n, c // processes, processes=processes),
+        COMPUTING: lambda url, i: peers.fairctl(url, f"fc{i}", computed, c, handlers=COMPUTE_HANDLERS),
+        COMPUTING_SPLIT: lambda url, i: peers.fairctl(url, f"fcp{i}", computed, c // processes, processes=processes,
+                                                      handlers=COMPUTE_HANDLERS),
     }
     if found.rq_python:
         runs["RQ"] = lambda url, i: peers.rq(found, url, f"r{i}", n, c)
@@ -57,27 +67,27 @@ def rows(jobs: int, concurrency: int, repeats: int, found: peers.Peers) -> list[
                 seconds[name].append(run(server.url, i))
                 peers.flush(server.url)
     versions = peers.versions(found)
-    rate = {name: n / statistics.median(s) for name, s in seconds.items()}
+    done = {name: computed if name in (COMPUTING, COMPUTING_SPLIT) else n for name in runs}
+    rate = {name: done[name] / statistics.median(s) for name, s in seconds.items()}
     out = []
-    for number, worker, how, against in (
-            ("4", "fairctl", "one job per pop", ("RQ", "BullMQ")),
-            ("4b", BATCHED, f"`--batch {E2E_BATCH}`", ("RQ", "BullMQ")),
-            ("4c", SPLIT, f"`{split}`, one job per pop", ("BullMQ",))):
-        if worker == SPLIT:
-            out.append(Row(number, f"end to end, {n:,} no-op jobs, {c} worker slots as `{split}`, vs the same "
-                           f"slots as {c} threads of one process", per_second(rate[SPLIT]),
-                           f"fairctl {per_second(rate['fairctl'])}", rate[SPLIT] / rate["fairctl"], "informative",
-                           None, f"one job per pop; the threads are row 4's `fairctl worker --concurrency {c}`"))
-        command = {"fairctl": f"--concurrency {c}", BATCHED: f"--concurrency {c} --batch {E2E_BATCH}", SPLIT: split}
-        for name in against:
+    for number, worker, how in (("4", "fairctl", "one job per pop"), ("4b", BATCHED, f"`--batch {E2E_BATCH}`")):
+        command = f"--concurrency {c}" + ("" if worker == "fairctl" else f" --batch {E2E_BATCH}")
+        for name in ("RQ", "BullMQ"):
             if name in rate:
                 out.append(Row(number, f"end to end, {n:,} no-op jobs, {c} worker slots each ({how}), vs {name} "
                                f"{versions.get(name, '')}", per_second(rate[worker]), f"{name} {per_second(rate[name])}",
                                rate[worker] / rate[name], "> 1", rate[worker] > rate[name],
-                               PEER_SETUP[name].format(c=c, node=versions.get("Node.js", ""), how=command[worker])))
+                               PEER_SETUP[name].format(c=c, node=versions.get("Node.js", ""), how=command)))
             else:
                 out.append(Row(number, f"end to end ({how}) vs {name}", per_second(rate[worker]), f"{name}: not run",
                                None, "> 1", None, found.missing.get(name, "")))
+    for number, jobs_done, split_run, threads_run in (
+            ("4c", f"{n:,} no-op jobs", SPLIT, "fairctl"),
+            ("4d", f"{computed:,} jobs of {COMPUTE_S * 1000:g} ms of Python CPU each", COMPUTING_SPLIT, COMPUTING)):
+        out.append(Row(number, f"end to end, {jobs_done}, {c} worker slots as `{split}`, vs the same slots as {c} "
+                       "threads of one process", per_second(rate[split_run]), f"threads {per_second(rate[threads_run])}",
+                       rate[split_run] / rate[threads_run], "informative", None,
+                       f"one job per pop; the threads: `fairctl worker --concurrency {c}`"))
     return out
 
 
