@@ -5,6 +5,9 @@ Each system's worker (``fairctl worker``, BullMQ's ``Worker``) runs with the sam
 ``idle`` seconds with nothing queued one job is enqueued, stamped with the wall clock, and its
 handler pushes how long after the stamp it started. Commands an idle fleet sends are counted with
 ``MONITOR`` (commands a script runs inside Redis left out) over an idle spell with many slots.
+And what a batch costs a more urgent job: the interactive class's wait while a flood of bulk jobs
+keeps every slot busy, with ``--batch 1``, ``--batch 10`` (its lease-ahead bounded by the default
+``--prefetch``) and ``--batch 10 --prefetch 0`` (always ten ahead).
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ from dataclasses import dataclass
 import redis
 import yaml
 
-from fairness_core import Scheduler, redis_client
+from fairness_core import Scheduler, parse_config, redis_client
 from fairness_stack.servers import RedisServer, stop_process
 
 from . import peers
-from .harness import Row
+from .harness import Row, alternate
 from .load import EXAMPLE_CONFIG, bench_config
 from .report import table
 
@@ -44,8 +47,7 @@ class Pickup:
 
     @property
     def p99(self) -> float:
-        return statistics.quantiles(self.latencies, n=100, method="inclusive")[98] if len(self.latencies) > 1 \
-            else self.latencies[0]
+        return p99(self.latencies)
 
 
 def sent_per_second(url: str, seconds: float) -> float:
@@ -86,17 +88,23 @@ def measure(url: str, key: str, enqueue: Callable[[], None], samples: int, idle:
 
 
 @contextmanager
-def fairctl_worker(url: str, slots: int) -> Iterator[Scheduler]:
-    """One ``fairctl worker --concurrency slots`` on a fresh prefix, its handlers recording pickups."""
-    config = bench_config(url, f"pickup-{slots}")
+def fairctl_worker(url: str, slots: int, name: str, *options: str, reserved: bool = True) -> Iterator[Scheduler]:
+    """One ``fairctl worker --concurrency slots *options`` on the prefix ``name`` (its pickups go to
+    the list ``pickup:<name>``); ``reserved`` False: the example config without reserved slots."""
     data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
-    data["redis"] = {"url": url, "prefix": config.redis.prefix}
+    data["redis"] = {"url": url, "prefix": name}
+    data["scheduler"]["budget_min_arrivals"] = bench_config(url, name).scheduler.budget_min_arrivals
+    if not reserved:
+        for item in data["classes"]:
+            item["reserved_slots"] = 0
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as file:
         yaml.safe_dump(data, file)
-    scheduler = Scheduler(config, redis_client(url))
-    env = {**os.environ, "PICKUP_REDIS_URL": url, "PICKUP_KEY": f"pickup:fairctl:{slots}"}
+    # The producer runs the worker's config: the first to call applies its own to the group.
+    scheduler = Scheduler(parse_config(data), redis_client(url))
+    env = {**os.environ, "PICKUP_REDIS_URL": url, "PICKUP_KEY": f"pickup:{name}"}
     worker = subprocess.Popen([sys.executable, "-m", "fairctl", "worker", "--config", file.name, "--handlers",
-                               "benchmarks.pickup_handlers:handlers", "--concurrency", str(slots), "--log-every", "0"],
+                               "benchmarks.pickup_handlers:handlers", "--concurrency", str(slots), "--log-every", "0",
+                               *options],
                               cwd=peers.ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -128,11 +136,15 @@ def bullmq_worker(found: peers.Peers, url: str, slots: int) -> Iterator[Callable
         stop_process(worker, timeout=10)
 
 
+def stamped(scheduler: Scheduler) -> Callable[[], None]:
+    """Enqueue one interactive job stamped with the wall clock (ms)."""
+    return lambda: scheduler.submit("password_reset", "acme", {"t": time.time() * 1000}) and None
+
+
 def fairctl_pickup(url: str, slots: int, fleet: int, samples: int, idle: float) -> Pickup:
-    with fairctl_worker(url, slots) as scheduler:
-        latencies = measure(url, f"pickup:fairctl:{slots}", lambda: scheduler.submit(
-            "password_reset", "acme", {"t": time.time() * 1000}) and None, samples, idle)
-    with fairctl_worker(url, fleet):
+    with fairctl_worker(url, slots, "idle") as scheduler:
+        latencies = measure(url, "pickup:idle", stamped(scheduler), samples, idle)
+    with fairctl_worker(url, fleet, "idle-fleet"):
         time.sleep(1.0)
         return Pickup(latencies, sent_per_second(url, max(idle, 2.0)))
 
@@ -170,16 +182,60 @@ def rows(url: str, found: peers.Peers, *, slots: int = 4, fleet: int = 40, sampl
     ]
 
 
+BULK_S = 0.02  # each flood job's run: long enough that a prefetched batch of them holds a slot
+
+
+def flood_pickup(url: str, slots: int, batch: int, prefetch: str, samples: int) -> list[float]:
+    """Pickups of ``samples`` interactive jobs, 0.1 s apart, while a bulk flood of BULK_S jobs keeps
+    every slot of ``fairctl worker --batch batch --prefetch prefetch`` busy. No reserved slots: they
+    count leases, so they would keep threads free with ``--batch 1`` and not with ``--batch 10``
+    (registered as ten times the slots), and measure the reservation instead of the prefetch."""
+    name = f"flood-{batch}-{prefetch}"
+    with fairctl_worker(url, slots, name, "--batch", str(batch), "--prefetch", prefetch, reserved=False) as scheduler:
+        per_tenant = int(2 * slots * (samples * 0.1 + 2) / BULK_S / 10)  # twice what the run can work
+        for t in range(10):
+            scheduler.submit_many("newsletter", f"bulk-{t}", [{"service_s": BULK_S}] * per_tenant)
+        time.sleep(0.5)
+        latencies = measure(url, f"pickup:{name}", stamped(scheduler), samples, 0.1)
+        if scheduler.snapshot().classes["jobs:low"].depth == 0:
+            raise RuntimeError("the bulk flood ran out before the interactive jobs were measured")
+    return latencies
+
+
+def p99(latencies: list[float]) -> float:
+    return statistics.quantiles(latencies, n=100, method="inclusive")[98] if len(latencies) > 1 else latencies[0]
+
+
+def prefetch_row(url: str, slots: int, samples: int, repeats: int) -> Row:
+    """Row 10: the interactive class's p99 wait under a bulk flood, ``--batch 10`` against
+    ``--batch 1`` (and ``--batch 10 --prefetch 0`` beside them), each the median of ``repeats``
+    runs taken in turns."""
+    one, ten, unbounded = alternate(
+        repeats,
+        lambda: p99(flood_pickup(url, slots, 1, "10ms", samples)),
+        lambda: p99(flood_pickup(url, slots, 10, "10ms", samples)),
+        lambda: p99(flood_pickup(url, slots, 10, "0", samples)),
+    )
+    return Row("10", f"interactive p99 wait under a flood of {BULK_S * 1000:.0f} ms bulk jobs, {slots} slots, "
+               "`--batch 10` (default `--prefetch 10ms`) vs `--batch 1`", f"{ten:.1f} ms", f"`--batch 1` {one:.1f} ms",
+               ten / one, "≤ 2", ten <= 2 * one,
+               f"{samples} interactive jobs a run; `--batch 10 --prefetch 0` (always ten ahead): {unbounded:.1f} ms")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=20, help="jobs each system picks up (default 20)")
     parser.add_argument("--idle", type=float, default=5.0, help="seconds idle before each job (default 5)")
+    parser.add_argument("--flood-samples", type=int, default=100,
+                        help="interactive jobs per run under the bulk flood (default 100)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each --batch under the flood (default 3)")
     parser.add_argument("--peers", choices=["install", "installed", "none"], default="installed",
                         help="install BullMQ when missing, use it only if installed (default), or skip it")
     args = parser.parse_args(argv)
     found = peers.find(args.peers)
     with RedisServer() as server:
-        print(table(rows(server.url, found, samples=args.samples, idle=args.idle)))
+        print(table([*rows(server.url, found, samples=args.samples, idle=args.idle),
+                     prefetch_row(server.url, 4, args.flood_samples, args.repeats)]))
     return 0
 
 

@@ -1,6 +1,7 @@
-"""Handlers of the idle-pickup measurement (``fairctl worker --handlers
-benchmarks.pickup_handlers:handlers``): each job pushes how long after its enqueue it started, in
-ms, to the list ``$PICKUP_KEY`` on ``$PICKUP_REDIS_URL``."""
+"""Handlers of the pickup measurements (``fairctl worker --handlers
+benchmarks.pickup_handlers:handlers``): a job stamped with its enqueue time pushes how long after
+it it started, in ms, to the list ``$PICKUP_KEY`` on ``$PICKUP_REDIS_URL``; a job with
+``service_s`` sleeps that long."""
 
 from __future__ import annotations
 
@@ -20,7 +21,11 @@ def _results() -> redis.Redis:
 
 
 def _record(lease: Lease) -> None:
-    _results().rpush(os.environ["PICKUP_KEY"], time.time() * 1000 - lease.payload["t"])
+    """Push the pickup of a job stamped ``t`` (ms); sleep ``service_s`` (a stand-in for work)."""
+    payload = lease.payload or {}
+    if "t" in payload:
+        _results().rpush(os.environ["PICKUP_KEY"], time.time() * 1000 - payload["t"])
+    time.sleep(payload.get("service_s", 0))
 
 
 handlers = HandlerRegistry(fallback=_record)

@@ -40,14 +40,14 @@ def load_handlers(spec: str) -> HandlerRegistry:
     return registry
 
 
-def _log_every(value: str) -> float:
-    """``--log-every``: a duration, or 0 for no periodic line."""
+def _duration_or_zero(value: str, option: str) -> float:
+    """A duration option that may also be 0 (``--log-every``: no periodic line; ``--prefetch``: no bound)."""
     if value.strip() in ("0", "0s"):
         return 0.0
     try:
-        return parse_duration(value, "--log-every")
+        return parse_duration(value, option)
     except ConfigError as exc:
-        fail("--log-every", str(exc).removeprefix("--log-every: "))
+        fail(option, str(exc).removeprefix(f"{option}: "))
 
 
 @app.command()
@@ -60,7 +60,11 @@ def worker(
     classes: Annotated[Optional[str], typer.Option(
         help="Serve only these classes, comma-separated (a reserved pool), e.g. jobs:high.")] = None,
     batch: Annotated[int, typer.Option(
-        metavar="N", min=1, max=1000, help="Jobs leased per pop; each slot works them in turn.")] = 1,
+        metavar="N", min=1, max=1000, help="Jobs leased per pop at most; each slot works them in turn.")] = 1,
+    prefetch: Annotated[str, typer.Option(
+        metavar="DURATION", help="With --batch: lease ahead no more jobs than the slot expects to finish within this, "
+                                 "by the average runtime of this worker's jobs, so a more urgent job arriving meanwhile "
+                                 "waits at most about this long for the slot (0: always --batch).")] = "10ms",
     grace: Annotated[float, typer.Option(
         metavar="SECONDS", min=0, help="Seconds running jobs get to finish after SIGTERM/SIGINT.")] = 30.0,
     log_every: Annotated[str, typer.Option(
@@ -86,7 +90,8 @@ def worker(
     is down at start. With --processes N, N such workers run as child processes of this one."""
     if not follow_parent():
         raise typer.Exit(1)
-    every = _log_every(log_every)
+    every = _duration_or_zero(log_every, "--log-every")
+    ahead = _duration_or_zero(prefetch, "--prefetch")
     config = config_file(config)
     cfg = load(config, redis_url)
     only = check_classes(cfg, [c.strip() for c in classes.split(",")], "--classes") if classes else None
@@ -96,13 +101,14 @@ def worker(
         scheduler = connect(cfg)
         with clear_errors():  # one clear error here, not one per child
             require_noeviction(scheduler.client)
-        args = ["--handlers", handlers, "--concurrency", str(concurrency), "--batch", str(batch), "--grace", str(grace),
-                "--log-every", log_every, "--config", str(config), *(["--classes", classes] if classes else [])]
+        args = ["--handlers", handlers, "--concurrency", str(concurrency), "--batch", str(batch), "--prefetch", prefetch,
+                "--grace", str(grace), "--log-every", log_every, "--config", str(config),
+                *(["--classes", classes] if classes else [])]
         # The URL may hold a password: it goes to the children in their environment, never on a command line.
         env = {**os.environ, **({"FAIRCTL_REDIS_URL": redis_url} if redis_url else {})}
         raise typer.Exit(run_processes(processes, args, env))
     runner = Worker(connect(cfg), registry, concurrency=concurrency, classes=only, batch=batch, grace=grace,
-                    log_every=every)
+                    log_every=every, prefetch=ahead)
     with clear_errors():
         clean = runner.run()
     raise typer.Exit(0 if clean else 1)

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Lease], None]
 T = TypeVar("T")
 
+PREFETCH_S = 0.01  # a slot leases ahead no more than it expects to finish within this (--prefetch)
+PACE_SMOOTHING = 0.2  # weight of a job's runtime in the worker's moving average
 IDLE_WAIT_S = 5.0  # an idle worker's longest blocking wait for work: its one periodic look when nothing comes
 OUTAGE_MIN_S, OUTAGE_MAX_S = 0.1, 5.0  # Redis unreachable: capped exponential backoff
 REAP_EVERY_S = 1.0
@@ -207,11 +209,14 @@ class Worker:
 
     def __init__(self, scheduler: Scheduler, handlers: HandlerRegistry, *, concurrency: int = 4,
                  classes: Sequence[str] | None = None, batch: int = 1, worker_id: str | None = None,
-                 grace: float = 30.0, registration_ttl: float = 15.0, log_every: float = LOG_EVERY_S) -> None:
+                 grace: float = 30.0, registration_ttl: float = 15.0, log_every: float = LOG_EVERY_S,
+                 prefetch: float = PREFETCH_S) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency: expected at least 1, got {concurrency}")
         if batch < 1:
             raise ValueError(f"batch: expected at least 1, got {batch}")
+        if not prefetch >= 0:
+            raise ValueError(f"prefetch: expected seconds >= 0, got {prefetch}")
         for name in classes or ():
             try:
                 scheduler.config.class_index(name)
@@ -222,6 +227,8 @@ class Worker:
         self.concurrency = concurrency
         self.classes = list(classes) if classes else None
         self.batch = batch
+        self.prefetch = prefetch
+        self._pace: float | None = None  # moving average of this worker's job runtimes (s)
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.grace = grace
         self.registration_ttl = registration_ttl
@@ -416,7 +423,7 @@ class Worker:
         done: list[Finished] = []
         while not self._stopping.is_set():
             try:
-                popped = self._call(lambda: self.scheduler.ack_and_pop(done, self.batch, classes=self.classes),
+                popped = self._call(lambda: self.scheduler.ack_and_pop(done, self._lease_ahead(), classes=self.classes),
                                     self._stopping)
             except Exception:  # a bug or a Redis error reply: keep the slot alive, do not spin
                 log.exception("pop failed")
@@ -442,6 +449,20 @@ class Worker:
             ack = partial(self.scheduler.ack, finished.lease, runtime=finished.runtime)
             self._settled([finished], [self._call(ack, self._halt)])
 
+    def _lease_ahead(self) -> int:
+        """Jobs a slot leases per pop: ``batch``, but no more than it expects to finish within
+        ``prefetch`` seconds by the moving average of this worker's runtimes (one until it has
+        measured a job). Leased jobs wait for their slot, and so does a more urgent job enqueued
+        meanwhile: ten prefetched 0.5 s bulk jobs would keep a password reset waiting up to 5 s
+        for that slot. With the bound a batch of short jobs stays a batch (the throughput it is
+        for) and a batch of long ones shrinks to what fits. ``prefetch`` 0: always ``batch``."""
+        if self.batch == 1 or self.prefetch == 0:
+            return self.batch
+        pace = self._pace
+        if pace is None:
+            return 1
+        return self.batch if pace <= 0 else max(1, min(self.batch, int(self.prefetch / pace)))
+
     def _wait_for_work(self, timeout: float) -> float | None:
         """The doorbell's blocking wait. On a failure it rings (returns None): the slot's pop then
         meets the outage, and reports and rides it out once, as every call does."""
@@ -465,6 +486,7 @@ class Worker:
                 self._settle_nack(lease, f"no handler for task {lease.task}", final=True)
                 return None
             error, runtime = self._run_handler(handler, lease)
+            self._pace = runtime if self._pace is None else self._pace + PACE_SMOOTHING * (runtime - self._pace)
             if error is None:
                 return Finished(lease, runtime)
             self._settle_nack(lease, error, runtime=runtime)

@@ -13,7 +13,7 @@ import redis
 from fairctl.common import connect
 from fairctl.handlers import sleep_handlers
 from fairctl.status_view import class_statuses
-from fairness_core import Lease, Scheduler
+from fairness_core import Finished, Lease, Scheduler
 from fairness_core import worker as worker_module
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer, free_port
@@ -237,3 +237,32 @@ def test_an_idle_worker_takes_a_retry_as_it_comes_due_and_a_reserved_pool_wakes(
         idle(worker)
         scheduler.enqueue("password_reset", "t")
         wait_for(lambda: attempts == [1, 2], 20, "the job, then its retry after the backoff")
+
+
+# ---------------------------------------------------------------- how far a slot leases ahead
+
+def test_a_batch_leases_ahead_only_what_the_slot_finishes_within_the_prefetch_budget(client: redis.Redis) -> None:
+    """--batch 10 with jobs of at least 30 ms and a 100 ms budget: pops ask for at most three jobs
+    (one before any runtime is known); with no-op jobs the whole batch; --prefetch 0 always the
+    batch; the default budget (10 ms) leases 30 ms jobs one at a time."""
+    scheduler = Scheduler(make_config(), client)
+    asked: list[int] = []
+    pop = scheduler.ack_and_pop
+
+    def recording(done: list[Finished], max_jobs: int = 1, **kwargs: object) -> object:
+        asked.append(max_jobs)
+        return pop(done, max_jobs, **kwargs)  # type: ignore[arg-type]
+
+    scheduler.ack_and_pop = recording  # type: ignore[method-assign]
+    scheduler.submit_many("newsletter", "t", [{"service_s": 0.03}] * 12)
+    with running(Worker(scheduler, sleep_handlers, concurrency=1, batch=10, prefetch=0.1)):
+        wait_for(lambda: totals(scheduler)["processed"] == 12, 30, "the slow jobs")
+    assert asked[0] == 1 and 1 <= min(asked) and max(asked) <= 3, asked
+    worker = Worker(scheduler, sleep_handlers, batch=10)
+    worker._pace = 0.03
+    assert worker._lease_ahead() == 1
+    worker._pace = 0.0001
+    assert worker._lease_ahead() == 10
+    worker.prefetch = 0
+    worker._pace = 1.0
+    assert worker._lease_ahead() == 10
