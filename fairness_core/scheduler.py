@@ -19,7 +19,7 @@ from .config import Config
 from .config_store import (
     NO_MOVES, Applied, ConfigConflict, ConfigRefused, Moves, differences, from_stored, shared_text,
 )
-from .connection import redis_errors
+from .connection import ClusterClient, redis_errors
 from .jobs import (
     SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, Finished, InvalidJob, Lease, Popped,
     StateDamaged, TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
@@ -235,7 +235,7 @@ class Scheduler:
         todo = list(range(len(bodies)))
         for _ in range(SYNC_TRIES):
             head = self._enqueue_args(task, tenant, tier, user_waiting)
-            pipe = self.client.pipeline(transaction=False)
+            pipe = self._pipeline()
             for i in todo:
                 self._enqueue_script(keys=self._fixed_keys, args=self._argv(*head, bodies[i]), client=pipe)
             with redis_errors(self.client):
@@ -255,6 +255,13 @@ class Scheduler:
             todo = stale
             self.sync()
         raise ConfigConflict(f"the applied config of {self.keys.prefix} changed {SYNC_TRIES} times during one call")
+
+    def _pipeline(self) -> Any:
+        """A pipeline (no transaction) to the group's Redis; on a Cluster, to the node that serves
+        the group's slot, as redis-py's cluster pipelines refuse script calls."""
+        if isinstance(self.client, ClusterClient):
+            return self.client.cluster().get_node_from_key(self.keys.stats).redis_connection.pipeline(transaction=False)
+        return self.client.pipeline(transaction=False)
 
     def _enqueue_args(self, task: str, tenant: str, tier: str | None, user_waiting: bool) -> tuple[object, ...]:
         """The enqueue op's arguments but the payload, after checking each (InvalidJob names it)."""

@@ -210,8 +210,12 @@ class Stack:
                 f"--web.listen-address=127.0.0.1:{ports[sc.PROMETHEUS]}", "--rules.alert.resend-delay=1s"],
                 lambda: _http_ok(f"{state.prometheus_url}/-/ready"))
             self._start_pools(state, pools, threads_per_process)
-        except BaseException:
-            self.down(state)
+        except BaseException as exc:
+            try:
+                self.down(state)
+            except StackError as stopping:  # say what failed first, not only what stopping it found
+                if isinstance(exc, Exception):
+                    raise StackError(f"{exc}; then, stopping what had started: {stopping}") from exc
             raise
         return state
 
@@ -225,8 +229,12 @@ class Stack:
                            config_changes=apply_config(config))
         try:
             self._start_pools(state, pools, threads_per_process)
-        except BaseException:
-            self.down(state)
+        except BaseException as exc:
+            try:
+                self.down(state)
+            except StackError as stopping:  # say what failed first, not only what stopping it found
+                if isinstance(exc, Exception):
+                    raise StackError(f"{exc}; then, stopping what had started: {stopping}") from exc
             raise
         return state
 
