@@ -195,7 +195,7 @@ def run_policy_drill(scenario: Scenario, policy: str, replay: Replay, directory:
     on_stack(stack)
     say(f"{policy}: starting the stack under {stack.directory}")
     if external is None:
-        state = stack.up(config, pools=pools_of(scenario), interval=interval)
+        state = stack.up(config, pools=pools_of(scenario), interval=interval, usual_ports=False)
     else:
         state = stack.up_workers(dataclasses.replace(config, redis=dataclasses.replace(config.redis, url=external.redis_url)),
                                  pools=pools_of(scenario), prometheus_url=external.prometheus_url,

@@ -109,9 +109,10 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def pick_port(service: str, taken: set[int]) -> int:
-    """The service's usual port (the compose stack's) when free, else any free loopback port."""
-    preferred = sc.PORTS[service]
+def pick_port(service: str, taken: set[int], *, usual: bool = True) -> int:
+    """The service's usual port (the compose stack's) when free and ``usual``, else any free
+    loopback port."""
+    preferred = sc.PORTS[service] if usual else None
     port = preferred if preferred is not None and preferred not in taken and _port_free(preferred) else free_port()
     while port in taken:
         port = free_port()
@@ -161,9 +162,11 @@ class Stack:
     # ------------------------------------------------------------------ up
 
     def up(self, config: Config, *, pools: Sequence[WorkerPool], interval: float = 1.0,
-           threads_per_process: int = 16) -> StackState:
+           threads_per_process: int = 16, usual_ports: bool = True) -> StackState:
         """Start every service for ``config`` (its redis.url is replaced by the stack's Redis)
-        and wait until each answers; on any failure, stop what was started and raise."""
+        and wait until each answers; on any failure, stop what was started and raise.
+        ``usual_ports`` False: free loopback ports only (a drill's throwaway stack, which no one
+        browses to, so it never races anything else for 6379, 9090 or 9093)."""
         if (self.directory / STATE_FILE).exists() and any(_alive(s.pid) for s in StackState.load(self.directory).services):
             raise StackError(f"a stack is already running under {self.directory}; stop it with: fairctl stack down --dir {self.directory}")
         for sub in ("logs", "data/redis", "data/prometheus", "data/alertmanager"):
@@ -172,7 +175,8 @@ class Stack:
                     "prometheus": find_binary("prometheus", PROMETHEUS_HINT),
                     "alertmanager": _alertmanager_binary()}
         taken: set[int] = set()
-        ports = {name: pick_port(name, taken) for name in (sc.REDIS, *sc.EXPORTERS, sc.WEBHOOK, sc.PROMETHEUS, sc.ALERTMANAGER)}
+        ports = {name: pick_port(name, taken, usual=usual_ports)
+                 for name in (sc.REDIS, *sc.EXPORTERS, sc.WEBHOOK, sc.PROMETHEUS, sc.ALERTMANAGER)}
         redis_url = f"redis://127.0.0.1:{ports[sc.REDIS]}/0"
         state = StackState(
             directory=str(self.directory), interval=interval, redis_url=redis_url,
