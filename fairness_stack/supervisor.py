@@ -189,7 +189,7 @@ class Stack:
         self._write_files(live, ports, interval)
         fairctl = [sys.executable, "-m", "fairctl"]
         config_file = str(self.directory / CONFIG_FILE)
-        try:
+        with self._stopped_on_failure(state):
             self._start(state, sc.REDIS, ports[sc.REDIS], [
                 binaries["redis"], "--port", str(ports[sc.REDIS]), "--bind", "127.0.0.1",
                 "--dir", str(self.directory / "data/redis"), "--save", "", "--appendonly", "yes",
@@ -214,13 +214,6 @@ class Stack:
                 f"--web.listen-address=127.0.0.1:{ports[sc.PROMETHEUS]}", "--rules.alert.resend-delay=1s"],
                 lambda: _http_ok(f"{state.prometheus_url}/-/ready"))
             self._start_pools(state, pools, threads_per_process)
-        except BaseException as exc:
-            try:
-                self.down(state)
-            except StackError as stopping:  # say what failed first, not only what stopping it found
-                if isinstance(exc, Exception):
-                    raise StackError(f"{exc}; then, stopping what had started: {stopping}") from exc
-            raise
         return state
 
     def up_workers(self, config: Config, *, pools: Sequence[WorkerPool], prometheus_url: str,
@@ -231,16 +224,23 @@ class Stack:
         state = StackState(directory=str(self.directory), interval=0.0, redis_url=config.redis.url,
                            prometheus_url=prometheus_url, alertmanager_url=alertmanager_url or "", webhook_log="",
                            config_changes=apply_config(config))
-        try:
+        with self._stopped_on_failure(state):
             self._start_pools(state, pools, threads_per_process)
+        return state
+
+    @contextmanager
+    def _stopped_on_failure(self, state: StackState) -> Iterator[None]:
+        """On any failure inside, stop what was started and raise; when stopping fails too, say
+        what failed first, not only what stopping it found."""
+        try:
+            yield
         except BaseException as exc:
             try:
                 self.down(state)
-            except StackError as stopping:  # say what failed first, not only what stopping it found
+            except StackError as stopping:
                 if isinstance(exc, Exception):
                     raise StackError(f"{exc}; then, stopping what had started: {stopping}") from exc
             raise
-        return state
 
     def _start_pools(self, state: StackState, pools: Sequence[WorkerPool], threads_per_process: int) -> None:
         fairctl = [sys.executable, "-m", "fairctl"]
