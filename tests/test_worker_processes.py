@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +26,23 @@ def _children(log: Path) -> list[int]:
     """The pids of the worker processes, from the parent's start line."""
     wait_for(lambda: "worker processes:" in log.read_text(), 60, "the parent to start its children")
     return [int(pid) for pid in re.search(r"started \d+ worker processes: ([\d ]+)", log.read_text())[1].split()]
+
+
+def _one_slot_processes(redis_server: RedisServer, client: redis.Redis, tmp_path: Path, *,
+                        start_new_session: bool = False) -> tuple[Scheduler, str, Path, subprocess.Popen[bytes]]:
+    """PROCESSES worker processes of one slot each, once every one has registered: the scheduler,
+    the key the handlers record to, the parent's log and the parent."""
+    path, config = write_config(tmp_path, redis_server.url)
+    scheduler = Scheduler(config, client)
+    key, log = f"{config.redis.prefix}:ran", tmp_path / "worker.log"
+    proc = spawn_worker(path, log, key, redis_server.url, "--processes", str(PROCESSES), "--concurrency", "1",
+                        start_new_session=start_new_session)
+    try:
+        wait_for(lambda: scheduler.snapshot().worker_slots == PROCESSES, 60, "every process to register")
+    except BaseException:
+        proc.kill()
+        raise
+    return scheduler, key, log, proc
 
 
 def test_processes_register_their_slots_work_jobs_and_drain_on_sigterm(
@@ -53,13 +71,8 @@ def test_a_ctrl_c_reaches_each_process_once_so_running_jobs_finish(
         redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
     """A terminal sends SIGINT to the parent's whole process group; the children, in groups of
     their own, get it once from the parent: they drain (a second signal would abandon the job)."""
-    path, config = write_config(tmp_path, redis_server.url)
-    scheduler = Scheduler(config, client)
-    key, log = f"{config.redis.prefix}:ran", tmp_path / "worker.log"
-    proc = spawn_worker(path, log, key, redis_server.url, "--processes", str(PROCESSES), "--concurrency", "1",
-                        start_new_session=True)
+    scheduler, key, log, proc = _one_slot_processes(redis_server, client, tmp_path, start_new_session=True)
     try:
-        wait_for(lambda: scheduler.snapshot().worker_slots == PROCESSES, 60, "every process to register")
         scheduler.enqueue("password_reset", "t", {"service_s": 1.0})  # jobs:high: 2 slots are all reserved for it
         wait_for(lambda: totals(scheduler)["inflight"] == 1, 60, "the job to be leased")
     finally:
@@ -71,13 +84,8 @@ def test_a_ctrl_c_reaches_each_process_once_so_running_jobs_finish(
 
 def test_a_child_that_dies_stops_the_others_and_fails_the_parent(
         redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
-    path, config = write_config(tmp_path, redis_server.url)
-    scheduler = Scheduler(config, client)
-    log = tmp_path / "worker.log"
-    proc = spawn_worker(path, log, f"{config.redis.prefix}:ran", redis_server.url, "--processes", str(PROCESSES),
-                        "--concurrency", "1")
+    _, _, log, proc = _one_slot_processes(redis_server, client, tmp_path)
     try:
-        wait_for(lambda: scheduler.snapshot().worker_slots == PROCESSES, 60, "every process to register")
         os.kill(_children(log)[0], signal.SIGKILL)
         code = proc.wait(timeout=60)
     finally:
@@ -93,13 +101,8 @@ def test_children_drain_when_the_parent_is_killed(redis_server: RedisServer, cli
                                                   tmp_path: Path) -> None:
     """The parent killed hard (no signal to pass on): Linux sends each child SIGTERM, and they
     drain and unregister instead of working on unsupervised."""
-    path, config = write_config(tmp_path, redis_server.url)
-    scheduler = Scheduler(config, client)
-    log = tmp_path / "worker.log"
-    proc = spawn_worker(path, log, f"{config.redis.prefix}:ran", redis_server.url, "--processes", str(PROCESSES),
-                        "--concurrency", "1")
+    scheduler, _, log, proc = _one_slot_processes(redis_server, client, tmp_path)
     try:
-        wait_for(lambda: scheduler.snapshot().worker_slots == PROCESSES, 60, "every process to register")
         children = _children(log)
         proc.kill()
         proc.wait(timeout=60)
