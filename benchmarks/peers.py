@@ -17,7 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -182,23 +183,31 @@ def rq(peers: Peers, url: str, run: str, jobs: int, concurrency: int) -> float:
         _stop(workers)
 
 
-def bullmq(peers: Peers, url: str, run: str, jobs: int, concurrency: int) -> float:
-    """Seconds for ``jobs`` prioritized no-op jobs through one BullMQ worker of ``concurrency``."""
+@contextmanager
+def bullmq_worker(peers: Peers, script: str, url: str, queue: str, concurrency: int) -> Iterator[Callable[..., str]]:
+    """A Node process running ``benchmarks/peers/<script>``'s ``worker`` mode (a BullMQ Worker of
+    ``concurrency`` on ``queue``) until it printed "ready"; yields how to run another mode of the
+    same script on the queue (its stdout), and stops the worker afterwards."""
     assert peers.node is not None
-    queue = f"bench-{run}"
+    node = peers.node
     env = {**os.environ, "NODE_PATH": str(NODE_PREFIX / "node_modules")}
-    script = str(SCRIPTS / "bullmq_bench.mjs")
-    worker = subprocess.Popen([peers.node, script, "worker", url, queue, str(concurrency)], env=env,
+    path = str(SCRIPTS / script)
+    worker = subprocess.Popen([node, path, "worker", url, queue, str(concurrency)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert worker.stdout is not None
         if worker.stdout.readline().strip() != b"ready":
             raise RuntimeError("the BullMQ worker did not start")
-        done = subprocess.run([peers.node, script, "run", url, queue, str(jobs)], env=env, capture_output=True,
-                              text=True, timeout=RUN_TIMEOUT_S, check=True)
-        return float(done.stdout.strip().splitlines()[-1])
+        yield lambda mode, *args: subprocess.run([node, path, mode, url, queue, *args], env=env, capture_output=True,
+                                                 text=True, timeout=RUN_TIMEOUT_S, check=True).stdout
     finally:
         _stop([worker])
+
+
+def bullmq(peers: Peers, url: str, run: str, jobs: int, concurrency: int) -> float:
+    """Seconds for ``jobs`` prioritized no-op jobs through one BullMQ worker of ``concurrency``."""
+    with bullmq_worker(peers, "bullmq_bench.mjs", url, f"bench-{run}", concurrency) as run_mode:
+        return float(run_mode("run", str(jobs)).strip().splitlines()[-1])
 
 
 def flush(url: str) -> None:

@@ -121,19 +121,8 @@ def fairctl_worker(url: str, slots: int, name: str, *options: str, reserved: boo
 @contextmanager
 def bullmq_worker(found: peers.Peers, url: str, slots: int) -> Iterator[Callable[[], None]]:
     """One BullMQ Worker of concurrency ``slots``; yields how to add one stamped job."""
-    assert found.node is not None
-    env = {**os.environ, "NODE_PATH": str(peers.NODE_PREFIX / "node_modules")}
-    script, queue = str(peers.SCRIPTS / "bullmq_pickup.mjs"), f"pickup-{slots}"
-    worker = subprocess.Popen([found.node, script, "worker", url, queue, str(slots)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    try:
-        assert worker.stdout is not None
-        if worker.stdout.readline().strip() != b"ready":
-            raise RuntimeError("the BullMQ worker did not start")
-        yield lambda: subprocess.run([found.node, script, "add", url, queue], env=env, check=True,  # type: ignore[list-item]
-                                     capture_output=True, timeout=30)
-    finally:
-        stop_process(worker, timeout=10)
+    with peers.bullmq_worker(found, "bullmq_pickup.mjs", url, f"pickup-{slots}", slots) as run_mode:
+        yield lambda: run_mode("add") and None
 
 
 def stamped(scheduler: Scheduler) -> Callable[[], None]:
