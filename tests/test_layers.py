@@ -24,7 +24,10 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for layer in LAYERS for p in sorted((ROOT / layer).rglob("*.py"))}
+    # Hidden directories are not the tree's: benchmarks/.peers holds the peers' virtualenv once
+    # `python -m benchmarks` has run (git-ignored), and its packages import each other in loops.
+    return {module_name(p): p for layer in LAYERS for p in sorted((ROOT / layer).rglob("*.py"))
+            if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)}
 
 
 def imported(name: str, path: Path, known: set[str]) -> set[str]:
