@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import redis
+from redis.exceptions import NoScriptError
 
 from .classification import classify
 from .config import Config
@@ -87,8 +88,7 @@ class Scheduler:
         return [op, self.keys.base, now, *args]
 
     def _call(self, op: str, *args: object) -> Any:
-        if op != "snapshot":  # observers (exporter, status) show an evicting policy instead of refusing it
-            self.memory.ensure_policy()
+        self.memory.ensure_policy()  # observers' snapshots do not come here: they show an evicting policy instead
         return self._synced(lambda: (op, *args))
 
     def _synced(self, build: Callable[[], Sequence[object]], *, enqueue: bool = False) -> Any:
@@ -397,12 +397,41 @@ class Scheduler:
 
     def snapshot(self) -> Snapshot:
         """Counters, depth, in-flight, ages, windowed tenant service and the fairness sample per
-        class in one script call: O(classes * (k + sample) * log n), never a scan of jobs or tenants."""
-        now, stats, paused, dead, classes, unconfigured = self._call("snapshot")
+        class in one pipelined round trip: a script call per class, then one for the counters (last,
+        so no age is read after the time the snapshot is stamped with). Each call is
+        O((k + sample) * log n), never a scan of jobs or tenants, and short at any number of
+        tenants; the calls are not one atomic reading (a scrape never needed one)."""
+        calls = [("snapshot_class", i + 1) for i in range(len(self.settings.classes))] + [("snapshot",)]
+        *classes, (now, stats, paused, dead, unconfigured) = self._pipelined(calls)
         raw = {name: _raw_class(reply) for name, reply in zip(self.settings.classes, classes)}
         heads = {_text(unconfigured[i]): _optional_float(unconfigured[i + 1]) for i in range(0, len(unconfigured), 2)}
         return build_snapshot(self.config, int(now), _pairs_int(stats), [_text(p) for p in paused], raw, int(dead),
                               heads)
+
+    def _pipelined(self, calls: Sequence[Sequence[object]]) -> list[Any]:
+        """Script calls (op and arguments each) in one round trip, all under the applied config:
+        when Redis refuses any as stale, sync and send them all again. EVALSHA goes out directly,
+        not through redis-py's pipeline scripts, which ask SCRIPT EXISTS first (a second round trip
+        on every call); a NOSCRIPT (a restarted Redis) loads the script and sends again."""
+        for _ in range(SYNC_TRIES):
+            pipe = self._pipeline()
+            for op in calls:
+                pipe.evalsha(self._script.sha, len(self._fixed_keys), *self._fixed_keys, *self._argv(*op))
+            with redis_errors(self.client):
+                replies = pipe.execute(raise_on_error=False)
+            errors = [r for r in replies if isinstance(r, Exception)]
+            if not errors:
+                return replies
+            if any(isinstance(e, NoScriptError) for e in errors):
+                load = self._pipeline()
+                load.script_load(self._script.script)
+                with redis_errors(self.client):
+                    load.execute()
+            elif all(str(e).startswith(STALE) for e in errors):
+                self.sync()
+            else:
+                raise _script_error(next(e for e in errors if not str(e).startswith(STALE)))
+        raise ConfigConflict(f"the applied config of {self.keys.prefix} changed {SYNC_TRIES} times during one call")
 
     def dead_letters(self, start: int = 0, end: int = 99) -> list[dict[str, Any]]:
         """Dead-lettered jobs, oldest first, with the error that finished them."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import redis
 
@@ -138,3 +140,28 @@ def test_a_flood_kept_to_few_slots_is_still_noisy_by_its_backlog(client: redis.R
     low = s.snapshot().classes["jobs:low"]
     assert low.noisy_tenants == ("storm",)
     assert low.oldest_age == pytest.approx(65) and low.quiet_oldest_age == pytest.approx(5)
+
+
+def test_a_snapshot_survives_a_redis_that_forgot_its_scripts(client: redis.Redis) -> None:
+    """The snapshot's calls go out as one pipeline of EVALSHA; after SCRIPT FLUSH (as after a Redis
+    restart) it loads the script and reads the same figures."""
+    s, _ = scheduler(client)
+    s.enqueue("newsletter", "a")
+    before = s.snapshot().classes["jobs:low"]
+    client.script_flush()
+    after = s.snapshot().classes["jobs:low"]
+    assert (after.depth, after.top_backlog) == (before.depth, before.top_backlog) == (1, (("a", 1),))
+
+
+def test_a_snapshot_follows_a_config_applied_by_another_process(client: redis.Redis) -> None:
+    """Every call of the pipelined snapshot is refused under a stale config; the reader syncs and
+    reads all classes again under the applied one."""
+    s, clock = scheduler(client)
+    other = Scheduler(s.file_config, client, clock=clock)
+    s.enqueue("newsletter", "a")
+    s.snapshot()
+    classes = tuple(dataclasses.replace(c, weight=c.weight + 1) for c in other.config.classes)
+    other.apply(dataclasses.replace(other.config, classes=classes))
+    snap = s.snapshot()
+    assert s.settings.fingerprint == other.settings.fingerprint
+    assert snap.classes["jobs:low"].depth == 1

@@ -961,43 +961,46 @@ function ops.move()
   return moved
 end
 
--- Everything the exporter serves, in one call: O(classes * (k + sample) * log n), no scans.
-function ops.snapshot()
+-- What the exporter serves comes in one pipelined round trip of one call per class and this
+-- global call, so no call holds Redis long at any number of tenants (one call for all classes ran
+-- 1-2 ms at 100,000 tenants): O((k + sample) * log n) each, no scans. ARGV[4]: the class index.
+function ops.snapshot_class()
+  local c = cfg.classes[tonumber(ARGV[4])]
   local bucket = math.floor(now / cfg.window_ms)
-  local classes = {}
-  for i = 1, NCLASS do
-    local c = cfg.classes[i]
-    local function served(b, n)
-      return redis.call('ZREVRANGE', ckey(c, PART_SERVED .. b), 0, n - 1, 'WITHSCORES')
-    end
-    -- The fairness sample: one call per structure for all its tenants, so a scrape's commands do
-    -- not grow with the sample (three per tenant did: 485 commands a scrape at 100,000 tenants).
-    local backlog = redis.call('ZREVRANGE', ckey(c, PART_BACKLOG), 0, cfg.sample - 1)
-    local rows = {}
-    if #backlog > 0 then
-      local tiers = redis.call('HMGET', ckey(c, PART_COST), unpack(backlog))
-      local now_served = redis.call('ZMSCORE', ckey(c, PART_SERVED .. bucket), unpack(backlog))
-      local before = redis.call('ZMSCORE', ckey(c, PART_SERVED .. (bucket - 1)), unpack(backlog))
-      for k, tenant in ipairs(backlog) do
-        rows[#rows + 1] = tenant
-        rows[#rows + 1] = cost_of(tiers[k] or nil)
-        rows[#rows + 1] = now_served[k] or '0'
-        rows[#rows + 1] = before[k] or '0'
-      end
-    end
-    classes[i] = {
-      redis.call('ZRANGE', ckey(c, PART_HEADS), 0, cfg.heads - 1, 'WITHSCORES'),
-      redis.call('ZCARD', ckey(c, PART_TAGS)),
-      redis.call('ZREVRANGE', ckey(c, PART_BACKLOG), 0, cfg.backlog_top - 1, 'WITHSCORES'),
-      redis.call('ZREVRANGE', ckey(c, PART_INFLIGHT), 0, cfg.inflight_top - 1, 'WITHSCORES'),
-      served(bucket, cfg.served_top),
-      served(bucket - 1, cfg.served_top),
-      num(redis.call('GET', ckey(c, PART_SERVED_TOTAL .. bucket))),
-      num(redis.call('GET', ckey(c, PART_SERVED_TOTAL .. (bucket - 1)))),
-      rows,
-    }
+  local function served(b, n)
+    return redis.call('ZREVRANGE', ckey(c, PART_SERVED .. b), 0, n - 1, 'WITHSCORES')
   end
-  -- Classes the config does not name that still hold jobs: each one's oldest queued job.
+  -- The fairness sample: one call per structure for all its tenants, so a scrape's commands do
+  -- not grow with the sample (three per tenant did: 485 commands a scrape at 100,000 tenants).
+  local backlog = redis.call('ZREVRANGE', ckey(c, PART_BACKLOG), 0, cfg.sample - 1)
+  local rows = {}
+  if #backlog > 0 then
+    local tiers = redis.call('HMGET', ckey(c, PART_COST), unpack(backlog))
+    local now_served = redis.call('ZMSCORE', ckey(c, PART_SERVED .. bucket), unpack(backlog))
+    local before = redis.call('ZMSCORE', ckey(c, PART_SERVED .. (bucket - 1)), unpack(backlog))
+    for k, tenant in ipairs(backlog) do
+      rows[#rows + 1] = tenant
+      rows[#rows + 1] = cost_of(tiers[k] or nil)
+      rows[#rows + 1] = now_served[k] or '0'
+      rows[#rows + 1] = before[k] or '0'
+    end
+  end
+  return {
+    redis.call('ZRANGE', ckey(c, PART_HEADS), 0, cfg.heads - 1, 'WITHSCORES'),
+    redis.call('ZCARD', ckey(c, PART_TAGS)),
+    redis.call('ZREVRANGE', ckey(c, PART_BACKLOG), 0, cfg.backlog_top - 1, 'WITHSCORES'),
+    redis.call('ZREVRANGE', ckey(c, PART_INFLIGHT), 0, cfg.inflight_top - 1, 'WITHSCORES'),
+    served(bucket, cfg.served_top),
+    served(bucket - 1, cfg.served_top),
+    num(redis.call('GET', ckey(c, PART_SERVED_TOTAL .. bucket))),
+    num(redis.call('GET', ckey(c, PART_SERVED_TOTAL .. (bucket - 1)))),
+    rows,
+  }
+end
+
+-- The counters, paused classes, dead letters, and each class the config does not name that still
+-- holds jobs with its oldest queued job's enqueue time.
+function ops.snapshot()
   local stats = redis.call('HGETALL', K_STATS)
   local others, held = unconfigured(stats)
   local oldest = {}
@@ -1007,7 +1010,7 @@ function ops.snapshot()
       oldest[#oldest + 1] = redis.call('ZRANGE', ckey(c, PART_HEADS), 0, 0, 'WITHSCORES')[2] or ''
     end
   end
-  return {tostring(now), stats, redis.call('SMEMBERS', K_PAUSED), redis.call('LLEN', K_DEAD), classes, oldest}
+  return {tostring(now), stats, redis.call('SMEMBERS', K_PAUSED), redis.call('LLEN', K_DEAD), oldest}
 end
 
 local fn = ops[op]
