@@ -21,7 +21,6 @@ from typing import Any
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
-from redis.commands.core import Script
 from redis.exceptions import ClusterDownError, RedisClusterException
 from redis.retry import Retry
 
@@ -45,7 +44,7 @@ def redis_client(url: str, *, connect_timeout: float = 3.0, timeout: float = 10.
 class ClusterClient:
     """redis-py's :class:`RedisCluster`, created on first use rather than at construction (which
     contacts the cluster), so a process can start while the cluster is unreachable. Attribute
-    access is forwarded to the cluster client; scripts are registered without contacting it."""
+    access is forwarded to the cluster client."""
 
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         self._url = without_cluster(url)
@@ -60,10 +59,6 @@ class ClusterClient:
             if self._client is None:
                 self._client = RedisCluster.from_url(self._url, **self._options)
             return self._client
-
-    def register_script(self, script: str) -> Script:
-        # Encoded here: Script would otherwise ask the (not yet created) client for its encoder.
-        return Script(self, script.encode("utf-8"))  # type: ignore[arg-type]
 
     def close(self) -> None:
         with self._lock:

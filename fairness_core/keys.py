@@ -5,8 +5,9 @@ slot and every Lua script touching it runs on one node. Tenant ids appear only a
 tenant id (braces, colons and all) can move a key to another slot or out of its namespace.
 Per-class keys are ``{prefix}:q/<class>/<part>`` and tenant sub-queues ``{prefix}:q/<class>/t/<tenant>``:
 ``/`` cannot occur in a class name, so no class or tenant name can collide with another key. The Lua
-script receives ``base`` and the group-wide keys (in :data:`FIXED` order), and gets everything else
-here compiled in (fairness_core.script): the per-class layout and parts, and each KEYS index by name.
+script is given ``base`` and declares one key, the group's config key (which routes a call to the
+group's slot); it gets everything else here compiled in (fairness_core.script): the group-wide key
+suffixes, the per-class layout and parts.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ RATE_SPACE = "rate:"
 # runtime), so its ack corrects the charge by the difference. Built from ``base`` like RATE_SPACE.
 CHARGED = "charged"
 
-# The group-wide keys every script declares, in KEYS order; the script finds each by its name here.
+# The group-wide keys by the name the script uses for each (``KEY_<NAME>``, compiled in as the suffix).
 FIXED: dict[str, str] = {
     "stats": STATS, "swrr": SWRR, "paused": PAUSED, "arrivals": ARRIVALS, "seq": SEQ, "leases": LEASES,
     "leased": LEASED, "delayed": DELAYED, "dead": DEAD, "workers": WORKERS, "worker_slots": WORKER_SLOTS,
@@ -136,6 +137,7 @@ class Keys:
     def tenant_queue(self, queue: str, tenant: str) -> str:
         return self.class_key(queue, TENANT_QUEUE + tenant)
 
-    def fixed(self) -> list[str]:
-        """The group-wide keys every script declares, KEYS[1..n] in :data:`FIXED` order."""
-        return [self.base + suffix for suffix in FIXED.values()]
+    def declared(self) -> list[str]:
+        """The keys every scheduler call declares: the config key alone, which every call reads
+        and which names the group's slot (the script builds every other key from ``base``)."""
+        return [self.config]

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import redis
-from redis.exceptions import NoScriptError
 
 from .classification import classify
 from .config import Config
@@ -27,6 +26,7 @@ from .jobs import (
     popped_lease, runtime_us, settled,
 )
 from .keys import WAKE_MEMBER, Keys
+from .library import Library, missing
 from .memory import MemoryGuard
 from .script import script_source
 from .settings import derive, rebases_tags
@@ -67,7 +67,7 @@ class Scheduler:
         self.client = client
         self.keys = Keys(config.redis.prefix)
         self._clock = clock
-        self._fixed_keys = self.keys.fixed()
+        self._declared = self.keys.declared()
         self.applied: Applied | None = None
         self._ran = False  # a script call has run: a sync from now on follows a change, not a start
         self._sync_lock = threading.Lock()
@@ -76,12 +76,11 @@ class Scheduler:
         self.memory = MemoryGuard(client, config.redis.memory_headroom)
 
     def _compile(self, config: Config, moves: Moves) -> None:
-        """Run ``config`` with ``moves`` from now on. Enqueues go through a script Redis refuses at
-        maxmemory; everything that drains the queue through one it runs all the same."""
+        """Run ``config`` with ``moves`` from now on. Enqueues go through a function Redis refuses
+        at maxmemory; everything that drains the queue through one it runs all the same."""
         self.config, self.moves = config, moves
         self.settings = derive(config, moves)
-        self._script = self.client.register_script(script_source(self.settings, allow_oom=True))
-        self._enqueue_script = self.client.register_script(script_source(self.settings, allow_oom=False))
+        self._library = Library(script_source(self.settings))
 
     def _argv(self, op: object, *args: object) -> list[object]:
         now = "" if self._clock is None else str(int(self._clock()))
@@ -96,10 +95,11 @@ class Scheduler:
         Redis says this process's config is not the applied one, sync and build again (arguments
         such as class indices are the config's)."""
         for _ in range(SYNC_TRIES):
-            script = self._enqueue_script if enqueue else self._script
+            library = self._library
             try:
                 with redis_errors(self.client):
-                    reply = script(keys=self._fixed_keys, args=self._argv(*build()))
+                    reply = library.call(self.client, self._node, library.enqueue if enqueue else library.drain,
+                                         self._declared, self._argv(*build()))
                 self._ran = True
                 return reply
             except redis.ResponseError as exc:
@@ -182,11 +182,11 @@ class Scheduler:
     def _apply_script(self, config: Config, moves: Moves, *, expect: str, rebase: bool, check: bool) -> int:
         """The ``apply`` op, run by the script compiled from ``config``; the version applied.
         ``check``: refuse to strand jobs (a group's first config, adopted, is not checked)."""
-        script = self.client.register_script(script_source(derive(config, moves), allow_oom=True))
+        library = Library(script_source(derive(config, moves)))
         args = self._argv("apply", expect, shared_text(config), moves.text(), "1" if rebase else "0",
                           "1" if check else "0")
         with redis_errors(self.client):
-            reply = script(keys=self._fixed_keys, args=args)
+            reply = library.call(self.client, self._node, library.drain, self._declared, args)
         kind = _text(reply[0])
         if kind == "conflict":
             raise ConfigConflict(f"the applied config of {self.keys.prefix} changed since it was read (now "
@@ -235,33 +235,45 @@ class Scheduler:
         todo = list(range(len(bodies)))
         for _ in range(SYNC_TRIES):
             head = self._enqueue_args(task, tenant, tier, user_waiting)
-            pipe = self._pipeline()
-            for i in todo:
-                self._enqueue_script(keys=self._fixed_keys, args=self._argv(*head, bodies[i]), client=pipe)
             with redis_errors(self.client):
+                library, pipe = self._library, self._pipeline()
+                for i in todo:
+                    library.queue(pipe, library.enqueue, self._declared, self._argv(*head, bodies[i]))
                 replies = pipe.execute(raise_on_error=False)
-            stale: list[int] = []
+            again: list[int] = []
             errors: list[Exception] = []
             for i, reply in zip(todo, replies):
                 if not isinstance(reply, Exception):
                     results[i] = self._enqueued(reply, head, raise_rejected=False)
-                elif str(reply).startswith(STALE):
-                    stale.append(i)
+                elif str(reply).startswith(STALE) or missing(reply):
+                    again.append(i)
                 else:
                     errors.append(reply)
             self.memory.batch_refused(errors, results)
-            if not stale:
+            if not again:
                 return results
-            todo = stale
-            self.sync()
+            todo = again
+            self._recover([r for r in replies if isinstance(r, Exception)])
         raise ConfigConflict(f"the applied config of {self.keys.prefix} changed {SYNC_TRIES} times during one call")
+
+    def _node(self) -> Any:
+        """The client of the Redis serving the group's slot: on a Cluster, its node's."""
+        if isinstance(self.client, ClusterClient):
+            return self.client.cluster().get_node_from_key(self.keys.config).redis_connection
+        return self.client
 
     def _pipeline(self) -> Any:
         """A pipeline (no transaction) to the group's Redis; on a Cluster, to the node that serves
-        the group's slot, as redis-py's cluster pipelines refuse script calls."""
-        if isinstance(self.client, ClusterClient):
-            return self.client.cluster().get_node_from_key(self.keys.stats).redis_connection.pipeline(transaction=False)
-        return self.client.pipeline(transaction=False)
+        the group's slot, as redis-py's cluster pipelines refuse function calls."""
+        return self._node().pipeline(transaction=False)
+
+    def _recover(self, errors: Sequence[Exception]) -> None:
+        """After pipelined calls were refused: load the library where it was missing, and follow
+        the applied config where it was stale; the caller sends those calls again."""
+        if any(missing(e) for e in errors):
+            self._library.load(self._node())
+        if any(str(e).startswith(STALE) for e in errors):
+            self.sync()
 
     def _enqueue_args(self, task: str, tenant: str, tier: str | None, user_waiting: bool) -> tuple[object, ...]:
         """The enqueue op's arguments but the payload, after checking each (InvalidJob names it)."""
@@ -401,36 +413,33 @@ class Scheduler:
         so no age is read after the time the snapshot is stamped with). Each call is
         O((k + sample) * log n), never a scan of jobs or tenants, and short at any number of
         tenants; the calls are not one atomic reading (a scrape never needed one)."""
-        calls = [("snapshot_class", i + 1) for i in range(len(self.settings.classes))] + [("snapshot",)]
+        def calls() -> list[tuple[object, ...]]:  # the applied config's classes: a sync may change them
+            return [("snapshot_class", i + 1) for i in range(len(self.settings.classes))] + [("snapshot",)]
+
         *classes, (now, stats, paused, dead, unconfigured) = self._pipelined(calls)
         raw = {name: _raw_class(reply) for name, reply in zip(self.settings.classes, classes)}
         heads = {_text(unconfigured[i]): _optional_float(unconfigured[i + 1]) for i in range(0, len(unconfigured), 2)}
         return build_snapshot(self.config, int(now), _pairs_int(stats), [_text(p) for p in paused], raw, int(dead),
                               heads)
 
-    def _pipelined(self, calls: Sequence[Sequence[object]]) -> list[Any]:
-        """Script calls (op and arguments each) in one round trip, all under the applied config:
-        when Redis refuses any as stale, sync and send them all again. EVALSHA goes out directly,
-        not through redis-py's pipeline scripts, which ask SCRIPT EXISTS first (a second round trip
-        on every call); a NOSCRIPT (a restarted Redis) loads the script and sends again."""
+    def _pipelined(self, calls: Callable[[], Sequence[Sequence[object]]]) -> list[Any]:
+        """The calls (op and arguments each) ``calls`` gives under the applied config, in one round
+        trip: when Redis refuses any as stale, or finds the library missing (a restarted Redis),
+        sync or load it and send them all again."""
         for _ in range(SYNC_TRIES):
-            pipe = self._pipeline()
-            for op in calls:
-                pipe.evalsha(self._script.sha, len(self._fixed_keys), *self._fixed_keys, *self._argv(*op))
             with redis_errors(self.client):
+                library, pipe = self._library, self._pipeline()
+                for op in calls():
+                    library.queue(pipe, library.drain, self._declared, self._argv(*op))
                 replies = pipe.execute(raise_on_error=False)
             errors = [r for r in replies if isinstance(r, Exception)]
             if not errors:
+                self._ran = True
                 return replies
-            if any(isinstance(e, NoScriptError) for e in errors):
-                load = self._pipeline()
-                load.script_load(self._script.script)
-                with redis_errors(self.client):
-                    load.execute()
-            elif all(str(e).startswith(STALE) for e in errors):
-                self.sync()
-            else:
-                raise _script_error(next(e for e in errors if not str(e).startswith(STALE)))
+            unexpected = [e for e in errors if not (str(e).startswith(STALE) or missing(e))]
+            if unexpected:
+                raise _script_error(unexpected[0])
+            self._recover(errors)
         raise ConfigConflict(f"the applied config of {self.keys.prefix} changed {SYNC_TRIES} times during one call")
 
     def dead_letters(self, start: int = 0, end: int = 99) -> list[dict[str, Any]]:

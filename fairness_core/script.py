@@ -5,7 +5,7 @@ The script hard-codes nothing that Python defines. Its ``cfg`` table is the conf
 the record separator and field positions of :mod:`fairness_core.jobs` and the key layout of
 :mod:`fairness_core.keys`, written into the code as literal constants. Nothing is sent or decoded
 per call: decoding the config from JSON on every call cost more than a fifth of a pop's time in
-Redis.
+Redis. Redis runs it as a function library (:mod:`fairness_core.library`).
 """
 
 from __future__ import annotations
@@ -68,24 +68,18 @@ def layout() -> dict[str, Any]:
         "ENV_TASK_HEAD": _head(Envelope, "task"),  # charging by runtime looks up the task's estimate
         **_positions("REC", Record), "REC_HEAD": _head(Record, Record.names()[-2]),
         **_positions("DEAD", DeadLetter), "DEAD_HEAD": _head(DeadLetter, DeadLetter.names()[-2]),
-        **{f"KEY_{name.upper()}": i for i, name in enumerate(FIXED, start=1)},
+        **{f"KEY_{name.upper()}": suffix for name, suffix in FIXED.items()},
         "CLASS_SPACE": CLASS_SPACE, "PART_SEP": PART_SEP, "TENANT_QUEUE": TENANT_QUEUE, "RATE_SPACE": RATE_SPACE,
         "CHARGED": CHARGED, "WAKE_MEMBER": WAKE_MEMBER,
         **{f"PART_{name.upper()}": part for name, part in CLASS_PARTS.items()},
     }
 
 
-def script_source(settings: Settings, *, allow_oom: bool) -> str:
-    """The scheduler script with ``settings`` as its ``cfg`` table (the line ``local cfg =
+def script_source(settings: Settings) -> str:
+    """The scheduler's Lua with ``settings`` as its ``cfg`` table (the line ``local cfg =
     __SETTINGS__``) and each layout name replaced by its value, a literal constant in the code as
-    if written there: a table literal, or locals the script's functions capture, would be built
-    anew on every call.
-
-    ``allow_oom``: Redis runs the script even over ``maxmemory`` (Redis 7's script flags). Pops,
-    acks and reaps need that: they are what frees memory, and a Redis that refused them would stay
-    full. Without it Redis refuses the whole call up front when over the limit, as an enqueue
-    should be."""
+    if written there. It defines ``call(keys, args)``, which :class:`~fairness_core.library.Library`
+    registers as the library's functions."""
     constants = {name: lua_literal(value) for name, value in layout().items()}
     source = _SOURCE.replace("\nlocal cfg = __SETTINGS__\n", f"\nlocal cfg = {lua_literal(asdict(settings))}\n", 1)
-    shebang = "#!lua flags=allow-oom\n" if allow_oom else "#!lua\n"
-    return shebang + _COMMENT_OR_NAME.sub(lambda m: constants.get(m.group(0), m.group(0)), source)
+    return _COMMENT_OR_NAME.sub(lambda m: constants.get(m.group(0), m.group(0)), source)

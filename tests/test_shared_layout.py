@@ -38,10 +38,10 @@ def test_every_layout_name_the_script_uses_is_compiled_in_and_every_one_is_used(
 
 def test_the_compiled_script_holds_the_values_not_the_names() -> None:
     settings = derive(load_config(EXAMPLE_CONFIG))
-    code = re.sub(r"--[^\n]*", "", script_source(settings, allow_oom=True))
+    code = re.sub(r"--[^\n]*", "", script_source(settings))
     assert "__SETTINGS__" not in code
     assert not set(re.findall(r"\b[A-Z][A-Z0-9_]*\b", code)) & set(layout())
-    assert "KEYS[1]" in code and '"q/"' in code
+    assert '"stats"' in code and '"q/"' in code
 
 
 def test_the_lua_cfg_is_the_settings_object() -> None:
@@ -71,9 +71,10 @@ def test_model_and_scheduler_read_derived_values_only_from_settings() -> None:
         assert _config_reads(ROOT / "fairness_core" / module) <= {"class_index", "redis"}, module
 
 
-def test_fixed_keys_follow_keys_fixed_order_and_names() -> None:
+def test_the_scripts_group_keys_are_the_keys_module_s() -> None:
     keys = Keys("p")
-    assert keys.fixed() == [getattr(keys, name) for name in FIXED]
+    assert {name: keys.base + suffix for name, suffix in FIXED.items()} == {name: getattr(keys, name) for name in FIXED}
+    assert keys.declared() == [keys.config]
     assert keys.tenant_queue("jobs:high", "a/b") == "{p}:q/jobs:high/t/a/b"
     assert keys.class_key("jobs:high", "tags") == "{p}:q/jobs:high/tags"
 

@@ -142,13 +142,13 @@ def test_a_flood_kept_to_few_slots_is_still_noisy_by_its_backlog(client: redis.R
     assert low.oldest_age == pytest.approx(65) and low.quiet_oldest_age == pytest.approx(5)
 
 
-def test_a_snapshot_survives_a_redis_that_forgot_its_scripts(client: redis.Redis) -> None:
-    """The snapshot's calls go out as one pipeline of EVALSHA; after SCRIPT FLUSH (as after a Redis
-    restart) it loads the script and reads the same figures."""
+def test_a_snapshot_survives_a_redis_that_forgot_its_functions(client: redis.Redis) -> None:
+    """The snapshot's calls go out as one pipeline; after FUNCTION FLUSH (as after a Redis restart
+    without persistence) it loads the library and reads the same figures."""
     s, _ = scheduler(client)
     s.enqueue("newsletter", "a")
     before = s.snapshot().classes["jobs:low"]
-    client.script_flush()
+    client.function_flush()
     after = s.snapshot().classes["jobs:low"]
     assert (after.depth, after.top_backlog) == (before.depth, before.top_backlog) == (1, (("a", 1),))
 

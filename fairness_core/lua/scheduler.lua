@@ -1,7 +1,10 @@
--- fairctl scheduler: every decision and its effect in one atomic script.
+-- fairctl scheduler: every decision and its effect in one atomic call.
 --
--- KEYS: the group-wide keys; all share one {hash tag}, and the per-class/per-tenant keys built
---       below use the same tag (same slot).
+-- Loaded into Redis once as a function library (fairness_core.library): the code below runs once,
+-- at load, and each call runs only `call` at the end and what it calls. (Sent as a script, Redis
+-- ran all of it on every call: defining the functions took 30 of a pop+ack's 88 µs.)
+-- KEYS[1]: the group's config key. It routes the call to the group's slot; every other key is
+--       built from the key base and shares its {hash tag} (same slot).
 -- ARGV[1] operation, ARGV[2] key base ("{prefix}:"), ARGV[3] time override in ms ("" = Redis TIME),
 -- ARGV[4..] op args.
 --
@@ -11,34 +14,17 @@
 -- literal constant in the code: the field separator of every stored line; ENV_<FIELD>, REC_<FIELD>
 -- and DEAD_<FIELD>, the 1-based field positions of fairness_core.jobs' Envelope, Record and
 -- DeadLetter (and ENV_HEAD, REC_HEAD, patterns capturing the fields read here); KEY_<NAME>, the
--- KEYS index of each key of fairness_core.keys.FIXED; and the per-class key layout and parts of
--- fairness_core.keys (CLASS_SPACE, PART_<NAME>, ...).
+-- suffix of each group-wide key of fairness_core.keys.FIXED; and the per-class key layout and parts
+-- of fairness_core.keys (CLASS_SPACE, PART_<NAME>, ...).
 -- Compiled in, nothing is sent or decoded per call (decoding the config from JSON on every call
--- cost more than a fifth of a pop's time in Redis), and constants in the code cost nothing: a
--- table literal or captured locals would be built anew on every call.
+-- cost more than a fifth of a pop's time in Redis).
 -- fairness_core/model.py implements exactly the same policy in Python; keep them in step.
 
 local cfg = __SETTINGS__
-local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS, K_CONFIG =
-  KEYS[KEY_STATS], KEYS[KEY_SWRR], KEYS[KEY_PAUSED], KEYS[KEY_ARRIVALS], KEYS[KEY_SEQ], KEYS[KEY_LEASES],
-  KEYS[KEY_LEASED], KEYS[KEY_DELAYED], KEYS[KEY_DEAD], KEYS[KEY_WORKERS], KEYS[KEY_WORKER_SLOTS], KEYS[KEY_CONFIG]
-local op = ARGV[1]
-local base = ARGV[2]
-local K_CHARGED = base .. CHARGED
--- Every call runs the applied config or nothing: a script compiled from another config (a process
--- that has not seen the latest `fairctl config apply`, or one that has not applied any) is refused
--- before it reads or writes anything, and its process reloads the applied config and retries.
-if op ~= 'apply' and redis.call('HGET', K_CONFIG, 'fingerprint') ~= cfg.fingerprint then
-  return redis.error_reply('FAIRCTL_STALE_CONFIG the queue group runs another config than this process')
-end
-local now
-if ARGV[3] ~= '' then
-  now = tonumber(ARGV[3])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
+-- Set by `call` for each call: Redis runs one call at a time, and the functions below read them.
+local ARGV, op, base, now
+local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS, K_CONFIG,
+  K_CHARGED
 local NCLASS = #cfg.classes
 
 local function ckey(c, part) return base .. CLASS_SPACE .. c .. PART_SEP .. part end
@@ -1013,6 +999,31 @@ function ops.snapshot()
   return {tostring(now), stats, redis.call('SMEMBERS', K_PAUSED), redis.call('LLEN', K_DEAD), oldest}
 end
 
-local fn = ops[op]
-if fn == nil then return redis.error_reply('fairctl: unknown operation ' .. tostring(op)) end
-return fn()
+-- The group-wide key names of the last key base seen: a worker's calls all name the same group.
+local keys_of = nil
+
+local function call(keys, args)
+  ARGV, op, base = args, args[1], args[2]
+  if base ~= keys_of then
+    K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES = base .. KEY_STATS, base .. KEY_SWRR, base .. KEY_PAUSED,
+      base .. KEY_ARRIVALS, base .. KEY_SEQ, base .. KEY_LEASES
+    K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS = base .. KEY_LEASED, base .. KEY_DELAYED, base .. KEY_DEAD,
+      base .. KEY_WORKERS, base .. KEY_WORKER_SLOTS
+    K_CONFIG, K_CHARGED, keys_of = base .. KEY_CONFIG, base .. CHARGED, base
+  end
+  -- Every call runs the applied config or nothing: code compiled from another config (a process
+  -- that has not seen the latest `fairctl config apply`, or one that has not applied any) is
+  -- refused before it reads or writes anything, and its process reloads the applied config and retries.
+  if op ~= 'apply' and redis.call('HGET', K_CONFIG, 'fingerprint') ~= cfg.fingerprint then
+    return redis.error_reply('FAIRCTL_STALE_CONFIG the queue group runs another config than this process')
+  end
+  if ARGV[3] ~= '' then
+    now = tonumber(ARGV[3])
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local fn = ops[op]
+  if fn == nil then return redis.error_reply('fairctl: unknown operation ' .. tostring(op)) end
+  return fn()
+end
