@@ -44,17 +44,17 @@ class Library:
                      f"redis.register_function{{function_name='{self.drain}', callback=call, flags={{'allow-oom'}}}}\n"
                      f"redis.register_function{{function_name='{self.enqueue}', callback=call}}\n")
 
-    def call(self, client: Any, node: Callable[[], Any], function: str, keys: Sequence[str],
+    def call(self, send: Callable[..., Any], node: Callable[[], Any], function: str, keys: Sequence[str],
              args: Sequence[object]) -> Any:
-        """``FCALL function`` through ``client``; when the library is missing, load it on
-        ``node()`` (the Redis serving the group's slot) and call again."""
+        """``send("FCALL", function, ...)``; when the library is missing, load it on ``node()``
+        (the Redis serving the group's slot) and call again."""
         try:
-            return client.fcall(function, len(keys), *keys, *args)
+            return send("FCALL", function, len(keys), *keys, *args)
         except redis.ResponseError as exc:
             if not missing(exc):
                 raise
         self.load(node())
-        return client.fcall(function, len(keys), *keys, *args)
+        return send("FCALL", function, len(keys), *keys, *args)
 
     def queue(self, pipe: Any, function: str, keys: Sequence[str], args: Sequence[object]) -> None:
         """Add ``FCALL function`` to a pipeline (whose replies the caller checks with :func:`missing`)."""

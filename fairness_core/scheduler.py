@@ -71,6 +71,7 @@ class Scheduler:
         self.applied: Applied | None = None
         self._ran = False  # a script call has run: a sync from now on follows a change, not a start
         self._sync_lock = threading.Lock()
+        self._own = threading.local()  # each thread's own connection (_send)
         self._compile(config, NO_MOVES)
         # Enqueues refused near maxmemory; every process that changes the queues refuses an evicting Redis.
         self.memory = MemoryGuard(client, config.redis.memory_headroom)
@@ -98,7 +99,7 @@ class Scheduler:
             library = self._library
             try:
                 with redis_errors(self.client):
-                    reply = library.call(self.client, self._node, library.enqueue if enqueue else library.drain,
+                    reply = library.call(self._send, self._node, library.enqueue if enqueue else library.drain,
                                          self._declared, self._argv(*build()))
                 self._ran = True
                 return reply
@@ -186,7 +187,7 @@ class Scheduler:
         args = self._argv("apply", expect, shared_text(config), moves.text(), "1" if rebase else "0",
                           "1" if check else "0")
         with redis_errors(self.client):
-            reply = library.call(self.client, self._node, library.drain, self._declared, args)
+            reply = library.call(self._send, self._node, library.drain, self._declared, args)
         kind = _text(reply[0])
         if kind == "conflict":
             raise ConfigConflict(f"the applied config of {self.keys.prefix} changed since it was read (now "
@@ -255,6 +256,30 @@ class Scheduler:
             todo = again
             self._recover([r for r in replies if isinstance(r, Exception)])
         raise ConfigConflict(f"the applied config of {self.keys.prefix} changed {SYNC_TRIES} times during one call")
+
+    def _send(self, *command: object) -> Any:
+        """One command and its reply. With a plain Redis client, on a connection of this thread's
+        own, held across calls: redis-py's client wrapper and pool cost 25-35 µs of CPU a call
+        (65-77 µs against 37-42 µs, measured), as much as the worker's own work on a no-op job.
+        A connection that fails is closed and the command sent once more on a new one, as
+        redis-py's client does: a connection left over from before a Redis restart fails on first
+        use; if Redis is down the new one fails too and the error goes to the caller. A thread's
+        connection closes with the thread. On a Cluster, redis-py's cluster client (which follows
+        slot moves)."""
+        if not isinstance(self.client, redis.Redis):
+            return self.client.execute_command(*command)
+        conn = getattr(self._own, "conn", None)
+        if conn is None:
+            pool = self.client.connection_pool
+            conn = self._own.conn = pool.connection_class(**pool.connection_kwargs)
+        packed = conn.pack_command(*command)
+        try:
+            conn.send_packed_command(packed, check_health=False)
+            return conn.read_response()
+        except redis.ConnectionError:
+            conn.disconnect()
+        conn.send_packed_command(packed, check_health=False)
+        return conn.read_response()
 
     def _node(self) -> Any:
         """The client of the Redis serving the group's slot: on a Cluster, its node's."""
