@@ -211,18 +211,19 @@ local function push_head(c, tenant, env)
 end
 
 -- Pop n jobs from the head of a tenant's sub-queue (the tail, youngest first, with from_tail),
--- keeping tags/heads/backlog in step.
+-- keeping tags/heads/backlog in step. The backlog's count is the sub-queue's length (every push
+-- and take changes both), so its new value says what is left without an LLEN.
 local function take(c, tenant, n, from_tail)
   local qk = tkey(c, tenant)
   local items = redis.call(from_tail and 'RPOP' or 'LPOP', qk, n)
-  local left = redis.call('LLEN', qk)
-  if left == 0 then
+  local left = tonumber(redis.call('ZINCRBY', ckey(c, PART_BACKLOG), -#items, tenant))
+  if left <= 0 then
+    left = 0
     redis.call('ZREM', ckey(c, PART_TAGS), tenant)
     redis.call('ZREM', ckey(c, PART_HEADS), tenant)
     redis.call('ZREM', ckey(c, PART_BACKLOG), tenant)
     redis.call('HDEL', ckey(c, PART_COST), tenant)
   else
-    redis.call('ZINCRBY', ckey(c, PART_BACKLOG), -#items, tenant)
     if not from_tail then
       local _, enq = header(redis.call('LINDEX', qk, 0))
       redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
