@@ -41,7 +41,7 @@ def row(url: str, tenants: int, jobs: int, repeats: int) -> Row:
     )
     return Row("1c", "pop+ack, one job per call, `charge: runtime` (each ack reports its runtime)",
                per_second(ours), f"`charge: jobs` {per_second(baseline)}", ours / baseline, "informative", None,
-               f"in Redis: script {runtime_us:.0f} µs per call under runtime, {jobs_us:.0f} µs under jobs "
+               f"in Redis: {runtime_us:.0f} µs per call under runtime, {jobs_us:.0f} µs under jobs "
                f"({reported_us:.0f} µs with runtimes reported)")
 
 

@@ -50,7 +50,7 @@ def alternate(repeats: int, *runs: Callable[[], float]) -> list[float]:
 
 
 def server_us(client: redis.Redis, command: str, run: Callable[[], object]) -> float:
-    """Mean microseconds Redis spent per call of ``command`` (e.g. ``evalsha``) during ``run``."""
+    """Mean microseconds Redis spent per call of ``command`` (e.g. ``fcall``) during ``run``."""
     def totals() -> tuple[int, int]:
         stats = client.info("commandstats").get(f"cmdstat_{command}", {"usec": 0, "calls": 0})
         return int(stats["usec"]), int(stats["calls"])

@@ -19,7 +19,7 @@ from .load import TASKS, payload
 THRESHOLD_US = 100  # log every command slower than this
 LOG_LENGTH = 1_000_000  # keep them all
 FLEET_SLOTS = 1_000_000
-OP_ARG = 3  # EVALSHA sha numkeys KEYS... ARGV[1]: the op is the first argument after the keys
+OP_ARG = 3  # FCALL function numkeys KEYS... ARGV[1]: the op is the first argument after the keys
 
 
 def start(client: redis.Redis) -> None:
@@ -60,7 +60,7 @@ def longest(client: redis.Redis, base: str, limit_us: int) -> Longest:
     over = 0
     for entry in client.slowlog_get(LOG_LENGTH):
         args = entry["command"].split(b" ")
-        if args[0].upper() not in (b"EVALSHA", b"EVAL") or not args[OP_ARG].decode().startswith(base):
+        if args[0].upper() != b"FCALL" or not args[OP_ARG].decode().startswith(base):
             continue
         op = args[OP_ARG + int(args[2])].decode()
         by_op[op] = max(by_op[op], int(entry["duration"]))

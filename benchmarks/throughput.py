@@ -83,4 +83,4 @@ def script_us(client: redis.Redis, sched: Scheduler, tenants: int, jobs: int, pe
               report: bool = False) -> float:
     """Mean microseconds Redis spends in the script per call of :func:`drain` (what limits it)."""
     refill(sched, tenants, jobs)
-    return server_us(client, "evalsha", lambda: drain(sched, jobs, per_call, report=report))
+    return server_us(client, "fcall", lambda: drain(sched, jobs, per_call, report=report))
