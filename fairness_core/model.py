@@ -21,7 +21,7 @@ from .jobs import (
     TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line, runtime_us,
     settled,
 )
-from .settings import derive, rebases_tags
+from .settings import SWEEP_BATCH, derive, rebases_tags
 from .snapshot import RawClass, Snapshot, build_snapshot
 from .zset import ZSet
 
@@ -479,7 +479,7 @@ class Model:
 
     def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Record]:
         """Like :meth:`pop`, returning the model's own records (cheaper for the simulator)."""
-        self._release_delayed(now, 100)
+        self._release_delayed(now, SWEEP_BATCH)
         allowed = set(range(len(self.names))) if classes is None else {self._pool_index(c) for c in classes}
         s = self.settings
         depth = [self.stats.get(f"depth{SEP}{n}", 0) for n in self.names]

@@ -29,13 +29,12 @@ from .keys import WAKE_MEMBER, Keys
 from .library import Library, missing
 from .memory import MemoryGuard
 from .script import script_source
-from .settings import derive, rebases_tags
+from .settings import SWEEP_BATCH, derive, rebases_tags
 from .snapshot import RawClass, Snapshot, build_snapshot
 
 MAX_POP = 1000
-SWEEP_LIMIT = 1000
+SWEEP_LIMIT = 1000  # jobs one sweep (reap, aging, moves) handles at most, in calls of SWEEP_BATCH
 DEAD_PAGE = 100
-MOVE_BATCH = 1000  # jobs one move call takes: a move of millions never holds Redis for long
 # Replies of the script that are not a command's error (see lua/scheduler.lua).
 STALE, DAMAGED = "FAIRCTL_STALE_CONFIG", "FAIRCTL_DAMAGED"
 # Syncs one call may need: more means the applied config changes faster than it can be read.
@@ -174,11 +173,19 @@ class Scheduler:
         return ApplyOutcome(version=version, fingerprint=self.settings.fingerprint,
                             changes=tuple(differences(before, config)), moved=moved)
 
-    def move_pending(self, limit: int = MOVE_BATCH) -> int:
-        """Move up to ``limit`` queued jobs of classes the applied config moved (one script call);
-        how many moved. ``apply`` moves them all; workers call this on their sweeps too, so the
-        moves finish even if the process that applied dies half way."""
-        return int(self._call("move", limit))
+    def move_pending(self, limit: int = SWEEP_LIMIT) -> int:
+        """Move up to ``limit`` queued jobs of classes the applied config moved, in calls of
+        :data:`SWEEP_BATCH` (a move of millions never holds Redis for long); how many moved.
+        ``apply`` moves them all; workers call this on their sweeps too, so the moves finish even
+        if the process that applied dies half way."""
+        moved = 0
+        while moved < limit:
+            asked = min(SWEEP_BATCH, limit - moved)
+            n = int(self._call("move", asked))
+            moved += n
+            if n < asked:
+                break
+        return moved
 
     def _apply_script(self, config: Config, moves: Moves, *, expect: str, rebase: bool, check: bool) -> int:
         """The ``apply`` op, run by the script compiled from ``config``; the version applied.
@@ -376,13 +383,35 @@ class Scheduler:
     # ------------------------------------------------------------------ sweeps
 
     def reap(self, limit: int = SWEEP_LIMIT) -> int:
-        """Return expired leases to the head of their tenant's sub-queue; how many expired."""
-        return int(self._call("reap", limit))
+        """Return up to ``limit`` expired leases to the head of their tenant's sub-queue, release
+        retries that came due and drop expired worker registrations, in calls of
+        :data:`SWEEP_BATCH` of each; how many leases expired."""
+        expired = 0
+        while expired < limit:
+            asked = min(SWEEP_BATCH, limit - expired)
+            leases, retries, workers = (int(n) for n in self._call("reap", asked))
+            expired += leases
+            if max(leases, retries, workers) < asked:
+                break
+        return expired
 
     def promote_overdue(self, limit: int = SWEEP_LIMIT) -> int:
-        """Aging: move jobs older than their class's ``promote_after`` one class up, at most
-        ``tenants.batch`` per tenant per sweep (oldest tenants first), so a flood stays a flood."""
-        return int(self._call("promote", limit))
+        """Aging: move up to ``limit`` jobs older than their class's ``promote_after`` one class
+        up, at most ``tenants.batch`` per tenant per sweep (oldest tenants first), so a flood stays
+        a flood. Each aged class's overdue tenants are read once, then visited a few per call
+        (at most :data:`SWEEP_BATCH` jobs each)."""
+        moved = 0
+        per_call = max(1, SWEEP_BATCH // self.settings.batch)
+        aged = [name for name, after in zip(self.settings.classes[1:], self.settings.promote_ms[1:]) if after > 0]
+        for name in aged:
+            if moved >= limit:
+                break
+            tenants = [_text(t) for t in self._call("overdue", name, limit - moved)]
+            for first in range(0, len(tenants), per_call):
+                moved += int(self._call("promote", name, limit - moved, *tenants[first:first + per_call]))
+                if moved >= limit:
+                    break
+        return moved
 
     def register_worker(self, worker_id: str, slots: int, ttl: float) -> None:
         """Count a worker's slots towards fleet capacity (reserved slots need it) for ``ttl`` s."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from .jobs import SEP, DeadLetter, Envelope, Fields, Record
 from .keys import CHARGED, CLASS_PARTS, CLASS_SPACE, FIXED, PART_SEP, RATE_SPACE, TENANT_QUEUE, WAKE_MEMBER
-from .settings import Settings
+from .settings import SWEEP_BATCH, Settings
 
 _SOURCE = resources.files("fairness_core").joinpath("lua/scheduler.lua").read_text(encoding="utf-8")
 _LUA_SAFE = frozenset(string.ascii_letters + string.digits + " _-:./")
@@ -70,7 +70,7 @@ def layout() -> dict[str, Any]:
         **_positions("DEAD", DeadLetter), "DEAD_HEAD": _head(DeadLetter, DeadLetter.names()[-2]),
         **{f"KEY_{name.upper()}": suffix for name, suffix in FIXED.items()},
         "CLASS_SPACE": CLASS_SPACE, "PART_SEP": PART_SEP, "TENANT_QUEUE": TENANT_QUEUE, "RATE_SPACE": RATE_SPACE,
-        "CHARGED": CHARGED, "WAKE_MEMBER": WAKE_MEMBER,
+        "CHARGED": CHARGED, "WAKE_MEMBER": WAKE_MEMBER, "SWEEP_BATCH": SWEEP_BATCH,
         **{f"PART_{name.upper()}": part for name, part in CLASS_PARTS.items()},
     }
 

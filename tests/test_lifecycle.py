@@ -148,6 +148,26 @@ def test_aging_promotes_a_batch_per_tenant_so_a_flood_stays_a_flood(client: redi
     assert dict(snap["jobs:low"].top_backlog) == {"storm": 40}
 
 
+def test_a_large_sweep_runs_in_short_calls_with_one_visit_per_tenant(client: redis.Redis) -> None:
+    """Aging 120 tenants, reaping 120 expired leases: each sweep takes several calls of at most
+    SWEEP_BATCH jobs (each short in Redis), and visits each overdue tenant once, as one call would."""
+    s, clock = at(client, tenants={"batch": 2}, leases={"visibility_timeout": "10s"})
+    for t in range(120):
+        s.submit_many("newsletter", f"t{t}", [None] * 3)
+    clock.advance(31 * 60)
+    assert s.promote_overdue(limit=7) == 7, "2 jobs from each of the 3 oldest tenants, 1 from the 4th"
+    # A new sweep: the third job of each of the first 3, the 4th's last 2, 2 of each of the other
+    # 116 tenants, who keep one each (a second visit in the same sweep would have taken it).
+    assert s.promote_overdue() == 3 + 2 + 2 * 116
+    snap = s.snapshot().classes
+    assert (snap["jobs:medium"].depth, snap["jobs:low"].depth) == (244, 116)
+    assert set(dict(snap["jobs:low"].top_backlog).values()) == {1}
+    leases = s.pop(120, classes=["jobs:medium"])
+    clock.advance(11)
+    assert s.reap() == 120 and len(leases) == 120
+    assert s.snapshot().classes["jobs:medium"].inflight == 0
+
+
 def test_priority_budget_demotes_the_excess_with_a_reason(client: redis.Redis) -> None:
     s, _ = at(client, scheduler={"budget_min_arrivals": 10})  # jobs:high arrival_budget 0.20
     for i in range(80):

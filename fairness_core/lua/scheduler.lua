@@ -244,7 +244,7 @@ local function dead_letter(c, tenant, attempts, env, err)
   stat('deadlist', c, 1)
 end
 
--- Move up to `limit` retries whose backoff has passed back to the head of their sub-queue.
+-- Move up to `limit` retries whose backoff has passed back to the head of their sub-queue; how many.
 local function release_delayed(limit)
   local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, limit)
   for _, rec in ipairs(due) do
@@ -253,6 +253,7 @@ local function release_delayed(limit)
     stat('delayed', c, -1)
     push_head(c, tenant, env)
   end
+  return #due
 end
 
 -- Classes the stats hash has counted jobs for that the applied config does not name (sorted), and
@@ -612,7 +613,7 @@ end
 -- ride with its next pop: one round trip per job). Returns {now, leased records, 1/0 per ack}.
 function ops.pop()
   local acked = settle(6)
-  release_delayed(100)
+  release_delayed(SWEEP_BATCH)
   local want = tonumber(ARGV[4])
   local allowed = {}
   if ARGV[5] == '' then
@@ -761,45 +762,61 @@ function ops.reap()
     end
     count = count + 1
   end
-  for _, w in ipairs(redis.call('ZRANGEBYSCORE', K_WORKERS, '-inf', now, 'LIMIT', 0, limit)) do
+  local gone = redis.call('ZRANGEBYSCORE', K_WORKERS, '-inf', now, 'LIMIT', 0, limit)
+  for _, w in ipairs(gone) do
     redis.call('HINCRBY', K_STATS, 'slots', -num(redis.call('HGET', K_WSLOTS, w)))
     redis.call('HDEL', K_WSLOTS, w)
     redis.call('ZREM', K_WORKERS, w)
   end
-  release_delayed(limit)
-  return count
+  return {count, release_delayed(limit), #gone}
 end
 
--- ARGV[4]: limit. Aging: jobs waiting longer than their class's promote_after move one class up.
--- Aging is fair too: one visit per overdue tenant, oldest first, at most `batch` jobs each, so a
--- flood's backlog cannot turn into a flood of promoted jobs in the class above.
-function ops.promote()
-  local budget = tonumber(ARGV[4])
-  local moved = 0
+-- Aging: jobs waiting longer than their class's promote_after move one class up. Aging is fair
+-- too: one visit per overdue tenant, oldest first, at most `batch` jobs each, so a flood's backlog
+-- cannot turn into a flood of promoted jobs in the class above. A sweep reads the overdue tenants
+-- of a class (`overdue`), then visits them a few per call (`promote`), so no call holds Redis long.
+
+-- The class named ARGV[4]'s index and cutoff (ms), or nil when it is not configured or not aged.
+local function aging(name)
   for i = 2, NCLASS do
-    local after = cfg.promote_ms[i]
-    if after > 0 and moved < budget then
-      local c, up = cfg.classes[i], cfg.classes[i - 1]
-      local cutoff = now - after
-      for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', ckey(c, PART_HEADS), '-inf', cutoff, 'LIMIT', 0, budget - moved)) do
-        local qk = tkey(c, tenant)
-        local overdue = 0
-        for _, env in ipairs(redis.call('LRANGE', qk, 0, math.min(cfg.batch, budget - moved) - 1)) do
-          local _, enq = header(env)
-          if enq > cutoff then break end
-          overdue = overdue + 1
-        end
-        if overdue == 0 then
-          local _, enq = header(redis.call('LINDEX', qk, 0))
-          redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
-        else
-          local items, left = take(c, tenant, overdue)
-          if left == 0 and cfg.runtime then forget(c, tenant) end
-          for k = #items, 1, -1 do push_head(up, tenant, items[k]) end
-          stat('promoted', c, #items)
-          moved = moved + #items
-        end
-        if moved >= budget then break end
+    if cfg.classes[i] == name and cfg.promote_ms[i] > 0 then return i, now - cfg.promote_ms[i] end
+  end
+end
+
+-- ARGV[4]: class, ARGV[5]: limit. Its overdue tenants, oldest head first.
+function ops.overdue()
+  local i, cutoff = aging(ARGV[4])
+  if i == nil then return {} end
+  return redis.call('ZRANGEBYSCORE', ckey(ARGV[4], PART_HEADS), '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[5]))
+end
+
+-- ARGV[4]: class, ARGV[5]: jobs the sweep may still move, ARGV[6..]: tenants to visit, in order
+-- (one still overdue loses up to `batch` overdue jobs to the class above). Returns jobs moved.
+function ops.promote()
+  local i, cutoff = aging(ARGV[4])
+  if i == nil then return 0 end
+  local c, up, budget, moved = cfg.classes[i], cfg.classes[i - 1], tonumber(ARGV[5]), 0
+  for k = 6, #ARGV do
+    if moved >= budget then break end
+    local tenant = ARGV[k]
+    local head = tonumber(redis.call('ZSCORE', ckey(c, PART_HEADS), tenant))
+    if head ~= nil and head <= cutoff then
+      local qk = tkey(c, tenant)
+      local overdue = 0
+      for _, env in ipairs(redis.call('LRANGE', qk, 0, math.min(cfg.batch, budget - moved) - 1)) do
+        local _, enq = header(env)
+        if enq > cutoff then break end
+        overdue = overdue + 1
+      end
+      if overdue == 0 then
+        local _, enq = header(redis.call('LINDEX', qk, 0))
+        redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
+      else
+        local items, left = take(c, tenant, overdue)
+        if left == 0 and cfg.runtime then forget(c, tenant) end
+        for j = #items, 1, -1 do push_head(up, tenant, items[j]) end
+        stat('promoted', c, #items)
+        moved = moved + #items
       end
     end
   end
