@@ -33,6 +33,16 @@ from . import (
 from .common import BAD_ARGUMENT
 
 
+def command_path(ctx: Any) -> str:
+    """``fairctl`` and the subcommands of ``ctx``, whatever name the program was run under (a
+    test runner calls the root ``root``, ``python -m fairctl`` calls it ``__main__.py``)."""
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(["fairctl", *reversed(names)])
+
+
 class OneLineErrors(TyperGroup):
     """Arguments the command line itself cannot parse (an unknown option, a value out of range, a
     missing argument) fail like every other bad argument: one line naming it, exit code 2, no
@@ -47,7 +57,7 @@ class OneLineErrors(TyperGroup):
             exc.show()
             sys.exit(exc.exit_code)
         except UsageError as exc:
-            where = exc.ctx.command_path if exc.ctx is not None else "fairctl"
+            where = command_path(exc.ctx)
             param = getattr(exc, "param", None)
             if param is None:
                 argument = where

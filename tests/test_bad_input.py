@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from redis.crc import key_slot
@@ -176,6 +176,7 @@ cli_text = st.one_of(st.text(max_size=20), NASTY)
 
 @settings(max_examples=60, deadline=None, suppress_health_check=FIXTURES)
 @given(task=cli_text, tenant=cli_text, tier=st.one_of(st.none(), cli_text), payload=st.one_of(st.none(), cli_text))
+@example(task="-0", tenant="", tier=None, payload=None)  # a task that reads as an option: the error names fairctl enqueue
 def test_fairctl_enqueue_either_queues_or_exits_2_naming_the_argument(
         redis_server: Any, tmp_path_factory: pytest.TempPathFactory, task: str, tenant: str, tier: str | None,
         payload: str | None) -> None:
