@@ -303,12 +303,13 @@ def popped_lease(queue: bytes | str, tenant: bytes | str, attempts: int, envelop
     """The lease of one record of a pop reply (its fields in Record's order, as Redis sends them):
     the same Lease as ``Record.from_fields(...).lease()``, read straight from the envelope line
     without the generic field readers, because every job a worker runs passes through here."""
-    fields = _str(envelope).split(SEP, len(_ENVELOPE_AT) - 1)
+    fields = decoded(envelope).split(SEP, len(_ENVELOPE_AT) - 1)
     return _lease(int(fields[_ID]), int(fields[_ENQUEUED]), fields[_TASK], fields[_REASON], fields[_PAYLOAD],
-                  _str(queue), _str(tenant), int(attempts))
+                  decoded(queue), decoded(tenant), int(attempts))
 
 
-def _str(value: bytes | str) -> str:
+def decoded(value: bytes | str) -> str:
+    """A Redis reply's text, from a client that decodes replies or one that does not."""
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import redis
 
 from .connection import redis_errors
+from .jobs import decoded
 
 NAME_PREFIX = "fairctl_"
 # Libraries kept loaded: enough for the configs a rolling change runs side by side, and a few groups.
@@ -65,12 +66,8 @@ class Library:
         prune the others past :data:`KEEP`."""
         with redis_errors(node):
             node.function_load(self.code, replace=True)
-            loaded = [_text(entry[1]) for entry in node.function_list(library=NAME_PREFIX + "*")]
+            loaded = [decoded(entry[1]) for entry in node.function_list(library=NAME_PREFIX + "*")]
             if len(loaded) > KEEP:
                 for name in loaded:
                     if name != self.name:
                         node.function_delete(name)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else value
