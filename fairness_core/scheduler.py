@@ -107,7 +107,7 @@ class Scheduler:
                 if not str(exc).startswith(STALE):
                     raise _script_error(exc) from None
             self.sync()
-        raise ConfigConflict(f"the applied config of {self.keys.prefix} changed {SYNC_TRIES} times during one call")
+        raise self._changing_too_fast()
 
     # ------------------------------------------------------------------ the applied config
 
@@ -179,14 +179,11 @@ class Scheduler:
         :data:`SWEEP_BATCH` (a move of millions never holds Redis for long); how many moved.
         ``apply`` moves them all; workers call this on their sweeps too, so the moves finish even
         if the process that applied dies half way."""
-        moved = 0
-        while moved < limit:
-            asked = min(SWEEP_BATCH, limit - moved)
-            n = int(self._call("move", asked))
-            moved += n
-            if n < asked:
-                break
-        return moved
+        def one(asked: int) -> tuple[int, bool]:
+            moved = int(self._call("move", asked))
+            return moved, moved == asked
+
+        return _in_calls(limit, one)
 
     def _apply_script(self, config: Config, moves: Moves, *, expect: str, rebase: bool, check: bool) -> int:
         """The ``apply`` op, run by the script compiled from ``config``; the version applied.
@@ -263,7 +260,7 @@ class Scheduler:
                 return results
             todo = again
             self._recover([r for r in replies if isinstance(r, Exception)])
-        raise ConfigConflict(f"the applied config of {self.keys.prefix} changed {SYNC_TRIES} times during one call")
+        raise self._changing_too_fast()
 
     def _send(self, *command: object) -> Any:
         """One command and its reply. With a plain Redis client, on a connection of this thread's
@@ -288,6 +285,10 @@ class Scheduler:
             conn.disconnect()
         conn.send_packed_command(packed, check_health=False)
         return conn.read_response()
+
+    def _changing_too_fast(self) -> ConfigConflict:
+        """A call that found a new applied config on each of its :data:`SYNC_TRIES` tries."""
+        return ConfigConflict(f"the applied config of {self.keys.prefix} changed {SYNC_TRIES} times during one call")
 
     def _node(self) -> Any:
         """The client of the Redis serving the group's slot: on a Cluster, its node's."""
@@ -387,14 +388,11 @@ class Scheduler:
         """Return up to ``limit`` expired leases to the head of their tenant's sub-queue, release
         retries that came due and drop expired worker registrations, in calls of
         :data:`SWEEP_BATCH` of each; how many leases expired."""
-        expired = 0
-        while expired < limit:
-            asked = min(SWEEP_BATCH, limit - expired)
+        def one(asked: int) -> tuple[int, bool]:
             leases, retries, workers = (int(n) for n in self._call("reap", asked))
-            expired += leases
-            if max(leases, retries, workers) < asked:
-                break
-        return expired
+            return leases, max(leases, retries, workers) == asked
+
+        return _in_calls(limit, one)
 
     def promote_overdue(self, limit: int = SWEEP_LIMIT) -> int:
         """Aging: move up to ``limit`` jobs older than their class's ``promote_after`` one class
@@ -495,7 +493,7 @@ class Scheduler:
             if unexpected:
                 raise _script_error(unexpected[0])
             self._recover(errors)
-        raise ConfigConflict(f"the applied config of {self.keys.prefix} changed {SYNC_TRIES} times during one call")
+        raise self._changing_too_fast()
 
     def dead_letters(self, start: int = 0, end: int = 99) -> list[dict[str, Any]]:
         """Dead-lettered jobs, oldest first, with the error that finished them."""
@@ -586,6 +584,18 @@ def _script_error(exc: redis.ResponseError) -> Exception:
     if text.startswith(DAMAGED):
         return StateDamaged(f"queue group state is damaged: {text[len(DAMAGED):].strip()}")
     return exc
+
+
+def _in_calls(limit: int, call: Callable[[int], tuple[int, bool]]) -> int:
+    """A sweep of up to ``limit`` in calls of at most :data:`SWEEP_BATCH`: ``call(asked)`` gives
+    what it counted and whether it did a whole call's work (then more may be waiting)."""
+    done = 0
+    while done < limit:
+        counted, full = call(min(SWEEP_BATCH, limit - done))
+        done += counted
+        if not full:
+            break
+    return done
 
 
 def _ms(time_reply: tuple[int, int]) -> float:
