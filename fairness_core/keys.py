@@ -137,6 +137,10 @@ class Keys:
     def tenant_queue(self, queue: str, tenant: str) -> str:
         return self.class_key(queue, TENANT_QUEUE + tenant)
 
+    def wake(self, queue: str) -> str:
+        """The class's wake key, which idle workers block on."""
+        return self.class_key(queue, CLASS_PARTS["wake"])
+
     def declared(self) -> list[str]:
         """The keys every scheduler call declares: the config key alone, which every call reads
         and which names the group's slot (the script builds every other key from ``base``)."""

@@ -431,7 +431,7 @@ class Scheduler:
         self._class_index(queue, "queue")
         with redis_errors(self.client):
             self.client.srem(self.keys.paused, queue)
-            self.client.zadd(self.keys.class_key(queue, "wake"), {WAKE_MEMBER: 0}, lt=True)
+            self.client.zadd(self.keys.wake(queue), {WAKE_MEMBER: 0}, lt=True)
 
     def wait_for_work(self, timeout: float, classes: Sequence[str] | None = None) -> float | None:
         """Block up to ``timeout`` seconds until one of ``classes`` (all when None) may have work
@@ -441,7 +441,7 @@ class Scheduler:
         there now, the seconds until a retry of the class comes due, or None when ``timeout``
         passed. A wake-up is a hint: the pop that follows decides what is really due."""
         served = self.settings.classes if classes is None else [self.moves.classes.get(c, c) for c in classes]
-        keys = [self.keys.class_key(c, "wake") for c in served]
+        keys = [self.keys.wake(c) for c in served]
         with redis_errors(self.client):
             got = self.client.bzpopmin(keys, timeout=timeout)
             if got is None:
