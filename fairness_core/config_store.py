@@ -1,8 +1,8 @@
 """A queue group's applied config: the one policy every process sharing the group runs.
 
 The config lives in Redis beside the group's state (the hash ``{prefix}:config``, see
-:mod:`fairness_core.keys`): the YAML text of its shared part, the moves that go with it, a
-fingerprint of both and a version counting applies. Every scheduler script compares the
+:mod:`fairness_core.keys`): the YAML text of its shared part, the moves and names that go with it, a
+fingerprint of all three and a version counting applies. Every scheduler script compares the
 fingerprint it was compiled with against the stored one in the same atomic call, so no process
 acts on any policy but the applied one: a process whose copy is stale is refused, reloads the
 applied config and retries (:class:`fairness_core.Scheduler` does this by itself).
@@ -21,13 +21,13 @@ from typing import Any
 
 import yaml
 
-from .config import Config, ConfigError, SchedulerConfig, parse_config
+from .config import OVER_BUDGET_REASON, Config, ConfigError, SchedulerConfig, parse_config
 from .config_dump import config_to_data
 from .generated import yaml_text
 from .jobs import FairnessError
 
 # Fields of the config hash.
-TEXT, MOVES, FINGERPRINT, VERSION, APPLIED_MS = "yaml", "moves", "fingerprint", "version", "applied_ms"
+TEXT, MOVES, NAMES, FINGERPRINT, VERSION, APPLIED_MS = "yaml", "moves", "names", "fingerprint", "version", "applied_ms"
 
 
 class ConfigRefused(FairnessError):
@@ -95,6 +95,39 @@ class Moves:
 NO_MOVES = Moves()
 
 
+@dataclass(frozen=True)
+class Names:
+    """The names queued jobs carry as short codes: tiers, the tasks classification rules name, and
+    reasons. A job stores a name listed here as :data:`fairness_core.jobs.CODE_MARK` and its
+    1-based place in the list (two or three bytes for a reason of thirty), any other name (a task
+    no rule names) as it is. Kept with the applied config and only ever extended, so a job queued
+    under one config reads back the same under every later one."""
+
+    names: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        return json.dumps(list(self.names), ensure_ascii=False, separators=(",", ":")) if self.names else ""
+
+    @classmethod
+    def parse(cls, text: str) -> Names:
+        return cls(tuple(json.loads(text))) if text else cls()
+
+    def covering(self, config: Config) -> Names:
+        """These names, then those of ``config`` not among them yet, in an order its stored text
+        keeps (tiers sorted: a mapping's order does not survive the text)."""
+        wanted = [*sorted(config.tenants.tiers),
+                  *(task for rule in config.classification for task in sorted(rule.tasks or ())),
+                  *(rule.reason for rule in config.classification), OVER_BUDGET_REASON]
+        names = list(self.names)
+        for name in wanted:
+            if name not in names:
+                names.append(name)
+        return Names(tuple(names))
+
+
+NO_NAMES = Names()
+
+
 def shared_data(config: Config) -> dict[str, Any]:
     """The config as a document, less what is local to each process."""
     data = config_to_data(config)
@@ -107,9 +140,11 @@ def shared_text(config: Config) -> str:
     return yaml_text(shared_data(config))
 
 
-def fingerprint(config: Config, moves: Moves = NO_MOVES) -> str:
-    """What every script checks: equal fingerprints, equal policy."""
-    digest = hashlib.sha256((shared_text(config) + "\n" + moves.text()).encode("utf-8")).hexdigest()
+def fingerprint(config: Config, moves: Moves = NO_MOVES, names: Names = NO_NAMES) -> str:
+    """What every script checks: equal fingerprints, equal policy (and equal codes for names). A
+    group applied before names had codes has none, and keeps the fingerprint it was applied with."""
+    coded = "\n" + names.text() if names.names else ""
+    digest = hashlib.sha256((shared_text(config) + "\n" + moves.text() + coded).encode("utf-8")).hexdigest()
     return digest[:16]
 
 
@@ -119,6 +154,7 @@ class Applied:
 
     config: Config
     moves: Moves
+    names: Names
     fingerprint: str
     version: int
     applied_at: float  # seconds since the epoch
@@ -140,7 +176,8 @@ def from_stored(fields: Mapping[str, str], local: Config) -> Applied:
             f"{exc}: this fairctl cannot read the config its queue group runs, so it will not run another; "
             "another release applied it: upgrade this process, or apply a config it reads with fairctl config "
             "apply") from None
-    return Applied(config=config, moves=Moves.parse(fields.get(MOVES, "")), fingerprint=fields[FINGERPRINT],
+    return Applied(config=config, moves=Moves.parse(fields.get(MOVES, "")),
+                   names=Names.parse(fields.get(NAMES, "")), fingerprint=fields[FINGERPRINT],
                    version=version, applied_at=int(fields.get(APPLIED_MS, "0")) / 1000.0)
 
 

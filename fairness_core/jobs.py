@@ -264,19 +264,38 @@ class Envelope(Fields):
     id: int
     enqueued_ms: int
     attempts: int
+    # The next three are stored as codes where the group's names list holds them (named() reads
+    # one back); the envelope itself keeps what is stored.
     tier: str  # charged at the applied config's cost for it when popped
     task: str
     reason: str
     payload: str
 
-    def lease(self, queue: str, tenant: str, attempts: int) -> Lease:
-        return _lease(self.id, self.enqueued_ms, self.task, self.reason, self.payload, queue, tenant, attempts)
+    def lease(self, queue: str, tenant: str, attempts: int, names: Sequence[str]) -> Lease:
+        return _lease(self.id, self.enqueued_ms, self.task, self.reason, self.payload, queue, tenant, attempts, names)
 
 
 def _lease(job_id: int, enqueued_ms: int, task: str, reason: str, payload: str, queue: str, tenant: str,
-           attempts: int) -> Lease:
+           attempts: int, names: Sequence[str]) -> Lease:
     """The one place a Lease is made from an envelope's fields (positional: this runs per job)."""
-    return Lease(str(job_id), queue, tenant, reason, task, json.loads(payload), enqueued_ms / 1000.0, attempts)
+    return Lease(str(job_id), queue, tenant, named(reason, names), named(task, names), json.loads(payload),
+                 enqueued_ms / 1000.0, attempts)
+
+
+# What an envelope stores in place of a name the group's names list (fairness_core.config_store.Names)
+# holds, before the name's 1-based place there. No stored name can start with it: tiers and tasks
+# are A-Z a-z 0-9 _ . : - and reasons hold no tab, CR or LF, in this release and every earlier one.
+CODE_MARK = "\r"
+
+
+def named(field: str, names: Sequence[str]) -> str:
+    """The name an envelope field holds: a code read back from ``names``, any other text as it is
+    (and so is a code ``names`` does not reach, which only a group whose config key was deleted
+    under queued jobs can hold: it shows, rather than failing every pop that meets it)."""
+    if field[:1] != CODE_MARK:
+        return field
+    code = field[1:]
+    return names[int(code) - 1] if code.isdigit() and 0 < int(code) <= len(names) else field
 
 
 @dataclass(slots=True)
@@ -289,8 +308,8 @@ class Record(Fields):
     attempts: int
     job: Envelope
 
-    def lease(self) -> Lease:
-        return self.job.lease(self.queue, self.tenant, self.attempts)
+    def lease(self, names: Sequence[str]) -> Lease:
+        return self.job.lease(self.queue, self.tenant, self.attempts, names)
 
 
 # Where the fields a lease needs sit in an envelope line, taken from Envelope's declaration.
@@ -299,13 +318,15 @@ _ID, _ENQUEUED, _TASK, _REASON, _PAYLOAD = (_ENVELOPE_AT[name] for name in ("id"
                                                                              "payload"))
 
 
-def popped_lease(queue: bytes | str, tenant: bytes | str, attempts: int, envelope: bytes | str) -> Lease:
-    """The lease of one record of a pop reply (its fields in Record's order, as Redis sends them):
-    the same Lease as ``Record.from_fields(...).lease()``, read straight from the envelope line
-    without the generic field readers, because every job a worker runs passes through here."""
+def popped_lease(names: Sequence[str], queue: bytes | str, tenant: bytes | str, attempts: int,
+                 envelope: bytes | str) -> Lease:
+    """The lease of one record of a pop reply (its fields in Record's order, as Redis sends them),
+    its names read back from ``names``: the same Lease as ``Record.from_fields(...).lease(names)``,
+    read straight from the envelope line without the generic field readers, because every job a
+    worker runs passes through here."""
     fields = decoded(envelope).split(SEP, len(_ENVELOPE_AT) - 1)
     return _lease(int(fields[_ID]), int(fields[_ENQUEUED]), fields[_TASK], fields[_REASON], fields[_PAYLOAD],
-                  decoded(queue), decoded(tenant), int(attempts))
+                  decoded(queue), decoded(tenant), int(attempts), names)
 
 
 def decoded(value: bytes | str) -> str:

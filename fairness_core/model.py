@@ -15,11 +15,11 @@ from typing import Any, Mapping, Sequence
 
 from .classification import classify
 from .config import Config
-from .config_store import NO_MOVES, ConfigRefused, Moves
+from .config_store import NO_MOVES, ConfigRefused, Moves, Names
 from .jobs import (
     SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, Envelope, Finished, InvalidJob, Lease, Popped, Record,
-    TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line, runtime_us,
-    settled,
+    TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, named, one_line,
+    runtime_us, settled,
 )
 from .settings import SWEEP_BATCH, derive, rebases_tags
 from .snapshot import RawClass, Snapshot, build_snapshot
@@ -63,9 +63,9 @@ class Model:
         self.worker_slots: dict[str, int] = {}
         self.charged: dict[str, int] = {}  # job id -> µs its pop charged (charge: runtime)
 
-    def _use(self, config: Config, moves: Moves) -> None:
+    def _use(self, config: Config, moves: Moves, names: Names | None = None) -> None:
         self.config, self.moves = config, moves
-        self.settings = derive(config, moves)
+        self.settings = derive(config, moves, names)
         self.names = self.settings.classes
 
     def _cls(self, queue: str) -> _Class:
@@ -86,9 +86,9 @@ class Model:
         given = moves if isinstance(moves, Moves) else Moves(classes=dict(moves))
         every = self.moves.carried(config).merged(given)
         every.check(config)
-        old = (self.config, self.moves)
+        old = (self.config, self.moves, Names(self.settings.names))
         before = self.settings
-        self._use(config, every)
+        self._use(config, every, Names(before.names).covering(config))
         rebase = rebases_tags(before, self.settings)
         others, held = self._unconfigured()
         refused = {c: held[c] for c in others if held[c] > 0 and c not in every.classes}
@@ -142,6 +142,10 @@ class Model:
         """The class a pool limited to ``name`` serves, as the Scheduler's: a moved class's target."""
         return self.config.class_index(self.settings.moved.get(name, name))
 
+    def _named(self, field: str) -> str:
+        """As the Lua's ``named``: the name a stored envelope field holds."""
+        return named(field, self.settings.names)
+
     def _cost_of(self, tier: str) -> int:
         """As the Lua's ``cost_of``."""
         s = self.settings
@@ -167,9 +171,9 @@ class Model:
         cls = self._cls(queue)
         q = cls.queues.setdefault(tenant, deque())
         if not q:
-            self._activate(cls, tenant, jobs[0].tier, jobs[0].enqueued_ms)
+            self._activate(cls, tenant, self._named(jobs[0].tier), jobs[0].enqueued_ms)
         q.extend(jobs)
-        cls.cost[tenant] = jobs[-1].tier
+        cls.cost[tenant] = self._named(jobs[-1].tier)
         cls.backlog.incr(tenant, len(jobs))
         self._stat("depth", queue, len(jobs))
 
@@ -180,7 +184,7 @@ class Model:
         cls = self._cls(queue)
         q = cls.queues.setdefault(tenant, deque())
         if not q:
-            self._activate(cls, tenant, jobs[-1].tier, jobs[-1].enqueued_ms)
+            self._activate(cls, tenant, self._named(jobs[-1].tier), jobs[-1].enqueued_ms)
         cls.heads.add(tenant, min(job.enqueued_ms for job in jobs), only_lower=True)
         q.extendleft(reversed(jobs))
         cls.backlog.incr(tenant, len(jobs))
@@ -228,9 +232,10 @@ class Model:
         own = cls.tenant_estimates.get(tenant, {})
         work = 0
         for job in items:
-            est = own.get(job.task)
+            task = self._named(job.task)
+            est = own.get(task)
             if est is None:
-                est = cls.estimates.get(job.task)
+                est = cls.estimates.get(task)
             charge = max(s.seed_us[ci] if est is None else est, s.min_charge_us)
             self.charged[str(job.id)] = charge
             work += charge
@@ -265,8 +270,9 @@ class Model:
         cls = self._cls(queue)
         if learning:
             own = cls.tenant_estimates.setdefault(tenant, {})
-            own[entry.job.task] = _learned(own.get(entry.job.task), ran, s.smoothing)
-            cls.estimates[entry.job.task] = _learned(cls.estimates.get(entry.job.task), ran, s.smoothing)
+            task = self._named(entry.job.task)
+            own[task] = _learned(own.get(task), ran, s.smoothing)
+            cls.estimates[task] = _learned(cls.estimates.get(task), ran, s.smoothing)
         if fix and tenant in cls.cost:
             cls.tags.add(tenant, cls.tags.score(tenant) + fix * self._cost_of(cls.cost[tenant]))  # type: ignore[operator]
         if s.policy in ("weighted", "weighted-fair"):
@@ -380,7 +386,9 @@ class Model:
             queue = self.names[ci]
             first = self.seq + 1
             self.seq += n
-            jobs = [Envelope(i, now, 0, tier, task, reason, body) for i in range(first, first + n)]
+            codes = self.settings.codes
+            jobs = [Envelope(i, now, 0, codes.get(tier, tier), codes.get(task, task), codes.get(reason, reason), body)
+                    for i in range(first, first + n)]
             self._push_tail(queue, tenant, jobs)
             key = f"enq{SEP}{queue}{SEP}{reason}"
             self.stats[key] = self.stats.get(key, 0) + n
@@ -463,7 +471,7 @@ class Model:
         return slots - used - held
 
     def pop(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Lease]:
-        return [e.lease() for e in self.pop_entries(now, max_jobs, classes=classes)]
+        return [e.lease(self.settings.names) for e in self.pop_entries(now, max_jobs, classes=classes)]
 
     def ack_and_pop(self, now: int, done: Sequence[Lease | Finished], max_jobs: int = 1, *,
                     classes: Sequence[str] | None = None) -> Popped:

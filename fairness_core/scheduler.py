@@ -18,7 +18,7 @@ import redis
 from .classification import classify
 from .config import Config
 from .config_store import (
-    NO_MOVES, Applied, ConfigConflict, ConfigRefused, Moves, differences, from_stored, shared_text,
+    NO_MOVES, NO_NAMES, Applied, ConfigConflict, ConfigRefused, Moves, Names, differences, from_stored, shared_text,
 )
 from .connection import ClusterClient, redis_errors
 from .jobs import (
@@ -76,11 +76,12 @@ class Scheduler:
         # Enqueues refused near maxmemory; every process that changes the queues refuses an evicting Redis.
         self.memory = MemoryGuard(client, config.redis.memory_headroom)
 
-    def _compile(self, config: Config, moves: Moves) -> None:
-        """Run ``config`` with ``moves`` from now on. Enqueues go through a function Redis refuses
-        at maxmemory; everything that drains the queue through one it runs all the same."""
+    def _compile(self, config: Config, moves: Moves, names: Names | None = None) -> None:
+        """Run ``config`` with ``moves`` and ``names`` (None: a new group's) from now on. Enqueues
+        go through a function Redis refuses at maxmemory; everything that drains the queue through
+        one it runs all the same."""
         self.config, self.moves = config, moves
-        self.settings = derive(config, moves)
+        self.settings = derive(config, moves, names)
         self._library = Library(script_source(self.settings))
 
     def _argv(self, op: object, *args: object) -> list[object]:
@@ -122,7 +123,8 @@ class Scheduler:
         stored = self._stored()
         if not stored:
             try:
-                self._apply_script(self.file_config, NO_MOVES, expect="", rebase=False, check=False)
+                self._apply_script(self.file_config, NO_MOVES, NO_NAMES.covering(self.file_config), expect="",
+                                   rebase=False, check=False)
                 log.info("queue group %s had no applied config: applied %s", self.keys.prefix,
                          self.file_config.source or "this process's config")
             except ConfigConflict:
@@ -130,8 +132,9 @@ class Scheduler:
             stored = self._stored()
         applied = from_stored(stored, self.file_config)
         if applied.fingerprint != self.settings.fingerprint:
-            changes = differences(self.config, applied.config) or ["moves: " + applied.moves.text()]
-            self._compile(applied.config, applied.moves)
+            changes = differences(self.config, applied.config) or [
+                f"moves: {applied.moves.text()}; names: {applied.names.text() or 'none'}"]
+            self._compile(applied.config, applied.moves, applied.names)
             if not self._ran and self.applied is None:
                 log.warning("following the applied config v%d of queue group %s, which differs from %s: %s",
                             applied.version, self.keys.prefix, self.file_config.source or "this process's config",
@@ -161,12 +164,14 @@ class Scheduler:
         previous = self.read_applied()
         every = (previous.moves.carried(config) if previous else NO_MOVES).merged(moves)
         every.check(config)
+        # A group's first apply lists this process's names too, as the reference model does.
+        names = (previous.names if previous else Names(self.settings.names)).covering(config)
         before = previous.config if previous else self.config
         rebase = previous is not None and rebases_tags(derive(before), derive(config))
         seen = previous.fingerprint if previous else ""
-        version = self._apply_script(config, every, expect=seen if expect is None else expect, rebase=rebase,
+        version = self._apply_script(config, every, names, expect=seen if expect is None else expect, rebase=rebase,
                                      check=True)
-        self._compile(config, every)
+        self._compile(config, every, names)
         moved = 0
         while (n := self.move_pending()) > 0:
             moved += n
@@ -185,12 +190,13 @@ class Scheduler:
 
         return _in_calls(limit, one)
 
-    def _apply_script(self, config: Config, moves: Moves, *, expect: str, rebase: bool, check: bool) -> int:
+    def _apply_script(self, config: Config, moves: Moves, names: Names, *, expect: str, rebase: bool,
+                      check: bool) -> int:
         """The ``apply`` op, run by the script compiled from ``config``; the version applied.
         ``check``: refuse to strand jobs (a group's first config, adopted, is not checked)."""
-        library = Library(script_source(derive(config, moves)))
+        library = Library(script_source(derive(config, moves, names)))
         args = self._argv("apply", expect, shared_text(config), moves.text(), "1" if rebase else "0",
-                          "1" if check else "0")
+                          "1" if check else "0", names.text())
         with redis_errors(self.client):
             reply = library.call(self._send, self._node, library.drain, self._declared, args)
         kind = _text(reply[0])
@@ -361,7 +367,7 @@ class Scheduler:
         self.memory.ensure_policy()
         _now, items, acked = self._synced(build)
         return Popped(acked=[bool(a) for a in acked],
-                      leases=[popped_lease(*item) for item in items])
+                      leases=[popped_lease(self.settings.names, *item) for item in items])
 
     def ack(self, lease: Lease, *, runtime: float | None = None) -> bool:
         """Complete a job. False when the lease had expired and the job went back to the queue.
@@ -502,7 +508,7 @@ class Scheduler:
         out = []
         for row in rows:
             dead = DeadLetter.decode(_text(row))
-            lease = dead.job.lease(dead.queue, dead.tenant, dead.attempts)
+            lease = dead.job.lease(dead.queue, dead.tenant, dead.attempts, self.settings.names)
             out.append({"lease": lease, "dead_at": dead.dead_ms / 1000.0, "error": dead.error})
         return out
 

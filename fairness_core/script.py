@@ -16,7 +16,7 @@ from dataclasses import asdict
 from importlib import resources
 from typing import Any
 
-from .jobs import SEP, DeadLetter, Envelope, Fields, Record
+from .jobs import CODE_MARK, SEP, DeadLetter, Envelope, Fields, Record
 from .keys import CHARGED, CLASS_PARTS, CLASS_SPACE, FIXED, PART_SEP, RATE_SPACE, TENANT_QUEUE, WAKE_MEMBER
 from .settings import SWEEP_BATCH, Settings
 
@@ -62,7 +62,7 @@ def layout() -> dict[str, Any]:
     """What the script must know of jobs.py's lines and keys.py's keys, as named constants. The
     script parses envelopes, records and dead letters."""
     return {
-        "SEP": SEP,
+        "SEP": SEP, "CODE_MARK": CODE_MARK,
         **_positions("ENV", Envelope),
         "ENV_HEAD": _head(Envelope, max(ENVELOPE_READ, key=Envelope.names().index)),
         "ENV_TASK_HEAD": _head(Envelope, "task"),  # charging by runtime looks up the task's estimate

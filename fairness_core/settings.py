@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .config import OVER_BUDGET_REASON, Config
-from .config_store import NO_MOVES, Moves, fingerprint
+from .config_store import NO_MOVES, NO_NAMES, Moves, Names, fingerprint
+from .jobs import CODE_MARK
 from .snapshot import INFLIGHT_TOP, WAIT_BUCKETS_S, heads_to_read
 
 
@@ -62,6 +63,8 @@ class Settings:
     moves: tuple[tuple[str, str], ...]  # (removed class, class its jobs go to), sorted
     moved: Mapping[str, str]  # the same as a map: leased and retried jobs of a removed class return there
     tier_moved: Mapping[str, str]  # removed tier -> the tier its tenants are charged as
+    names: tuple[str, ...]  # the names jobs store as codes: code i is names[i - 1]
+    codes: Mapping[str, str]  # name -> what a job stores for it (CODE_MARK and its code)
     visibility_ms: int
     max_attempts: int
     backoff_ms: int
@@ -75,9 +78,10 @@ class Settings:
     sample: int  # backlogged tenants in the fairness sample
 
 
-def derive(config: Config, moves: Moves = NO_MOVES) -> Settings:
-    """The settings of ``config`` applied with ``moves``; the one place a policy value is derived
-    from the config."""
+def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None) -> Settings:
+    """The settings of ``config`` applied with ``moves`` and ``names`` (None: those a new group
+    applying ``config`` gets); the one place a policy value is derived from the config."""
+    names = NO_NAMES.covering(config) if names is None else names
     classes, exp = config.classes, config.exporter
     tenants = config.tenants
     limits = {tier: int(tenants.limit_for(tier, "max_queued") or 0) for tier in tenants.tiers}
@@ -109,10 +113,12 @@ def derive(config: Config, moves: Moves = NO_MOVES) -> Settings:
         rate_allowed={tier: round(rate * tenants.rate_window, 9) for tier, rate in rates.items()},
         rate_window_ms=int(tenants.rate_window * 1000),
         has_rate=any(rates.values()),
-        fingerprint=fingerprint(config, moves),
+        fingerprint=fingerprint(config, moves, names),
         moves=tuple(sorted(moves.classes.items())),
         moved=dict(moves.classes),
         tier_moved=dict(moves.tiers),
+        names=names.names,
+        codes={name: f"{CODE_MARK}{i}" for i, name in enumerate(names.names, start=1)},
         visibility_ms=int(config.leases.visibility_timeout * 1000),
         max_attempts=config.leases.max_attempts,
         backoff_ms=int(config.leases.retry_backoff * 1000),

@@ -27,7 +27,8 @@ from alerts.rules import JOBS_UNDER_UNCONFIGURED_CLASS
 from exporter import metrics as m
 from fairness_core import Config, Scheduler, Snapshot, load_config, redis_client
 from fairness_core import worker as worker_module
-from fairness_core.config_store import ConfigRefused, Moves, fingerprint, shared_text
+from fairness_core.config_store import ConfigRefused, Moves, shared_text
+from fairness_core.settings import derive
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer
 
@@ -168,7 +169,7 @@ def test_the_first_process_of_a_group_applies_its_own_and_one_with_the_same_file
     with caplog.at_level(logging.INFO, logger=CONFIG_LOG):
         first.enqueue("newsletter", "acme")
         applied = first.read_applied()
-        assert applied is not None and (applied.version, applied.fingerprint) == (1, fingerprint(config))
+        assert applied is not None and (applied.version, applied.fingerprint) == (1, derive(config).fingerprint)
         assert [r.levelno for r in caplog.records if r.name == CONFIG_LOG] == [logging.INFO]
         caplog.clear()
         second = Scheduler(make_config(redis={"prefix": config.redis.prefix}), client)
@@ -269,7 +270,7 @@ def test_jobs_an_upgraded_group_left_under_an_unnamed_class_are_served_and_alert
         scraped_at = time.time()
         served = scrape(exporter.url)
         applied = Scheduler(after, client).read_applied()
-        assert applied is not None and (applied.version, applied.fingerprint) == (1, fingerprint(after)), \
+        assert applied is not None and (applied.version, applied.fingerprint) == (1, derive(after).fingerprint), \
             "adopted unchecked, though jobs:low holds jobs"
         assert served.series(m.UNCONFIGURED_JOBS.name) == {
             ((m.QUEUE, LOW), (m.STATE, state)): n for state, n in (("queued", 37), ("inflight", 0), ("delayed", 0))}
@@ -324,7 +325,9 @@ def test_moves_finish_without_the_process_that_applied_them(
     ids = enqueue_each(scheduler, {LOW: 12})[LOW]
     moves = Moves(classes={LOW: MEDIUM})
     # What apply does first, alone: the config applied, its moves recorded, nothing moved yet.
-    scheduler._apply_script(after, moves, expect=scheduler.read_applied().fingerprint, rebase=False, check=True)
+    applied = scheduler.read_applied()
+    scheduler._apply_script(after, moves, applied.names.covering(after), expect=applied.fingerprint, rebase=False,
+                            check=True)
     left = Scheduler(before, client).snapshot()
     assert left.unconfigured[LOW].depth == 12 and LOW not in left.classes, (left.unconfigured, set(left.classes))
 

@@ -32,7 +32,7 @@ def test_the_script_hard_codes_no_separator_key_layout_or_keys_index() -> None:
 
 
 def test_every_layout_name_the_script_uses_is_compiled_in_and_every_one_is_used() -> None:
-    names = set(re.findall(r"\b(?:SEP|CLASS_SPACE|RATE_SPACE|CHARGED|WAKE_MEMBER|SWEEP_BATCH|PART_SEP|TENANT_QUEUE|(?:ENV|REC|DEAD|KEY|PART)_[A-Z_]+)\b", CODE))
+    names = set(re.findall(r"\b(?:SEP|CODE_MARK|CLASS_SPACE|RATE_SPACE|CHARGED|WAKE_MEMBER|SWEEP_BATCH|PART_SEP|TENANT_QUEUE|(?:ENV|REC|DEAD|KEY|PART)_[A-Z_]+)\b", CODE))
     assert names == set(layout())
 
 
@@ -87,6 +87,6 @@ def test_lines_keep_their_bytes_and_read_back() -> None:
     assert record.encode() == "jobs:high\tacme\t2\t" + line and Record.decode(record.encode()) == record
     dead = DeadLetter("jobs:high", "acme", 2, 99, "boom", job)
     assert dead.encode() == "jobs:high\tacme\t2\t99\tboom\t" + line and DeadLetter.decode(dead.encode()) == dead
-    lease = record.lease()
+    lease = record.lease(())
     assert (lease.job_id, lease.queue, lease.attempts, lease.payload, lease.enqueued_at) == (
         "7", "jobs:high", 2, {"a": "x\ty"}, 1_700_000_000.0)

@@ -11,7 +11,8 @@
 -- Nothing Python defines is written here by hand; fairness_core.script.script_source compiles it in:
 -- cfg (in place of __SETTINGS__) holds every value derived from the config, the fields of
 -- fairness_core.settings.Settings; and each upper-case layout name is replaced by its value, a
--- literal constant in the code: the field separator of every stored line; ENV_<FIELD>, REC_<FIELD>
+-- literal constant in the code: the field separator of every stored line and the mark of a coded
+-- name (CODE_MARK, fairness_core.jobs); ENV_<FIELD>, REC_<FIELD>
 -- and DEAD_<FIELD>, the 1-based field positions of fairness_core.jobs' Envelope, Record and
 -- DeadLetter (and ENV_HEAD, REC_HEAD, patterns capturing the fields read here); KEY_<NAME>, the
 -- suffix of each group-wide key of fairness_core.keys.FIXED; and the per-class key layout and parts
@@ -49,6 +50,14 @@ local function head(line, pattern)
   local len = #f
   for i = 1, #f do len = len + #f[i] end
   return f, len
+end
+
+-- What an envelope stores for a name (fairness_core.config_store.Names): its code where the
+-- group's names list holds it, else the name itself; and the name a stored field holds.
+local function coded(name) return cfg.codes[name] or name end
+local function named(field)
+  if string.sub(field, 1, 1) ~= CODE_MARK then return field end
+  return cfg.names[tonumber(string.sub(field, 2))] or field
 end
 
 local function header(env)
@@ -92,7 +101,7 @@ local function served_by(c) return cfg.moved[c] or c end
 -- and task (kept while the tenant has jobs queued or leased in the class) and per task in the
 -- class (the seed of a tenant's first job of the task), else the class's configured seed.
 
-local function task_of(env) return ({string.match(env, ENV_TASK_HEAD)})[ENV_TASK] end
+local function task_of(env) return named(({string.match(env, ENV_TASK_HEAD)})[ENV_TASK]) end
 
 local function tenant_estimates(c, tenant) return ckey(c, PART_TENANT_ESTIMATE .. tenant) end
 
@@ -201,7 +210,7 @@ local function push_head(c, tenant, env)
   c = served_by(c)
   local _, enq, _, tier = header(env)
   if redis.call('LPUSH', tkey(c, tenant), env) == 1 then
-    activate(c, tenant, tier, enq)
+    activate(c, tenant, named(tier), enq)
   else
     redis.call('ZADD', ckey(c, PART_HEADS), 'LT', enq, tenant)
   end
@@ -390,7 +399,7 @@ function ops.enqueue()
   local id = redis.call('INCR', K_SEQ)
   local e = {}
   e[ENV_ID], e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS], e[ENV_TIER], e[ENV_TASK], e[ENV_REASON], e[ENV_PAYLOAD] =
-    id, now, 0, tier, ARGV[7], reason, ARGV[9]
+    id, now, 0, coded(tier), coded(ARGV[7]), coded(reason), ARGV[9]
   local env = table.concat(e, SEP)
   push_tail(c, tenant, tier, env, now)
   redis.call('HINCRBY', K_STATS, 'enq' .. SEP .. c .. SEP .. reason, 1)
@@ -854,7 +863,7 @@ function ops.dead()
         if action == 'requeue' then
           local e, elen = head(env, ENV_HEAD)
           e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS] = now, 0
-          push_tail(c, tenant, e[ENV_TIER], table.concat(e, SEP) .. SEP .. string.sub(env, elen + 1), now)
+          push_tail(c, tenant, named(e[ENV_TIER]), table.concat(e, SEP) .. SEP .. string.sub(env, elen + 1), now)
         end
         done[#done + 1] = id
       end
@@ -880,7 +889,7 @@ end
 
 -- ARGV[4]: the fingerprint the caller read ('' when none is applied), ARGV[5]: the config's text,
 -- ARGV[6]: its moves' text, ARGV[7]: '1' when some tier's cost or the charge basis changed,
--- ARGV[8]: '1' to check.
+-- ARGV[8]: '1' to check, ARGV[9]: the names jobs store as codes, as text ('' for none).
 -- Compiled from the config being applied. Checked, it is refused, changing nothing, when a class
 -- the config does not name still holds jobs and no move says where they go, or a tier it does not
 -- name is still a queued tenant's. The first config of a group (a process adopting its own) is
@@ -914,7 +923,8 @@ function ops.apply()
     table.sort(tiers)
     return {'refused', refused, tiers}
   end
-  redis.call('HSET', K_CONFIG, 'yaml', ARGV[5], 'moves', ARGV[6], 'fingerprint', cfg.fingerprint, 'applied_ms', now)
+  redis.call('HSET', K_CONFIG, 'yaml', ARGV[5], 'moves', ARGV[6], 'names', ARGV[9], 'fingerprint', cfg.fingerprint,
+    'applied_ms', now)
   local version = redis.call('HINCRBY', K_CONFIG, 'version', 1)
   -- Smooth weighted round-robin restarts from zero: the new weights hold from the first round,
   -- and no class gets a burst to catch up on credit it banked under the old ones.
