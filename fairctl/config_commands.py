@@ -88,7 +88,8 @@ def _show_diff(applied: Applied | None, new: Config, file: Path) -> bool:
 @app.command()
 def show(config: ConfigOption = DEFAULT_CONFIG, redis_url: RedisUrlOption = None) -> None:
     """Print the config the queue group of --config's redis.prefix runs: version, fingerprint, when
-    it was applied and its moves (as YAML comments), then the config itself. redis.url and
+    it was applied, its moves and how many names its jobs store as codes (as YAML comments), then the
+    config itself. redis.url and
     exporter.listen are each process's own and are never stored. Exit 1 when none is applied yet."""
     scheduler = open_scheduler(config, redis_url)
     applied = _read(scheduler)
@@ -99,7 +100,7 @@ def show(config: ConfigOption = DEFAULT_CONFIG, redis_url: RedisUrlOption = None
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(applied.applied_at))
     typer.echo(f"# queue group: {prefix}\n# version: {applied.version}\n# fingerprint: {applied.fingerprint}\n"
                f"# applied at: {when} ({format_age(max(0.0, time.time() - applied.applied_at))} ago)\n"
-               f"# moves: {_moves_text(applied.moves)}")
+               f"# moves: {_moves_text(applied.moves)}\n# names stored as codes: {len(applied.names.names)}")
     typer.echo(shared_text(applied.config), nl=False)
 
 

@@ -71,7 +71,7 @@ def test_show_diff_and_apply_outputs_and_exit_codes(config_a: Path, client: redi
     assert shown.exit_code == 0, shown.output
     config = load_config(config_a)
     assert f"# queue group: {config.redis.prefix}\n# version: 1\n# fingerprint: " in shown.stdout
-    assert "# moves: none" in shown.stdout and shown.stdout.endswith(shared_text(config))
+    assert "# moves: none\n# names stored as codes: 17\n" in shown.stdout and shown.stdout.endswith(shared_text(config))
     assert "redis://" not in shown.stdout  # redis.url is process-local: never stored
 
     same = invoke("config", "diff", config_a)
