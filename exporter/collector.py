@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import redis
 from prometheus_client.core import (
@@ -40,6 +41,8 @@ from fairness_core.version import fairctl_version
 from . import metrics as m
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Part of the budget kept for building and writing the response after the snapshot's deadline.
 RENDER_SHARE = 0.2
@@ -82,7 +85,7 @@ class SnapshotTimeout(Exception):
     """The snapshot did not come back within the scrape budget."""
 
 
-class SnapshotReader:
+class SnapshotReader(Generic[T]):
     """Runs ``read`` in a daemon thread and waits for it at most a deadline.
 
     Scrapes that arrive while a read is still running (a second Prometheus, a stalled Redis) wait
@@ -90,12 +93,12 @@ class SnapshotReader:
     connections: there is at most one read in flight, and the client's socket timeout ends it.
     """
 
-    def __init__(self, read: Callable[[], Reading]) -> None:
+    def __init__(self, read: Callable[[], T]) -> None:
         self._read = read
         self._lock = threading.Lock()
-        self._inflight: Future[Reading] | None = None
+        self._inflight: Future[T] | None = None
 
-    def read(self, timeout: float) -> Reading:
+    def read(self, timeout: float) -> T:
         with self._lock:
             if self._inflight is None or self._inflight.done():
                 self._inflight = self._start()
@@ -105,8 +108,8 @@ class SnapshotReader:
         except FutureTimeout:
             raise SnapshotTimeout(f"no snapshot within {timeout:.2f}s") from None
 
-    def _start(self) -> Future[Reading]:
-        future: Future[Reading] = Future()
+    def _start(self) -> Future[T]:
+        future: Future[T] = Future()
         future.set_running_or_notify_cancel()
 
         def run() -> None:
@@ -119,7 +122,55 @@ class SnapshotReader:
         return future
 
 
-class _Families:
+class ScrapeHealth:
+    """The exporter's own health across scrapes: its errors counted by reason, and whether the
+    last scrape read Redis (a change is logged once, not at every scrape)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what  # what a scrape reads, for the log lines
+        self._errors = {reason: 0 for reason in m.SCRAPE_ERROR_REASONS}
+        self._lock = threading.Lock()
+        self._redis_up: bool | None = None
+
+    def read(self, reader: SnapshotReader[T], budget: float) -> T | None:
+        """What ``reader`` reads within the scrape ``budget``, or None with the failure counted."""
+        try:
+            reading = reader.read(snapshot_deadline(budget))
+        except SnapshotTimeout as exc:
+            self._failed("timeout", f"{exc} (exporter.scrape_timeout {budget:g}s)")
+        except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:  # host:port, never a password
+            self._failed("unavailable", str(exc))
+        except AppliedConfigUnreadable as exc:  # serve no figures of a policy it cannot read
+            self._failed("error", str(exc))
+        except redis.RedisError as exc:
+            self._failed("error", f"{type(exc).__name__}: {exc}")
+        except Exception:  # a bug must not take the exporter's own health series down with it
+            log.exception("reading %s failed", self.what)
+            self._failed("error", None)
+        else:
+            if self._redis_up is False:
+                log.warning("Redis readable again; serving queue metrics")
+            self._redis_up = True
+            return reading
+        return None
+
+    def _failed(self, reason: str, message: str | None) -> None:
+        with self._lock:
+            self._errors[reason] += 1
+        if self._redis_up is not False and message is not None:
+            log.warning("cannot read %s: %s; serving fairness_exporter_redis_up 0", self.what, message)
+        self._redis_up = False
+
+    def add(self, families: Families, up: bool) -> None:
+        """The health families: Redis read in time or not, and the errors so far."""
+        families.add(m.EXPORTER_REDIS_UP, 1 if up else 0)
+        with self._lock:
+            errors = dict(self._errors)
+        for reason, count in errors.items():
+            families.add(m.EXPORTER_SCRAPE_ERRORS, count, reason=reason)
+
+
+class Families:
     """The families of one scrape, created on first use, in contract order on output."""
 
     def __init__(self) -> None:
@@ -156,6 +207,20 @@ class _Families:
         return iter(family for _, family in sorted(self._families.items(), key=lambda kv: order[kv[0]]))
 
 
+def weight_ratios(config: Config) -> dict[str, float]:
+    """Each class's weight as a share of all weights: the share it is entitled to."""
+    weights = sum(c.weight for c in config.classes)
+    return {c.name: c.weight / weights for c in config.classes}
+
+
+def add_config(families: Families, config: Config, ratios: Mapping[str, float]) -> None:
+    """The per-class gauges the config gives: entitled share, SLO, arrival budget."""
+    for c in config.classes:
+        families.add(m.QUEUE_WEIGHT_RATIO, ratios[c.name], queue=c.name)
+        families.add(m.QUEUE_MAX_AGE, c.max_age, queue=c.name)
+        families.add(m.QUEUE_ARRIVAL_BUDGET, c.arrival_budget if c.arrival_budget is not None else 1.0, queue=c.name)
+
+
 class FairnessCollector(Collector):
     """Serves the metric contract for one queue group (one Scheduler).
 
@@ -168,9 +233,7 @@ class FairnessCollector(Collector):
         self._given = config
         self.version = version or fairctl_version()
         self._reader = SnapshotReader(self._read)
-        self._errors = {reason: 0 for reason in m.SCRAPE_ERROR_REASONS}
-        self._errors_lock = threading.Lock()
-        self._redis_up: bool | None = None  # last outcome, to log transitions only
+        self._health = ScrapeHealth("the scheduler's bookkeeping")
         self._derived_from: Config | None = None
         self._weight_ratio: dict[str, float] = {}
         self._known_reasons: dict[str, list[str]] = {}
@@ -183,8 +246,7 @@ class FairnessCollector(Collector):
         """The scheduler's config now, with the maps derived from it brought up to date."""
         config = self.scheduler.config if self._live else self._given
         if config is not self._derived_from:
-            weights = sum(c.weight for c in config.classes)
-            self._weight_ratio = {c.name: c.weight / weights for c in config.classes}
+            self._weight_ratio = weight_ratios(config)
             # Reasons the classification rules can give each class: their counters exist from the start.
             self._known_reasons = {name: sorted({r.reason for r in config.classification if r.queue == name})
                                    for name in config.class_names}
@@ -197,9 +259,9 @@ class FairnessCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         started = time.monotonic()
-        families = _Families()
+        families = Families()
         config = self.config
-        reading = self._reading(config.exporter.scrape_timeout)
+        reading = self._health.read(self._reader, config.exporter.scrape_timeout)
         if reading is not None:
             self._add_snapshot(families, reading.snapshot)
             if self._live:  # the simulator's stand-in has no applied config
@@ -207,56 +269,15 @@ class FairnessCollector(Collector):
                 families.add(m.CONFIG_VERSION, applied.version, fingerprint=applied.fingerprint)
             if reading.memory is not None:
                 self._add_memory(families, reading.memory)
-        self._add_config(families, config)
-        families.add(m.EXPORTER_REDIS_UP, 1 if reading is not None else 0)
-        with self._errors_lock:
-            errors = dict(self._errors)
-        for reason, count in errors.items():
-            families.add(m.EXPORTER_SCRAPE_ERRORS, count, reason=reason)
+        add_config(families, config, self._weight_ratio)
+        self._health.add(families, reading is not None)
         families.add(m.EXPORTER_BUILD_INFO, 1, version=self.version, charge=config.scheduler.charge)
         families.add(m.EXPORTER_SCRAPE_DURATION, time.monotonic() - started)
         return iter(families)
 
-    # ------------------------------------------------------------------ reading
-
-    def _reading(self, budget: float) -> Reading | None:
-        try:
-            reading = self._reader.read(snapshot_deadline(budget))
-        except SnapshotTimeout as exc:
-            self._failed("timeout", f"{exc} (exporter.scrape_timeout {budget:g}s)")
-        except RedisUnavailable as exc:  # its message names host:port, never the URL or a password
-            self._failed("unavailable", str(exc))
-        except AppliedConfigUnreadable as exc:  # serve no figures of a policy it cannot read
-            self._failed("error", str(exc))
-        except redis.RedisError as exc:
-            self._failed("error", f"{type(exc).__name__}: {exc}")
-        except Exception:  # a bug must not take the exporter's own health series down with it
-            log.exception("reading the snapshot failed")
-            self._failed("error", None)
-        else:
-            if self._redis_up is False:
-                log.warning("Redis readable again; serving queue metrics")
-            self._redis_up = True
-            return reading
-        return None
-
-    def _failed(self, reason: str, message: str | None) -> None:
-        with self._errors_lock:
-            self._errors[reason] += 1
-        if self._redis_up is not False and message is not None:
-            log.warning("cannot read the scheduler's bookkeeping: %s; serving fairness_exporter_redis_up 0", message)
-        self._redis_up = False
-
     # ------------------------------------------------------------------ families
 
-    def _add_config(self, families: _Families, config: Config) -> None:
-        for c in config.classes:
-            families.add(m.QUEUE_WEIGHT_RATIO, self._weight_ratio[c.name], queue=c.name)
-            families.add(m.QUEUE_MAX_AGE, c.max_age, queue=c.name)
-            families.add(m.QUEUE_ARRIVAL_BUDGET, c.arrival_budget if c.arrival_budget is not None else 1.0,
-                         queue=c.name)
-
-    def _add_snapshot(self, families: _Families, snapshot: Snapshot) -> None:
+    def _add_snapshot(self, families: Families, snapshot: Snapshot) -> None:
         # The snapshot's classes, not the config's: the config may have changed since it was read.
         for name, view in snapshot.classes.items():
             for spec, value in (
@@ -286,7 +307,7 @@ class FairnessCollector(Collector):
         self._add_unconfigured(families, snapshot)
 
     @staticmethod
-    def _add_unconfigured(families: _Families, snapshot: Snapshot) -> None:
+    def _add_unconfigured(families: Families, snapshot: Snapshot) -> None:
         """Classes holding jobs that the config does not name: the m.MAX_UNCONFIGURED fullest."""
         fullest = sorted(snapshot.unconfigured.values(),
                          key=lambda u: (-(u.depth + u.inflight + u.delayed), u.name))[: m.MAX_UNCONFIGURED]
@@ -296,7 +317,7 @@ class FairnessCollector(Collector):
             families.add(m.UNCONFIGURED_OLDEST_AGE, u.oldest_age, queue=u.name)
 
     @staticmethod
-    def _add_memory(families: _Families, memory: MemoryInfo) -> None:
+    def _add_memory(families: Families, memory: MemoryInfo) -> None:
         families.add(m.REDIS_MEMORY_USED, memory.used)
         families.add(m.REDIS_MEMORY_MAX, memory.maxmemory)
         families.add(m.REDIS_MEMORY_POLICY, 1, policy=memory.policy)

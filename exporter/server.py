@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
+import redis
 from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import CollectorRegistry
@@ -24,6 +25,7 @@ from prometheus_client.registry import CollectorRegistry
 from fairness_core import Config, Scheduler
 
 from .collector import make_registry
+from .watch import make_watch_registry
 
 log = logging.getLogger(__name__)
 
@@ -159,3 +161,11 @@ def exporter_server(config: Config, scheduler: Scheduler, host: str, port: int, 
     """The whole sidecar for one queue group, not yet started."""
     title = f"fairctl exporter: queue group {config.redis.prefix} ({', '.join(config.class_names)})"
     return ExporterServer(make_app(make_registry(config, scheduler), title), host, port, tls=tls)
+
+
+def watch_server(config: Config, client: redis.Redis, host: str, port: int, *,
+                 tls: ssl.SSLContext | None = None) -> ExporterServer:
+    """The sidecar watching the job system of the config's ``watch`` through ``client``, not yet started."""
+    assert config.watch is not None
+    title = f"fairctl exporter: {config.watch.system} queues ({', '.join(config.class_names)})"
+    return ExporterServer(make_app(make_watch_registry(config, client), title), host, port, tls=tls)

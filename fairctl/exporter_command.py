@@ -13,7 +13,8 @@ from typing import Annotated, Optional
 import typer
 
 from exporter.collector import scrape_client
-from exporter.server import DEFAULT_PORT, exporter_server, listen_address, tls_context
+from exporter.server import DEFAULT_PORT, exporter_server, listen_address, tls_context, watch_server
+from exporter.watch import watch_client
 from fairness_core import Scheduler
 
 from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, fail, load
@@ -47,7 +48,8 @@ def exporter(
     """Serve the queue metrics for Prometheus on /metrics until SIGTERM or SIGINT.
 
     One scripted Redis round trip per scrape, whatever the number of tenants or jobs; every
-    configured class always has its series. When Redis is down or too slow for
+    configured class always has its series. With the config's watch section it reads that job
+    system's queues instead (Celery, RQ), read-only, and serves the metrics the system supplies. When Redis is down or too slow for
     exporter.scrape_timeout, scrapes still answer in time with fairness_exporter_redis_up 0,
     and values come back by themselves when Redis does."""
     cfg = load(config, redis_url)
@@ -56,18 +58,19 @@ def exporter(
     except ValueError as exc:
         fail("--listen", str(exc))
     tls = _tls(tls_cert, tls_key)
-    try:
-        scheduler = Scheduler(cfg, scrape_client(cfg))
+    try:  # a watched system's Redis is only read: no Scheduler, which would apply a config there
+        server = (watch_server(cfg, watch_client(cfg), host, port, tls=tls) if cfg.watch is not None
+                  else exporter_server(cfg, Scheduler(cfg, scrape_client(cfg)), host, port, tls=tls))
     except ValueError as exc:  # the message never repeats the URL
-        fail("--redis-url", str(exc))
-    server = exporter_server(cfg, scheduler, host, port, tls=tls)
+        fail("watch.url" if cfg.watch is not None and cfg.watch.url else "--redis-url", str(exc))
     try:
         server.start()
     except OSError as exc:
         fail("--listen", f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    log.info("serving %s for queue group %s (%d classes), scrape budget %gs", server.url, cfg.redis.prefix,
-             len(cfg.classes), cfg.exporter.scrape_timeout)
+    watched = f"{cfg.watch.system}'s queues" if cfg.watch is not None else f"queue group {cfg.redis.prefix}"
+    log.info("serving %s for %s (%d classes), scrape budget %gs", server.url, watched, len(cfg.classes),
+             cfg.exporter.scrape_timeout)
     stopping = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:

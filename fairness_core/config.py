@@ -267,6 +267,34 @@ class AlertsConfig:
     for_durations: Mapping[str, float | None] = field(default_factory=lambda: ALERT_FOR)
 
 
+# The job systems the exporter can watch instead of fairctl's own queues (``watch.system``).
+WATCHED_SYSTEMS = ("celery", "rq")
+# Where a job carries its tenant: a path into its arguments, e.g. kwargs.tenant_id, args.0, data.tenant.
+_TENANT_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_-]+)+$")
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    """One of a watched system's queues as a class takes it: all of it, or only some of its
+    priorities (Celery's priority steps, BullMQ's priority levels)."""
+
+    queue: str
+    priorities: tuple[int, ...] = ()  # empty: every priority
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    """A job system the exporter reads instead of fairctl's own queues: which of its queues make
+    up each class of ``classes``, and where its jobs carry their tenant."""
+
+    system: str  # one of WATCHED_SYSTEMS
+    classes: Mapping[str, tuple[QueueRef, ...]]  # every configured class, in config order
+    url: str | None = None  # the system's Redis; None: redis.url
+    tenant: tuple[str, ...] | None = None  # path into a job's arguments, split at the dots
+    sample: int = 100  # waiting jobs read per class for the tenant shares
+    prefix: str | None = None  # the system's key prefix where it has one (BullMQ's "bull"); None: its default
+
+
 @dataclass(frozen=True)
 class Config:
     classes: tuple[ClassConfig, ...]
@@ -278,6 +306,7 @@ class Config:
     exporter: ExporterConfig = ExporterConfig()
     alerts: AlertsConfig = AlertsConfig()
     source: str | None = None
+    watch: WatchConfig | None = None  # a job system the exporter watches instead of fairctl's queues
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -561,6 +590,64 @@ def _alerts(value: object, path: str, source: str | None) -> AlertsConfig:
     return out
 
 
+def _queue_ref(value: object, path: str) -> QueueRef:
+    """A queue name, or ``{queue: NAME, priorities: [..]}``."""
+    if isinstance(value, str):
+        return QueueRef(nonempty_str(value, path))
+    r = Reader(value, path, None)
+
+    def priorities(raw: object, ppath: str) -> tuple[int, ...]:
+        items = list_value(raw, ppath)
+        if not items:
+            raise ConfigError(ppath, "expected at least one priority (leave it out for all of them)")
+        return tuple(int_between(0, 2**21)(p, f"{ppath}[{i}]") for i, p in enumerate(items))
+
+    out = QueueRef(r.require("queue", nonempty_str), r.get("priorities", (), priorities))
+    r.done()
+    return out
+
+
+def _watch(value: object, path: str, source: str | None, class_names: tuple[str, ...]) -> WatchConfig:
+    r = Reader(value, path, source)
+    system = r.require("system", choice(WATCHED_SYSTEMS))
+    url = r.get("url", None, nonempty_str)
+    if url is not None:
+        try:
+            check_url(url)
+        except ValueError as exc:  # never quote the URL: it may hold a password
+            raise r.error("url", str(exc)) from None
+
+    def classes(raw: object, cpath: str) -> dict[str, tuple[QueueRef, ...]]:
+        if not isinstance(raw, dict):
+            raise ConfigError(cpath, f"expected a mapping of class name to its queues, got {kind_of(raw)}")
+        for name in raw:
+            if name not in class_names:
+                raise ConfigError(f"{cpath}.{name}", f"unknown class {name!r}; classes are: {', '.join(class_names)}")
+        missing = [name for name in class_names if name not in raw]
+        if missing:
+            raise ConfigError(cpath, f"every class needs its queues; missing: {', '.join(missing)}")
+        out = {}
+        for name in class_names:
+            items = list_value(raw[name], f"{cpath}.{name}")
+            if not items:
+                raise ConfigError(f"{cpath}.{name}", "expected at least one queue")
+            out[name] = tuple(_queue_ref(item, f"{cpath}.{name}[{i}]") for i, item in enumerate(items))
+        return out
+
+    def tenant(raw: object, tpath: str) -> tuple[str, ...]:
+        text = nonempty_str(raw, tpath)
+        if not _TENANT_PATH.match(text):
+            raise ConfigError(tpath, f"expected a path into a job's arguments such as kwargs.tenant_id, args.0 or "
+                                     f"data.tenant, got {text!r}")
+        return tuple(text.split("."))
+
+    out = WatchConfig(
+        system=system, classes=r.require("classes", classes), url=url, tenant=r.get("tenant", None, tenant),
+        sample=r.get("sample", WatchConfig.sample, int_between(1, 10_000)), prefix=r.get("prefix", None, _name))
+    r.done()
+    return out
+
+
 def _rule(value: object, path: str, source: str | None, tiers: Mapping[str, int]) -> Rule:
     r = Reader(value, path, source)
 
@@ -596,9 +683,13 @@ def parse_config(data: object, source: str | None = None) -> Config:
     classes = tuple(
         _class(item, f"classes[{i}]", source) for i, item in enumerate(r.require("classes", list_value))
     )
+    class_names = tuple(c.name for c in classes)
+    watch = r.get("watch", None, lambda v, p: _watch(v, p, source, class_names))
+    # A watched system classifies its own jobs: its config may leave the rules out.
     rules = tuple(
         _rule(item, f"classification[{i}]", source, tenants.tiers)
-        for i, item in enumerate(r.require("classification", list_value))
+        for i, item in enumerate(r.require("classification", list_value) if watch is None or "classification" in r.data
+                                 else [{"class": class_names[0], "reason": "default"}])
     )
     r.done()
     _check_classes(classes, scheduler, source)
@@ -608,7 +699,7 @@ def parse_config(data: object, source: str | None = None) -> Config:
                           f"got {alerts.memory_warning:g}: the alert must fire before enqueues are refused", source)
     return Config(
         classes=classes, classification=rules, redis=redis_cfg, scheduler=scheduler,
-        tenants=tenants, leases=leases, exporter=exporter, alerts=alerts, source=source,
+        tenants=tenants, leases=leases, exporter=exporter, alerts=alerts, source=source, watch=watch,
     )
 
 

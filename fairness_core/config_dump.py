@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import ALERT_FOR, UNLIMITED, Config, SchedulerConfig, TenantsConfig, TierLimits, format_duration
+from .config import (
+    ALERT_FOR, UNLIMITED, Config, SchedulerConfig, TenantsConfig, TierLimits, WatchConfig, format_duration,
+)
 from .generated import yaml_text
 
 
@@ -76,7 +78,7 @@ def config_to_data(config: Config) -> dict[str, Any]:
         "budget_min_arrivals": s.budget_min_arrivals, "budget_action": s.budget_action}
     if s.charge != SchedulerConfig.charge:  # only when set: a group's fingerprint holds across the upgrade
         scheduler["charge"] = s.charge
-    return {
+    data: dict[str, Any] = {
         "redis": {"url": config.redis.url, "prefix": config.redis.prefix,
                   "memory_headroom": config.redis.memory_headroom},
         "scheduler": scheduler,
@@ -89,6 +91,23 @@ def config_to_data(config: Config) -> dict[str, Any]:
         "exporter": exporter,
         "alerts": alerts,
     }
+    if config.watch is not None:  # only when set: a group's fingerprint holds across the upgrade
+        data["watch"] = _watch(config.watch)
+    return data
+
+
+def _watch(w: WatchConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {"system": w.system}
+    if w.url is not None:
+        out["url"] = w.url
+    out["classes"] = {name: [q.queue if not q.priorities else {"queue": q.queue, "priorities": list(q.priorities)}
+                             for q in queues] for name, queues in w.classes.items()}
+    if w.tenant is not None:
+        out["tenant"] = ".".join(w.tenant)
+    out["sample"] = w.sample
+    if w.prefix is not None:
+        out["prefix"] = w.prefix
+    return out
 
 
 def config_to_yaml(config: Config, header: str = "") -> str:

@@ -1,0 +1,25 @@
+"""Readers of the job systems the exporter can watch, by ``watch.system`` (see base.py)."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from fairness_core.config import WatchConfig
+
+from .base import Source
+
+# watch.system -> module:class of its reader; imported only when configured.
+READERS = {"celery": "celery:CelerySource", "rq": "rq:RqSource"}
+
+
+def source_for(watch: WatchConfig) -> Source:
+    """The reader of ``watch.system``, built for its classes."""
+    module, name = READERS[watch.system].split(":")
+    reader: type[Source] = getattr(import_module(f"{__name__}.{module}"), name)
+    return reader(watch)
+
+
+def supplied(system: str) -> frozenset[str]:
+    """Names of the contract's metrics ``system``'s reader serves."""
+    module, name = READERS[system].split(":")
+    return getattr(import_module(f"{__name__}.{module}"), name).supplies  # type: ignore[no-any-return]

@@ -1,0 +1,85 @@
+"""The exporter for a job system fairctl does not run (the config's ``watch``): the metric contract
+read from that system's own keys, for the metrics it can supply (exporter/sources), with the same
+config gauges and health series as for fairctl's queues. It only ever reads their Redis."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+
+import redis
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from fairness_core import Config, redis_client
+from fairness_core.version import fairctl_version
+
+from . import metrics as m
+from .collector import Families, ScrapeHealth, SnapshotReader, add_config, weight_ratios
+from .sources import source_for
+from .sources.base import ClassReading, Source
+
+Reading = tuple[float, Mapping[str, ClassReading]]  # (epoch seconds of the read, a reading per class)
+
+
+def watch_client(config: Config) -> redis.Redis:
+    """A client of the watched system's Redis (``watch.url``, else ``redis.url``) whose timeouts
+    are the scrape budget, as the scheduler's scrape client's are."""
+    assert config.watch is not None
+    budget = config.exporter.scrape_timeout
+    return redis_client(config.watch.url or config.redis.url, connect_timeout=budget, timeout=budget)
+
+
+class WatchCollector(Collector):
+    """Serves what ``source`` reads, one read per scrape under the scrape budget."""
+
+    def __init__(self, config: Config, client: redis.Redis, source: Source | None = None) -> None:
+        assert config.watch is not None, "a watch collector needs the config's watch section"
+        self.config, self.client = config, client
+        self.source = source or source_for(config.watch)
+        self._specs = [spec for spec in m.FROM_REDIS if spec.name in self.source.supplies]
+        self._ratios = weight_ratios(config)
+        self._reader: SnapshotReader[Reading] = SnapshotReader(self._read)
+        self._health = ScrapeHealth(f"{config.watch.system}'s queues")
+
+    def _read(self) -> Reading:
+        now = time.time()
+        return now, self.source.read(self.client, now)
+
+    def describe(self) -> Iterator[Metric]:
+        return (spec.family() for spec in (*self._specs, *m.FROM_CONFIG, *m.EXPORTER_HEALTH))
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.monotonic()
+        families = Families()
+        reading = self._health.read(self._reader, self.config.exporter.scrape_timeout)
+        if reading is not None:
+            self._add_reading(families, *reading)
+        add_config(families, self.config, self._ratios)
+        self._health.add(families, reading is not None)
+        families.add(m.EXPORTER_BUILD_INFO, 1, version=fairctl_version(), charge=self.config.scheduler.charge)
+        families.add(m.EXPORTER_SCRAPE_DURATION, time.monotonic() - started)
+        return iter(families)
+
+    def _add_reading(self, families: Families, now: float, classes: Mapping[str, ClassReading]) -> None:
+        supplies, topk = self.source.supplies, self.config.exporter.topk_tenants
+        for name, r in classes.items():
+            families.add(m.QUEUE_DEPTH, r.depth, queue=name)
+            if m.QUEUE_OLDEST_AGE.name in supplies:
+                age = max(0.0, now - r.oldest_enqueued) if r.oldest_enqueued is not None else 0.0
+                families.add(m.QUEUE_OLDEST_AGE, age, queue=name)
+            if m.QUEUE_INFLIGHT.name in supplies and r.inflight is not None:
+                families.add(m.QUEUE_INFLIGHT, r.inflight, queue=name)
+            if m.JOBS_PROCESSED.name in supplies and r.processed is not None:
+                families.add(m.JOBS_PROCESSED, r.processed, queue=name)
+            if m.QUEUE_TENANT_SHARE.name in supplies and r.tenants:
+                sampled = sum(n for _, n in r.tenants)
+                for tenant, n in r.tenants[:topk]:
+                    families.add(m.QUEUE_TENANT_SHARE, n / sampled, queue=name, tenant=tenant)
+
+
+def make_watch_registry(config: Config, client: redis.Redis) -> CollectorRegistry:
+    """A registry of its own holding only the watch collector (as make_registry's for fairctl)."""
+    registry = CollectorRegistry()
+    registry.register(WatchCollector(config, client))
+    return registry

@@ -1,0 +1,130 @@
+"""The exporter watching RQ (https://python-rq.org): a real ``rq worker`` serves one queue while
+another floods, and the exporter, reading RQ's own keys read-only, serves exact depths, oldest
+ages within a scrape interval of the truth, the completions RQ recorded and the flooding tenant on
+top; a real Prometheus loading the generated rules fires QueueStarving for the starved class only.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+from rq import Queue
+
+from alerts.output import rules_text
+from alerts.rules import QUEUE_STARVING
+from exporter import metrics as m
+from exporter.server import watch_server
+from exporter.sources.rq import RqSource
+from exporter.watch import watch_client
+from fairness_core import Config, load_config
+from fairness_stack.servers import RedisServer, stop_process
+
+from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
+from .exporter_support import Prometheus, scrape
+from .support import wait_for
+
+URGENT, BULK = "rq:interactive", "rq:bulk"
+TASK = "tests.watch_rq_tasks.work"
+
+
+def watch_config(tmp_path: Path, url: str) -> Config:
+    """Two classes over two RQ queues; the bulk class's SLO is 2 s, so a flood starves it at once."""
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["classes"] = [{"name": URGENT, "weight": 70, "max_age": "30s", "starving_for": "1s"},
+                       {"name": BULK, "weight": 30, "max_age": "2s", "starving_for": "1s"}]
+    del data["classification"]  # RQ's callers choose the queue
+    data["watch"] = {"system": "rq", "url": url, "tenant": "args.0",
+                     "classes": {URGENT: ["interactive"], BULK: ["bulk"]}}
+    path = tmp_path / "watch.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_config(path)
+
+
+@contextmanager
+def rq_worker(url: str, *queues: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A real ``rq worker`` (no fork per job) serving ``queues`` until the block ends."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rq.cli", "worker", "--url", url, "--worker-class", "rq.worker.SimpleWorker",
+         "--quiet", *queues], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield process
+    finally:
+        stop_process(process, timeout=20)
+
+
+def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_rq_does(
+        redis_server: RedisServer | GivenRedis, tmp_path: Path) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    config = watch_config(tmp_path, redis_server.url)
+    rules = tmp_path / "rules.yml"
+    rules.write_text(rules_text(config))
+    interactive, bulk = Queue("interactive", connection=client), Queue("bulk", connection=client)
+    first_bulk = time.time()
+    for n in range(300):
+        bulk.enqueue(TASK, "flooder", n=n)
+    with watch_server(config, watch_client(config), "127.0.0.1", 0) as server, \
+            Prometheus([server.url.split("/")[2]], tmp_path, (rules,)) as prometheus, \
+            rq_worker(redis_server.url, "interactive"):
+        for n in range(20):
+            interactive.enqueue(TASK, f"tenant-{n % 4}", n=n)
+            time.sleep(0.1)
+        firing = f'ALERTS{{alertname="{QUEUE_STARVING}",alertstate="firing"}}'
+        wait_for(lambda: prometheus.query(firing) != [], 30, "QueueStarving firing")
+        wait_for(lambda: client.zcard("rq:finished:interactive") == 20, 30, "the interactive jobs finished")
+        seen = scrape(server.url)
+        truth_age = seen.at - first_bulk
+        assert [labels["queue"] for labels, _ in prometheus.query(firing)] == [BULK], "the starved class only"
+    assert seen.value(m.QUEUE_DEPTH.name, queue=BULK) == client.llen("rq:queue:bulk") == 300
+    assert seen.value(m.QUEUE_DEPTH.name, queue=URGENT) == 0
+    assert 0 <= truth_age - seen.value(m.QUEUE_OLDEST_AGE.name, queue=BULK) <= 1.0, truth_age
+    assert seen.value(m.JOBS_PROCESSED.name, queue=URGENT) == 20 and seen.value(m.JOBS_PROCESSED.name, queue=BULK) == 0
+    shares = seen.series(m.QUEUE_TENANT_SHARE.name)
+    assert shares[((m.QUEUE, BULK), (m.TENANT, "flooder"))] == 1.0
+    assert m.QUEUE_PAUSED.name not in seen.names(), "what RQ cannot tell is left out, not served as 0"
+
+
+def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
+        redis_server: RedisServer | GivenRedis, tmp_path: Path) -> None:
+    admin = redis.Redis.from_url(redis_server.url)
+    admin.flushdb()
+    admin.execute_command("ACL", "SETUSER", "watcher", "reset", "on", ">watch-pw", "~*", "&*", "-@all", "+@read",
+                          "-@dangerous", "+ping")
+    host, port = redis_server.url.split("//")[1].split("/")[0].split(":")
+    watcher = redis.Redis(host=host, port=int(port), username="watcher", password="watch-pw")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        watcher.set("x", "1")
+    source = RqSource(watch_config(tmp_path, redis_server.url).watch)  # type: ignore[arg-type]
+    bulk = Queue("bulk", connection=admin)
+    for n in range(100):  # real jobs at the head: the sample reads their hashes
+        bulk.enqueue(TASK, "flooder", n=n)
+
+    def commands_per_read() -> int:
+        before = _calls(admin)
+        source.read(watcher, time.time())
+        return _calls(admin) - before - 1  # the INFO that measured it
+
+    pad = [f"padding-{n}" for n in range(10_000)]
+    few = commands_per_read()
+    pipe = admin.pipeline(transaction=False)
+    for _ in range(100):  # 1,000,100 ids queued
+        pipe.rpush("rq:queue:bulk", *pad)
+    pipe.execute()
+    assert admin.llen("rq:queue:bulk") == 1_000_100
+    many = commands_per_read()
+    assert few == many, (few, many)
+    assert source.read(watcher, time.time())[BULK].depth == 1_000_100
+
+
+def _calls(client: redis.Redis) -> int:
+    stats: dict[str, Any] = client.info("commandstats")
+    return sum(int(v["calls"]) for v in stats.values())
