@@ -16,6 +16,7 @@ from exporter import metrics as m
 from fairness_core.config import OVER_BUDGET_REASON, Config
 
 from .promql import dedup, deduped_rate, excluding, over_time, share
+from .supplied import fed, paused_served
 
 LEVEL = "fairctl"
 
@@ -97,6 +98,13 @@ def zero_filled(expr: str) -> str:
 
 
 def recording_rules(config: Config) -> tuple[Recording, ...]:
+    """The recording rules the config's exporter can feed (alerts.supplied), in dependency order."""
+    every = every_recording(config)
+    exprs = {x.name: x.expr for x in every}
+    return tuple(x for x in every if fed(config, (x.expr,), exprs))
+
+
+def every_recording(config: Config) -> tuple[Recording, ...]:
     """Every recording rule, in dependency order (one group evaluates them in turn)."""
     window, budget_window = config.alerts.rate_window, config.scheduler.budget_window
     baseline = config.alerts.reason_baseline
@@ -115,8 +123,9 @@ def recording_rules(config: Config) -> tuple[Recording, ...]:
           for spec in DEDUPED_GAUGES),
         Recording(
             BACKLOGGED,
-            f"(\n  {dedup(over_time('min_over_time', m.QUEUE_DEPTH.name, window))} > bool 0\n)\n"
-            f"* (\n  {dedup(over_time('max_over_time', m.QUEUE_PAUSED.name, window))} == bool 0\n)",
+            f"(\n  {dedup(over_time('min_over_time', m.QUEUE_DEPTH.name, window))} > bool 0\n)"
+            + (f"\n* (\n  {dedup(over_time('max_over_time', m.QUEUE_PAUSED.name, window))} == bool 0\n)"
+               if paused_served(config) else ""),
             "1 when the class had due jobs through the whole window and was never paused in it, else 0.",
         ),
         Recording(

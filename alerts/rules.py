@@ -19,6 +19,7 @@ from . import recording as rec
 from .annotations import Query, Text
 from .layout import OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID
 from .promql import dedup, duration, excluding, number, over_time, quote, selector
+from .supplied import fed, paused_served
 
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 # Prometheus's own per-target series: the only name used here that is not the exporter's.
@@ -98,9 +99,12 @@ def _class(name: str) -> str:
     return f"{{{m.QUEUE}={quote(name)}}}"
 
 
-def unless_paused(expr: str, queue: str | None = None) -> str:
+def unless_paused(config: Config, expr: str, queue: str | None = None) -> str:
     """``expr`` silenced for a class while it is paused: a paused class's jobs wait by design, and
-    QueuePaused tells that story instead of a starvation alert's."""
+    QueuePaused tells that story instead of a starvation alert's. A watched system whose pauses
+    the exporter cannot see gets ``expr`` as it is."""
+    if not paused_served(config):
+        return expr
     return f"{expr}\n  unless\n{rec.PAUSED}{_class(queue) if queue else ''} > 0"
 
 
@@ -122,6 +126,18 @@ def may_evict(window: float) -> str:
 
 
 def build_alerts(config: Config) -> tuple[Alert, ...]:
+    """Every alert the config's exporter can feed (alerts.supplied), in the order the docs list them."""
+    recordings = {x.name: x.expr for x in rec.every_recording(config)}
+    return tuple(a for a in every_alert(config) if fed(config, (v.expr for v in a.variants), recordings))
+
+
+def left_out(config: Config) -> tuple[str, ...]:
+    """The alerts the config's exporter cannot feed (a watched system that lacks their series)."""
+    kept = {a.name for a in build_alerts(config)}
+    return tuple(a.name for a in every_alert(config) if a.name not in kept)
+
+
+def every_alert(config: Config) -> tuple[Alert, ...]:
     """Every alert, in the order the docs list them."""
     a = config.alerts
     window, budget_window = duration(a.rate_window), duration(config.scheduler.budget_window)
@@ -139,7 +155,7 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
             Text("The oldest due job in $queue has waited $value:duration; the class's SLO (max_age) is "
                  "$slo:duration. Every job behind it waits too.", SLO),
             tuple(
-                Variant(unless_paused(f"{rec.OLDEST_AGE}{_class(c.name)} > {rec.MAX_AGE}{_class(c.name)}", c.name),
+                Variant(unless_paused(config, f"{rec.OLDEST_AGE}{_class(c.name)} > {rec.MAX_AGE}{_class(c.name)}", c.name),
                         starving_for(config, c), CRITICAL if c.name == urgent else WARNING, c.name)
                 for c in config.classes
             ),
@@ -203,7 +219,7 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
             Text("The oldest due job among the tenants of $queue that are not flooding it has waited "
                  "$value:duration, over the class's SLO of $slo:duration: fair queuing is not protecting "
                  "the small tenants.", SLO),
-            _one(config, QUIET_TENANTS_STARVING, unless_paused(f"{rec.QUIET_AGE} > {rec.MAX_AGE}"), WARNING),
+            _one(config, QUIET_TENANTS_STARVING, unless_paused(config, f"{rec.QUIET_AGE} > {rec.MAX_AGE}"), WARNING),
         ),
         Alert(
             QUEUE_STALLED,
@@ -214,8 +230,9 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
             _one(config, QUEUE_STALLED,
                  f"{dedup(over_time('min_over_time', m.QUEUE_DEPTH.name, stall))} > 0\n"
                  f"  and\n{dedup(m.QUEUE_DEPTH.name + ' offset ' + duration(stall))} > 0\n"
-                 f"  unless\n{dedup(over_time('max_over_time', m.QUEUE_PAUSED.name, stall))} > 0\n"
-                 f"  unless\n{dedup(over_time('increase', m.JOBS_PROCESSED.name, stall))} > 0", CRITICAL),
+                 + (f"  unless\n{dedup(over_time('max_over_time', m.QUEUE_PAUSED.name, stall))} > 0\n"
+                    if paused_served(config) else "")
+                 + f"  unless\n{dedup(over_time('increase', m.JOBS_PROCESSED.name, stall))} > 0", CRITICAL),
         ),
         Alert(
             PRIORITY_INVERSION,

@@ -11,8 +11,9 @@ proves the rules generated for any config, not only the example.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prometheus_client.utils import floatToGoString
@@ -24,6 +25,7 @@ from . import recording as rec
 from . import rules as r
 from .layout import RULES_FILE, TESTS_DIR
 from .promql import duration, number, quote
+from .supplied import series_metric, served_metrics
 
 INSTANCES = ("exporter-0:29100", "exporter-1:29100")
 BUCKET_LABEL = "le"
@@ -88,6 +90,10 @@ class TestFile:
 
 # ---------------------------------------------------------------------------------- value strings
 
+# A series that stays 0 throughout (as flat(0, n) writes it).
+_ZERO = re.compile(r"^0x\d+$")
+
+
 def flat(value: float, minutes: int) -> str:
     """One sample per interval from 0 to ``minutes`` inclusive."""
     return f"{number(value)}x{minutes}"
@@ -118,7 +124,7 @@ class Scenario:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.alerts = {a.name: a for a in r.build_alerts(config)}
+        self.alerts = {a.name: a for a in r.every_alert(config)}
         self.basis = rec.basis(config)
         self.job = config.alerts.exporter_job
         self.window = minutes(config.alerts.rate_window)
@@ -649,7 +655,29 @@ REASON_SHIFT_STEP = 5  # minutes between samples: a day of history stays small
 
 
 def test_files(config: Config) -> tuple[TestFile, ...]:
-    """One file per alert (named after it) and one for the recording rules."""
+    """One file per alert the config's exporter can feed (named after it) and, for fairctl's own
+    queues, one for the recording rules."""
+    kept = {alert.name for alert in r.build_alerts(config)} | ({"recording"} if config.watch is None else set())
+    served = served_metrics(config)
+    if served is None:
+        return tuple(f for f in _every_test_file(config) if f.name in kept)
+    files = (replace(f, cases=tuple(_served_case(c, served) for c in f.cases if _possible(c, served)))
+             for f in _every_test_file(config) if f.name in kept)
+    return tuple(f for f in files if f.cases)
+
+
+def _possible(case: Case, served: frozenset[str]) -> bool:
+    """Whether an exporter serving only ``served`` can show ``case``: a case fed a series it never
+    serves at a value but zero (a pause, for a system whose pauses it cannot see) cannot happen."""
+    return all(series_metric(x.name) in served or _ZERO.match(x.values) for x in case.series)
+
+
+def _served_case(case: Case, served: frozenset[str]) -> Case:
+    """``case`` less its zero series of metrics not ``served`` (absent there, as a zero would be)."""
+    return replace(case, series=tuple(x for x in case.series if series_metric(x.name) in served))
+
+
+def _every_test_file(config: Config) -> tuple[TestFile, ...]:
     s = Scenario(config)
     return (
         TestFile(r.QUEUE_STARVING, tuple(_starving(s))),

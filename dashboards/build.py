@@ -39,6 +39,7 @@ from alerts import runbooks as rb
 from alerts.layout import runbook_file
 from alerts.promql import number
 from alerts.rules import build_alerts, link, runbook_panel
+from alerts.supplied import fed
 from exporter import metrics as m
 from fairness_core.config import Config, format_duration
 
@@ -152,8 +153,21 @@ def variables(config: Config, *extra: Template) -> Templating:
     ])
 
 
+def fed_sections(config: Config, sections: Sequence[Section]) -> list[Section]:
+    """``sections`` less the panels whose queries read a series the config's exporter does not
+    serve (a watched job system that lacks it, alerts.supplied), and less the rows left empty."""
+    recordings = {x.name: x.expr for x in rec.every_recording(config)}
+
+    def fed_panel(panel: Panel) -> bool:
+        return fed(config, (t.expr for t in getattr(panel, "targets", ()) or ()), recordings)
+
+    kept = [(title, [(panel, width) for panel, width in cells if fed_panel(panel)]) for title, cells in sections]
+    return [(title, cells) for title, cells in kept if cells]
+
+
 def dashboard(config: Config, uid: str, title: str, description: str, sections: Sequence[Section],
               *extra: Template) -> Dashboard:
+    sections = fed_sections(config, sections)
     return Dashboard(
         uid=uid, title=title, description=description, tags=[TAG], editable=True, refresh="30s",
         time=Time("now-6h", "now"), timezone="browser", panels=layout(sections),

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from alerts.output import ALERTS
+from alerts.rules import left_out
 from dashboards.output import DASHBOARDS_OUTPUT
 from fairness_core.generated import OutputSet, differences, plan, write
 from fairness_stack.compose import COMPOSE_OUTPUT
@@ -36,11 +37,18 @@ def generate(
 ) -> None:
     """Generate the Prometheus rules, their promtool unit tests, the runbooks and the dashboards from the config.
 
+    With a watch section, only the rules and panels whose series that job system supplies, naming
+    the alerts it left out.
+
     Each output set owns its directory: files in it that are no longer generated are removed (and
     reported by --check), so the committed output always matches the config."""
     cfg = load(config, None)
     with clear_errors():
         planned = plan(cfg, out, OUTPUT_SETS)
+    left = left_out(cfg)
+    if cfg.watch is not None and left:
+        typer.echo(f"watch.system {cfg.watch.system}: its queues do not supply the series of {len(left)} alert(s), "
+                   f"left out with their panels: {', '.join(left)} (see docs/exporter.md)", err=True)
     if check:
         stale = differences(planned, out, OUTPUT_SETS)
         for change in stale:

@@ -20,7 +20,9 @@ import yaml
 from rq import Queue
 
 from alerts.output import rules_text
-from alerts.rules import QUEUE_STARVING
+from alerts.rules import (
+    JOBS_DEAD_LETTERED, PRIORITY_INVERSION, QUEUE_STARVING, TENANT_DOMINATING_QUEUE, left_out,
+)
 from exporter import metrics as m
 from exporter.server import watch_server
 from exporter.sources.rq import RqSource
@@ -30,7 +32,7 @@ from fairness_stack.servers import RedisServer, stop_process
 
 from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
 from .exporter_support import Prometheus, scrape
-from .support import wait_for
+from .support import run_fairctl, wait_for
 
 URGENT, BULK = "rq:interactive", "rq:bulk"
 TASK = "tests.watch_rq_tasks.work"
@@ -128,3 +130,17 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
 def _calls(client: redis.Redis) -> int:
     stats: dict[str, Any] = client.info("commandstats")
     return sum(int(v["calls"]) for v in stats.values())
+
+
+def test_generate_writes_only_the_rules_and_panels_rq_can_feed_and_says_what_it_left_out(tmp_path: Path) -> None:
+    config = watch_config(tmp_path, "redis://127.0.0.1:6379/0")
+    generated = run_fairctl("generate", "--config", config.source, "--out", tmp_path / "out")
+    assert generated.returncode == 0, generated.stderr
+    assert f"watch.system rq: its queues do not supply the series of {len(left_out(config))} alert(s)" in generated.stderr
+    assert {TENANT_DOMINATING_QUEUE, PRIORITY_INVERSION, JOBS_DEAD_LETTERED} <= set(left_out(config))
+    rules = (tmp_path / "out" / "alerts" / "generated" / "fairctl-rules.yml").read_text()
+    assert f"alert: {QUEUE_STARVING}" in rules and f"alert: {TENANT_DOMINATING_QUEUE}" not in rules
+    assert m.QUEUE_PAUSED.name not in rules and m.JOBS_WAIT.name not in rules, "no series RQ cannot feed"
+    checked = run_fairctl("check", "--config", config.source)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "promtool test rules: 5 files passed" in checked.stdout, checked.stdout
