@@ -111,7 +111,11 @@ def with_redis_url(config: Config, redis_url: str | None) -> Config:
 def connect(config: Config) -> Scheduler:
     """A Scheduler on a client that fails fast: no client-side retries, because re-sending a
     script whose reply was lost could run it twice (a duplicate enqueue); the worker retries
-    whole operations itself instead."""
+    whole operations itself instead. A config that watches another job system is refused: the
+    scheduler would write its keys into that system's Redis."""
+    if config.watch is not None:
+        fail("--config", f"its watch section reads the queues of a {config.watch.system} deployment: only fairctl "
+                         "exporter, generate and check use such a config; fairctl's own queues need one without watch")
     try:
         client = redis_client(config.redis.url)
     except ValueError as exc:  # the message never repeats the URL

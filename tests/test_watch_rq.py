@@ -144,3 +144,15 @@ def test_generate_writes_only_the_rules_and_panels_rq_can_feed_and_says_what_it_
     checked = run_fairctl("check", "--config", config.source)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "promtool test rules: 5 files passed" in checked.stdout, checked.stdout
+
+
+def test_commands_that_would_write_refuse_a_watch_config(redis_server: RedisServer | GivenRedis, tmp_path: Path) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    config = watch_config(tmp_path, redis_server.url)
+    for command in (("status",), ("enqueue", "newsletter", "--tenant", "acme"), ("config", "apply", config.source)):
+        refused = run_fairctl(*command, "--config", config.source) if command[0] != "config" else \
+            run_fairctl(*command)
+        assert refused.returncode == 2, (command, refused.stdout, refused.stderr)
+        assert "its watch section reads the queues of a rq deployment" in refused.stderr, refused.stderr
+    assert client.dbsize() == 0, "nothing written to the watched Redis"
