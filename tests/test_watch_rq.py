@@ -156,3 +156,25 @@ def test_commands_that_would_write_refuse_a_watch_config(redis_server: RedisServ
         assert refused.returncode == 2, (command, refused.stdout, refused.stderr)
         assert "its watch section reads the queues of a rq deployment" in refused.stderr, refused.stderr
     assert client.dbsize() == 0, "nothing written to the watched Redis"
+
+
+def test_realised_shares_are_the_completions_the_worker_made(redis_server: RedisServer | GivenRedis,
+                                                             tmp_path: Path) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    source = RqSource(watch_config(tmp_path, redis_server.url).watch)  # type: ignore[arg-type]
+    source.read(client, time.time())  # a scrape before any work: the counters start there
+    queued = {"interactive": 40, "bulk": 60}
+    for queue, n in queued.items():
+        for i in range(n):
+            Queue(queue, connection=client).enqueue(TASK, f"tenant-{i % 3}", n=i)
+    done = subprocess.run([sys.executable, "-m", "rq.cli", "worker", "--url", redis_server.url, "--burst", "--quiet",
+                           "--worker-class", "rq.worker.SimpleWorker", "interactive", "bulk"], cwd=ROOT,
+                          capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    reading = source.read(client, time.time())
+    made = {queue: client.zcard(f"rq:finished:{queue}") for queue in queued}  # RQ's own record of each job
+    assert made == queued
+    processed = {URGENT: reading[URGENT].processed, BULK: reading[BULK].processed}
+    assert processed == {URGENT: 40, BULK: 60}
+    assert abs(processed[URGENT] / sum(processed.values()) - 0.4) < 0.02  # the realised share, within 2 points
