@@ -1,0 +1,264 @@
+"""The Celery reader (exporter/sources/celery.py) against real Celery: tasks sent with Celery's own
+client into the module's redis-server, and a real worker (tests/watch_celery_app.py) consuming some
+queues. So depth, priority lists and tenants are checked against kombu's layout itself, not against
+a copy of it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import celery
+import pytest
+import redis
+
+from exporter import metrics as m
+from exporter.sources.celery import CelerySource, list_keys
+from fairness_core import redis_client
+from fairness_core.config import QueueRef, WatchConfig
+from fairness_stack.servers import RedisServer
+
+from .conftest import ROOT, GivenRedis
+from .support import wait_for
+from .watch_celery_app import BROKER_VARIABLE, app, work
+
+INTERVAL = 0.5  # seconds between the storm test's reads, standing in for the scrape interval
+TICK = 0.1  # seconds between its steps: a read every INTERVAL, sends at the steps between
+SLACK = 0.15  # a read's and a send's own time
+TENANT = ("kwargs", "tenant_id")
+
+
+@pytest.fixture(scope="module")
+def celery_app(redis_server: RedisServer | GivenRedis) -> Iterator[celery.Celery]:
+    """The test app, sending to the module's redis-server."""
+    app.close()
+    app.conf.broker_url = redis_server.url
+    yield app
+    app.close()
+
+
+@pytest.fixture(autouse=True)
+def empty_redis(client: redis.Redis) -> Iterator[None]:
+    """Each test starts on an empty Redis (the module's own server)."""
+    client.flushdb()
+    yield
+    client.flushdb()
+
+
+@contextmanager
+def celery_worker(url: str, queues: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A real ``celery worker`` consuming ``queues`` (comma-separated), stopped on exit."""
+    args = [sys.executable, "-m", "celery", "-A", "tests.watch_celery_app", "worker", "--pool", "threads",
+            "--concurrency", "2", "-Q", queues, "--without-heartbeat", "--without-mingle", "--without-gossip",
+            "--loglevel", "warning"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(args, cwd=ROOT, env={**os.environ, BROKER_VARIABLE: url}, stdout=out,
+                                   stderr=subprocess.STDOUT)
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def true_depth(client: redis.Redis, queue: str) -> int:
+    """LLEN summed over every one of kombu's lists for ``queue``, read directly."""
+    return sum(client.llen(key) for _, key in list_keys(QueueRef(queue)))
+
+
+def send(tenant: str, queue: str, ms: float = 5, **options: Any) -> None:
+    work.apply_async((ms,), {"tenant_id": tenant}, queue=queue, **options)
+
+
+def test_serves_no_inflight_and_no_completions() -> None:
+    """kombu's ``unacked`` is not in-flight under default acks and the broker keeps no
+    completions (see the module docstring): those metrics are left out, not served as zero."""
+    assert CelerySource.supplies == {m.QUEUE_DEPTH.name, m.QUEUE_OLDEST_AGE.name, m.QUEUE_TENANT_SHARE.name}
+
+
+def test_a_flooding_tenant_shows_in_depth_age_and_tenants(
+        redis_server: RedisServer | GivenRedis, client: redis.Redis, celery_app: celery.Celery, tmp_path: Path) -> None:
+    """A storm: "flooder" sends 300 tasks to ``bulk``, which no worker consumes, while a worker
+    serves ``interactive``. Depth is the lists' true length at every read, flooder tops the
+    tenant sample, and the age counts from when the head was sent, to within one read interval."""
+    source = CelerySource(WatchConfig(
+        "celery", {"interactive": (QueueRef("interactive"),), "bulk": (QueueRef("bulk"),)}, tenant=TENANT,
+        sample=100))
+    plan: list[tuple[str, str]] = []  # (tenant, queue) after the head: 299 of flooder's, 10 of carol's, 6 interactive
+    for i in range(1, 300):
+        plan.append(("flooder", "bulk"))
+        if i % 30 == 15:
+            plan.append(("carol", "bulk"))
+        if i % 50 == 25:
+            plan.append(("alice" if i % 100 == 25 else "bob", "interactive"))
+    sent_before = sent_after = first_seen = None
+    with celery_worker(redis_server.url, "interactive", tmp_path / "worker.log"):
+        start = time.monotonic()
+        for tick in range(40):  # a read every INTERVAL, sends at the ticks between
+            time.sleep(max(0.0, start + tick * TICK - time.monotonic()))
+            if tick % round(INTERVAL / TICK) == 0:
+                now = time.time()
+                bulk = source.read(client, now)["bulk"]
+                assert bulk.depth == true_depth(client, "bulk")
+                if sent_before is None or sent_after is None:
+                    assert bulk.oldest_enqueued is None
+                    continue
+                first_seen = first_seen or now  # the first read after the head was sent
+                assert bulk.oldest_enqueued == first_seen
+                assert first_seen >= sent_before  # the age is a lower bound ...
+                assert first_seen - sent_after <= INTERVAL + SLACK  # ... short by at most one interval
+            elif tick >= 2 and sent_before is None:  # the head, between two reads
+                sent_before = time.time()
+                send("flooder", "bulk")
+                sent_after = time.time()
+            elif sent_before is not None:
+                for tenant, queue in plan[:12]:
+                    send(tenant, queue, ms=20 if queue == "interactive" else 5)
+                del plan[:12]
+        assert not plan and first_seen is not None
+        wait_for(lambda: true_depth(client, "interactive") == 0 and not client.hlen("unacked"), 30,
+                 "the worker to finish the interactive tasks")
+        reading = source.read(client, time.time())
+    bulk = reading["bulk"]
+    assert bulk.depth == true_depth(client, "bulk") == 310
+    assert bulk.oldest_enqueued == first_seen
+    assert bulk.tenants[0][0] == "flooder"
+    assert sum(count for _, count in bulk.tenants) == 100  # the sample, not the backlog
+    assert dict(bulk.tenants).get("carol", 0) < 10
+    assert bulk.inflight is None and bulk.processed is None
+    interactive = reading["interactive"]
+    assert interactive.depth == 0 and interactive.oldest_enqueued is None and interactive.tenants == ()
+
+
+def test_a_class_takes_only_its_priorities_of_a_queue(client: redis.Redis, celery_app: celery.Celery) -> None:
+    """Celery priorities land in kombu's step lists (0-2 in ``q``, 3-5, 6-8, 9); a class mapped to
+    priorities 6 and 9 counts the messages of those steps, one mapped to 0 and 3 the rest."""
+    sent = {0: 4, 1: 1, 3: 3, 5: 2, 6: 2, 7: 1, 9: 5}
+    for priority, count in sent.items():
+        for _ in range(count):
+            send(f"p{priority}", "prio", priority=priority)
+    assert [client.llen(k) for k in ("prio", "prio\x06\x163", "prio\x06\x166", "prio\x06\x169")] == [5, 5, 3, 5]
+    source = CelerySource(WatchConfig(
+        "celery", {"high": (QueueRef("prio", (6, 9)),), "low": (QueueRef("prio", (0, 3)),)}, tenant=TENANT))
+    reading = source.read(client, time.time())
+    assert reading["high"].depth == 8
+    assert reading["low"].depth == 10
+    assert dict(reading["high"].tenants) == {"p6": 2, "p7": 1, "p9": 5}
+    assert dict(reading["low"].tenants) == {"p0": 4, "p1": 1, "p3": 3, "p5": 2}
+
+
+def test_reads_as_a_read_only_user(redis_server: RedisServer | GivenRedis, client: redis.Redis, celery_app: celery.Celery) -> None:
+    """Every command of a read is allowed to a user with only read commands (no SCAN or KEYS);
+    the same user cannot write, nor open a transaction."""
+    if isinstance(redis_server, GivenRedis):
+        pytest.skip("creates an ACL user on the test's own redis-server")
+    for tenant in ("acme", "acme", "globex"):
+        send(tenant, "reports", priority=4)
+    send("acme", "emails")
+    client.execute_command("ACL", "SETUSER", "watcher", "on", ">pw", "~*", "&*", "-@all", "+@read", "-@dangerous",
+                           "-scan", "-keys", "+ping")
+    watcher = redis_client(f"redis://watcher:pw@127.0.0.1:{redis_server.port}/0")
+    try:
+        watch = WatchConfig("celery", {"reports": (QueueRef("reports"),), "emails": (QueueRef("emails"),)},
+                            tenant=TENANT)
+        now = time.time()
+        assert CelerySource(watch).read(watcher, now) == CelerySource(watch).read(client, now)
+        assert CelerySource(watch).read(watcher, now)["reports"].tenants == (("acme", 2), ("globex", 1))
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            watcher.lpush("reports", "x")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            watcher.scan()
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            watcher.pipeline(transaction=True).llen("reports").execute()
+    finally:
+        watcher.close()
+        client.execute_command("ACL", "DELUSER", "watcher")
+
+
+def captured_message(client: redis.Redis) -> dict[str, Any]:
+    """A message exactly as Celery sent it to the broker (removed from Redis again)."""
+    send("template", "capture")
+    raw = client.lindex("capture", -1)
+    client.delete("capture")
+    return json.loads(raw)
+
+
+def synthetic(template: dict[str, Any], tenant: str) -> bytes:
+    """``template`` as another task: a fresh id and delivery tag, ``tenant`` in its kwargs."""
+    task_id = str(uuid.uuid4())
+    args, kwargs, embed = json.loads(base64.b64decode(template["body"]))
+    kwargs = {**kwargs, "tenant_id": tenant}
+    message = {
+        **template,
+        "body": base64.b64encode(json.dumps([args, kwargs, embed]).encode()).decode(),
+        "headers": {**template["headers"], "id": task_id, "root_id": task_id, "kwargsrepr": repr(kwargs)},
+        "properties": {**template["properties"], "correlation_id": task_id, "delivery_tag": str(uuid.uuid4())},
+    }
+    return json.dumps(message).encode()
+
+
+def fill(client: redis.Redis, queue: str, template: dict[str, Any], count: int) -> None:
+    """LPUSH ``count`` synthetic messages to ``queue`` (as kombu publishes), in pipelined chunks."""
+    chunk = 2_000
+    for start in range(0, count, chunk):
+        pipe = client.pipeline(transaction=False)
+        for first in range(start, min(start + chunk, count), 200):
+            pipe.lpush(queue, *(synthetic(template, f"t{i % 7}") for i in range(first, min(first + 200, count))))
+        pipe.execute()
+
+
+def commands_of(client: redis.Redis) -> dict[str, int]:
+    return {name: stats["calls"] for name, stats in client.info("commandstats").items()}
+
+
+def test_a_read_costs_the_same_at_1000_and_100000_queued(client: redis.Redis, celery_app: celery.Celery) -> None:
+    """The commands a read issues depend on the configured lists and the sample, not on how many
+    messages wait: the same count with 1,000 and with 100,000 Celery messages queued."""
+    template = captured_message(client)
+    source = CelerySource(WatchConfig(
+        "celery", {"bulk": (QueueRef("bulk"),), "quiet": (QueueRef("quiet", (9,)),)}, tenant=TENANT, sample=100))
+    counts = []
+    for queued in (1_000, 100_000):
+        fill(client, "bulk", template, queued - client.llen("bulk"))
+        before = commands_of(client)
+        reading = source.read(client, time.time())
+        after = commands_of(client)
+        counts.append(sum(calls - before.get(name, 0) for name, calls in after.items() if name != "cmdstat_info"))
+        assert reading["bulk"].depth == queued
+        assert sum(n for _, n in reading["bulk"].tenants) == 100
+    # LLEN and LINDEX for each of bulk's 4 lists and quiet's 1, then one LRANGE for bulk's one non-empty list.
+    assert counts == [11, 11]
+
+
+def test_odd_messages_count_and_never_raise(client: redis.Redis) -> None:
+    """Elements that are not Celery JSON messages count in depth and carry no tenant; the age
+    follows the head by its identity and is forgotten when the list empties."""
+    odd = [b"not json", b"[1, 2]", b"{}", json.dumps({"headers": 7, "body": "!!!"}).encode(),
+           json.dumps({"content-type": "application/x-python-serialize", "body": "gAN9cQAu",
+                       "headers": {"id": "pickled"}, "properties": {"body_encoding": "base64"}}).encode(),
+           json.dumps({"content-type": "application/json", "body": "bm90IGpzb24=", "headers": {"id": "bad-body"},
+                       "properties": {"body_encoding": "base64"}}).encode()]
+    client.lpush("odd", *odd)
+    source = CelerySource(WatchConfig("celery", {"odd": (QueueRef("odd"),)}, tenant=TENANT))
+    first = source.read(client, 1000.0)["odd"]
+    assert (first.depth, first.oldest_enqueued, first.tenants) == (6, 1000.0, ())
+    assert source.read(client, 1010.0)["odd"].oldest_enqueued == 1000.0  # the same head
+    client.rpop("odd")
+    assert source.read(client, 1020.0)["odd"].oldest_enqueued == 1020.0  # a new head
+    client.delete("odd")
+    assert source.read(client, 1030.0)["odd"].oldest_enqueued is None
+    client.lpush("odd", b"not json")
+    assert source.read(client, 1040.0)["odd"].oldest_enqueued == 1040.0
