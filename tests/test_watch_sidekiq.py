@@ -1,0 +1,177 @@
+"""The exporter watching Sidekiq (https://sidekiq.org): a real ``sidekiq`` process serves weighted
+queues while another floods, jobs queued by Sidekiq's own client, and the exporter, reading
+Sidekiq's own keys read-only, serves exact depths, oldest ages within a scrape interval of the
+jobs' own ``enqueued_at``, the busy jobs Sidekiq's heartbeat records and the flooding tenant on
+top; a real Prometheus loading the generated rules fires QueueStarving for the starved class only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+
+from alerts.output import rules_text
+from alerts.rules import QUEUE_STARVING
+from exporter import metrics as m
+from exporter.server import watch_server
+from exporter.sources import READERS
+from exporter.sources.sidekiq import SidekiqSource
+from exporter.watch import watch_client
+from fairness_core import Config, load_config
+from fairness_core.config import QueueRef, WatchConfig
+from fairness_stack.servers import RedisServer, find_binary, stop_process
+
+from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
+from .exporter_support import Prometheus, scrape
+from .support import wait_for
+
+URGENT, BULK = "sidekiq:interactive", "sidekiq:bulk"
+JOBS = Path(__file__).resolve().parent / "watch_sidekiq"
+SIDEKIQ_HINT = "install it with: apt-get install -y --no-install-recommends ruby-sidekiq"
+SLOW = 6  # seconds a slow job runs: longer than Sidekiq 6.4's 5 s heartbeat, so one records it busy
+
+
+@pytest.fixture(autouse=True)
+def sidekiq_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exporter finds the Sidekiq reader by ``watch.system`` (exporter.sources.READERS)."""
+    monkeypatch.setitem(READERS, "sidekiq", "sidekiq:SidekiqSource")
+
+
+def watch_config(tmp_path: Path, url: str) -> Config:
+    """Two classes: the urgent one over two weighted Sidekiq queues, the bulk one over ``bulk``,
+    whose SLO is 2 s, so a flood starves it at once."""
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["classes"] = [{"name": URGENT, "weight": 70, "max_age": "30s", "starving_for": "1s"},
+                       {"name": BULK, "weight": 30, "max_age": "2s", "starving_for": "1s"}]
+    data["classification"] = [{"class": URGENT, "reason": "default"}]
+    path = tmp_path / "watch.yaml"
+    path.write_text(yaml.safe_dump(data))
+    watch = WatchConfig(system="sidekiq", url=url, tenant=("args", "0"),
+                        classes={URGENT: (QueueRef("interactive"), QueueRef("other")), BULK: (QueueRef("bulk"),)})
+    return dataclasses.replace(load_config(path), watch=watch)
+
+
+def produce(url: str, *batches: dict[str, Any]) -> None:
+    """Queues ``batches`` ({"queue", "class", "args": [[...], ...]}) with Sidekiq::Client.push_bulk."""
+    subprocess.run([find_binary("ruby", SIDEKIQ_HINT), str(JOBS / "produce.rb")], input=json.dumps(batches).encode(),
+                   env={**os.environ, "REDIS_URL": url}, check=True, capture_output=True, timeout=60)
+
+
+@contextmanager
+def sidekiq(url: str, log: Path, *queues: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A real ``sidekiq`` (3 threads, 1 s shutdown timeout) serving ``queues`` (``name,weight``)
+    until the block ends; entered once its process has registered in Redis."""
+    client = redis.Redis.from_url(url)
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [find_binary("sidekiq", SIDEKIQ_HINT), "-r", str(JOBS / "worker.rb"), "-c", "3", "-t", "1",
+             *(arg for q in queues for arg in ("-q", q))],
+            cwd=ROOT, env={**os.environ, "REDIS_URL": url}, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: process.poll() is None and client.scard("processes") == 1, 30,
+                 f"sidekiq registered ({log.read_text()[-2000:]})")
+        yield process
+    finally:
+        stop_process(process, timeout=20)
+
+
+def busy(client: redis.Redis) -> int:
+    """Jobs running, as Sidekiq's own process records count them (the ``busy`` field of each)."""
+    return sum(int(client.hget(identity, "busy") or 0) for identity in client.smembers("processes"))
+
+
+def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_sidekiq_does(
+        redis_server: RedisServer | GivenRedis, tmp_path: Path) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    config = watch_config(tmp_path, redis_server.url)
+    rules = tmp_path / "rules.yml"
+    rules.write_text(rules_text(config))
+    produce(redis_server.url, {"queue": "bulk", "class": "Work", "args": [["flooder", n] for n in range(300)]})
+    with watch_server(config, watch_client(config), "127.0.0.1", 0) as server, \
+            Prometheus([server.url.split("/")[2]], tmp_path, (rules,)) as prometheus, \
+            sidekiq(redis_server.url, tmp_path / "sidekiq.log", "interactive,3", "other,1"):
+        produce(redis_server.url,
+                {"queue": "other", "class": "Work", "args": [[f"slow-{n}", n, SLOW] for n in range(2)]},
+                {"queue": "interactive", "class": "Work", "args": [[f"tenant-{n % 4}", n] for n in range(20)]})
+        wait_for(lambda: scrape(server.url).value(m.QUEUE_INFLIGHT.name, queue=URGENT) == busy(client) == 2, 15,
+                 "the two slow jobs served as in flight, as Sidekiq counts them")
+        assert scrape(server.url).value(m.QUEUE_INFLIGHT.name, queue=BULK) == 0
+        firing = f'ALERTS{{alertname="{QUEUE_STARVING}",alertstate="firing"}}'
+        wait_for(lambda: prometheus.query(firing) != [], 30, "QueueStarving firing")
+        wait_for(lambda: client.llen("queue:interactive") == client.llen("queue:other") == 0, 30,
+                 "the urgent jobs taken")
+        seen = scrape(server.url)
+        oldest = json.loads(client.lindex("queue:bulk", -1))  # type: ignore[arg-type]
+        truth_age = seen.at - oldest["enqueued_at"]
+        assert [labels["queue"] for labels, _ in prometheus.query(firing)] == [BULK], "the starved class only"
+    assert oldest["args"] == ["flooder", 0], "Sidekiq's oldest job is at the right end"
+    assert seen.value(m.QUEUE_DEPTH.name, queue=BULK) == client.llen("queue:bulk") == 300
+    assert seen.value(m.QUEUE_DEPTH.name, queue=URGENT) == 0
+    assert 0 <= truth_age - seen.value(m.QUEUE_OLDEST_AGE.name, queue=BULK) <= 1.0, truth_age
+    shares = seen.series(m.QUEUE_TENANT_SHARE.name)
+    assert shares[((m.QUEUE, BULK), (m.TENANT, "flooder"))] == 1.0
+    assert m.JOBS_PROCESSED.name not in seen.names(), "Sidekiq counts completions globally only: left out, not 0"
+    assert m.QUEUE_PAUSED.name not in seen.names()
+
+
+def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
+        redis_server: RedisServer | GivenRedis, tmp_path: Path) -> None:
+    admin = redis.Redis.from_url(redis_server.url)
+    admin.flushdb()
+    admin.execute_command("ACL", "SETUSER", "watcher", "reset", "on", ">watch-pw", "~*", "&*", "-@all", "+@read",
+                          "-@dangerous", "+ping")
+    host, port = redis_server.url.split("//")[1].split("/")[0].split(":")
+    watcher = redis.Redis(host=host, port=int(port), username="watcher", password="watch-pw")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        watcher.set("x", "1")
+    source = SidekiqSource(watch_config(tmp_path, redis_server.url).watch)  # type: ignore[arg-type]
+    produce(redis_server.url, {"queue": "bulk", "class": "Work", "args": [["flooder", n] for n in range(1_000)]})
+
+    def commands_per_read() -> int:
+        before = _calls(admin)
+        source.read(watcher, time.time())
+        return _calls(admin) - before - 1  # the INFO that measured it
+
+    with sidekiq(redis_server.url, tmp_path / "sidekiq.log", "interactive") as process:
+        # Killed, it stays registered until its heartbeat keys expire (60 s), as a crashed process
+        # does: its keys are read, and no fetch or heartbeat of its own lands in the count.
+        stop_process(process, kill=True)
+    try:
+        few = commands_per_read()
+        pad = json.dumps({"class": "Work", "args": ["padding", 0], "queue": "bulk", "jid": "0",
+                          "enqueued_at": time.time()})
+        pipe = admin.pipeline(transaction=False)
+        for _ in range(100):  # 1,001,000 jobs queued, the padding newer (left of) the real ones
+            pipe.lpush("queue:bulk", *[pad] * 10_000)
+        pipe.execute()
+        assert admin.llen("queue:bulk") == 1_001_000
+        many = commands_per_read()
+        reading = source.read(watcher, time.time())[BULK]
+    finally:
+        admin.flushdb()  # a million jobs' memory back to the shared server
+    assert few == many == 2 * 3 + 1 + 2, (few, many)  # 2 a queue, the process set, 2 a process
+    assert reading.depth == 1_001_000
+    assert reading.tenants == (("flooder", 100),), "the sample is the oldest jobs, at the right end"
+
+
+def test_a_class_takes_whole_sidekiq_queues() -> None:
+    watch = WatchConfig(system="sidekiq", classes={BULK: (QueueRef("bulk", priorities=(1,)),)})
+    with pytest.raises(ValueError, match=r"class 'sidekiq:bulk': Sidekiq queue 'bulk' has no priorities"):
+        SidekiqSource(watch)
+
+
+def _calls(client: redis.Redis) -> int:
+    stats: dict[str, Any] = client.info("commandstats")
+    return sum(int(v["calls"]) for v in stats.values())

@@ -1,0 +1,13 @@
+# The job the Sidekiq watch tests queue, run by a real `sidekiq -r` process: a tenant's piece of
+# work, short by default; a longer one (third argument, seconds) stays busy long enough for
+# Sidekiq's heartbeat (every 5 s in 6.4) to record it as running.
+require "sidekiq"
+
+class Work
+  include Sidekiq::Worker
+  sidekiq_options retry: false
+
+  def perform(tenant, n, seconds = 0.01)
+    sleep seconds
+  end
+end
