@@ -118,6 +118,7 @@ def _environment(url: str) -> dict[str, str]:
     fairctl = shutil.which("fairctl") or str(Path(sys.executable).parent / "fairctl")
     env["PATH"] = os.pathsep.join([str(Path(fairctl).parent), str(Path(sys.executable).parent), env.get("PATH", "")])
     env["FAIRCTL_REDIS_URL"] = url
+    env["CELERY_BROKER_URL"] = url  # docs/watching.md's Celery app, as its users set it
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONPATH", None)  # the examples must not need it
     return env

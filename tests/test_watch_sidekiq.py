@@ -25,7 +25,6 @@ from alerts.output import rules_text
 from alerts.rules import QUEUE_STARVING
 from exporter import metrics as m
 from exporter.server import watch_server
-from exporter.sources import READERS
 from exporter.sources.sidekiq import SidekiqSource
 from exporter.watch import watch_client
 from fairness_core import Config, load_config
@@ -40,12 +39,6 @@ URGENT, BULK = "sidekiq:interactive", "sidekiq:bulk"
 JOBS = Path(__file__).resolve().parent / "watch_sidekiq"
 SIDEKIQ_HINT = "install it with: apt-get install -y --no-install-recommends ruby-sidekiq"
 SLOW = 6  # seconds a slow job runs: longer than Sidekiq 6.4's 5 s heartbeat, so one records it busy
-
-
-@pytest.fixture(autouse=True)
-def sidekiq_reader(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The exporter finds the Sidekiq reader by ``watch.system`` (exporter.sources.READERS)."""
-    monkeypatch.setitem(READERS, "sidekiq", "sidekiq:SidekiqSource")
 
 
 def watch_config(tmp_path: Path, url: str) -> Config:

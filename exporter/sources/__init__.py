@@ -9,7 +9,7 @@ from fairness_core.config import WatchConfig
 from .base import Source
 
 # watch.system -> module:class of its reader; imported only when configured.
-READERS = {"celery": "celery:CelerySource", "rq": "rq:RqSource"}
+READERS = {"celery": "celery:CelerySource", "rq": "rq:RqSource", "sidekiq": "sidekiq:SidekiqSource"}
 
 
 def source_for(watch: WatchConfig) -> Source:
