@@ -1,0 +1,206 @@
+"""The exporter watching BullMQ (https://bullmq.io): a real BullMQ worker (Node.js) serves one queue
+while another floods, and the exporter, reading BullMQ's own keys read-only, serves exact depths,
+oldest ages within a scrape interval of the jobs' own timestamps, the completions BullMQ recorded
+and the flooding tenant on top; a real Prometheus loading the generated rules fires QueueStarving for
+the starved class only. Classes taking some priority levels of one queue get their bands' exact
+depths and ages, and a read-only ACL user reads with as many commands at 1,001,000 jobs as at 1,000.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+
+from alerts.output import rules_text
+from alerts.rules import QUEUE_STARVING
+from benchmarks.peers import NODE_PACKAGES, NODE_PREFIX
+from exporter import metrics as m
+from exporter.server import watch_server
+from exporter.sources import READERS
+from exporter.sources.bullmq import LEVEL, BullmqSource
+from exporter.watch import watch_client
+from fairness_core import Config, load_config
+from fairness_core.config import QueueRef, WatchConfig
+from fairness_stack.servers import RedisServer, stop_process
+
+from .conftest import EXAMPLE_CONFIG, GivenRedis
+from .exporter_support import Prometheus, scrape
+from .support import wait_for
+
+URGENT, BULK = "bullmq:interactive", "bullmq:bulk"
+JOBS_SCRIPT = Path(__file__).resolve().parent / "watch_bullmq" / "jobs.mjs"
+TENANTS = ("tenant-0", "tenant-1", "tenant-2", "tenant-3")
+
+
+@pytest.fixture(scope="module")
+def node() -> str:
+    """Node.js with BullMQ installed where benchmarks/peers.py puts it (installed here if missing)."""
+    binary = shutil.which("node")
+    assert binary is not None, "Node.js is needed to run a real BullMQ (apt-get install nodejs npm)"
+    if not all((NODE_PREFIX / "node_modules" / package).exists() for package in NODE_PACKAGES):
+        subprocess.run(["npm", "install", "--prefix", str(NODE_PREFIX), "--no-audit", "--no-fund", *NODE_PACKAGES],
+                       check=True, capture_output=True, timeout=300)
+    return binary
+
+
+@pytest.fixture(autouse=True)
+def bullmq_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exporter and the rules find the reader by ``watch.system`` (the same entry
+    exporter/sources/__init__.py holds once BullMQ is registered there)."""
+    monkeypatch.setitem(READERS, "bullmq", "bullmq:BullmqSource")
+
+
+def watch_config(tmp_path: Path, url: str, classes: Mapping[str, tuple[QueueRef, ...]]) -> Config:
+    """Two classes over BullMQ queues; the bulk class's SLO is 2 s, so a flood starves it at once.
+    The YAML's watch section names a system the parser knows and is then replaced by BullMQ's."""
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["classes"] = [{"name": URGENT, "weight": 70, "max_age": "30s", "starving_for": "1s"},
+                       {"name": BULK, "weight": 30, "max_age": "2s", "starving_for": "1s"}]
+    del data["classification"]  # BullMQ's callers choose the queue
+    data["watch"] = {"system": "rq", "url": url, "classes": {URGENT: ["interactive"], BULK: ["bulk"]}}
+    path = tmp_path / "watch.yaml"
+    path.write_text(yaml.safe_dump(data))
+    watch = WatchConfig(system="bullmq", classes=classes, url=url, tenant=("data", "tenant"), prefix="bull")
+    return dataclasses.replace(load_config(path), watch=watch)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "NODE_PATH": str(NODE_PREFIX / "node_modules")}
+
+
+def add(node: str, url: str, queue: str, jobs: int, *, every_ms: int = 0, tenants: tuple[str, ...] = ("flooder",),
+        priorities: tuple[int, ...] = (0,)) -> None:
+    """BullMQ's own Queue adds ``jobs`` jobs ``{tenant, n}``, tenants and priorities in turn."""
+    subprocess.run([node, str(JOBS_SCRIPT), "add", url, queue, str(jobs), str(every_ms), ",".join(tenants),
+                    ",".join(map(str, priorities))], env=_env(), check=True, capture_output=True, timeout=120)
+
+
+@contextmanager
+def bullmq_worker(node: str, url: str, queue: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A real BullMQ Worker (20 ms jobs, concurrency 2) on ``queue`` until the block ends."""
+    process = subprocess.Popen([node, str(JOBS_SCRIPT), "worker", url, queue], env=_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == b"ready", "the BullMQ worker did not start"
+        yield process
+    finally:
+        stop_process(process, timeout=20)
+
+
+def enqueued(client: redis.Redis, queue: str, job_id: bytes | str) -> float:
+    """A job's own enqueue time (BullMQ's ``timestamp``, ms) in epoch seconds."""
+    return int(client.hget(f"bull:{queue}:{job_id if isinstance(job_id, str) else job_id.decode()}", "timestamp")) / 1000
+
+
+def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_bullmq_does(
+        redis_server: RedisServer | GivenRedis, tmp_path: Path, node: str) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    config = watch_config(tmp_path, redis_server.url, {URGENT: (QueueRef("interactive"),), BULK: (QueueRef("bulk"),)})
+    rules = tmp_path / "rules.yml"
+    rules.write_text(rules_text(config))
+    add(node, redis_server.url, "bulk", 300)
+    with watch_server(config, watch_client(config), "127.0.0.1", 0) as server, \
+            Prometheus([server.url.split("/")[2]], tmp_path, (rules,)) as prometheus, \
+            bullmq_worker(node, redis_server.url, "interactive"):
+        add(node, redis_server.url, "interactive", 20, every_ms=100, tenants=TENANTS)
+        firing = f'ALERTS{{alertname="{QUEUE_STARVING}",alertstate="firing"}}'
+        wait_for(lambda: prometheus.query(firing) != [], 30, "QueueStarving firing")
+        wait_for(lambda: client.zcard("bull:interactive:completed") == 20, 30, "the interactive jobs completed")
+        seen = scrape(server.url)
+        # The job's true age when the scrape's answer ended, at or after the read it served.
+        truth_age = seen.at + seen.seconds / 2 - enqueued(client, "bulk", client.lindex("bull:bulk:wait", -1))
+        assert [labels["queue"] for labels, _ in prometheus.query(firing)] == [BULK], "the starved class only"
+    truth_depth = client.llen("bull:bulk:wait") + client.zcard("bull:bulk:prioritized")
+    assert seen.value(m.QUEUE_DEPTH.name, queue=BULK) == truth_depth == 300
+    assert seen.value(m.QUEUE_DEPTH.name, queue=URGENT) == 0
+    assert 0 <= truth_age - seen.value(m.QUEUE_OLDEST_AGE.name, queue=BULK) <= 1.0, truth_age
+    assert seen.value(m.JOBS_PROCESSED.name, queue=URGENT) == client.zcard("bull:interactive:completed") == 20
+    assert seen.value(m.JOBS_PROCESSED.name, queue=BULK) == 0
+    assert seen.value(m.QUEUE_INFLIGHT.name, queue=URGENT) == seen.value(m.QUEUE_INFLIGHT.name, queue=BULK) == 0
+    shares = seen.series(m.QUEUE_TENANT_SHARE.name)
+    assert shares[((m.QUEUE, BULK), (m.TENANT, "flooder"))] == 1.0
+    assert m.QUEUE_PAUSED.name not in seen.names(), "what the reader does not tell is left out, not served as 0"
+
+
+def test_classes_taking_priority_levels_of_one_queue_get_their_bands(
+        redis_server: RedisServer | GivenRedis, tmp_path: Path, node: str) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    add(node, redis_server.url, "ranked", 40, tenants=("a", "b", "c", "d", "e"), priorities=(0, 1, 2, 3))
+    by_level: dict[int, list[float]] = {}
+    for job_id, score in client.zrange("bull:ranked:prioritized", 0, -1, withscores=True):
+        by_level.setdefault(int(score) // LEVEL, []).append(enqueued(client, "ranked", job_id))
+    wait_ids = client.lrange("bull:ranked:wait", 0, -1)
+    by_level[0] = [enqueued(client, "ranked", job_id) for job_id in wait_ids]
+
+    levels = watch_config(tmp_path, redis_server.url, {URGENT: (QueueRef("ranked", (1,)),),
+                                                       BULK: (QueueRef("ranked", (2, 3)),)})
+    reading = BullmqSource(levels.watch).read(client, time.time())  # type: ignore[arg-type]
+    band = f"{1 * LEVEL}", f"{2 * LEVEL - 1}"
+    assert reading[URGENT].depth == client.zcount("bull:ranked:prioritized", *band) == len(by_level[1]) == 10
+    assert reading[BULK].depth == len(by_level[2]) + len(by_level[3]) == 20
+    assert reading[URGENT].oldest_enqueued == min(by_level[1])
+    assert reading[BULK].oldest_enqueued == min(by_level[2] + by_level[3])
+    assert sum(n for _, n in reading[BULK].tenants) == 20, "the sample is the band's jobs"
+    assert reading[URGENT].inflight is None and reading[URGENT].processed is None, "the active list is not split by level"
+
+    whole = watch_config(tmp_path, redis_server.url, {URGENT: (QueueRef("ranked", (0,)),), BULK: (QueueRef("ranked"),)})
+    source = BullmqSource(whole.watch)  # type: ignore[arg-type]
+    reading = source.read(client, time.time())
+    assert reading[URGENT].depth == client.llen("bull:ranked:wait") == 10, "level 0: the wait list"
+    assert reading[BULK].depth == 40
+    assert reading[BULK].oldest_enqueued == reading[URGENT].oldest_enqueued == min(by_level[0])
+    assert (reading[BULK].inflight, reading[BULK].processed) == (0, 0)
+    client.rpush("bull:ranked:wait", "0:0")  # a BullMQ 4.x marker where workers take next
+    assert source.read(client, time.time())[URGENT] == reading[URGENT]
+
+
+def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
+        redis_server: RedisServer | GivenRedis, tmp_path: Path, node: str) -> None:
+    admin = redis.Redis.from_url(redis_server.url)
+    admin.flushdb()
+    admin.execute_command("ACL", "SETUSER", "watcher", "reset", "on", ">watch-pw", "~*", "&*", "-@all", "+@read",
+                          "-@dangerous", "+ping")
+    host, port = redis_server.url.split("//")[1].split("/")[0].split(":")
+    watcher = redis.Redis(host=host, port=int(port), username="watcher", password="watch-pw")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        watcher.set("x", "1")
+    config = watch_config(tmp_path, redis_server.url, {URGENT: (QueueRef("interactive"),), BULK: (QueueRef("bulk"),)})
+    source = BullmqSource(config.watch)  # type: ignore[arg-type]
+    add(node, redis_server.url, "bulk", 1_000)  # real jobs where workers take next: the head and sample read them
+    first = enqueued(admin, "bulk", admin.lindex("bull:bulk:wait", -1))
+
+    def commands_per_read() -> int:
+        before = _calls(admin)
+        source.read(watcher, time.time())
+        return _calls(admin) - before - 1  # the INFO that measured it
+
+    pad = [f"padding-{n}" for n in range(10_000)]
+    few = commands_per_read()
+    pipe = admin.pipeline(transaction=False)
+    for _ in range(100):  # 1,001,000 ids waiting, the padding at the newest end (BullMQ LPUSHes)
+        pipe.lpush("bull:bulk:wait", *pad)
+    pipe.execute()
+    assert admin.llen("bull:bulk:wait") == 1_001_000
+    many = commands_per_read()
+    assert few == many, (few, many)
+    reading = source.read(watcher, time.time())[BULK]
+    assert (reading.depth, reading.oldest_enqueued, reading.tenants) == (1_001_000, first, (("flooder", 100),))
+
+
+def _calls(client: redis.Redis) -> int:
+    stats: dict[str, Any] = client.info("commandstats")
+    return sum(int(v["calls"]) for v in stats.values())
