@@ -49,9 +49,10 @@ def exporter(
 
     One scripted Redis round trip per scrape, whatever the number of tenants or jobs; every
     configured class always has its series. With the config's watch section it reads that job
-    system's queues instead (Celery, RQ, Sidekiq), read-only, and serves the metrics the system
-    supplies. When Redis is down or too slow for exporter.scrape_timeout, scrapes still answer in
-    time with fairness_exporter_redis_up 0, and values come back by themselves when Redis does."""
+    system's queues instead (Celery, RQ, BullMQ, Sidekiq), read-only, and serves the metrics the
+    system supplies. When Redis is down or too slow for exporter.scrape_timeout, scrapes still
+    answer in time with fairness_exporter_redis_up 0, and values come back by themselves when
+    Redis does."""
     cfg = load(config, redis_url)
     try:  # the config's exporter.listen was checked when it was loaded
         host, port = listen_address(listen if listen is not None else cfg.exporter.listen)

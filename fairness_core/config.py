@@ -268,7 +268,7 @@ class AlertsConfig:
 
 
 # The job systems the exporter can watch instead of fairctl's own queues (``watch.system``).
-WATCHED_SYSTEMS = ("celery", "rq", "sidekiq")
+WATCHED_SYSTEMS = ("bullmq", "celery", "rq", "sidekiq")
 # Where a job carries its tenant: a path into its arguments, e.g. kwargs.tenant_id, args.0, data.tenant.
 _TENANT_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_-]+)+$")
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One-time set-up on a fresh Debian/Ubuntu machine: the servers fairctl talks to, a headless
-# browser for the report test and Sidekiq for the exporter's watch tests (from Debian's packages,
-# only when missing), then fairctl itself with its test extras in a virtualenv at .venv. Safe to
-# run again.
+# browser for the report test, Sidekiq and Node.js for the exporter's watch tests (from Debian's
+# packages, only when missing), then fairctl itself with its test extras in a virtualenv at .venv.
+# Safe to run again.
 #
 # Python packages never go into the system's Python: Debian and Ubuntu mark it externally managed
 # (PEP 668) and refuse `pip install` there. Inside a virtualenv of your own (VIRTUAL_ENV set),
@@ -28,6 +28,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the test that renders fairctl simulate --report
 command -v sidekiq >/dev/null 2>&1 || need+=(ruby-sidekiq)  # the exporter's watch tests run a real Sidekiq
+command -v npm >/dev/null 2>&1 || need+=(nodejs npm)  # ... and a real BullMQ worker
 # Debian's Python has no ensurepip (so no `python3 -m venv`) until python3-venv is installed.
 if [ -z "${VIRTUAL_ENV:-}" ] && [ ! -x .venv/bin/python ] && ! "$python" -c 'import ensurepip' >/dev/null 2>&1; then
   need+=(python3-venv)

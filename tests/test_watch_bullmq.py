@@ -8,7 +8,6 @@ depths and ages, and a read-only ACL user reads with as many commands at 1,001,0
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -27,11 +26,10 @@ from alerts.rules import QUEUE_STARVING
 from benchmarks.peers import NODE_PACKAGES, NODE_PREFIX
 from exporter import metrics as m
 from exporter.server import watch_server
-from exporter.sources import READERS
 from exporter.sources.bullmq import LEVEL, BullmqSource
 from exporter.watch import watch_client
 from fairness_core import Config, load_config
-from fairness_core.config import QueueRef, WatchConfig
+from fairness_core.config import QueueRef
 from fairness_stack.servers import RedisServer, stop_process
 
 from .conftest import EXAMPLE_CONFIG, GivenRedis
@@ -54,25 +52,19 @@ def node() -> str:
     return binary
 
 
-@pytest.fixture(autouse=True)
-def bullmq_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The exporter and the rules find the reader by ``watch.system`` (the same entry
-    exporter/sources/__init__.py holds once BullMQ is registered there)."""
-    monkeypatch.setitem(READERS, "bullmq", "bullmq:BullmqSource")
-
-
 def watch_config(tmp_path: Path, url: str, classes: Mapping[str, tuple[QueueRef, ...]]) -> Config:
-    """Two classes over BullMQ queues; the bulk class's SLO is 2 s, so a flood starves it at once.
-    The YAML's watch section names a system the parser knows and is then replaced by BullMQ's."""
+    """Two classes over BullMQ queues (``classes``: their queues and priority levels); the bulk
+    class's SLO is 2 s, so a flood starves it at once."""
     data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
     data["classes"] = [{"name": URGENT, "weight": 70, "max_age": "30s", "starving_for": "1s"},
                        {"name": BULK, "weight": 30, "max_age": "2s", "starving_for": "1s"}]
     del data["classification"]  # BullMQ's callers choose the queue
-    data["watch"] = {"system": "rq", "url": url, "classes": {URGENT: ["interactive"], BULK: ["bulk"]}}
+    data["watch"] = {"system": "bullmq", "url": url, "tenant": "data.tenant", "prefix": "bull", "classes": {
+        name: [q.queue if not q.priorities else {"queue": q.queue, "priorities": list(q.priorities)} for q in queues]
+        for name, queues in classes.items()}}
     path = tmp_path / "watch.yaml"
     path.write_text(yaml.safe_dump(data))
-    watch = WatchConfig(system="bullmq", classes=classes, url=url, tenant=("data", "tenant"), prefix="bull")
-    return dataclasses.replace(load_config(path), watch=watch)
+    return load_config(path)
 
 
 def _env() -> dict[str, str]:

@@ -9,7 +9,10 @@ from fairness_core.config import WatchConfig
 from .base import Source
 
 # watch.system -> module:class of its reader; imported only when configured.
-READERS = {"celery": "celery:CelerySource", "rq": "rq:RqSource", "sidekiq": "sidekiq:SidekiqSource"}
+READERS = {
+    "bullmq": "bullmq:BullmqSource", "celery": "celery:CelerySource", "rq": "rq:RqSource",
+    "sidekiq": "sidekiq:SidekiqSource",
+}
 
 
 def source_for(watch: WatchConfig) -> Source:
