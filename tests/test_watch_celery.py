@@ -20,14 +20,20 @@ from typing import Any
 import celery
 import pytest
 import redis
+import yaml
 
+from alerts.output import rules_text
+from alerts.rules import QUEUE_STARVING
 from exporter import metrics as m
+from exporter.server import watch_server
 from exporter.sources.celery import CelerySource, list_keys
-from fairness_core import redis_client
+from exporter.watch import watch_client
+from fairness_core import Config, load_config, redis_client
 from fairness_core.config import QueueRef, WatchConfig
 from fairness_stack.servers import RedisServer
 
-from .conftest import ROOT, GivenRedis
+from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
+from .exporter_support import Prometheus, scrape
 from .support import wait_for
 from .watch_celery_app import BROKER_VARIABLE, app, work
 
@@ -262,3 +268,44 @@ def test_odd_messages_count_and_never_raise(client: redis.Redis) -> None:
     assert source.read(client, 1030.0)["odd"].oldest_enqueued is None
     client.lpush("odd", b"not json")
     assert source.read(client, 1040.0)["odd"].oldest_enqueued == 1040.0
+
+
+def test_prometheus_fires_queue_starving_for_the_flooded_class_only(
+        redis_server: RedisServer | GivenRedis, client: redis.Redis, celery_app: celery.Celery, tmp_path: Path) -> None:
+    """The whole path: the exporter serving a watch config (the YAML a user writes), a real
+    Prometheus loading the rules ``fairctl generate`` writes for it, a real worker keeping the
+    interactive class healthy while ``bulk`` floods past its 2 s SLO."""
+    config = _watch_yaml(tmp_path, redis_server.url)
+    rules = tmp_path / "rules.yml"
+    rules.write_text(rules_text(config))
+    with watch_server(config, watch_client(config), "127.0.0.1", 0) as server, \
+            Prometheus([server.url.split("/")[2]], tmp_path, (rules,)) as prometheus, \
+            celery_worker(redis_server.url, "interactive", tmp_path / "worker.log"):
+        for _ in range(200):
+            send("flooder", "bulk")
+        for n in range(20):
+            send(f"tenant-{n % 4}", "interactive")
+            time.sleep(0.1)
+        firing = f'ALERTS{{alertname="{QUEUE_STARVING}",alertstate="firing"}}'
+        wait_for(lambda: prometheus.query(firing) != [], 30, "QueueStarving firing")
+        wait_for(lambda: true_depth(client, "interactive") == 0, 30, "the worker to finish the interactive tasks")
+        seen = scrape(server.url)
+        assert [labels["queue"] for labels, _ in prometheus.query(firing)] == ["celery:bulk"], "the flooded class only"
+    assert seen.value(m.QUEUE_DEPTH.name, queue="celery:bulk") == true_depth(client, "bulk") == 200
+    assert seen.value(m.QUEUE_DEPTH.name, queue="celery:interactive") == 0
+    assert seen.value(m.QUEUE_TENANT_SHARE.name, queue="celery:bulk", tenant="flooder") == 1.0
+    assert m.QUEUE_INFLIGHT.name not in seen.names() and m.JOBS_PROCESSED.name not in seen.names()
+
+
+def _watch_yaml(tmp_path: Path, url: str) -> Config:
+    """Two classes over two Celery queues, as docs/watching.md writes them; the bulk class's SLO is
+    2 s, so a flood starves it at once."""
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["classes"] = [{"name": "celery:interactive", "weight": 70, "max_age": "30s", "starving_for": "1s"},
+                       {"name": "celery:bulk", "weight": 30, "max_age": "2s", "starving_for": "1s"}]
+    del data["classification"]
+    data["watch"] = {"system": "celery", "url": url, "tenant": "kwargs.tenant_id",
+                     "classes": {"celery:interactive": ["interactive"], "celery:bulk": ["bulk"]}}
+    path = tmp_path / "watch.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_config(path)
