@@ -16,26 +16,23 @@ import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 import yaml
 
-from alerts.output import rules_text
 from alerts.rules import QUEUE_STARVING
 from benchmarks.peers import NODE_PACKAGES, NODE_PREFIX
 from exporter import metrics as m
-from exporter.server import watch_server
 from exporter.sources.bullmq import LEVEL, BullmqSource
-from exporter.watch import watch_client
 from fairness_core import Config, load_config
 from fairness_core.config import QueueRef
 from fairness_stack.servers import RedisServer, stop_process
 
 from .conftest import EXAMPLE_CONFIG, GivenRedis
-from .exporter_support import Prometheus, scrape
+from .exporter_support import scrape
 from .support import wait_for
+from .watch_support import alerting, read_cost, read_only_user
 
 URGENT, BULK = "bullmq:interactive", "bullmq:bulk"
 JOBS_SCRIPT = Path(__file__).resolve().parent / "watch_bullmq" / "jobs.mjs"
@@ -118,11 +115,8 @@ def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_bullmq_does(
     client = redis.Redis.from_url(redis_server.url)
     client.flushdb()
     config = watch_config(tmp_path, redis_server.url, {URGENT: (QueueRef("interactive"),), BULK: (QueueRef("bulk"),)})
-    rules = tmp_path / "rules.yml"
-    rules.write_text(rules_text(config))
     add(node, redis_server.url, "bulk", 300)
-    with watch_server(config, watch_client(config), "127.0.0.1", 0) as server, \
-            Prometheus([server.url.split("/")[2]], tmp_path, (rules,)) as prometheus, \
+    with alerting(config, tmp_path) as (server, prometheus), \
             bullmq_worker(node, redis_server.url, "interactive"):
         add(node, redis_server.url, "interactive", 20, every_ms=100, tenants=TENANTS)
         firing = f'ALERTS{{alertname="{QUEUE_STARVING}",alertstate="firing"}}'
@@ -181,21 +175,12 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
         redis_server: RedisServer | GivenRedis, tmp_path: Path, node: str) -> None:
     admin = redis.Redis.from_url(redis_server.url)
     admin.flushdb()
-    admin.execute_command("ACL", "SETUSER", "watcher", "reset", "on", ">watch-pw", "~*", "&*", "-@all", "+@read",
-                          "-@dangerous", "+ping")
-    host, port = redis_server.url.split("//")[1].split("/")[0].split(":")
-    watcher = redis.Redis(host=host, port=int(port), username="watcher", password="watch-pw")
-    with pytest.raises(redis.exceptions.NoPermissionError):
-        watcher.set("x", "1")
+    watcher = read_only_user(admin, redis_server.url)
     config = watch_config(tmp_path, redis_server.url, {URGENT: (QueueRef("interactive"),), BULK: (QueueRef("bulk"),)})
     source = BullmqSource(config.watch)  # type: ignore[arg-type]
     add(node, redis_server.url, "bulk", 1_000)  # real jobs where workers take next: the head and sample read them
     first = enqueued(admin, "bulk", admin.lindex("bull:bulk:wait", -1))
-
-    def commands_per_read() -> int:
-        before = _calls(admin)
-        source.read(watcher, time.time())
-        return _calls(admin) - before - 1  # the INFO that measured it
+    commands_per_read = read_cost(source, watcher, admin)
 
     pad = [f"padding-{n}" for n in range(10_000)]
     few = commands_per_read()
@@ -209,7 +194,3 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
     reading = source.read(watcher, time.time())[BULK]
     assert (reading.depth, reading.oldest_enqueued, reading.tenants) == (1_001_000, first, (("flooder", 100),))
 
-
-def _calls(client: redis.Redis) -> int:
-    stats: dict[str, Any] = client.info("commandstats")
-    return sum(int(v["calls"]) for v in stats.values())

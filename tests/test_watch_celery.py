@@ -22,20 +22,18 @@ import pytest
 import redis
 import yaml
 
-from alerts.output import rules_text
 from alerts.rules import QUEUE_STARVING
 from exporter import metrics as m
-from exporter.server import watch_server
 from exporter.sources.celery import CelerySource, list_keys
-from exporter.watch import watch_client
 from fairness_core import Config, load_config, redis_client
 from fairness_core.config import QueueRef, WatchConfig
 from fairness_stack.servers import RedisServer
 
 from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
-from .exporter_support import Prometheus, scrape
+from .exporter_support import scrape
 from .support import wait_for
 from .watch_celery_app import BROKER_VARIABLE, app, work
+from .watch_support import alerting
 
 INTERVAL = 0.5  # seconds between the storm test's reads, standing in for the scrape interval
 TICK = 0.1  # seconds between its steps: a read every INTERVAL, sends at the steps between
@@ -276,10 +274,7 @@ def test_prometheus_fires_queue_starving_for_the_flooded_class_only(
     Prometheus loading the rules ``fairctl generate`` writes for it, a real worker keeping the
     interactive class healthy while ``bulk`` floods past its 2 s SLO."""
     config = _watch_yaml(tmp_path, redis_server.url)
-    rules = tmp_path / "rules.yml"
-    rules.write_text(rules_text(config))
-    with watch_server(config, watch_client(config), "127.0.0.1", 0) as server, \
-            Prometheus([server.url.split("/")[2]], tmp_path, (rules,)) as prometheus, \
+    with alerting(config, tmp_path) as (server, prometheus), \
             celery_worker(redis_server.url, "interactive", tmp_path / "worker.log"):
         for _ in range(200):
             send("flooder", "bulk")

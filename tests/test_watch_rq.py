@@ -12,27 +12,27 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-import pytest
 import redis
 import yaml
 from rq import Queue
 
-from alerts.output import rules_text
 from alerts.rules import (
-    JOBS_DEAD_LETTERED, PRIORITY_INVERSION, QUEUE_STARVING, TENANT_DOMINATING_QUEUE, left_out,
+    JOBS_DEAD_LETTERED,
+    PRIORITY_INVERSION,
+    QUEUE_STARVING,
+    TENANT_DOMINATING_QUEUE,
+    left_out,
 )
 from exporter import metrics as m
-from exporter.server import watch_server
 from exporter.sources.rq import RqSource
-from exporter.watch import watch_client
 from fairness_core import Config, load_config
 from fairness_stack.servers import RedisServer, stop_process
 
 from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
-from .exporter_support import Prometheus, scrape
+from .exporter_support import scrape
 from .support import run_fairctl, wait_for
+from .watch_support import alerting, read_cost, read_only_user
 
 URGENT, BULK = "rq:interactive", "rq:bulk"
 TASK = "tests.watch_rq_tasks.work"
@@ -68,14 +68,11 @@ def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_rq_does(
     client = redis.Redis.from_url(redis_server.url)
     client.flushdb()
     config = watch_config(tmp_path, redis_server.url)
-    rules = tmp_path / "rules.yml"
-    rules.write_text(rules_text(config))
     interactive, bulk = Queue("interactive", connection=client), Queue("bulk", connection=client)
     first_bulk = time.time()
     for n in range(300):
         bulk.enqueue(TASK, "flooder", n=n)
-    with watch_server(config, watch_client(config), "127.0.0.1", 0) as server, \
-            Prometheus([server.url.split("/")[2]], tmp_path, (rules,)) as prometheus, \
+    with alerting(config, tmp_path) as (server, prometheus), \
             rq_worker(redis_server.url, "interactive"):
         for n in range(20):
             interactive.enqueue(TASK, f"tenant-{n % 4}", n=n)
@@ -99,21 +96,12 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
         redis_server: RedisServer | GivenRedis, tmp_path: Path) -> None:
     admin = redis.Redis.from_url(redis_server.url)
     admin.flushdb()
-    admin.execute_command("ACL", "SETUSER", "watcher", "reset", "on", ">watch-pw", "~*", "&*", "-@all", "+@read",
-                          "-@dangerous", "+ping")
-    host, port = redis_server.url.split("//")[1].split("/")[0].split(":")
-    watcher = redis.Redis(host=host, port=int(port), username="watcher", password="watch-pw")
-    with pytest.raises(redis.exceptions.NoPermissionError):
-        watcher.set("x", "1")
+    watcher = read_only_user(admin, redis_server.url)
     source = RqSource(watch_config(tmp_path, redis_server.url).watch)  # type: ignore[arg-type]
     bulk = Queue("bulk", connection=admin)
     for n in range(100):  # real jobs at the head: the sample reads their hashes
         bulk.enqueue(TASK, "flooder", n=n)
-
-    def commands_per_read() -> int:
-        before = _calls(admin)
-        source.read(watcher, time.time())
-        return _calls(admin) - before - 1  # the INFO that measured it
+    commands_per_read = read_cost(source, watcher, admin)
 
     pad = [f"padding-{n}" for n in range(10_000)]
     few = commands_per_read()
@@ -126,10 +114,6 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
     assert few == many, (few, many)
     assert source.read(watcher, time.time())[BULK].depth == 1_000_100
 
-
-def _calls(client: redis.Redis) -> int:
-    stats: dict[str, Any] = client.info("commandstats")
-    return sum(int(v["calls"]) for v in stats.values())
 
 
 def test_generate_writes_only_the_rules_and_panels_rq_can_feed_and_says_what_it_left_out(tmp_path: Path) -> None:

@@ -21,19 +21,17 @@ import pytest
 import redis
 import yaml
 
-from alerts.output import rules_text
 from alerts.rules import QUEUE_STARVING
 from exporter import metrics as m
-from exporter.server import watch_server
 from exporter.sources.sidekiq import SidekiqSource
-from exporter.watch import watch_client
 from fairness_core import Config, load_config
 from fairness_core.config import QueueRef, WatchConfig
 from fairness_stack.servers import RedisServer, find_binary, stop_process
 
 from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
-from .exporter_support import Prometheus, scrape
+from .exporter_support import scrape
 from .support import wait_for
+from .watch_support import alerting, read_cost, read_only_user
 
 URGENT, BULK = "sidekiq:interactive", "sidekiq:bulk"
 JOBS = Path(__file__).resolve().parent / "watch_sidekiq"
@@ -89,11 +87,8 @@ def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_sidekiq_does(
     client = redis.Redis.from_url(redis_server.url)
     client.flushdb()
     config = watch_config(tmp_path, redis_server.url)
-    rules = tmp_path / "rules.yml"
-    rules.write_text(rules_text(config))
     produce(redis_server.url, {"queue": "bulk", "class": "Work", "args": [["flooder", n] for n in range(300)]})
-    with watch_server(config, watch_client(config), "127.0.0.1", 0) as server, \
-            Prometheus([server.url.split("/")[2]], tmp_path, (rules,)) as prometheus, \
+    with alerting(config, tmp_path) as (server, prometheus), \
             sidekiq(redis_server.url, tmp_path / "sidekiq.log", "interactive,3", "other,1"):
         produce(redis_server.url,
                 {"queue": "other", "class": "Work", "args": [[f"slow-{n}", n, SLOW] for n in range(2)]},
@@ -123,19 +118,10 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
         redis_server: RedisServer | GivenRedis, tmp_path: Path) -> None:
     admin = redis.Redis.from_url(redis_server.url)
     admin.flushdb()
-    admin.execute_command("ACL", "SETUSER", "watcher", "reset", "on", ">watch-pw", "~*", "&*", "-@all", "+@read",
-                          "-@dangerous", "+ping")
-    host, port = redis_server.url.split("//")[1].split("/")[0].split(":")
-    watcher = redis.Redis(host=host, port=int(port), username="watcher", password="watch-pw")
-    with pytest.raises(redis.exceptions.NoPermissionError):
-        watcher.set("x", "1")
+    watcher = read_only_user(admin, redis_server.url)
     source = SidekiqSource(watch_config(tmp_path, redis_server.url).watch)  # type: ignore[arg-type]
     produce(redis_server.url, {"queue": "bulk", "class": "Work", "args": [["flooder", n] for n in range(1_000)]})
-
-    def commands_per_read() -> int:
-        before = _calls(admin)
-        source.read(watcher, time.time())
-        return _calls(admin) - before - 1  # the INFO that measured it
+    commands_per_read = read_cost(source, watcher, admin)
 
     with sidekiq(redis_server.url, tmp_path / "sidekiq.log", "interactive") as process:
         # Killed, it stays registered until its heartbeat keys expire (60 s), as a crashed process
@@ -164,7 +150,3 @@ def test_a_class_takes_whole_sidekiq_queues() -> None:
     with pytest.raises(ValueError, match=r"class 'sidekiq:bulk': Sidekiq queue 'bulk' has no priorities"):
         SidekiqSource(watch)
 
-
-def _calls(client: redis.Redis) -> int:
-    stats: dict[str, Any] = client.info("commandstats")
-    return sum(int(v["calls"]) for v in stats.values())

@@ -19,7 +19,7 @@ import redis
 
 from fairness_core.config import QueueRef, WatchConfig
 
-__all__ = ["ClassReading", "QueueRef", "Source", "tenant_of", "top_tenants"]
+__all__ = ["ClassReading", "QueueRef", "Source", "per_queue_sample", "tenant_of", "top_tenants"]
 
 
 @dataclass(frozen=True)
@@ -70,3 +70,11 @@ def top_tenants(tenants: list[str | None]) -> tuple[tuple[str, int], ...]:
         if tenant is not None:
             counts[tenant] = counts.get(tenant, 0) + 1
     return tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def per_queue_sample(queues: Mapping[str, tuple[str, ...]], watch: WatchConfig) -> dict[str, int]:
+    """Jobs read per queue for the tenant sample: each class's ``watch.sample`` split among its
+    queues (``queues``: a class's queue names), 0 without a tenant path (then only the job an age
+    is read from)."""
+    return {q: -(-watch.sample // len(names)) if watch.tenant is not None else 0
+            for names in queues.values() for q in names}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import os
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import redis
@@ -26,7 +26,7 @@ import redis
 from exporter import metrics as m
 from fairness_core.config import WatchConfig
 
-from .base import ClassReading, tenant_of, top_tenants
+from .base import ClassReading, per_queue_sample, tenant_of, top_tenants
 
 DEFAULT_PREFIX = "rq"  # RQ 3 reads RQ_KEY_PREFIX from its environment; watch.prefix says the same here
 
@@ -46,7 +46,7 @@ class RqSource:
 
     def read(self, client: redis.Redis, now: float) -> Mapping[str, ClassReading]:
         every = [q for queues in self.queues.values() for q in queues]
-        sample = self._per_queue_sample()
+        sample = per_queue_sample(self.queues, self.watch)
         pipe = client.pipeline(transaction=False)
         for q in every:
             pipe.llen(f"{self.prefix}queue:{q}")
@@ -77,7 +77,7 @@ class RqSource:
         out = {}
         for name, queues in self.queues.items():
             for q in queues:
-                depth, _, _, latest, new = by_queue[q]
+                _, _, _, latest, new = by_queue[q]
                 if latest:
                     self._finished_seen[q] = float(latest[0][1])
                 self._processed[name] += int(new)
@@ -91,22 +91,13 @@ class RqSource:
             )
         return out
 
-    def _per_queue_sample(self) -> dict[str, int]:
-        """Jobs read per queue for the tenant sample: a class's ``watch.sample`` split among its
-        queues (0 without a tenant path: only each head is read, for its age)."""
-        out = {}
-        for queues in self.queues.values():
-            for q in queues:
-                out[q] = -(-self.watch.sample // len(queues)) if self.watch.tenant is not None else 0
-        return out
-
 
 def _epoch(value: bytes | None) -> float | None:
     """RQ's UTC time text (``2026-11-30T21:07:54.123456Z``) as epoch seconds; None if absent or odd."""
     if not value:
         return None
     try:
-        return datetime.strptime(value.decode(), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+        return datetime.strptime(value.decode(), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
     except (UnicodeDecodeError, ValueError):
         return None
 

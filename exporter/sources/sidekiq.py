@@ -28,7 +28,7 @@ import redis
 from exporter import metrics as m
 from fairness_core.config import WatchConfig
 
-from .base import ClassReading, tenant_of, top_tenants
+from .base import ClassReading, per_queue_sample, tenant_of, top_tenants
 
 MS_EPOCH_ABOVE = 1e11  # an enqueued_at above this is milliseconds (Sidekiq 8), else seconds (year 5138)
 
@@ -50,7 +50,7 @@ class SidekiqSource:
 
     def read(self, client: redis.Redis, now: float) -> Mapping[str, ClassReading]:
         every = [q for queues in self.queues.values() for q in queues]
-        sample = self._per_queue_sample()
+        sample = per_queue_sample(self.queues, self.watch)
         pipe = client.pipeline(transaction=False)
         for q in every:
             pipe.llen(f"{self.prefix}queue:{q}")
@@ -89,15 +89,6 @@ class SidekiqSource:
                 processed=None,
                 tenants=top_tenants([t for q in queues for t in tenants[q]]),
             )
-        return out
-
-    def _per_queue_sample(self) -> dict[str, int]:
-        """Jobs read per queue for the tenant sample: a class's ``watch.sample`` split among its
-        queues (0 without a tenant path: only each oldest job is read, for its age)."""
-        out = {}
-        for queues in self.queues.values():
-            for q in queues:
-                out[q] = -(-self.watch.sample // len(queues)) if self.watch.tenant is not None else 0
         return out
 
 
