@@ -9,8 +9,8 @@ import pytest
 
 from alerts import rules as r
 from alerts.output import rules_text
-from alerts.supplied import needs, served_metrics
 from alerts.recording import every_recording
+from alerts.supplied import needs, served_metrics
 from fairness_core import Config
 from fairness_core.config import WATCHED_SYSTEMS, QueueRef, WatchConfig
 
