@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 import re
 import string
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .redis_url import check_url
 from .yaml_reader import (
@@ -269,6 +270,9 @@ class AlertsConfig:
 
 # The job systems the exporter can watch instead of fairctl's own queues (``watch.system``).
 WATCHED_SYSTEMS = ("bullmq", "celery", "rq", "sidekiq")
+# Those whose queues hold priorities a class may take some of (Celery's message priorities, BullMQ's
+# job priorities); RQ's and Sidekiq's queues are taken whole.
+WITH_PRIORITIES = ("bullmq", "celery")
 # Where a job carries its tenant: a path into its arguments, e.g. kwargs.tenant_id, args.0, data.tenant.
 _TENANT_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_-]+)+$")
 
@@ -632,6 +636,11 @@ def _watch(value: object, path: str, source: str | None, class_names: tuple[str,
             if not items:
                 raise ConfigError(f"{cpath}.{name}", "expected at least one queue")
             out[name] = tuple(_queue_ref(item, f"{cpath}.{name}[{i}]") for i, item in enumerate(items))
+            for i, ref in enumerate(out[name]):
+                if ref.priorities and system not in WITH_PRIORITIES:
+                    raise ConfigError(f"{cpath}.{name}[{i}].priorities", f"{system}'s queues have no priorities to "
+                                      f"select: a class takes whole queues (priorities are for "
+                                      f"{' and '.join(WITH_PRIORITIES)})")
         return out
 
     def tenant(raw: object, tpath: str) -> tuple[str, ...]:

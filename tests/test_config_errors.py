@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from fairness_core import ConfigError, load_config, parse_config
+from fairness_core.config_dump import config_to_data
 from fairness_sim.scenario import load_scenario
 
 from .conftest import EXAMPLE_CONFIG
@@ -83,3 +84,39 @@ def test_a_removed_key_says_what_replaced_it() -> None:
         parse_config(data, "fairness.yaml")
     assert err.value.path == "exporter.tenant_label_limit"
     assert "queue_tenant_share_ratio" in str(err.value) and "delete this key" in str(err.value)
+
+
+WATCHED = {"jobs:high": ["emails"], "jobs:medium": ["default"], "jobs:low": ["bulk"]}
+
+
+@pytest.mark.parametrize(("watch", "path", "says"), [
+    ({"system": "kafka", "classes": WATCHED}, "watch.system", "expected one of bullmq, celery, rq, sidekiq"),
+    ({"classes": WATCHED}, "watch.system", ""),
+    ({"system": "rq", "classes": {"jobs:high": ["a"]}}, "watch.classes", "missing: jobs:medium, jobs:low"),
+    ({"system": "rq", "classes": {**WATCHED, "jobs:urgent": ["a"]}}, "watch.classes.jobs:urgent", "unknown class"),
+    ({"system": "rq", "classes": {**WATCHED, "jobs:low": []}}, "watch.classes.jobs:low", "at least one queue"),
+    ({"system": "celery", "classes": {**WATCHED, "jobs:low": [{"queue": "bulk", "priorities": [10**7]}]}},
+     "watch.classes.jobs:low[0].priorities[0]", ""),
+    ({"system": "sidekiq", "classes": {**WATCHED, "jobs:low": [{"queue": "bulk", "priorities": [1]}]}},
+     "watch.classes.jobs:low[0].priorities", "sidekiq's queues have no priorities to select"),
+    ({"system": "rq", "classes": {**WATCHED, "jobs:low": [{"queue": "bulk", "priorities": [1]}]}},
+     "watch.classes.jobs:low[0].priorities", "rq's queues have no priorities to select"),
+    ({"system": "rq", "classes": WATCHED, "tenant": "tenant_id"}, "watch.tenant", "such as kwargs.tenant_id"),
+    ({"system": "rq", "classes": WATCHED, "url": "http://x"}, "watch.url", ""),
+])
+def test_a_bad_watch_section_names_the_field(watch: dict, path: str, says: str) -> None:
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    data["watch"] = watch
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, "watch.yaml")
+    assert err.value.path == path and says in err.value.message, str(err.value)
+
+
+def test_a_watch_config_needs_no_classification_and_reads_back_as_written() -> None:
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    del data["classification"]
+    data["watch"] = {"system": "celery", "tenant": "kwargs.tenant_id",
+                     "classes": {**WATCHED, "jobs:low": ["bulk", {"queue": "default", "priorities": [6, 9]}]}}
+    config = parse_config(data, "watch.yaml")
+    assert config.watch is not None and config.watch.tenant == ("kwargs", "tenant_id")
+    assert parse_config(config_to_data(config), "watch.yaml") == config

@@ -24,7 +24,7 @@ import yaml
 from alerts.rules import QUEUE_STARVING
 from exporter import metrics as m
 from exporter.sources.sidekiq import SidekiqSource
-from fairness_core import Config, load_config
+from fairness_core import Config, ConfigError, load_config, parse_config
 from fairness_core.config import QueueRef, WatchConfig
 from fairness_stack.servers import RedisServer, find_binary, stop_process
 
@@ -145,8 +145,11 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
     assert reading.tenants == (("flooder", 100),), "the sample is the oldest jobs, at the right end"
 
 
-def test_a_class_takes_whole_sidekiq_queues() -> None:
-    watch = WatchConfig(system="sidekiq", classes={BULK: (QueueRef("bulk", priorities=(1,)),)})
-    with pytest.raises(ValueError, match=r"class 'sidekiq:bulk': Sidekiq queue 'bulk' has no priorities"):
-        SidekiqSource(watch)
+def test_a_class_takes_whole_sidekiq_queues(tmp_path: Path) -> None:
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["classes"] = [{"name": URGENT, "weight": 70, "max_age": "30s"}, {"name": BULK, "weight": 30, "max_age": "2s"}]
+    data["classification"] = [{"class": URGENT, "reason": "default"}]
+    data["watch"] = {"system": "sidekiq", "classes": {URGENT: ["interactive"], BULK: [{"queue": "bulk", "priorities": [1]}]}}
+    with pytest.raises(ConfigError, match=rf"watch\.classes\.{BULK}\[0\]\.priorities: sidekiq's queues have no priorities"):
+        parse_config(data, "watch.yaml")
 

@@ -39,11 +39,6 @@ class SidekiqSource:
         m.QUEUE_DEPTH.name, m.QUEUE_OLDEST_AGE.name, m.QUEUE_INFLIGHT.name, m.QUEUE_TENANT_SHARE.name})
 
     def __init__(self, watch: WatchConfig) -> None:
-        for name, refs in watch.classes.items():
-            for ref in refs:
-                if ref.priorities:
-                    raise ValueError(f"class {name!r}: Sidekiq queue {ref.queue!r} has no priorities to select; "
-                                     "a class takes whole Sidekiq queues")
         self.watch = watch
         self.prefix = f"{watch.prefix}:" if watch.prefix else ""
         self.queues = {name: tuple(ref.queue for ref in refs) for name, refs in watch.classes.items()}
