@@ -99,9 +99,13 @@ def zero_filled(expr: str) -> str:
 
 def recording_rules(config: Config) -> tuple[Recording, ...]:
     """The recording rules the config's exporter can feed (alerts.supplied), in dependency order."""
-    every = every_recording(config)
-    exprs = {x.name: x.expr for x in every}
-    return tuple(x for x in every if fed(config, (x.expr,), exprs))
+    exprs = expressions(config)
+    return tuple(x for x in every_recording(config) if fed(config, (x.expr,), exprs))
+
+
+def expressions(config: Config) -> dict[str, str]:
+    """Every recording rule's expression by its name: what a query naming one reads."""
+    return {x.name: x.expr for x in every_recording(config)}
 
 
 def every_recording(config: Config) -> tuple[Recording, ...]:

@@ -127,7 +127,7 @@ def may_evict(window: float) -> str:
 
 def build_alerts(config: Config) -> tuple[Alert, ...]:
     """Every alert the config's exporter can feed (alerts.supplied), in the order the docs list them."""
-    recordings = {x.name: x.expr for x in rec.every_recording(config)}
+    recordings = rec.expressions(config)
     return tuple(a for a in every_alert(config) if fed(config, (v.expr for v in a.variants), recordings))
 
 

@@ -156,7 +156,7 @@ def variables(config: Config, *extra: Template) -> Templating:
 def fed_sections(config: Config, sections: Sequence[Section]) -> list[Section]:
     """``sections`` less the panels whose queries read a series the config's exporter does not
     serve (a watched job system that lacks it, alerts.supplied), and less the rows left empty."""
-    recordings = {x.name: x.expr for x in rec.every_recording(config)}
+    recordings = rec.expressions(config)
 
     def fed_panel(panel: Panel) -> bool:
         return fed(config, (t.expr for t in getattr(panel, "targets", ()) or ()), recordings)

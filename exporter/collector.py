@@ -64,12 +64,12 @@ def snapshot_deadline(budget: float) -> float:
     return budget - min(budget * RENDER_SHARE, RENDER_MAX_S)
 
 
-def scrape_client(config: Config) -> redis.Redis:
-    """A client whose connect and reply timeouts are the scrape budget, so a read left behind by
-    a timed-out scrape ends by itself instead of holding a connection to a stalled Redis.
-    ValueError for an unusable URL (the message does not repeat it)."""
+def scrape_client(config: Config, url: str | None = None) -> redis.Redis:
+    """A client of ``url`` (default ``redis.url``) whose connect and reply timeouts are the scrape
+    budget, so a read left behind by a timed-out scrape ends by itself instead of holding a
+    connection to a stalled Redis. ValueError for an unusable URL (the message does not repeat it)."""
     budget = config.exporter.scrape_timeout
-    return redis_client(config.redis.url, connect_timeout=budget, timeout=budget)
+    return redis_client(url or config.redis.url, connect_timeout=budget, timeout=budget)
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ import redis
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from fairness_core import Config, redis_client
+from fairness_core import Config
 from fairness_core.version import fairctl_version
 
 from . import metrics as m
-from .collector import Families, ScrapeHealth, SnapshotReader, add_config, weight_ratios
+from .collector import Families, ScrapeHealth, SnapshotReader, add_config, scrape_client, weight_ratios
 from .sources import source_for
 from .sources.base import ClassReading, Source
 
@@ -23,11 +23,9 @@ Reading = tuple[float, Mapping[str, ClassReading]]  # (epoch seconds of the read
 
 
 def watch_client(config: Config) -> redis.Redis:
-    """A client of the watched system's Redis (``watch.url``, else ``redis.url``) whose timeouts
-    are the scrape budget, as the scheduler's scrape client's are."""
+    """The scrape client of the watched system's Redis (``watch.url``, else ``redis.url``)."""
     assert config.watch is not None
-    budget = config.exporter.scrape_timeout
-    return redis_client(config.watch.url or config.redis.url, connect_timeout=budget, timeout=budget)
+    return scrape_client(config, config.watch.url)
 
 
 class WatchCollector(Collector):

@@ -9,7 +9,7 @@ import pytest
 
 from alerts import rules as r
 from alerts.output import rules_text
-from alerts.recording import every_recording
+from alerts.recording import expressions
 from alerts.supplied import needs, served_metrics
 from fairness_core import Config
 from fairness_core.config import WATCHED_SYSTEMS, QueueRef, WatchConfig
@@ -43,8 +43,7 @@ def test_each_system_keeps_the_alerts_its_series_feed(system: str) -> None:
     assert set(r.left_out(config)) | set(KEPT[system]) == {a.name for a in r.every_alert(make_config())}
     served = served_metrics(config)
     assert served is not None
-    recordings = {x.name: x.expr for x in every_recording(config)}
-    assert needs(rules_text(config), recordings) <= served, "no rule reads a series the exporter does not serve"
+    assert needs(rules_text(config), expressions(config)) <= served, "no rule reads a series the exporter does not serve"
 
 
 def test_fairctls_own_queues_keep_every_alert() -> None:

@@ -15,14 +15,18 @@ READERS = {
 }
 
 
+def reader_of(system: str) -> type[Source]:
+    """The reader class of ``system`` (a ``watch.system`` value), its module imported now."""
+    module, name = READERS[system].split(":")
+    reader: type[Source] = getattr(import_module(f"{__name__}.{module}"), name)
+    return reader
+
+
 def source_for(watch: WatchConfig) -> Source:
     """The reader of ``watch.system``, built for its classes."""
-    module, name = READERS[watch.system].split(":")
-    reader: type[Source] = getattr(import_module(f"{__name__}.{module}"), name)
-    return reader(watch)
+    return reader_of(watch.system)(watch)
 
 
 def supplied(system: str) -> frozenset[str]:
     """Names of the contract's metrics ``system``'s reader serves."""
-    module, name = READERS[system].split(":")
-    return getattr(import_module(f"{__name__}.{module}"), name).supplies  # type: ignore[no-any-return]
+    return reader_of(system).supplies
