@@ -31,10 +31,14 @@ _prefixes = itertools.count()
 STACK_MODULES = frozenset({"test_drill", "test_interrupts", "test_worker_crash", "test_charge_live"})
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup``: a module's tests run in one worker, as they
     share its module-scoped servers (and a ``GivenRedis``'s key prefixes count per process); the
-    stack-starting modules share one group, so no two stacks start at once."""
+    stack-starting modules share one group, so no two stacks start at once. First of the hooks:
+    xdist's own reads the groups in the same hook, and one that ran before these marks were set
+    saw none, so modules were split over the workers (two set-ups of one module-scoped fixture
+    at once, two stacks racing for the compose ports)."""
     for item in items:
         module = getattr(item, "module", None)
         name = module.__name__.rsplit(".", 1)[-1] if module is not None else item.nodeid
