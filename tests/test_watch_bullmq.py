@@ -15,6 +15,7 @@ import time
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ import redis
 import yaml
 
 from alerts.rules import QUEUE_STARVING
-from benchmarks.peers import NODE_PACKAGES, NODE_PREFIX
+from benchmarks.peers import NODE_PACKAGES
 from exporter import metrics as m
 from exporter.sources.bullmq import LEVEL, BullmqSource
 from fairness_core import Config, load_config
@@ -39,15 +40,24 @@ JOBS_SCRIPT = Path(__file__).resolve().parent / "watch_bullmq" / "jobs.mjs"
 TENANTS = ("tenant-0", "tenant-1", "tenant-2", "tenant-3")
 
 
+@dataclass(frozen=True)
+class Node:
+    binary: str
+    modules: Path  # node_modules holding BullMQ and its Redis client
+
+
 @pytest.fixture(scope="module")
-def node() -> str:
-    """Node.js with BullMQ installed where benchmarks/peers.py puts it (installed here if missing)."""
+def node(tmp_path_factory: pytest.TempPathFactory) -> Node:
+    """Node.js with BullMQ installed in a directory of this run's own: a directory shared with the
+    benchmarks' peers was once written by two installs at once."""
     binary = shutil.which("node")
     assert binary is not None, "Node.js is needed to run a real BullMQ (apt-get install nodejs npm)"
-    if not all((NODE_PREFIX / "node_modules" / package).exists() for package in NODE_PACKAGES):
-        subprocess.run(["npm", "install", "--prefix", str(NODE_PREFIX), "--no-audit", "--no-fund", *NODE_PACKAGES],
-                       check=True, capture_output=True, timeout=300)
-    return binary
+    prefix = tmp_path_factory.mktemp("bullmq-node")
+    done = subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", *NODE_PACKAGES],
+                          capture_output=True, timeout=300, check=False)
+    modules = prefix / "node_modules"
+    assert done.returncode == 0 and all((modules / p).exists() for p in NODE_PACKAGES), done.stderr.decode()[-3000:]
+    return Node(binary, modules)
 
 
 def watch_config(tmp_path: Path, url: str, classes: Mapping[str, tuple[QueueRef, ...]]) -> Config:
@@ -65,11 +75,11 @@ def watch_config(tmp_path: Path, url: str, classes: Mapping[str, tuple[QueueRef,
     return load_config(path)
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "NODE_PATH": str(NODE_PREFIX / "node_modules")}
+def _env(node: Node) -> dict[str, str]:
+    return {**os.environ, "NODE_PATH": str(node.modules)}
 
 
-def add(node: str, url: str, queue: str, jobs: int, *, every_ms: int = 0, tenants: tuple[str, ...] = ("flooder",),
+def add(node: Node, url: str, queue: str, jobs: int, *, every_ms: int = 0, tenants: tuple[str, ...] = ("flooder",),
         priorities: tuple[int, ...] = (0,)) -> None:
     """BullMQ's own Queue adds ``jobs`` jobs ``{tenant, n}``, tenants and priorities in turn. A
     producer that exits in error is judged by BullMQ's job counter: every job added (it failed
@@ -82,8 +92,8 @@ def add(node: str, url: str, queue: str, jobs: int, *, every_ms: int = 0, tenant
 
     for attempt in (1, 2):
         before = added()
-        done = subprocess.run([node, str(JOBS_SCRIPT), "add", url, queue, str(jobs), str(every_ms), ",".join(tenants),
-                               ",".join(map(str, priorities))], env=_env(), capture_output=True, timeout=120,
+        done = subprocess.run([node.binary, str(JOBS_SCRIPT), "add", url, queue, str(jobs), str(every_ms), ",".join(tenants),
+                               ",".join(map(str, priorities))], env=_env(node), capture_output=True, timeout=120,
                               check=False)
         output = f"{done.stdout.decode()[-1000:]}{done.stderr.decode()[-3000:]}"
         if done.returncode == 0 or added() - before == jobs:
@@ -93,9 +103,9 @@ def add(node: str, url: str, queue: str, jobs: int, *, every_ms: int = 0, tenant
 
 
 @contextmanager
-def bullmq_worker(node: str, url: str, queue: str) -> Iterator[subprocess.Popen[bytes]]:
+def bullmq_worker(node: Node, url: str, queue: str) -> Iterator[subprocess.Popen[bytes]]:
     """A real BullMQ Worker (20 ms jobs, concurrency 2) on ``queue`` until the block ends."""
-    process = subprocess.Popen([node, str(JOBS_SCRIPT), "worker", url, queue], env=_env(),
+    process = subprocess.Popen([node.binary, str(JOBS_SCRIPT), "worker", url, queue], env=_env(node),
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert process.stdout is not None
@@ -111,7 +121,7 @@ def enqueued(client: redis.Redis, queue: str, job_id: bytes | str) -> float:
 
 
 def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_bullmq_does(
-        redis_server: RedisServer | GivenRedis, tmp_path: Path, node: str) -> None:
+        redis_server: RedisServer | GivenRedis, tmp_path: Path, node: Node) -> None:
     client = redis.Redis.from_url(redis_server.url)
     client.flushdb()
     config = watch_config(tmp_path, redis_server.url, {URGENT: (QueueRef("interactive"),), BULK: (QueueRef("bulk"),)})
@@ -139,7 +149,7 @@ def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_bullmq_does(
 
 
 def test_classes_taking_priority_levels_of_one_queue_get_their_bands(
-        redis_server: RedisServer | GivenRedis, tmp_path: Path, node: str) -> None:
+        redis_server: RedisServer | GivenRedis, tmp_path: Path, node: Node) -> None:
     client = redis.Redis.from_url(redis_server.url)
     client.flushdb()
     add(node, redis_server.url, "ranked", 40, tenants=("a", "b", "c", "d", "e"), priorities=(0, 1, 2, 3))
@@ -172,7 +182,7 @@ def test_classes_taking_priority_levels_of_one_queue_get_their_bands(
 
 
 def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
-        redis_server: RedisServer | GivenRedis, tmp_path: Path, node: str) -> None:
+        redis_server: RedisServer | GivenRedis, tmp_path: Path, node: Node) -> None:
     admin = redis.Redis.from_url(redis_server.url)
     admin.flushdb()
     watcher = read_only_user(admin, redis_server.url)
