@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 import threading
+from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from fairness_core.ages import human
-from fairness_core.config import ConfigError, parse_duration
+from fairness_core.config import Config, ConfigError, parse_duration
 from fairness_sim.drill import External, PolicyDrill, as_json, run_policy_drill
 from fairness_sim.loadgen import (
-    ChangeRefused, LoadGenerator, LoadStats, Replay, check_replayable, live_changes, volume_for,
+    ChangeRefused,
+    LoadGenerator,
+    LoadStats,
+    Producer,
+    Replay,
+    check_replayable,
+    live_changes,
+    volume_for,
 )
-from fairness_sim.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
+from fairness_sim.producers import ClientMissing, producer_for
+from fairness_sim.scenario import DEFAULT_SCENARIO, ConfigChange, Scenario, load_scenario
 from fairness_sim.simulator import scenario_config
 from fairness_sim.timescale import SpeedTooHigh, compress
 from fairness_stack.supervisor import Stack, StackError
@@ -27,6 +38,7 @@ from .common import (
     clear_errors,
     connect,
     fail,
+    load,
     with_redis_url,
 )
 from .interrupts import stopped
@@ -180,13 +192,34 @@ def loadgen(
     config_file: Annotated[Path | None, typer.Option(
         "--config", metavar="FILE", show_default=False,
         help="Run the scenario on this fairness.yaml (the one your workers read) instead of the config it names; "
-             "its config_patch still applies.")] = None,
+             "its config_patch still applies. A config with a watch section queues into that job system instead "
+             "(see below).")] = None,
+    job: Annotated[str | None, typer.Option(
+        metavar="NAME", show_default=False,
+        help="With a watch config: the function the jobs call, {task} standing for the stream's task. Default: the "
+             "sleep job docs/watching.md defines (rq: fairness_sim.watched_jobs.sleep; celery: fairctl.sleep; "
+             "bullmq: {task}; sidekiq: FairctlSleep).")] = None,
 ) -> None:
     """Enqueue a scenario's arrivals into Redis in real time, for workers of your own to consume.
 
     Time is compressed by --speed, volume thinned by --volume (see fairctl drill); the scenario's
     config_changes are applied at their time, as fairctl config apply would. Jobs carry
-    {"service_s": S} payloads (fairctl.handlers:sleep_handlers sleeps that long). Queues under the scenario config's redis.prefix; stops at the end, or on Ctrl-C or SIGTERM (exit 130 or 143)."""
+    {"service_s": S} payloads (fairctl.handlers:sleep_handlers sleeps that long). Queues under the
+    scenario config's redis.prefix; stops at the end, or on Ctrl-C or SIGTERM (exit 130 or 143).
+
+    With a --config that has a watch section (Celery, RQ, BullMQ, Sidekiq), the jobs are that
+    system's own, written with its own client into the queue its watch.classes maps each job's class
+    to (the config's classification rules choose the class), carrying service_s and the tenant where
+    watch.tenant says, for the team's own workers to run; --redis-url then names that system's
+    Redis. The scenario keeps its own config, and its config_changes, which retune fairctl's
+    scheduler, are not replayed there."""
+    watched = _watched(config_file, redis_url)
+    if watched is not None:
+        scenario = _scenario(scenario_file)
+        _watched_loadgen(watched, scenario, policy, _replay(scenario, speed, until, volume), job)
+        return
+    if job is not None:
+        fail("--job", "names a watched system's job function: it needs a --config with a watch section")
     scenario = _scenario(scenario_file, config_file)
     if policy is not None:
         check_policies([policy])
@@ -194,11 +227,50 @@ def loadgen(
     run_policy = policy or scenario.config.scheduler.policy
     config = with_redis_url(scenario_config(scenario, run_policy), redis_url)
     changes = live_changes(scenario, run_policy, lambda c: with_redis_url(c, redis_url))
+    _run_loadgen(scenario, connect(config), replay, changes, f"into {config.redis.prefix}")
+
+
+def _watched(config_file: Path | None, redis_url: str | None) -> Config | None:
+    """The --config when it watches a job system, with --redis-url as that system's Redis; None
+    for a config of fairctl's own queues (or none given)."""
+    if config_file is None:
+        return None
+    config = load(config_file, None)
+    if config.watch is None:
+        return None
+    url = config.watch.url if redis_url is None else with_redis_url(config, redis_url).redis.url
+    return dataclasses.replace(config, watch=dataclasses.replace(config.watch, url=url or config.redis.url))
+
+
+def _watched_loadgen(config: Config, scenario: Scenario, policy: str | None, replay: Replay, job: str | None) -> None:
+    """Replay ``scenario`` into the job system ``config`` watches, as that system's own jobs."""
+    assert config.watch is not None
+    system = config.watch.system
+    if policy is not None:
+        fail("--policy", f"{system} schedules its own jobs: a policy is for fairctl's scheduler")
+    try:
+        producer = producer_for(config, job)
+    except ClientMissing as exc:
+        fail("--config", str(exc))
+    with closing(producer):
+        for stream in scenario.streams:
+            name, target = producer.target(stream.task, stream.tier, stream.user_waiting)
+            priority = "" if target.priority is None else f" priority {target.priority}"
+            typer.echo(f"loadgen: {stream.name}: {producer.job_name(stream.task)} jobs, class {name}, into {system} "
+                       f"queue {target.queue}{priority}", err=True)
+        if scenario.config_changes:
+            typer.echo(f"loadgen: the scenario's {len(scenario.config_changes)} config change(s) retune fairctl's "
+                       f"scheduler and are not replayed into {system}", err=True)
+        _run_loadgen(scenario, producer, replay, (), f"into {system}")
+
+
+def _run_loadgen(scenario: Scenario, producer: Producer, replay: Replay, changes: Sequence[ConfigChange],
+                 into: str) -> None:
     stop = threading.Event()
-    generator = LoadGenerator(scenario, connect(config), replay, changes=changes, stop=stop,
+    generator = LoadGenerator(scenario, producer, replay, changes=changes, stop=stop,
                               say=lambda line: typer.echo(f"loadgen: {line}", err=True))
     typer.echo(f"loadgen: {scenario.name}, {human(replay.until)} at speed {replay.speed:g}, one live job per "
-               f"{replay.volume:.3g}, into {config.redis.prefix}", err=True)
+               f"{replay.volume:.3g}, {into}", err=True)
     try:
         stats = generator.run()
     except ChangeRefused as exc:

@@ -273,6 +273,8 @@ WATCHED_SYSTEMS = ("bullmq", "celery", "rq", "sidekiq")
 # Those whose queues hold priorities a class may take some of (Celery's message priorities, BullMQ's
 # job priorities); RQ's and Sidekiq's queues are taken whole.
 WITH_PRIORITIES = ("bullmq", "celery")
+# Where each system's jobs keep their arguments: the first step of a ``watch.tenant`` path.
+TENANT_ROOTS = {"bullmq": ("data",), "celery": ("args", "kwargs"), "rq": ("args", "kwargs"), "sidekiq": ("args",)}
 # Where a job carries its tenant: a path into its arguments, e.g. kwargs.tenant_id, args.0, data.tenant.
 _TENANT_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_-]+)+$")
 
@@ -648,7 +650,11 @@ def _watch(value: object, path: str, source: str | None, class_names: tuple[str,
         if not _TENANT_PATH.match(text):
             raise ConfigError(tpath, f"expected a path into a job's arguments such as kwargs.tenant_id, args.0 or "
                                      f"data.tenant, got {text!r}")
-        return tuple(text.split("."))
+        path = tuple(text.split("."))
+        if path[0] not in TENANT_ROOTS[system]:
+            raise ConfigError(tpath, f"a {system} job keeps its arguments under {' or '.join(TENANT_ROOTS[system])}: "
+                                     f"start the path there, got {text!r}")
+        return path
 
     out = WatchConfig(
         system=system, classes=r.require("classes", classes), url=url, tenant=r.get("tenant", None, tenant),

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from fairness_core.ages import human
 from fairness_core.config import Config, ConfigError
@@ -100,6 +101,14 @@ def check_replayable(scenario: Scenario) -> None:
                               "starts earlier ones: fairctl simulate replays it, a live replay cannot", scenario.source)
 
 
+class Producer(Protocol):
+    """What the generator queues through: fairctl's :class:`Scheduler`, or a producer writing a
+    watched system's own jobs (:mod:`fairness_sim.producers`). None in the reply: a job refused."""
+
+    def submit_many(self, task: str, tenant: str, payloads: Sequence[Any], *, tier: str | None = None,
+                    user_waiting: bool = False) -> Sequence[object | None]: ...
+
+
 class ChangeRefused(FairnessError):
     """A scenario's config change Redis refused: the rest of the replay would rehearse the config
     before it, so the replay stops."""
@@ -120,17 +129,19 @@ class LoadStats:
 
 
 class LoadGenerator:
-    """Replays ``scenario`` against ``scheduler``; :meth:`run` returns when ``until`` is reached or
+    """Replays ``scenario`` through ``producer``; :meth:`run` returns when ``until`` is reached or
     ``stop`` is set. Single arrivals keep the scenario's own seed, so the same jobs arrive as in
     ``fairctl simulate``. ``changes`` (see :func:`live_changes`) are applied at their time, each
-    one's changes passed to ``say``."""
+    one's changes passed to ``say``; they change fairctl's config, so they need a :class:`Scheduler`."""
 
-    def __init__(self, scenario: Scenario, scheduler: Scheduler, replay: Replay, *,
+    def __init__(self, scenario: Scenario, producer: Producer, replay: Replay, *,
                  changes: Sequence[ConfigChange] = (), say: Callable[[str], None] = lambda _: None,
                  stop: threading.Event | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         check_replayable(scenario)
+        if changes and not isinstance(producer, Scheduler):
+            raise ValueError("config changes are applied to fairctl's scheduler: the producer must be one")
         self.scenario = scenario
-        self.scheduler = scheduler
+        self.producer = producer
         self.replay = replay
         self.changes = [c for c in changes if c.at < replay.until]
         self.say = say
@@ -210,7 +221,8 @@ class LoadGenerator:
     def _apply(self, change: ConfigChange) -> None:
         """Apply ``change`` as ``fairctl config apply`` does, from a scheduler of its own: this
         generator's producer follows it on its next enqueue, like every other process."""
-        applier = Scheduler(change.config, self.scheduler.client)
+        assert isinstance(self.producer, Scheduler)  # checked at __init__
+        applier = Scheduler(change.config, self.producer.client)
         try:
             outcome = applier.apply(change.config, moves=Moves(classes=dict(change.moves)))
         except ConfigRefused as exc:
@@ -225,7 +237,7 @@ class LoadGenerator:
         chunk twice: the documented at-least-once enqueue) until it answers or the run stops."""
         while not self.stop.is_set():
             try:
-                done = self.scheduler.submit_many(stream.task, tenant, payloads, tier=stream.tier,
+                done = self.producer.submit_many(stream.task, tenant, payloads, tier=stream.tier,
                                                   user_waiting=stream.user_waiting)
             except RedisUnavailable:
                 with self._lock:

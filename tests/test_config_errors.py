@@ -102,6 +102,9 @@ WATCHED = {"jobs:high": ["emails"], "jobs:medium": ["default"], "jobs:low": ["bu
     ({"system": "rq", "classes": {**WATCHED, "jobs:low": [{"queue": "bulk", "priorities": [1]}]}},
      "watch.classes.jobs:low[0].priorities", "rq's queues have no priorities to select"),
     ({"system": "rq", "classes": WATCHED, "tenant": "tenant_id"}, "watch.tenant", "such as kwargs.tenant_id"),
+    ({"system": "sidekiq", "classes": WATCHED, "tenant": "kwargs.tenant_id"}, "watch.tenant",
+     "a sidekiq job keeps its arguments under args"),
+    ({"system": "bullmq", "classes": WATCHED, "tenant": "args.0"}, "watch.tenant", "under data: start the path there"),
     ({"system": "rq", "classes": WATCHED, "url": "http://x"}, "watch.url", ""),
 ])
 def test_a_bad_watch_section_names_the_field(watch: dict, path: str, says: str) -> None:

@@ -32,18 +32,30 @@ from fairness_stack.servers import RedisServer, stop_process
 from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
 from .exporter_support import scrape
 from .support import run_fairctl, wait_for
-from .watch_support import alerting, read_cost, read_only_user
+from .watch_support import (
+    STORM_BULK,
+    STORM_INTERACTIVE,
+    alerting,
+    read_cost,
+    read_only_user,
+    replay_storm,
+    with_storm_rules,
+)
 
 URGENT, BULK = "rq:interactive", "rq:bulk"
 TASK = "tests.watch_rq_tasks.work"
 
 
-def watch_config(tmp_path: Path, url: str) -> Config:
-    """Two classes over two RQ queues; the bulk class's SLO is 2 s, so a flood starves it at once."""
+def watch_config(tmp_path: Path, url: str, *, storm_rules: bool = False) -> Config:
+    """Two classes over two RQ queues; the bulk class's SLO is 2 s, so a flood starves it at once.
+    RQ's callers choose the queue, so no classification rules, except ``storm_rules`` for
+    fairctl loadgen's storm."""
     data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
     data["classes"] = [{"name": URGENT, "weight": 70, "max_age": "30s", "starving_for": "1s"},
                        {"name": BULK, "weight": 30, "max_age": "2s", "starving_for": "1s"}]
-    del data["classification"]  # RQ's callers choose the queue
+    del data["classification"]
+    if storm_rules:
+        with_storm_rules(data, BULK, URGENT)
     data["watch"] = {"system": "rq", "url": url, "tenant": "args.0",
                      "classes": {URGENT: ["interactive"], BULK: ["bulk"]}}
     path = tmp_path / "watch.yaml"
@@ -90,6 +102,24 @@ def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_rq_does(
     shares = seen.series(m.QUEUE_TENANT_SHARE.name)
     assert shares[((m.QUEUE, BULK), (m.TENANT, "flooder"))] == 1.0
     assert m.QUEUE_PAUSED.name not in seen.names(), "what RQ cannot tell is left out, not served as 0"
+
+
+def test_loadgen_replays_a_storm_as_rq_jobs_that_a_real_worker_runs(
+        redis_server: RedisServer | GivenRedis, tmp_path: Path) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    config = watch_config(tmp_path, redis_server.url, storm_rules=True)
+    routes = replay_storm(tmp_path / "watch.yaml", tmp_path)
+    assert "campaign: fairness_sim.watched_jobs.sleep jobs, class rq:bulk, into rq queue bulk" in routes
+    assert "resets: fairness_sim.watched_jobs.sleep jobs, class rq:interactive, into rq queue interactive" in routes
+    readings = RqSource(config.watch).read(client, time.time())  # type: ignore[arg-type]
+    assert (readings[BULK].depth, readings[URGENT].depth) == (STORM_BULK, STORM_INTERACTIVE)
+    assert readings[BULK].tenants == (("flooder", 100),), "the tenant is where watch.tenant says (args.0)"
+    assert {tenant for tenant, _ in readings[URGENT].tenants} == {f"shop-{n}" for n in range(4)}
+    with rq_worker(redis_server.url, "interactive", "bulk"):
+        wait_for(lambda: client.zcard("rq:finished:interactive") + client.zcard("rq:finished:bulk")
+                 == STORM_BULK + STORM_INTERACTIVE, 60, "RQ's worker running every job")
+    assert client.zcard("rq:failed:interactive") + client.zcard("rq:failed:bulk") == 0
 
 
 def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(

@@ -1,6 +1,6 @@
 """Helpers of the exporter's watch tests (tests/test_watch_*.py): the read-only Redis user the
-docs tell teams to give it, the commands one read costs, and the exporter with a real Prometheus
-on the generated rules."""
+docs tell teams to give it, the commands one read costs, the exporter with a real Prometheus on
+the generated rules, and ``fairctl loadgen`` replaying a small storm into the watched system."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+import yaml
 
 from alerts.output import rules_text
 from exporter.server import ExporterServer, watch_server
@@ -20,6 +21,7 @@ from exporter.watch import watch_client
 from fairness_core import Config
 
 from .exporter_support import Prometheus
+from .support import run_fairctl
 
 # What docs/watching.md tells a team to grant the exporter.
 READ_ONLY = ("-@all", "+@read", "-@dangerous", "+ping")
@@ -61,3 +63,37 @@ def alerting(config: Config, tmp_path: Path) -> Iterator[tuple[ExporterServer, P
     with watch_server(config, watch_client(config), "127.0.0.1", 0) as server, \
             Prometheus([server.url.split("/")[2]], tmp_path, (rules,)) as prometheus:
         yield server, prometheus
+
+
+# A small storm for fairctl loadgen: 200 newsletters from one tenant at once, and password resets
+# from four shops, 2 a second for 20 s; at speed 20 it all lands within about a second.
+STORM_BULK, STORM_INTERACTIVE, STORM_SPEED = 200, 41, "20"  # resets at 0 s, 0.5 s, ..., 20 s
+
+
+def storm_scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "storm.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "watched-storm", "duration": "20s", "seed": 3, "workers": [{"name": "theirs", "count": 2}],
+        "streams": [
+            {"name": "campaign", "task": "newsletter", "tenant": "flooder",
+             "arrivals": {"burst": {"at": "0s", "count": STORM_BULK}}, "service_s": {"constant": 0.2}},
+            {"name": "resets", "task": "password_reset", "tenant": {"pool": 4, "prefix": "shop-"},
+             "arrivals": {"constant": {"rate_per_s": 2}}, "service_s": {"constant": 0.2}}]}))
+    return path
+
+
+def with_storm_rules(data: dict[str, Any], bulk: str, interactive: str) -> None:
+    """Classification rules for the storm's tasks on a watch config's raw ``data``: newsletters to
+    ``bulk``, everything else to ``interactive``."""
+    data["classification"] = [{"tasks": ["newsletter"], "class": bulk, "reason": "campaign"},
+                              {"class": interactive, "reason": "default"}]
+
+
+def replay_storm(config: Path, tmp_path: Path, *more: str) -> str:
+    """``fairctl loadgen`` of the storm into the system ``config`` watches, one live job per
+    scenario job (service times 0.2 s x speed 20 = 0.01 s); its stderr (the routing lines)."""
+    done = run_fairctl("loadgen", storm_scenario(tmp_path), "--config", config, "--speed", STORM_SPEED,
+                       "--volume", "1", *more, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"enqueued {STORM_BULK + STORM_INTERACTIVE} jobs" in done.stdout, done.stdout
+    return done.stderr

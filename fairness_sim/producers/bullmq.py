@@ -1,0 +1,54 @@
+"""BullMQ jobs added with BullMQ's own Python client (``Queue.addBulk``: BullMQ's own Lua, the
+same scripts its Node client runs), named ``job`` (``{task}`` by default: a BullMQ worker runs
+every job of its queue, whatever its name), with ``data`` holding ``service_s`` and the tenant
+where ``watch.tenant`` says, and ``priority`` where the class's queue entry lists one. The client
+is asyncio; this producer runs it on an event loop of its own, one call at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from fairness_core.config import Config
+
+from .base import SERVICE_FIELD, ClientMissing, Target, WatchedProducer, placed
+
+DEFAULT_PREFIX = "bull"
+
+
+class BullmqProducer(WatchedProducer):
+    system = "bullmq"
+    default_job = "{task}"
+
+    def __init__(self, config: Config, job: str | None = None) -> None:
+        super().__init__(config, job)
+        try:
+            from bullmq import Queue
+        except ImportError as exc:
+            raise ClientMissing("watch.system bullmq: fairctl loadgen adds BullMQ jobs with BullMQ's own Python "
+                                "client; install it beside fairctl (pip install 'fairctl[bullmq]')") from exc
+        self._queue_class = Queue
+        self._url = self.watch.url or config.redis.url
+        self._loop = asyncio.new_event_loop()
+        self._lock = threading.Lock()  # the load generator calls from two threads; the loop runs one call at a time
+        self._queues: dict[str, Any] = {}
+
+    def write(self, where: Target, name: str, tenant: str, service_s: list[float]) -> None:
+        opts = {} if where.priority is None else {"priority": where.priority}
+        jobs = [{"name": name, "data": placed({"data": {SERVICE_FIELD: s}}, self.watch.tenant, tenant,
+                                               "watch.tenant")["data"], "opts": opts} for s in service_s]
+        with self._lock:
+            self._loop.run_until_complete(self._queue(where.queue).addBulk(jobs))
+
+    def _queue(self, name: str) -> Any:
+        if name not in self._queues:
+            self._queues[name] = self._queue_class(name, {"connection": self._url,
+                                                          "prefix": self.watch.prefix or DEFAULT_PREFIX})
+        return self._queues[name]
+
+    def close(self) -> None:
+        with self._lock:
+            for queue in self._queues.values():
+                self._loop.run_until_complete(queue.close())
+            self._loop.close()

@@ -1,0 +1,42 @@
+"""Celery tasks sent with Celery's own client (``send_task`` on one held producer connection),
+named ``job`` (a task the team's workers register; ``fairctl.sleep`` by default, see
+:mod:`fairness_sim.watched_jobs`), to the class's queue with its priority where it lists one,
+so kombu writes them to that priority's list. The tenant is placed in ``args``/``kwargs`` and
+``service_s`` passed as a keyword. No result backend is used."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fairness_core.config import Config
+
+from .base import SERVICE_FIELD, ClientMissing, Target, WatchedProducer, placed
+
+
+class CeleryProducer(WatchedProducer):
+    system = "celery"
+    default_job = "fairctl.sleep"
+
+    def __init__(self, config: Config, job: str | None = None) -> None:
+        super().__init__(config, job)
+        try:
+            from celery import Celery
+        except ImportError as exc:
+            raise ClientMissing("watch.system celery: fairctl loadgen sends Celery tasks with Celery's own client; "
+                                "install it beside fairctl (pip install 'fairctl[celery]')") from exc
+        options = {"global_keyprefix": self.watch.prefix} if self.watch.prefix else {}
+        self.app = Celery("fairctl-loadgen", broker=self.watch.url or config.redis.url, set_as_current=False)
+        self.app.conf.update(broker_transport_options=options, task_ignore_result=True,
+                             broker_connection_retry_on_startup=True)
+
+    def write(self, where: Target, name: str, tenant: str, service_s: list[float]) -> None:
+        options: dict[str, Any] = {"queue": where.queue}
+        if where.priority is not None:
+            options["priority"] = where.priority
+        with self.app.producer_or_acquire() as producer:
+            for s in service_s:
+                arguments = placed({"args": [], "kwargs": {SERVICE_FIELD: s}}, self.watch.tenant, tenant, "watch.tenant")
+                self.app.send_task(name, args=arguments["args"], kwargs=arguments["kwargs"], producer=producer, **options)
+
+    def close(self) -> None:
+        self.app.close()

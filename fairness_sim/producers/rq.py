@@ -1,0 +1,44 @@
+"""RQ jobs written with RQ's own client (``Queue.enqueue_many``: one pipelined round trip a
+batch), calling ``job`` (a dotted function path the team's ``rq worker`` imports) with the tenant
+placed in ``args``/``kwargs`` and ``service_s`` as a keyword."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from fairness_core.config import Config
+
+from .base import SERVICE_FIELD, ClientMissing, Target, WatchedProducer, placed
+
+
+class RqProducer(WatchedProducer):
+    system = "rq"
+    default_job = "fairness_sim.watched_jobs.sleep"
+
+    def __init__(self, config: Config, job: str | None = None) -> None:
+        super().__init__(config, job)
+        try:
+            from rq import Queue, defaults
+        except ImportError as exc:
+            raise ClientMissing("watch.system rq: fairctl loadgen writes RQ jobs with RQ's own client; "
+                                "install it beside fairctl (pip install 'fairctl[rq]')") from exc
+        prefix = getattr(defaults, "RQ_KEY_PREFIX", "rq")
+        if self.watch.prefix not in (None, prefix):
+            raise ClientMissing(f"watch.prefix is {self.watch.prefix!r} but RQ here writes under {prefix!r}: "
+                                f"set RQ_KEY_PREFIX={self.watch.prefix} in fairctl loadgen's environment")
+        self._queue_class = Queue
+        self.client = redis.Redis.from_url(self.watch.url or config.redis.url)
+
+    def write(self, where: Target, name: str, tenant: str, service_s: list[float]) -> None:
+        queue = self._queue_class(where.queue, connection=self.client)
+        jobs = []
+        for s in service_s:
+            arguments: dict[str, Any] = placed({"args": [], "kwargs": {SERVICE_FIELD: s}}, self.watch.tenant, tenant,
+                                               "watch.tenant")
+            jobs.append(self._queue_class.prepare_data(name, args=tuple(arguments["args"]), kwargs=arguments["kwargs"]))
+        queue.enqueue_many(jobs)
+
+    def close(self) -> None:
+        self.client.close()

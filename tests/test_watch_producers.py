@@ -1,0 +1,50 @@
+"""Where fairctl loadgen puts a tenant in a watched system's job: exactly where the exporter reads
+it back (``watch.tenant``), beside the job's service time, or a clear error naming the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from exporter.sources.base import tenant_of
+from fairness_core.config import ConfigError
+from fairness_sim.producers.base import placed
+
+STEP = st.one_of(st.from_regex(r"[a-z_][a-z0-9_]{0,6}", fullmatch=True), st.integers(0, 4).map(str))
+
+
+@given(root=st.sampled_from(["args", "kwargs", "data"]), steps=st.lists(STEP, min_size=1, max_size=4),
+       tenant=st.text(min_size=1, max_size=20))
+def test_a_placed_tenant_reads_back_where_the_exporter_looks(root: str, steps: list[str], tenant: str) -> None:
+    path = (root, *steps)
+    base: dict[str, Any] = {"args": [], "kwargs": {"service_s": 0.5}, "data": {"service_s": 0.5}}
+    try:
+        arguments = placed(base, path, tenant, "watch.tenant")
+    except ConfigError as exc:  # only where the path runs through the service time or indexes a list by name
+        assert exc.path == "watch.tenant"
+        return
+    assert tenant_of(arguments, path) == tenant
+    if path[:2] != (root, "service_s"):
+        assert arguments[root if root != "args" else "kwargs"]["service_s"] == 0.5
+
+
+@pytest.mark.parametrize(("base", "path", "expected"), [
+    ({"args": []}, ("args", "0"), {"args": ["t"]}),
+    ({"args": []}, ("args", "2"), {"args": [None, None, "t"]}),
+    ({"args": []}, ("args", "0", "tenant"), {"args": [{"tenant": "t"}]}),
+    ({"args": [], "kwargs": {"service_s": 1}}, ("kwargs", "tenant_id"), {"args": [], "kwargs": {"service_s": 1, "tenant_id": "t"}}),
+    ({"data": {"service_s": 1}}, ("data", "meta", "0"), {"data": {"service_s": 1, "meta": ["t"]}}),
+])
+def test_the_tenant_lands_on_its_path_and_nothing_else_moves(base: dict[str, Any], path: tuple[str, ...],
+                                                             expected: dict[str, Any]) -> None:
+    assert placed(base, path, "t", "watch.tenant") == expected
+
+
+@pytest.mark.parametrize("path", [("kwargs", "service_s", "x"), ("kwargs",), ("args", "first")])
+def test_a_path_that_cannot_hold_a_tenant_names_the_field(path: tuple[str, ...]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        placed({"args": [], "kwargs": {"service_s": 1}}, path, "t", "watch.tenant")
+    assert caught.value.path == "watch.tenant"
