@@ -31,7 +31,15 @@ from fairness_stack.servers import RedisServer, find_binary, stop_process
 from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
 from .exporter_support import scrape
 from .support import wait_for
-from .watch_support import alerting, read_cost, read_only_user
+from .watch_support import (
+    STORM_BULK,
+    STORM_INTERACTIVE,
+    alerting,
+    read_cost,
+    read_only_user,
+    replay_storm,
+    with_storm_rules,
+)
 
 URGENT, BULK = "sidekiq:interactive", "sidekiq:bulk"
 JOBS = Path(__file__).resolve().parent / "watch_sidekiq"
@@ -112,6 +120,32 @@ def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_sidekiq_does(
     assert shares[((m.QUEUE, BULK), (m.TENANT, "flooder"))] == 1.0
     assert m.JOBS_PROCESSED.name not in seen.names(), "Sidekiq counts completions globally only: left out, not 0"
     assert m.QUEUE_PAUSED.name not in seen.names()
+
+
+
+def test_loadgen_replays_a_storm_as_sidekiq_jobs_that_a_real_sidekiq_runs(
+        redis_server: RedisServer | GivenRedis, tmp_path: Path) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["classes"] = [{"name": URGENT, "weight": 70, "max_age": "30s"}, {"name": BULK, "weight": 30, "max_age": "1h"}]
+    with_storm_rules(data, BULK, URGENT)
+    data["watch"] = {"system": "sidekiq", "url": redis_server.url, "tenant": "args.0",
+                     "classes": {URGENT: ["interactive", "other"], BULK: ["bulk"]}}
+    (tmp_path / "watch.yaml").write_text(yaml.safe_dump(data))
+    routes = replay_storm(tmp_path / "watch.yaml", tmp_path)
+    assert "campaign: FairctlSleep jobs, class sidekiq:bulk, into sidekiq queue bulk" in routes
+    assert "resets: FairctlSleep jobs, class sidekiq:interactive, into sidekiq queue interactive" in routes, \
+        "a class's first queue"
+    readings = SidekiqSource(load_config(tmp_path / "watch.yaml").watch).read(client, time.time())  # type: ignore[arg-type]
+    assert (readings[BULK].depth, readings[URGENT].depth) == (STORM_BULK, STORM_INTERACTIVE)
+    assert readings[BULK].tenants == (("flooder", 100),), "the tenant is where watch.tenant says (args.0)"
+    assert {tenant for tenant, _ in readings[URGENT].tenants} == {f"shop-{n}" for n in range(4)}
+    assert client.smembers("queues") == {b"bulk", b"interactive"}, "the queues registered as Sidekiq's client does"
+    with sidekiq(redis_server.url, tmp_path / "sidekiq.log", "interactive,3", "bulk,1"):
+        wait_for(lambda: int(client.get("stat:processed") or 0) == STORM_BULK + STORM_INTERACTIVE, 60,
+                 "Sidekiq running every job (its stats are written with each heartbeat)")
+    assert int(client.get("stat:failed") or 0) == 0, (tmp_path / "sidekiq.log").read_text()[-2000:]
 
 
 def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(

@@ -11,3 +11,13 @@ class Work
     sleep seconds
   end
 end
+
+# The sleep job fairctl loadgen queues by default, as docs/watching.md defines it: the job's last
+# argument is its service time in seconds (the ones before it carry its tenant).
+class FairctlSleep
+  include Sidekiq::Worker
+
+  def perform(*args)
+    sleep args.last.to_f
+  end
+end
