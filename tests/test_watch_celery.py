@@ -33,7 +33,7 @@ from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
 from .exporter_support import scrape
 from .support import wait_for
 from .watch_celery_app import BROKER_VARIABLE, app, work
-from .watch_support import alerting
+from .watch_support import STORM_BULK, STORM_INTERACTIVE, alerting, replay_storm, with_storm_rules
 
 INTERVAL = 0.5  # seconds between the storm test's reads, standing in for the scrape interval
 TICK = 0.1  # seconds between its steps: a read every INTERVAL, sends at the steps between
@@ -59,11 +59,12 @@ def empty_redis(client: redis.Redis) -> Iterator[None]:
 
 
 @contextmanager
-def celery_worker(url: str, queues: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A real ``celery worker`` consuming ``queues`` (comma-separated), stopped on exit."""
+def celery_worker(url: str, queues: str, log: Path, loglevel: str = "warning") -> Iterator[subprocess.Popen[bytes]]:
+    """A real ``celery worker`` consuming ``queues`` (comma-separated), stopped on exit; at
+    ``loglevel`` info it logs each task's success."""
     args = [sys.executable, "-m", "celery", "-A", "tests.watch_celery_app", "worker", "--pool", "threads",
             "--concurrency", "2", "-Q", queues, "--without-heartbeat", "--without-mingle", "--without-gossip",
-            "--loglevel", "warning"]
+            "--loglevel", loglevel]
     with log.open("wb") as out:
         process = subprocess.Popen(args, cwd=ROOT, env={**os.environ, BROKER_VARIABLE: url}, stdout=out,
                                    stderr=subprocess.STDOUT)
@@ -304,3 +305,30 @@ def _watch_yaml(tmp_path: Path, url: str) -> Config:
     path = tmp_path / "watch.yaml"
     path.write_text(yaml.safe_dump(data))
     return load_config(path)
+
+
+def test_loadgen_replays_a_storm_as_celery_tasks_that_a_real_worker_runs(
+        redis_server: RedisServer | GivenRedis, client: redis.Redis, tmp_path: Path) -> None:
+    """The bulk class takes priorities 6 and 9 of ``bulk``: its tasks are sent with priority 6,
+    so kombu files them in that step's list."""
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["classes"] = [{"name": "celery:interactive", "weight": 70, "max_age": "30s"},
+                       {"name": "celery:bulk", "weight": 30, "max_age": "1h"}]
+    with_storm_rules(data, "celery:bulk", "celery:interactive")
+    data["watch"] = {"system": "celery", "url": redis_server.url, "tenant": "kwargs.tenant_id",
+                     "classes": {"celery:interactive": ["interactive"],
+                                 "celery:bulk": [{"queue": "bulk", "priorities": [6, 9]}]}}
+    (tmp_path / "watch.yaml").write_text(yaml.safe_dump(data))
+    routes = replay_storm(tmp_path / "watch.yaml", tmp_path)
+    assert "campaign: fairctl.sleep jobs, class celery:bulk, into celery queue bulk priority 6" in routes
+    assert "resets: fairctl.sleep jobs, class celery:interactive, into celery queue interactive" in routes
+    readings = CelerySource(load_config(tmp_path / "watch.yaml").watch).read(client, time.time())  # type: ignore[arg-type]
+    assert (readings["celery:bulk"].depth, readings["celery:interactive"].depth) == (STORM_BULK, STORM_INTERACTIVE)
+    assert client.llen("bulk\x06\x166") == STORM_BULK, "kombu's list for priority step 6"
+    assert readings["celery:bulk"].tenants == (("flooder", 100),), "the tenant is where watch.tenant says"
+    assert {tenant for tenant, _ in readings["celery:interactive"].tenants} == {f"shop-{n}" for n in range(4)}
+    log = tmp_path / "worker.log"
+    with celery_worker(redis_server.url, "interactive,bulk", log, loglevel="info"):
+        wait_for(lambda: log.read_text().count("succeeded in") == STORM_BULK + STORM_INTERACTIVE, 90,
+                 "Celery's worker running every task")
+    assert true_depth(client, "bulk") == true_depth(client, "interactive") == 0

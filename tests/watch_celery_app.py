@@ -8,6 +8,8 @@ import time
 
 from celery import Celery
 
+from fairness_sim.watched_jobs import register
+
 BROKER_VARIABLE = "WATCH_CELERY_BROKER"
 
 app = Celery("watch_celery_app", broker=os.environ.get(BROKER_VARIABLE, "redis://127.0.0.1:6379/0"))
@@ -23,3 +25,6 @@ app.conf.update(
 def work(ms: float, tenant_id: str | None = None) -> None:
     """A job of ``ms`` milliseconds for ``tenant_id``."""
     time.sleep(ms / 1000)
+
+
+register(app)  # fairctl loadgen's sleep job, as docs/watching.md has a team add it
