@@ -33,7 +33,15 @@ from fairness_stack.servers import RedisServer, stop_process
 from .conftest import EXAMPLE_CONFIG, GivenRedis
 from .exporter_support import scrape
 from .support import wait_for
-from .watch_support import alerting, read_cost, read_only_user
+from .watch_support import (
+    STORM_BULK,
+    STORM_INTERACTIVE,
+    alerting,
+    read_cost,
+    read_only_user,
+    replay_storm,
+    with_storm_rules,
+)
 
 URGENT, BULK = "bullmq:interactive", "bullmq:bulk"
 JOBS_SCRIPT = Path(__file__).resolve().parent / "watch_bullmq" / "jobs.mjs"
@@ -104,7 +112,8 @@ def add(node: Node, url: str, queue: str, jobs: int, *, every_ms: int = 0, tenan
 
 @contextmanager
 def bullmq_worker(node: Node, url: str, queue: str) -> Iterator[subprocess.Popen[bytes]]:
-    """A real BullMQ Worker (20 ms jobs, concurrency 2) on ``queue`` until the block ends."""
+    """A real BullMQ Worker (concurrency 2) on ``queue`` until the block ends: 20 ms a job, or
+    ``data.service_s`` for fairctl loadgen's."""
     process = subprocess.Popen([node.binary, str(JOBS_SCRIPT), "worker", url, queue], env=_env(node),
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
@@ -204,3 +213,28 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
     reading = source.read(watcher, time.time())[BULK]
     assert (reading.depth, reading.oldest_enqueued, reading.tenants) == (1_001_000, first, (("flooder", 100),))
 
+
+
+def test_loadgen_replays_a_storm_as_bullmq_jobs_that_real_workers_run(
+        redis_server: RedisServer | GivenRedis, tmp_path: Path, node: Node) -> None:
+    """Added with BullMQ's own Python client; the bulk class takes priority level 2 of ``bulk``, so
+    its jobs are added with that priority."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    config = watch_config(tmp_path, redis_server.url, {URGENT: (QueueRef("interactive"),),
+                                                        BULK: (QueueRef("bulk", (2,)),)})
+    data = yaml.safe_load((tmp_path / "watch.yaml").read_text())
+    with_storm_rules(data, BULK, URGENT)
+    (tmp_path / "watch.yaml").write_text(yaml.safe_dump(data))
+    routes = replay_storm(tmp_path / "watch.yaml", tmp_path)
+    assert "campaign: newsletter jobs, class bullmq:bulk, into bullmq queue bulk priority 2" in routes
+    assert "resets: password_reset jobs, class bullmq:interactive, into bullmq queue interactive" in routes
+    readings = BullmqSource(config.watch).read(client, time.time())  # type: ignore[arg-type]
+    assert (readings[BULK].depth, readings[URGENT].depth) == (STORM_BULK, STORM_INTERACTIVE)
+    assert client.zcard("bull:bulk:prioritized") == STORM_BULK, "added at priority 2"
+    assert readings[BULK].tenants == (("flooder", 100),), "the tenant is where watch.tenant says (data.tenant)"
+    assert {tenant for tenant, _ in readings[URGENT].tenants} == {f"shop-{n}" for n in range(4)}
+    with bullmq_worker(node, redis_server.url, "interactive"), bullmq_worker(node, redis_server.url, "bulk"):
+        wait_for(lambda: client.zcard("bull:interactive:completed") + client.zcard("bull:bulk:completed")
+                 == STORM_BULK + STORM_INTERACTIVE, 90, "BullMQ's workers running every job")
+    assert client.zcard("bull:interactive:failed") + client.zcard("bull:bulk:failed") == 0

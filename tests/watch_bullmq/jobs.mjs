@@ -19,7 +19,9 @@ const connection = { host: parsed.hostname, port: Number(parsed.port), maxRetrie
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 if (mode === "worker") {
-  const worker = new Worker(name, async () => { await sleep(20); }, { connection, concurrency: 2 });
+  // A job of fairctl loadgen sleeps its data.service_s seconds (docs/watching.md's processor); others 20 ms.
+  const work = async (job) => { await sleep(job.data.service_s === undefined ? 20 : job.data.service_s * 1000); };
+  const worker = new Worker(name, work, { connection, concurrency: 2 });
   await worker.waitUntilReady();
   console.log("ready");
   process.on("SIGTERM", async () => { await worker.close(); process.exit(0); });
