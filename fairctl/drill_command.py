@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import tempfile
 import threading
@@ -210,8 +209,8 @@ def loadgen(
     With a --config that has a watch section (Celery, RQ, BullMQ, Sidekiq), the jobs are that
     system's own, written with its own client into the queue its watch.classes maps each job's class
     to (the config's classification rules choose the class), carrying service_s and the tenant where
-    watch.tenant says, for the team's own workers to run; --redis-url then names that system's
-    Redis. The scenario keeps its own config, and its config_changes, which retune fairctl's
+    watch.tenant says, for the team's own workers to run (into watch.url, else redis.url).
+    The scenario keeps its own config, and its config_changes, which retune fairctl's
     scheduler, are not replayed there."""
     watched = _watched(config_file, redis_url)
     if watched is not None:
@@ -231,15 +230,12 @@ def loadgen(
 
 
 def _watched(config_file: Path | None, redis_url: str | None) -> Config | None:
-    """The --config when it watches a job system, with --redis-url as that system's Redis; None
-    for a config of fairctl's own queues (or none given)."""
+    """The --config when it watches a job system (its Redis: watch.url, else redis.url, which
+    --redis-url overrides, as for the exporter); None for a config of fairctl's own queues."""
     if config_file is None:
         return None
-    config = load(config_file, None)
-    if config.watch is None:
-        return None
-    url = config.watch.url if redis_url is None else with_redis_url(config, redis_url).redis.url
-    return dataclasses.replace(config, watch=dataclasses.replace(config.watch, url=url or config.redis.url))
+    config = load(config_file, redis_url)
+    return config if config.watch is not None else None
 
 
 def _watched_loadgen(config: Config, scenario: Scenario, policy: str | None, replay: Replay, job: str | None) -> None:

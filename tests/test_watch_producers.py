@@ -1,17 +1,26 @@
 """Where fairctl loadgen puts a tenant in a watched system's job: exactly where the exporter reads
-it back (``watch.tenant``), beside the job's service time, or a clear error naming the field."""
+it back (``watch.tenant``), beside the job's service time, or a clear error naming the field; and
+what loadgen refuses for a watched system, naming the option. (Each system's jobs run by its real
+workers: tests/test_watch_<system>.py.)"""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
 from exporter.sources.base import tenant_of
+from fairctl.cli import app
 from fairness_core.config import ConfigError
 from fairness_sim.producers.base import placed
+
+from .conftest import EXAMPLE_CONFIG
 
 STEP = st.one_of(st.from_regex(r"[a-z_][a-z0-9_]{0,6}", fullmatch=True), st.integers(0, 4).map(str))
 
@@ -48,3 +57,25 @@ def test_a_path_that_cannot_hold_a_tenant_names_the_field(path: tuple[str, ...])
     with pytest.raises(ConfigError) as caught:
         placed({"args": [], "kwargs": {"service_s": 1}}, path, "t", "watch.tenant")
     assert caught.value.path == "watch.tenant"
+
+
+def _rq_watch_config(tmp_path: Path) -> Path:
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["watch"] = {"system": "rq", "tenant": "args.0",
+                     "classes": {"jobs:high": ["high"], "jobs:medium": ["medium"], "jobs:low": ["low"]}}
+    path = tmp_path / "watch.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_loadgen_refuses_what_a_watched_system_cannot_take_naming_the_option(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _rq_watch_config(tmp_path)
+    runner = CliRunner()
+    policy = runner.invoke(app, ["loadgen", "--config", str(config), "--policy", "fifo"])
+    assert policy.exit_code == 2 and "--policy: rq schedules its own jobs" in policy.output
+    job = runner.invoke(app, ["loadgen", "--config", str(EXAMPLE_CONFIG), "--job", "x"])
+    assert job.exit_code == 2 and "--job: names a watched system's job function" in job.output
+    monkeypatch.setitem(sys.modules, "rq", None)  # RQ not installed beside fairctl
+    missing = runner.invoke(app, ["loadgen", "--config", str(config)])
+    assert missing.exit_code == 2 and "pip install 'fairctl[rq]'" in missing.output, missing.output

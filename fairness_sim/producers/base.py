@@ -93,6 +93,7 @@ class WatchedProducer:
             raise ValueError("a watched producer needs a config with a watch section")
         self.config = config
         self.watch: WatchConfig = config.watch
+        self.url = self.watch.url or config.redis.url  # as the exporter reads it
         self.job = job or self.default_job
 
     def target(self, task: str, tier: str, user_waiting: bool) -> tuple[str, Target]:

@@ -29,7 +29,6 @@ class BullmqProducer(WatchedProducer):
             raise ClientMissing("watch.system bullmq: fairctl loadgen adds BullMQ jobs with BullMQ's own Python "
                                 "client; install it beside fairctl (pip install 'fairctl[bullmq]')") from exc
         self._queue_class = Queue
-        self._url = self.watch.url or config.redis.url
         self._loop = asyncio.new_event_loop()
         self._lock = threading.Lock()  # the load generator calls from two threads; the loop runs one call at a time
         self._queues: dict[str, Any] = {}
@@ -43,7 +42,7 @@ class BullmqProducer(WatchedProducer):
 
     def _queue(self, name: str) -> Any:
         if name not in self._queues:
-            self._queues[name] = self._queue_class(name, {"connection": self._url,
+            self._queues[name] = self._queue_class(name, {"connection": self.url,
                                                           "prefix": self.watch.prefix or DEFAULT_PREFIX})
         return self._queues[name]
 

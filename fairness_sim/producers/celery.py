@@ -25,7 +25,7 @@ class CeleryProducer(WatchedProducer):
             raise ClientMissing("watch.system celery: fairctl loadgen sends Celery tasks with Celery's own client; "
                                 "install it beside fairctl (pip install 'fairctl[celery]')") from exc
         options = {"global_keyprefix": self.watch.prefix} if self.watch.prefix else {}
-        self.app = Celery("fairctl-loadgen", broker=self.watch.url or config.redis.url, set_as_current=False)
+        self.app = Celery("fairctl-loadgen", broker=self.url, set_as_current=False)
         self.app.conf.update(broker_transport_options=options, task_ignore_result=True,
                              broker_connection_retry_on_startup=True)
 

@@ -29,7 +29,7 @@ class RqProducer(WatchedProducer):
             raise ClientMissing(f"watch.prefix is {self.watch.prefix!r} but RQ here writes under {prefix!r}: "
                                 f"set RQ_KEY_PREFIX={self.watch.prefix} in fairctl loadgen's environment")
         self._queue_class = Queue
-        self.client = redis.Redis.from_url(self.watch.url or config.redis.url)
+        self.client = redis.Redis.from_url(self.url)
 
     def write(self, where: Target, name: str, tenant: str, service_s: list[float]) -> None:
         queue = self._queue_class(where.queue, connection=self.client)

@@ -25,7 +25,7 @@ class SidekiqProducer(WatchedProducer):
     def __init__(self, config: Config, job: str | None = None) -> None:
         super().__init__(config, job)
         self.prefix = f"{self.watch.prefix}:" if self.watch.prefix else ""
-        self.client = redis.Redis.from_url(self.watch.url or config.redis.url)
+        self.client = redis.Redis.from_url(self.url)
 
     def write(self, where: Target, name: str, tenant: str, service_s: list[float]) -> None:
         now = time.time()
