@@ -36,7 +36,9 @@ PEERS = HERE / ".peers"
 SCRIPTS = HERE / "peers"
 RQ_VENV = PEERS / "rq"
 NODE_PREFIX = PEERS / "node"
-NODE_PACKAGES = ("bullmq", "ioredis")  # BullMQ 6 needs its Redis client installed beside it
+# npm package -> the version installed. BullMQ 6 needs its Redis client installed beside it;
+# ioredis 5, as ioredis 6 needs Node 20 and Debian 12's own Node is 18 (BullMQ takes ioredis >= 5).
+NODE_PACKAGES = {"bullmq": "bullmq", "ioredis": "ioredis@5"}
 CHUNK = 100
 TENANTS = 10
 READY_TIMEOUT_S = 60.0
@@ -86,7 +88,7 @@ def install(*, allowed: bool) -> Peers:
         return all((NODE_PREFIX / "node_modules" / package).exists() for package in NODE_PACKAGES)
 
     if not installed() and allowed:
-        error = _run(["npm", "install", "--prefix", str(NODE_PREFIX), "--no-audit", "--no-fund", *NODE_PACKAGES])
+        error = _run(["npm", "install", "--prefix", str(NODE_PREFIX), "--no-audit", "--no-fund", *NODE_PACKAGES.values()])
         if error:
             peers.missing["BullMQ"] = error
     if installed():

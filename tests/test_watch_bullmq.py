@@ -61,7 +61,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Node:
     binary = shutil.which("node")
     assert binary is not None, "Node.js is needed to run a real BullMQ (apt-get install nodejs npm)"
     prefix = tmp_path_factory.mktemp("bullmq-node")
-    done = subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", *NODE_PACKAGES],
+    done = subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", *NODE_PACKAGES.values()],
                           capture_output=True, timeout=300, check=False)
     modules = prefix / "node_modules"
     assert done.returncode == 0 and all((modules / p).exists() for p in NODE_PACKAGES), done.stderr.decode()[-3000:]
