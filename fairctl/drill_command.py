@@ -246,7 +246,7 @@ def _watched_loadgen(config: Config, scenario: Scenario, policy: str | None, rep
         fail("--policy", f"{system} schedules its own jobs: a policy is for fairctl's scheduler")
     try:
         producer = producer_for(config, job)
-    except ClientMissing as exc:
+    except (ClientMissing, ConfigError) as exc:
         fail("--config", str(exc))
     with closing(producer):
         for stream in scenario.streams:

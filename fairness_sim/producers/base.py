@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import import_module
+from types import ModuleType
 from typing import Any
 
 from fairness_core.classification import classify
@@ -24,6 +26,16 @@ SERVICE_FIELD = "service_s"  # the job's live service time in seconds, as fairct
 
 class ClientMissing(FairnessError):
     """The system's own Python client, which writes its jobs, is not installed beside fairctl."""
+
+
+def own_client(system: str, module: str) -> ModuleType:
+    """``module`` of ``system``'s own Python client, imported now (each producer needs only its own);
+    :class:`ClientMissing` names the extra that installs it."""
+    try:
+        return import_module(module)
+    except ImportError as exc:
+        raise ClientMissing(f"watch.system {system}: fairctl loadgen writes its jobs with {system}'s own client, "
+                            f"{module}; install it beside fairctl (pip install 'fairctl[{system}]')") from exc
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 from fairness_core.config import Config
 
-from .base import SERVICE_FIELD, ClientMissing, Target, WatchedProducer, placed
+from .base import SERVICE_FIELD, Target, WatchedProducer, own_client, placed
 
 DEFAULT_PREFIX = "bull"
 
@@ -23,12 +23,7 @@ class BullmqProducer(WatchedProducer):
 
     def __init__(self, config: Config, job: str | None = None) -> None:
         super().__init__(config, job)
-        try:
-            from bullmq import Queue
-        except ImportError as exc:
-            raise ClientMissing("watch.system bullmq: fairctl loadgen adds BullMQ jobs with BullMQ's own Python "
-                                "client; install it beside fairctl (pip install 'fairctl[bullmq]')") from exc
-        self._queue_class = Queue
+        self._queue_class = own_client(self.system, "bullmq").Queue
         self._loop = asyncio.new_event_loop()
         self._lock = threading.Lock()  # the load generator calls from two threads; the loop runs one call at a time
         self._queues: dict[str, Any] = {}

@@ -10,7 +10,7 @@ from typing import Any
 
 from fairness_core.config import Config
 
-from .base import SERVICE_FIELD, ClientMissing, Target, WatchedProducer, placed
+from .base import SERVICE_FIELD, Target, WatchedProducer, own_client, placed
 
 
 class CeleryProducer(WatchedProducer):
@@ -19,13 +19,8 @@ class CeleryProducer(WatchedProducer):
 
     def __init__(self, config: Config, job: str | None = None) -> None:
         super().__init__(config, job)
-        try:
-            from celery import Celery
-        except ImportError as exc:
-            raise ClientMissing("watch.system celery: fairctl loadgen sends Celery tasks with Celery's own client; "
-                                "install it beside fairctl (pip install 'fairctl[celery]')") from exc
         options = {"global_keyprefix": self.watch.prefix} if self.watch.prefix else {}
-        self.app = Celery("fairctl-loadgen", broker=self.url, set_as_current=False)
+        self.app = own_client(self.system, "celery").Celery("fairctl-loadgen", broker=self.url, set_as_current=False)
         self.app.conf.update(broker_transport_options=options, task_ignore_result=True,
                              broker_connection_retry_on_startup=True)
 

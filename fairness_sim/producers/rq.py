@@ -8,9 +8,9 @@ from typing import Any
 
 import redis
 
-from fairness_core.config import Config
+from fairness_core.config import Config, ConfigError
 
-from .base import SERVICE_FIELD, ClientMissing, Target, WatchedProducer, placed
+from .base import SERVICE_FIELD, Target, WatchedProducer, own_client, placed
 
 
 class RqProducer(WatchedProducer):
@@ -19,16 +19,11 @@ class RqProducer(WatchedProducer):
 
     def __init__(self, config: Config, job: str | None = None) -> None:
         super().__init__(config, job)
-        try:
-            from rq import Queue, defaults
-        except ImportError as exc:
-            raise ClientMissing("watch.system rq: fairctl loadgen writes RQ jobs with RQ's own client; "
-                                "install it beside fairctl (pip install 'fairctl[rq]')") from exc
-        prefix = getattr(defaults, "RQ_KEY_PREFIX", "rq")
+        self._queue_class = own_client(self.system, "rq").Queue
+        prefix = getattr(own_client(self.system, "rq.defaults"), "RQ_KEY_PREFIX", "rq")  # RQ 3 reads it from the environment
         if self.watch.prefix not in (None, prefix):
-            raise ClientMissing(f"watch.prefix is {self.watch.prefix!r} but RQ here writes under {prefix!r}: "
-                                f"set RQ_KEY_PREFIX={self.watch.prefix} in fairctl loadgen's environment")
-        self._queue_class = Queue
+            raise ConfigError("watch.prefix", f"{self.watch.prefix!r}, but RQ here writes under {prefix!r}: set "
+                                              f"RQ_KEY_PREFIX={self.watch.prefix} in fairctl loadgen's environment")
         self.client = redis.Redis.from_url(self.url)
 
     def write(self, where: Target, name: str, tenant: str, service_s: list[float]) -> None:
