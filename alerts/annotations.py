@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote_plus
 
-from exporter.metrics import QUEUE
+from exporter.metrics import GROUP, QUEUE
 
 FIELD = re.compile(r"\$(\w+)(?::(\w+))?")
 VALUE = "value"
@@ -98,10 +98,11 @@ def _numeric(fmt: str | None) -> tuple[str, Callable[[float], str]]:
 
 @dataclass(frozen=True)
 class Query:
-    """A recorded series read at expansion time for the alert's ``labels`` (a threshold, a count)."""
+    """A recorded series read at expansion time for the alert's ``labels`` (a threshold, a count):
+    its queue group's and class's by default, as two groups may share class names."""
 
     record: str
-    labels: tuple[str, ...] = (QUEUE,)
+    labels: tuple[str, ...] = (GROUP, QUEUE)
 
     def go(self) -> str:
         matchers = ",".join(f"{label}=%q" for label in self.labels)

@@ -19,3 +19,4 @@ def runbook_file(alert: str) -> PurePosixPath:
 OVERVIEW_UID = "fairctl-overview"
 RUNBOOKS_UID = "fairctl-runbooks"
 QUEUE_VAR = "queue"
+GROUP_VAR = "group"  # the dashboards' queue group variable, which alert links set too

@@ -17,7 +17,7 @@ from fairness_core.config import DEFAULT_GRAFANA_URL, ClassConfig, Config
 
 from . import recording as rec
 from .annotations import Query, Text
-from .layout import OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID
+from .layout import GROUP_VAR, OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID
 from .promql import dedup, duration, excluding, number, over_time, quote, selector
 from .supplied import fed, paused_served
 
@@ -194,7 +194,7 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
             Text(f'"$reason" gave $value:percent of the arrivals into $queue over the last {budget_window}, '
                  f"against $baseline:percent {duration(a.reason_baseline)} earlier: a classification rule, "
                  "or what callers send, changed.",
-                 {"baseline": Query(rec.REASON_BASELINE, (m.QUEUE, m.REASON))}),
+                 {"baseline": Query(rec.REASON_BASELINE, (m.GROUP, m.QUEUE, m.REASON))}),
             _one(config, PRIORITY_REASON_SHIFT,
                  f"{rec.REASON_SHARE} > {rec.REASON_BASELINE} + {number(a.reason_shift)}\n"
                  f"  and ignoring ({m.REASON})\nsum without ({m.REASON}) ({rec.ENQUEUED_RATE}) * "
@@ -346,25 +346,26 @@ def runbook_panel(config: Config, alert: str) -> int:
 
 def link_templates(config: Config, alert: str) -> dict[str, str]:
     """``runbook_url`` and ``dashboard_url`` of ``alert`` as ``str.format`` templates with
-    ``{alert}`` and ``{queue}``: the config's templates, else built on ``alerts.grafana_url``: the
-    alert's panel of the runbooks dashboard, and the overview dashboard with the alert's class
-    selected."""
+    ``{alert}``, ``{group}`` and ``{queue}``: the config's templates, else built on
+    ``alerts.grafana_url``: the alert's panel of the runbooks dashboard, and the overview dashboard
+    with the alert's queue group and class selected."""
     grafana = config.alerts.grafana_url or DEFAULT_GRAFANA_URL
     return {
         "runbook_url": config.alerts.runbook_url or f"{grafana}/d/{RUNBOOKS_UID}?viewPanel={runbook_panel(config, alert)}",
-        "dashboard_url": config.alerts.dashboard_url or f"{grafana}/d/{OVERVIEW_UID}?var-{QUEUE_VAR}={{queue}}",
+        "dashboard_url": config.alerts.dashboard_url
+        or f"{grafana}/d/{OVERVIEW_UID}?var-{GROUP_VAR}={{group}}&var-{QUEUE_VAR}={{queue}}",
     }
 
 
 def link(config: Config, alert: str, key: str, queue: str = "") -> str:
-    """One link of ``alert`` as a URL, for ``queue`` (none: every class)."""
-    return link_templates(config, alert)[key].format(alert=alert, queue=queue)
+    """One link of ``alert`` as a URL, for the config's queue group and ``queue`` (none: every class)."""
+    return link_templates(config, alert)[key].format(alert=alert, group=m.group_of(config), queue=queue)
 
 
 def links(config: Config, alert: str) -> Mapping[str, Text]:
-    """``runbook_url`` and ``dashboard_url`` as annotations: the class filled in by Prometheus,
-    URL-escaped."""
-    return {key: Text(template.format(alert=alert, queue=f"${m.QUEUE}:url"))
+    """``runbook_url`` and ``dashboard_url`` as annotations: the group and class filled in by
+    Prometheus, URL-escaped."""
+    return {key: Text(template.format(alert=alert, group=f"${m.GROUP}:url", queue=f"${m.QUEUE}:url"))
             for key, template in link_templates(config, alert).items()}
 
 

@@ -2,9 +2,10 @@
 
 Each alert gets a file with at least one case where it fires (exact labels, value and annotations,
 rendered by :mod:`alerts.annotations`) and one control where it must stay silent. The inputs are
-the series an exporter would serve, named through the metric contract, with a ``job`` and an
-``instance`` label; some cases run two exporters with identical series to show nothing is counted
-twice. Scenarios take class names, SLOs and thresholds from the config, so ``fairctl check``
+the series an exporter would serve, named through the metric contract, with a ``job``, an
+``instance`` and a ``group`` label; some cases run two exporters with identical series to show
+nothing is counted twice, and one runs a second queue group of the same classes beside the first
+to show the two are never merged. Scenarios take class names, SLOs and thresholds from the config, so ``fairctl check``
 proves the rules generated for any config, not only the example.
 """
 
@@ -28,6 +29,7 @@ from .promql import duration, number, quote
 from .supplied import series_metric, served_metrics
 
 INSTANCES = ("exporter-0:29100", "exporter-1:29100")
+OTHER_GROUP = "another-group"  # a second queue group of the same classes, scraped under the same job
 BUCKET_LABEL = "le"
 EXPR_PRECISION = 0.001
 
@@ -127,22 +129,25 @@ class Scenario:
         self.alerts = {a.name: a for a in r.every_alert(config)}
         self.basis = rec.basis(config)
         self.job = config.alerts.exporter_job
+        self.group = m.group_of(config)
         self.window = minutes(config.alerts.rate_window)
 
     def series(self, spec: m.MetricSpec, values: str, *, exporters: int = 1, suffix: str = "",
                **labels: str) -> list[Series]:
         """``spec``'s series as ``exporters`` exporters serve it (identical values)."""
         name = spec.series(suffix) if suffix else spec.name
-        return [Series(name, {"job": self.job, "instance": instance, **labels}, values)
+        return [Series(name, {"job": self.job, "instance": instance, m.GROUP: self.group, **labels}, values)
                 for instance in INSTANCES[:exporters]]
 
     def for_minutes(self, alert: str, queue: str | None = None) -> int:
         return minutes(self.alerts[alert].variant(queue).for_seconds)
 
     def firing(self, alert: str, value: float, queue: str | None = None, queried: Mapping[str, float] | None = None,
-               **labels: str) -> Firing:
-        """An expected alert: the expression's labels plus the rule's severity."""
-        expr_labels = {"job": self.job, **({m.QUEUE: queue} if queue else {}), **labels}
+               *, grouped: bool = True, **labels: str) -> Firing:
+        """An expected alert: the expression's labels (the group's unless it reads only Prometheus's
+        own ``up``) plus the rule's severity."""
+        expr_labels = {"job": self.job, **({m.GROUP: self.group} if grouped else {}),
+                       **({m.QUEUE: queue} if queue else {}), **labels}
         return Firing({**expr_labels, "severity": self.alerts[alert].variant(queue).severity}, value, queried or {})
 
     def classes(self, count: int) -> list[tuple[str, float]]:
@@ -175,9 +180,14 @@ def _starving(s: Scenario) -> list[Case]:
         *s.series(m.QUEUE_OLDEST_AGE, listed(c.max_age * f for f in (0, 0.5, 0.9, 0.6, 0, 0, 0, 0, 0)), queue=c.name),
         *s.series(m.QUEUE_MAX_AGE, flat(c.max_age, 8), queue=c.name))]
     paused = [x for c in s.config.classes for x in s.series(m.QUEUE_PAUSED, flat(1, end), queue=c.name)]
+    healthy = [x for c in s.config.classes for x in (
+        *s.series(m.QUEUE_OLDEST_AGE, flat(0, end), queue=c.name, group=OTHER_GROUP),
+        *s.series(m.QUEUE_MAX_AGE, flat(3 * c.max_age, end), queue=c.name, group=OTHER_GROUP))]  # its own SLOs
     return [
         Case("every class's oldest job ages past its SLO: each fires after its own for:, with its severity",
              tuple(growing), checks),
+        Case(f"the same beside a healthy group {OTHER_GROUP!r} of the same classes under the same job: only the "
+             "starving group fires, each alert naming it and its own SLO", tuple(growing + healthy), checks),
         Case("the same, with every class paused (QueuePaused tells that story): silent throughout",
              tuple(growing + paused), tuple(Check(chk.minute, alert) for chk in checks)),
         Case("a burst drains while its oldest job is younger than the SLO: silent throughout",
@@ -601,8 +611,8 @@ def _exporter_down(s: Scenario) -> list[Case]:
                      for instance, value in zip(INSTANCES, values))
 
     return [
-        Case("both exporters down: fires once", inputs(0, 0), (Check(end, alert, (s.firing(alert, 0),)),)),
-        Case("no exporter target at all: fires", (), (Check(end, alert, (s.firing(alert, 1),)),)),
+        Case("both exporters down: fires once", inputs(0, 0), (Check(end, alert, (s.firing(alert, 0, grouped=False),)),)),
+        Case("no exporter target at all: fires", (), (Check(end, alert, (s.firing(alert, 1, grouped=False),)),)),
         Case("one of two exporters down, the other still sees: silent", inputs(0, 1), (Check(end, alert),)),
     ]
 
@@ -612,7 +622,8 @@ def _redis_down(s: Scenario) -> list[Case]:
     end = s.for_minutes(alert) + 1
 
     def inputs(*values: int) -> tuple[Series, ...]:
-        return tuple(Series(m.EXPORTER_REDIS_UP.name, {"job": s.job, "instance": instance}, flat(value, end))
+        return tuple(Series(m.EXPORTER_REDIS_UP.name, {"job": s.job, "instance": instance, m.GROUP: s.group},
+                            flat(value, end))
                      for instance, value in zip(INSTANCES, values))
 
     return [
@@ -637,7 +648,7 @@ def _recording(s: Scenario) -> list[Case]:
         *s.series(m.QUEUE_TENANT_SHARE, flat(0.25, end), exporters=2, queue=name, tenant="tenant-1"))]
 
     def samples(value: Callable[[str], float]) -> tuple[Sample, ...]:
-        return tuple(Sample({"job": s.job, m.QUEUE: name}, value(name)) for name, _ in weights)
+        return tuple(Sample({"job": s.job, m.GROUP: s.group, m.QUEUE: name}, value(name)) for name, _ in weights)
 
     return [Case(
         "two exporters serve identical series: depth, rates and shares are those of one",
@@ -647,7 +658,7 @@ def _recording(s: Scenario) -> list[Case]:
             ExprCheck(end, rec.WORKER_RATE, samples(lambda name: seconds_per_minute[name] / 60)),
             ExprCheck(end, s.basis.share, samples(lambda name: served[name] / sum(served.values()))),
             ExprCheck(end, s.basis.tenant_share,
-                      tuple(Sample({"job": s.job, m.QUEUE: name, m.TENANT: "tenant-1"}, 0.25) for name, _ in weights)),
+                      tuple(Sample({"job": s.job, m.GROUP: s.group, m.QUEUE: name, m.TENANT: "tenant-1"}, 0.25) for name, _ in weights)),
         ))]
 
 

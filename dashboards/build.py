@@ -9,6 +9,7 @@ variable, which the ``DS_PROMETHEUS`` import input defaults, so nothing names a 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +33,6 @@ from grafanalib.core import (
     TimeSeries,
 )
 
-import re
-
 from alerts import recording as rec
 from alerts import runbooks as rb
 from alerts.layout import runbook_file
@@ -44,7 +43,7 @@ from exporter import metrics as m
 from fairness_core.config import Config, format_duration
 
 from . import queries as q
-from .layout import OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID, TENANT_UID
+from .layout import GROUP_VAR, OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID, TENANT_UID
 
 INPUT = "DS_PROMETHEUS"
 DATASOURCE = {"type": "prometheus", "uid": q.var(q.DATASOURCE_VAR)}
@@ -142,12 +141,16 @@ def class_variable() -> Template:
 
 
 def variables(config: Config, *extra: Template) -> Templating:
-    """The datasource (defaulted by the import input) and the job (defaulted from the config)."""
+    """The datasource (defaulted by the import input), the job and the queue group (one at a time, so
+    every legend names one group's classes; both defaulted from the config)."""
     return Templating(list=[
         Template(name=q.DATASOURCE_VAR, label="Data source", type="datasource", query="prometheus",
                  default=f"${{{INPUT}}}"),
         Template(name=q.JOB_VAR, label="Exporter job", dataSource=DATASOURCE, default=config.alerts.exporter_job,
                  query=f"label_values({m.EXPORTER_BUILD_INFO.name}, {q.JOB})",
+                 refresh=REFRESH_ON_TIME_RANGE_CHANGE),
+        Template(name=GROUP_VAR, label="Queue group", dataSource=DATASOURCE, default=m.group_of(config),
+                 query=f"label_values({m.EXPORTER_BUILD_INFO.name}{{{q.re(q.JOB, q.var(q.JOB_VAR))}}}, {m.GROUP})",
                  refresh=REFRESH_ON_TIME_RANGE_CHANGE),
         *extra,
     ])

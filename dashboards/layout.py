@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
-from alerts.layout import OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID
+from alerts.layout import GROUP_VAR, OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID
 
-__all__ = ["OVERVIEW_UID", "QUEUE_VAR", "RUNBOOKS_UID", "TENANT_UID"]
+__all__ = ["GROUP_VAR", "OVERVIEW_UID", "QUEUE_VAR", "RUNBOOKS_UID", "TENANT_UID"]
 
 GENERATED_DIR = PurePosixPath("dashboards/generated")
 PROVISIONING_DIR = PurePosixPath("provisioning")

@@ -1,5 +1,6 @@
-"""PromQL for the panels: every selector carries the dashboard's ``$job`` variable, so one
-Prometheus holding several deployments shows the one picked, and no job label is written here.
+"""PromQL for the panels: every selector carries the dashboard's ``$job`` and ``$group``
+variables, so one Prometheus holding several deployments, or several queue groups of one, shows
+the one picked, and no job or group is written here.
 
 Raw series are deduplicated across exporters exactly as the rules do (:func:`alerts.promql.dedup`);
 recording rules already are, and are used wherever one fits.
@@ -8,7 +9,10 @@ recording rules already are, and are used wherever one fits.
 from __future__ import annotations
 
 from alerts.promql import dedup, deduped_rate, quote
+from exporter import metrics as m
 from exporter.metrics import MetricSpec
+
+from .layout import GROUP_VAR
 
 JOB = "job"
 JOB_VAR = "job"
@@ -36,8 +40,9 @@ def ne(label: str, value: str) -> str:
 
 
 def select(name: str, *matchers: str) -> str:
-    """``name{job=~"$job", matchers...}``: a regex match so that an "All" job value also works."""
-    return name + "{" + ",".join((f"{JOB}=~{quote(var(JOB_VAR))}", *matchers)) + "}"
+    """``name{job=~"$job", group=~"$group", matchers...}``: regex matches so that "All" values work."""
+    return name + "{" + ",".join((f"{JOB}=~{quote(var(JOB_VAR))}", f"{m.GROUP}=~{quote(var(GROUP_VAR))}",
+                                  *matchers)) + "}"
 
 
 def gauge(spec: MetricSpec, *matchers: str) -> str:

@@ -171,9 +171,11 @@ class ScrapeHealth:
 
 
 class Families:
-    """The families of one scrape, created on first use, in contract order on output."""
+    """The families of one scrape of ``group``'s series (every one labelled with it), created on
+    first use, in contract order on output."""
 
-    def __init__(self) -> None:
+    def __init__(self, group: str) -> None:
+        self.group = group
         self._families: dict[m.MetricSpec, Metric] = {}
 
     def _family(self, spec: m.MetricSpec, labels: Mapping[str, str]) -> tuple[Metric, list[str]]:
@@ -182,7 +184,7 @@ class Families:
         family = self._families.get(spec)
         if family is None:
             family = self._families[spec] = spec.family()
-        return family, [labels[name] for name in spec.labels]
+        return family, [self.group, *(labels[name] for name in spec.labels)]
 
     def add(self, spec: m.MetricSpec, value: float, **labels: str) -> None:
         family, values = self._family(spec, labels)
@@ -259,8 +261,8 @@ class FairnessCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         started = time.monotonic()
-        families = Families()
         config = self.config
+        families = Families(m.group_of(config))
         reading = self._health.read(self._reader, config.exporter.scrape_timeout)
         if reading is not None:
             self._add_snapshot(families, reading.snapshot)

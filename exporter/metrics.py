@@ -12,6 +12,11 @@ against them, so those names are fixed. Tenants appear only in gauges over a win
 busiest (or oldest) ``exporter.topk_tenants`` tenants of each class right now: never a counter per
 tenant, whose label set would churn as tenants come and go (``rate()`` over a series that appears
 and disappears is wrong), and never a set of tenants chosen by when they first came.
+
+Every series also carries ``group``, the queue group it describes (its ``redis.prefix``), added
+to each family once (:meth:`MetricSpec.family`) rather than listed in every spec: two groups with
+the same class names, scraped under one Prometheus job, stay two series, and every aggregation of
+the rules keeps them apart (they aggregate ``without`` the labels they fold, never ``by``).
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from enum import Enum
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from fairness_core.config import Config
 from fairness_core.memory import SAFE_POLICY  # noqa: F401 - the rules read the safe policy from the contract
 from fairness_core.snapshot import WAIT_BUCKETS_S
 
 # Label names.
+GROUP = "group"  # on every series: the queue group (see the module docstring)
 QUEUE = "queue"
 TENANT = "tenant"
 REASON = "reason"
@@ -42,6 +49,11 @@ MAX_UNCONFIGURED = 20
 
 # Bucket upper bounds of jobs_wait_seconds (plus +Inf): the classes' SLOs are edges.
 WAIT_BUCKETS = WAIT_BUCKETS_S
+
+
+def group_of(config: Config) -> str:
+    """The ``group`` label of a config's series: its queue group's ``redis.prefix``."""
+    return config.redis.prefix
 
 
 class Kind(Enum):
@@ -72,8 +84,8 @@ class MetricSpec:
         return self.name.removesuffix("_total") if self.kind is Kind.COUNTER else self.name
 
     def family(self) -> Metric:
-        """A new, empty family for one scrape."""
-        return _FAMILIES[self.kind](self.family_name, self.help, labels=list(self.labels))
+        """A new, empty family for one scrape, labelled ``group`` first, then :attr:`labels`."""
+        return _FAMILIES[self.kind](self.family_name, self.help, labels=[GROUP, *self.labels])
 
     def series(self, suffix: str) -> str:
         """A histogram's ``_bucket``/``_sum``/``_count`` series, for rules and dashboards."""

@@ -52,7 +52,7 @@ _RATE_PART = re.compile(r"^(\d+(?:\.\d+)?)\s*/\s*(s|m|h|d)$")
 # alerts.grafana_url says where the team's Grafana is.
 DEFAULT_GRAFANA_URL = "http://127.0.0.1:3000"
 # Placeholders a runbook or dashboard URL template may use.
-URL_PLACEHOLDERS = ("alert", "queue")
+URL_PLACEHOLDERS = ("alert", "group", "queue")
 # ``for:`` of every generated alert; ``alerts.for`` overrides any of them. None (QueueStarving)
 # means per class: its max_age / 4 in whole minutes, between 1m and 15m, so a 1h SLO waits the
 # usual 15m and the interactive class pages a minute after its SLO is missed.
@@ -399,7 +399,7 @@ def _url_template(value: object, path: str) -> str:
         raise ConfigError(path, f"not a valid template ({exc}); write literal braces as {{{{ and }}}}") from None
     for name, spec, conv in fields:
         if name not in URL_PLACEHOLDERS or spec or conv:
-            raise ConfigError(path, f"unknown placeholder {{{name}}}; use {{alert}} and {{queue}}")
+            raise ConfigError(path, f"unknown placeholder {{{name}}}; use {{alert}}, {{group}} and {{queue}}")
     return text
 
 

@@ -17,14 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from exporter import metrics as m
 from fairness_core.ages import human
 
 from .alert_evaluation import FiredAlert, SeriesRecorder, evaluate
 from .scenario import FairWorkerTime, FigureCheck, Fired, Scenario, TenantWorkerTime, WaitFalls
 from .simulator import PolicyRun, scenario_config, simulate
 
-# Labels every simulated alert carries alike (the simulated exporter's job), or shown apart.
-HIDDEN_LABELS = {"severity", "job", "instance"}
+# Labels every simulated alert carries alike (the simulated exporter's job and its one queue
+# group), or shown apart.
+HIDDEN_LABELS = {"severity", "job", "instance", m.GROUP}
 PROGRESS_EVERY_S = 0.2
 
 

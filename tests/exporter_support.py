@@ -65,9 +65,24 @@ class Scrape:
         return {name for name, _ in self.samples}
 
 
-def parse(text: str) -> dict[tuple[str, Labels], float]:
+def parse_grouped(text: str) -> dict[tuple[str, Labels], float]:
+    """Every sample, keyed by its name and all its labels."""
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def parse(text: str) -> dict[tuple[str, Labels], float]:
+    """The samples of one queue group's exporter, keyed without the ``group`` label, which every
+    sample must carry, with one value: a scrape of several groups needs :func:`parse_grouped`."""
+    out: dict[tuple[str, Labels], float] = {}
+    groups = set()
+    for (name, labels), value in parse_grouped(text).items():
+        group = dict(labels).get(m.GROUP)
+        assert group is not None, f"{name}{dict(labels)} has no {m.GROUP} label"
+        groups.add(group)
+        out[(name, tuple(kv for kv in labels if kv[0] != m.GROUP))] = value
+    assert len(groups) <= 1, f"a scrape of several groups ({sorted(groups)}): read it with parse_grouped"
+    return out
 
 
 def scrape(url: str, *, context: ssl.SSLContext | None = None) -> Scrape:

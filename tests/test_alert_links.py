@@ -22,12 +22,12 @@ from .conftest import EXAMPLE_CONFIG, ROOT
 from .test_config import with_change
 
 
-def test_default_links_open_grafana_with_the_runbook_panel_and_the_class() -> None:
+def test_default_links_open_grafana_with_the_runbook_panel_and_the_group_and_class() -> None:
     config = parse_config(with_change("alerts", {"grafana_url": "https://grafana.example.com/"}))
     assert link(config, "QueueStalled", "runbook_url") == (
         f"https://grafana.example.com/d/fairctl-runbooks?viewPanel={runbook_panel(config, 'QueueStalled')}")
     assert link(config, "QueueStalled", "dashboard_url", "jobs:low") == (
-        "https://grafana.example.com/d/fairctl-overview?var-queue=jobs:low")
+        "https://grafana.example.com/d/fairctl-overview?var-group=fq&var-queue=jobs:low")
     board = json.loads(json.dumps(runbooks(config).to_json_data(), default=lambda o: o.to_json_data()))
     panels = {p["id"]: p for p in board["panels"]}
     for alert in build_alerts(config):
@@ -35,7 +35,12 @@ def test_default_links_open_grafana_with_the_runbook_panel_and_the_class() -> No
         assert panel["title"] == alert.name and f"# {alert.name}" in panel["options"]["content"]
         assert ".md)" not in panel["options"]["content"]  # links between runbooks open in Grafana too
     data = json.loads(json.dumps(overview(config).to_json_data(), default=lambda o: o.to_json_data()))
-    assert "queue" in [t["name"] for t in data["templating"]["list"]]
+    assert {"group", "queue"} <= {t["name"] for t in data["templating"]["list"]}
+
+
+def test_a_link_template_may_name_the_group() -> None:
+    config = parse_config(with_change("alerts", {"dashboard_url": "https://g.example.com/d/x?g={group}&q={queue}"}))
+    assert link(config, "QueueStarving", "dashboard_url", "jobs:high") == "https://g.example.com/d/x?g=fq&q=jobs:high"
 
 
 def test_configured_templates_still_win() -> None:

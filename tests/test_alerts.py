@@ -234,7 +234,8 @@ def test_every_design_alert_has_its_labels_annotations_and_a_for() -> None:
         assert rule["labels"]["severity"] in ("critical", "warning", "info") and rule["for"]
         assert rule["annotations"]["runbook_url"].startswith("http://127.0.0.1:3000/d/fairctl-runbooks?viewPanel=")
         assert rule["annotations"]["dashboard_url"] == (
-            "http://127.0.0.1:3000/d/fairctl-overview?var-queue={{ $labels.queue | urlquery }}")
+            "http://127.0.0.1:3000/d/fairctl-overview?var-group={{ $labels.group | urlquery }}"
+                "&var-queue={{ $labels.queue | urlquery }}")
         assert (GENERATED / runbook_file(rule["alert"])).is_file()
     starving = {r["labels"]["queue"]: (r["labels"]["severity"], r["for"]) for r in rules if r["alert"] == "QueueStarving"}
     assert starving == {"jobs:high": ("critical", "1m"), "jobs:medium": ("warning", "3m"), "jobs:low": ("warning", "15m")}
@@ -303,6 +304,7 @@ def test_humanize_ports_write_what_prometheus_writes(value: float, duration: str
 def test_annotations_render_as_go_templates_and_as_expected_text() -> None:
     alert = next(a for a in build_alerts(load_config(EXAMPLE_CONFIG)) if a.name == "QueueStarving")
     assert "{{ $value | humanizeDuration }}" in alert.description.go()
-    assert 'printf "fairctl:queue_max_age_seconds:max{queue=%q}" $labels.queue | query' in alert.description.go()
+    assert ('printf "fairctl:queue_max_age_seconds:max{group=%q,queue=%q}" $labels.group $labels.queue | query'
+            in alert.description.go()), "the SLO of the alert's own group and class"
     text = alert.description.render({"queue": "jobs:high"}, 150, {"slo": 60})
     assert text.startswith("The oldest due job in jobs:high has waited 2m 30s; the class's SLO (max_age) is 1m 0s.")

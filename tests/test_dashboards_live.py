@@ -14,6 +14,8 @@ import pytest
 from alerts.output import rules_text
 from dashboards import queries as q
 from dashboards.build import DASHBOARDS, to_json
+from dashboards.layout import GROUP_VAR
+from exporter import metrics as m
 from fairctl.handlers import sleep_handlers
 from fairness_core import Config, Scheduler, redis_client
 from fairness_core.worker import Worker
@@ -73,7 +75,7 @@ def test_every_panel_query_returns_series_from_a_live_workload(redis_server: Red
         prometheus = stack.enter_context(Prometheus([f"127.0.0.1:{exporter.port}"], tmp_path, (rules,)))
         scheduler = Scheduler(config, redis_client(redis_server.url))
         stack.enter_context(running(Worker(scheduler, sleep_handlers, concurrency=4)))
-        values = {q.JOB_VAR: config.alerts.exporter_job}
+        values = {q.JOB_VAR: config.alerts.exporter_job, GROUP_VAR: m.group_of(config)}
         wait_for(lambda: bool(prometheus.query(substituted(panel_queries(boards[0])[0][1], values))), 30,
                  "the first scrape and rule evaluation")
         for board in boards:
