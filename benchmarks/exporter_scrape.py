@@ -20,7 +20,9 @@ import urllib.request
 from dataclasses import dataclass
 
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
+from exporter import metrics as m
 from exporter.collector import scrape_client
 from exporter.server import exporter_server
 from fairness_core import Scheduler
@@ -71,7 +73,8 @@ def scrape(server: RedisServer, label: str, prefix: str, tenants: int, jobs_per_
             body = fetch(exporter.url)
             times.append((time.perf_counter() - started) * 1000)
         used = commands(admin) - before
-    if "fairness_exporter_redis_up 1.0" not in body:
+    up = [s.value for f in text_string_to_metric_families(body) if f.name == m.EXPORTER_REDIS_UP.name for s in f.samples]
+    if up != [1.0]:
         raise RuntimeError(f"{label}: the exporter could not read Redis")
     series = sum(1 for line in body.splitlines() if line and not line.startswith("#"))
     return Result(label, tenants, tenants * jobs_per_tenant, load_s, series, statistics.median(times),
