@@ -12,7 +12,7 @@ import socket
 import ssl
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -24,8 +24,10 @@ from prometheus_client.registry import CollectorRegistry
 
 from fairness_core import Config, Scheduler
 
-from .collector import make_registry
-from .watch import make_watch_registry
+from . import metrics as m
+from .collector import FairnessCollector, make_registry, scrape_client
+from .groups import groups_registry
+from .watch import WatchCollector, make_watch_registry, watch_client
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +128,7 @@ class ExporterServer:
         shown = f"[{host}]" if ":" in host else host
         return f"{'https' if self.tls else 'http'}://{shown}:{self.port}/metrics"
 
-    def start(self) -> "ExporterServer":
+    def start(self) -> ExporterServer:
         family = socket.getaddrinfo(self.host, self.requested_port, type=socket.SOCK_STREAM,
                                     flags=socket.AI_PASSIVE)[0][0]
         server_class = type("Server", (_Server,), {"address_family": family})
@@ -148,7 +150,7 @@ class ExporterServer:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> "ExporterServer":
+    def __enter__(self) -> ExporterServer:
         return self.start()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -169,3 +171,14 @@ def watch_server(config: Config, client: redis.Redis, host: str, port: int, *,
     assert config.watch is not None
     title = f"fairctl exporter: {config.watch.system} queues ({', '.join(config.class_names)})"
     return ExporterServer(make_app(make_watch_registry(config, client), title), host, port, tls=tls)
+
+
+def groups_server(configs: Sequence[Config], host: str, port: int, *,
+                  tls: ssl.SSLContext | None = None) -> ExporterServer:
+    """One sidecar for the queue groups (or watched systems) of several configs, not yet started:
+    each read with its own client and budget, every series labelled with its group."""
+    collectors = [WatchCollector(c, watch_client(c)) if c.watch is not None
+                  else FairnessCollector(c, Scheduler(c, scrape_client(c))) for c in configs]
+    title = "fairctl exporter: queue groups " + "; ".join(
+        f"{m.group_of(c)} ({', '.join(c.class_names)})" for c in configs)
+    return ExporterServer(make_app(groups_registry(collectors), title), host, port, tls=tls)

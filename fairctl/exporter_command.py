@@ -8,19 +8,39 @@ import ssl
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
+from exporter import metrics as m
 from exporter.collector import scrape_client
-from exporter.server import DEFAULT_PORT, exporter_server, listen_address, tls_context, watch_server
+from exporter.server import (
+    DEFAULT_PORT,
+    ExporterServer,
+    exporter_server,
+    groups_server,
+    listen_address,
+    tls_context,
+    watch_server,
+)
 from exporter.watch import watch_client
-from fairness_core import Scheduler
+from fairness_core import Config, Scheduler
 
-from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, fail, load
+from .common import DEFAULT_CONFIG, RedisUrlOption, fail, load
 
 app = typer.Typer()
 log = logging.getLogger("fairctl.exporter")
+
+
+def _server(configs: list[Config], host: str, port: int, tls: ssl.SSLContext | None) -> ExporterServer:
+    """The sidecar of one config, or of several groups at once. A watched system's Redis is only
+    read: no Scheduler, which would apply a config there."""
+    if len(configs) > 1:
+        return groups_server(configs, host, port, tls=tls)
+    cfg = configs[0]
+    if cfg.watch is not None:
+        return watch_server(cfg, watch_client(cfg), host, port, tls=tls)
+    return exporter_server(cfg, Scheduler(cfg, scrape_client(cfg)), host, port, tls=tls)
 
 
 def _tls(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
@@ -36,13 +56,17 @@ def _tls(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
 
 @app.command()
 def exporter(
-    listen: Annotated[Optional[str], typer.Option(
+    listen: Annotated[str | None, typer.Option(
         metavar="HOST:PORT", show_default=False,
         help=f"Address to serve on; default exporter.listen from the config, else 0.0.0.0:{DEFAULT_PORT}.")] = None,
-    tls_cert: Annotated[Optional[Path], typer.Option(
+    tls_cert: Annotated[Path | None, typer.Option(
         "--tls-cert", help="PEM certificate: serve HTTPS (with --tls-key).")] = None,
-    tls_key: Annotated[Optional[Path], typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = None,
-    config: ConfigOption = DEFAULT_CONFIG,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = None,
+    configs: Annotated[list[Path] | None, typer.Option(
+        "--config", envvar="FAIRCTL_CONFIG", metavar="FILE", show_default=False,
+        help="fairness.yaml of the queue group to serve (default: fairness.yaml here, else the example config). "
+             "Repeat it to serve several groups from one exporter, each series labelled with its group "
+             "(FAIRCTL_CONFIG: the files separated by colons).")] = None,
     redis_url: RedisUrlOption = None,
 ) -> None:
     """Serve the queue metrics for Prometheus on /metrics until SIGTERM or SIGINT.
@@ -52,26 +76,33 @@ def exporter(
     system's queues instead (Celery, RQ, BullMQ, Sidekiq), read-only, and serves the metrics the
     system supplies. When Redis is down or too slow for exporter.scrape_timeout, scrapes still
     answer in time with fairness_exporter_redis_up 0, and values come back by themselves when
-    Redis does."""
-    cfg = load(config, redis_url)
+    Redis does. Several --config serve several queue groups from one exporter, each group read
+    with its own client and budget at once."""
+    loaded = [load(path, redis_url) for path in configs or [DEFAULT_CONFIG]]
+    groups = [m.group_of(c) for c in loaded]
+    if len(set(groups)) < len(groups):
+        twice = next(g for g in groups if groups.count(g) > 1)
+        fail("--config", f"two configs describe queue group {twice} (their redis.prefix): their series would be one; "
+                         "give each group its own prefix, and each config once")
+    cfg = loaded[0]
     try:  # the config's exporter.listen was checked when it was loaded
         host, port = listen_address(listen if listen is not None else cfg.exporter.listen)
     except ValueError as exc:
         fail("--listen", str(exc))
     tls = _tls(tls_cert, tls_key)
-    try:  # a watched system's Redis is only read: no Scheduler, which would apply a config there
-        server = (watch_server(cfg, watch_client(cfg), host, port, tls=tls) if cfg.watch is not None
-                  else exporter_server(cfg, Scheduler(cfg, scrape_client(cfg)), host, port, tls=tls))
+    try:
+        server = _server(loaded, host, port, tls)
     except ValueError as exc:  # the message never repeats the URL
-        fail("watch.url" if cfg.watch is not None and cfg.watch.url else "--redis-url", str(exc))
+        fail("watch.url" if any(c.watch is not None and c.watch.url for c in loaded) else "--redis-url", str(exc))
     try:
         server.start()
     except OSError as exc:
         fail("--listen", f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    watched = f"{cfg.watch.system}'s queues" if cfg.watch is not None else f"queue group {cfg.redis.prefix}"
-    log.info("serving %s for %s (%d classes), scrape budget %gs", server.url, watched, len(cfg.classes),
-             cfg.exporter.scrape_timeout)
+    for c in loaded:
+        watched = f"{c.watch.system}'s queues as group" if c.watch is not None else "queue group"
+        log.info("serving %s for %s %s (%d classes), scrape budget %gs", server.url, watched, m.group_of(c),
+                 len(c.classes), c.exporter.scrape_timeout)
     stopping = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
