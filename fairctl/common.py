@@ -39,6 +39,12 @@ ConfigOption = Annotated[Path, typer.Option(
     help="fairness.yaml to read: classes, weights, tenants, classification rules, leases. Without it and "
          "with no fairness.yaml here, the example config shipped with fairctl.",
 )]
+ConfigsOption = Annotated[list[Path] | None, typer.Option(
+    "--config", envvar="FAIRCTL_CONFIG", metavar="FILE", show_default=False,
+    help="fairness.yaml of a queue group (default: fairness.yaml here, else the example config shipped with "
+         "fairctl). Repeat it for several groups, each labelled with its redis.prefix (FAIRCTL_CONFIG: the files "
+         "separated by colons).",
+)]
 RedisUrlOption = Annotated[Optional[str], typer.Option(
     "--redis-url", envvar="FAIRCTL_REDIS_URL", show_default=False,
     help="Redis to use instead of the config's redis.url (redis://, rediss://, unix://, "
@@ -86,6 +92,18 @@ def load(config_path: Path, redis_url: str | None) -> Config:
     with clear_errors():
         config = load_config(config_file(config_path))
     return with_redis_url(config, redis_url)
+
+
+def load_groups(config_paths: list[Path] | None, redis_url: str | None) -> list[Config]:
+    """The configs of several ``--config`` (default: the one :func:`load` reads), each with
+    ``--redis-url`` applied; two of the same queue group (``redis.prefix``) fail with exit code 2."""
+    configs = [load(path, redis_url) for path in config_paths or [DEFAULT_CONFIG]]
+    prefixes = [c.redis.prefix for c in configs]
+    twice = next((p for p in prefixes if prefixes.count(p) > 1), None)
+    if twice is not None:
+        fail("--config", f"two configs describe queue group {twice} (their redis.prefix): give each group its own "
+                         "prefix, and each config once")
+    return configs
 
 
 def config_file(config_path: Path) -> Path:

@@ -26,7 +26,7 @@ from exporter.server import (
 from exporter.watch import watch_client
 from fairness_core import Config, Scheduler
 
-from .common import DEFAULT_CONFIG, RedisUrlOption, fail, load
+from .common import ConfigsOption, RedisUrlOption, fail, load_groups
 
 app = typer.Typer()
 log = logging.getLogger("fairctl.exporter")
@@ -62,11 +62,7 @@ def exporter(
     tls_cert: Annotated[Path | None, typer.Option(
         "--tls-cert", help="PEM certificate: serve HTTPS (with --tls-key).")] = None,
     tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = None,
-    configs: Annotated[list[Path] | None, typer.Option(
-        "--config", envvar="FAIRCTL_CONFIG", metavar="FILE", show_default=False,
-        help="fairness.yaml of the queue group to serve (default: fairness.yaml here, else the example config). "
-             "Repeat it to serve several groups from one exporter, each series labelled with its group "
-             "(FAIRCTL_CONFIG: the files separated by colons).")] = None,
+    configs: ConfigsOption = None,
     redis_url: RedisUrlOption = None,
 ) -> None:
     """Serve the queue metrics for Prometheus on /metrics until SIGTERM or SIGINT.
@@ -78,12 +74,7 @@ def exporter(
     answer in time with fairness_exporter_redis_up 0, and values come back by themselves when
     Redis does. Several --config serve several queue groups from one exporter, each group read
     with its own client and budget at once."""
-    loaded = [load(path, redis_url) for path in configs or [DEFAULT_CONFIG]]
-    groups = [m.group_of(c) for c in loaded]
-    if len(set(groups)) < len(groups):
-        twice = next(g for g in groups if groups.count(g) > 1)
-        fail("--config", f"two configs describe queue group {twice} (their redis.prefix): their series would be one; "
-                         "give each group its own prefix, and each config once")
+    loaded = load_groups(configs, redis_url)
     cfg = loaded[0]
     try:  # the config's exporter.listen was checked when it was loaded
         host, port = listen_address(listen if listen is not None else cfg.exporter.listen)

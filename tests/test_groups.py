@@ -6,6 +6,7 @@ only, naming it."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -119,3 +120,21 @@ def test_two_configs_of_one_group_are_refused_naming_the_option(tmp_path: Path) 
     path = group_config(tmp_path, "redis://127.0.0.1:6379/0", STARVED)
     done = CliRunner().invoke(app, ["exporter", "--config", str(path), "--config", str(path)])
     assert done.exit_code == 2 and f"--config: two configs describe queue group {STARVED}" in done.output
+
+
+def test_status_shows_every_group_given(redis_server: RedisServer, tmp_path: Path) -> None:
+    redis_client(redis_server.url).flushdb()
+    paths = [group_config(tmp_path, redis_server.url, prefix) for prefix in (STARVED, HEALTHY)]
+    for path in paths:
+        config = load_config(path)
+        Scheduler(config, redis_client(redis_server.url)).submit_many(
+            "newsletter", "t", [{"n": n} for n in range(JOBS[config.redis.prefix])])
+    both = ["status", "--interval", "0", "--config", str(paths[0]), "--config", str(paths[1])]
+    text = CliRunner().invoke(app, both)
+    assert text.exit_code == 0, text.output
+    blocks = text.output.split("\n\nqueue group ")  # each group under its name, its own config line last
+    assert [b.removeprefix("queue group ").split("\n")[0] for b in blocks] == [STARVED, HEALTHY], text.output
+    assert all(f"of queue group {p} " in b for b, p in zip(blocks, (STARVED, HEALTHY))), text.output
+    data = json.loads(CliRunner().invoke(app, [*both, "--json"]).output)
+    assert [(g["group"], next(c["depth"] for c in g["classes"] if c["name"] == "jobs:low")) for g in data] == [
+        (STARVED, JOBS[STARVED]), (HEALTHY, JOBS[HEALTHY])]
