@@ -1,15 +1,19 @@
 """Where fairctl loadgen puts a tenant in a watched system's job: exactly where the exporter reads
-it back (``watch.tenant``), beside the job's service time, or a clear error naming the field; and
-what loadgen refuses for a watched system, naming the option. (Each system's jobs run by its real
+it back (``watch.tenant``), beside the job's service time, or a clear error naming the field;
+what loadgen refuses for a watched system, naming the option; and a system's Redis away, which
+the load generator waits out. (Each system's jobs run by its real
 workers: tests/test_watch_<system>.py.)"""
 
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,8 +21,13 @@ from typer.testing import CliRunner
 
 from exporter.sources.base import tenant_of
 from fairctl.cli import app
-from fairness_core.config import ConfigError
+from fairness_core.config import ConfigError, parse_config
+from fairness_core.jobs import RedisUnavailable
+from fairness_sim.loadgen import LoadGenerator, Replay
+from fairness_sim.producers import producer_for
 from fairness_sim.producers.base import placed
+from fairness_sim.scenario import parse_scenario
+from fairness_stack.servers import RedisServer, free_port
 
 from .conftest import EXAMPLE_CONFIG
 
@@ -79,3 +88,45 @@ def test_loadgen_refuses_what_a_watched_system_cannot_take_naming_the_option(
     monkeypatch.setitem(sys.modules, "rq", None)  # RQ not installed beside fairctl
     missing = runner.invoke(app, ["loadgen", "--config", str(config)])
     assert missing.exit_code == 2 and "pip install 'fairctl[rq]'" in missing.output, missing.output
+
+
+@pytest.mark.parametrize("system", ["bullmq", "celery", "rq", "sidekiq"])
+def test_a_watched_systems_redis_away_is_redis_unavailable_within_a_second_or_so(system: str) -> None:
+    """What the load generator waits on and retries: each client's own error, in short order
+    (BullMQ's client would otherwise retry a refused connection for minutes)."""
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["redis"]["url"] = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    data["watch"] = {"system": system, "tenant": "data.tenant" if system == "bullmq" else "args.0",
+                     "classes": {"jobs:high": ["high"], "jobs:medium": ["medium"], "jobs:low": ["low"]}}
+    producer = producer_for(parse_config(data))
+    started = time.monotonic()
+    with pytest.raises(RedisUnavailable, match=f"{system}'s Redis"):
+        producer.submit_many("newsletter", "acme", [{"service_s": 0.1}])
+    assert time.monotonic() - started < 10, "bounded, not minutes"  # not a speed target: a hang guard
+
+
+def test_loadgen_into_a_watched_system_waits_for_its_redis_and_then_queues_everything(tmp_path: Path) -> None:
+    """Redis is down when the replay starts and comes up a second later: the generator retries
+    until it answers, and every job of the replay is queued (a chunk whose reply was lost may be
+    queued twice: at least once, as for fairctl's own queues)."""
+    server = RedisServer()
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["redis"]["url"] = server.url
+    data["watch"] = {"system": "sidekiq", "tenant": "args.0",
+                     "classes": {"jobs:high": ["high"], "jobs:medium": ["medium"], "jobs:low": ["low"]}}
+    config = parse_config(data)
+    scenario = parse_scenario({"name": "away", "duration": "4s", "seed": 1, "scrape_interval": "1s",
+                               "workers": [{"name": "w", "count": 1}],
+                               "streams": [{"name": "resets", "task": "password_reset", "tenant": "shop",
+                                            "arrivals": {"constant": {"rate_per_s": 5}}, "service_s": {"constant": 1}}]})
+    generator = LoadGenerator(scenario, producer_for(config), Replay(speed=1, volume=1, until=4))
+    up = threading.Timer(1.0, server.start)
+    up.start()
+    try:
+        stats = generator.run()
+        queued = redis.Redis.from_url(server.url).llen("queue:high")
+    finally:
+        up.join()
+        server.stop()
+    assert stats.retries > 0 and stats.enqueued["resets"] == 20  # at 0 s, 0.2 s, ..., 3.8 s
+    assert queued >= 20

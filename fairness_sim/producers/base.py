@@ -17,9 +17,11 @@ from importlib import import_module
 from types import ModuleType
 from typing import Any
 
+import redis
+
 from fairness_core.classification import classify
 from fairness_core.config import Config, ConfigError, QueueRef, WatchConfig
-from fairness_core.jobs import FairnessError
+from fairness_core.jobs import FairnessError, RedisUnavailable
 
 SERVICE_FIELD = "service_s"  # the job's live service time in seconds, as fairctl's own jobs carry it
 
@@ -99,6 +101,8 @@ class WatchedProducer:
 
     system: str  # the ``watch.system`` value it writes for
     default_job: str  # the ``job`` template when none is given: the sleep job docs/watching.md defines
+    # What the client raises when the system's Redis cannot be reached in time (then RedisUnavailable).
+    unavailable: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
 
     def __init__(self, config: Config, job: str | None = None) -> None:
         if config.watch is None:
@@ -122,7 +126,10 @@ class WatchedProducer:
         in one round trip where the client allows; every job is reported queued."""
         _, where = self.target(task, tier or self.config.tenants.default_tier, user_waiting)
         service = [p.get(SERVICE_FIELD, 0.0) if isinstance(p, dict) else 0.0 for p in payloads]
-        self.write(where, self.job_name(task), tenant, service)
+        try:
+            self.write(where, self.job_name(task), tenant, service)
+        except self.unavailable as exc:  # the load generator waits and sends the chunk again
+            raise RedisUnavailable(f"{self.system}'s Redis: {exc}") from exc
         return [where] * len(payloads)
 
     def write(self, where: Target, name: str, tenant: str, service_s: list[float]) -> None:

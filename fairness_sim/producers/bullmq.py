@@ -10,11 +10,16 @@ import asyncio
 import threading
 from typing import Any
 
+import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
 from fairness_core.config import Config
 
 from .base import SERVICE_FIELD, Target, WatchedProducer, own_client, placed
 
 DEFAULT_PREFIX = "bull"
+CONNECT_RETRIES = 2
 
 
 class BullmqProducer(WatchedProducer):
@@ -36,8 +41,13 @@ class BullmqProducer(WatchedProducer):
             self._loop.run_until_complete(self._queue(where.queue).addBulk(jobs))
 
     def _queue(self, name: str) -> Any:
+        """BullMQ's Queue on a client of this producer's own: the client BullMQ makes from a URL
+        retries a refused connection 20 times with backoff capped at 20 s (about 6 minutes, measured),
+        where the load generator should hear within a second that Redis is away."""
         if name not in self._queues:
-            self._queues[name] = self._queue_class(name, {"connection": self.url,
+            client = redis.asyncio.from_url(self.url, decode_responses=True,
+                                            retry=Retry(ExponentialBackoff(cap=0.5, base=0.1), CONNECT_RETRIES))
+            self._queues[name] = self._queue_class(name, {"connection": client,
                                                           "prefix": self.watch.prefix or DEFAULT_PREFIX})
         return self._queues[name]
 

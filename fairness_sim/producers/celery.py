@@ -20,6 +20,7 @@ class CeleryProducer(WatchedProducer):
     def __init__(self, config: Config, job: str | None = None) -> None:
         super().__init__(config, job)
         options = {"global_keyprefix": self.watch.prefix} if self.watch.prefix else {}
+        self.unavailable = (own_client(self.system, "kombu.exceptions").OperationalError,)  # after kombu's retries
         self.app = own_client(self.system, "celery").Celery("fairctl-loadgen", broker=self.url, set_as_current=False)
         self.app.conf.update(broker_transport_options=options, task_ignore_result=True,
                              broker_connection_retry_on_startup=True)
