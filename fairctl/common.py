@@ -15,6 +15,7 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 
+from exporter.metrics import group_of
 from fairness_core import (
     AppliedConfigUnreadable,
     BudgetRejected,
@@ -96,10 +97,11 @@ def load(config_path: Path, redis_url: str | None) -> Config:
 
 def load_groups(config_paths: list[Path] | None, redis_url: str | None) -> list[Config]:
     """The configs of several ``--config`` (default: the one :func:`load` reads), each with
-    ``--redis-url`` applied; two of the same queue group (``redis.prefix``) fail with exit code 2."""
+    ``--redis-url`` applied; two of the same queue group (the ``group`` label their series would
+    share: ``redis.prefix``) fail with exit code 2."""
     configs = [load(path, redis_url) for path in config_paths or [DEFAULT_CONFIG]]
-    prefixes = [c.redis.prefix for c in configs]
-    twice = next((p for p in prefixes if prefixes.count(p) > 1), None)
+    groups = [group_of(c) for c in configs]
+    twice = next((g for g in groups if groups.count(g) > 1), None)
     if twice is not None:
         fail("--config", f"two configs describe queue group {twice} (their redis.prefix): give each group its own "
                          "prefix, and each config once")

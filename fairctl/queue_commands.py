@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from exporter.metrics import group_of
 from fairness_core import Config, Enqueued, Scheduler
 from fairness_core.memory import read_memory
 from fairness_core.snapshot import Snapshot
@@ -175,7 +176,7 @@ def _group_status(scheduler: Scheduler, before: Snapshot | None, interval: float
     unconfigured = sorted(after.unconfigured.values(), key=lambda u: u.name)
     headroom = scheduler.config.redis.memory_headroom
     charge = scheduler.config.scheduler.charge
-    data = {"group": scheduler.config.redis.prefix, **as_json(
+    data = {"group": group_of(scheduler.config), **as_json(
         rows, interval, charge=charge, unconfigured=unconfigured, memory=memory, headroom=headroom, applied=applied)}
     text = render(rows, interval, charge=charge, unconfigured=unconfigured,
                   memory=memory_line(memory, headroom), config=config_line(applied, after.time))

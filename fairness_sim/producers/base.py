@@ -132,6 +132,17 @@ class WatchedProducer:
             raise RedisUnavailable(f"{self.system}'s Redis: {exc}") from exc
         return [where] * len(payloads)
 
+    def with_tenant(self, arguments: dict[str, Any], tenant: str) -> dict[str, Any]:
+        """A job's ``arguments`` (rooted as the exporter reads them) with ``tenant`` where
+        ``watch.tenant`` says."""
+        return placed(arguments, self.watch.tenant, tenant, "watch.tenant")
+
+    def call(self, tenant: str, service_s: float) -> tuple[list[Any], dict[str, Any]]:
+        """The positional and keyword arguments of a Python job call (RQ, Celery): the tenant where
+        ``watch.tenant`` says, the service time as the keyword ``service_s``."""
+        arguments = self.with_tenant({"args": [], "kwargs": {SERVICE_FIELD: service_s}}, tenant)
+        return arguments["args"], arguments["kwargs"]
+
     def write(self, where: Target, name: str, tenant: str, service_s: list[float]) -> None:
         """Queue one job of function ``name`` per service time, for ``tenant``, at ``where``."""
         raise NotImplementedError

@@ -16,7 +16,7 @@ from redis.backoff import ExponentialBackoff
 
 from fairness_core.config import Config
 
-from .base import SERVICE_FIELD, Target, WatchedProducer, own_client, placed
+from .base import SERVICE_FIELD, Target, WatchedProducer, own_client
 
 DEFAULT_PREFIX = "bull"
 CONNECT_RETRIES = 2
@@ -35,8 +35,8 @@ class BullmqProducer(WatchedProducer):
 
     def write(self, where: Target, name: str, tenant: str, service_s: list[float]) -> None:
         opts = {} if where.priority is None else {"priority": where.priority}
-        jobs = [{"name": name, "data": placed({"data": {SERVICE_FIELD: s}}, self.watch.tenant, tenant,
-                                               "watch.tenant")["data"], "opts": opts} for s in service_s]
+        jobs = [{"name": name, "data": self.with_tenant({"data": {SERVICE_FIELD: s}}, tenant)["data"], "opts": opts}
+                for s in service_s]
         with self._lock:
             self._loop.run_until_complete(self._queue(where.queue).addBulk(jobs))
 

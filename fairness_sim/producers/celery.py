@@ -10,7 +10,7 @@ from typing import Any
 
 from fairness_core.config import Config
 
-from .base import SERVICE_FIELD, Target, WatchedProducer, own_client, placed
+from .base import Target, WatchedProducer, own_client
 
 
 class CeleryProducer(WatchedProducer):
@@ -31,8 +31,8 @@ class CeleryProducer(WatchedProducer):
             options["priority"] = where.priority
         with self.app.producer_or_acquire() as producer:
             for s in service_s:
-                arguments = placed({"args": [], "kwargs": {SERVICE_FIELD: s}}, self.watch.tenant, tenant, "watch.tenant")
-                self.app.send_task(name, args=arguments["args"], kwargs=arguments["kwargs"], producer=producer, **options)
+                args, kwargs = self.call(tenant, s)
+                self.app.send_task(name, args=args, kwargs=kwargs, producer=producer, **options)
 
     def close(self) -> None:
         self.app.close()

@@ -4,13 +4,11 @@ placed in ``args``/``kwargs`` and ``service_s`` as a keyword."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import redis
 
 from fairness_core.config import Config, ConfigError
 
-from .base import SERVICE_FIELD, Target, WatchedProducer, own_client, placed
+from .base import Target, WatchedProducer, own_client
 
 
 class RqProducer(WatchedProducer):
@@ -28,12 +26,9 @@ class RqProducer(WatchedProducer):
 
     def write(self, where: Target, name: str, tenant: str, service_s: list[float]) -> None:
         queue = self._queue_class(where.queue, connection=self.client)
-        jobs = []
-        for s in service_s:
-            arguments: dict[str, Any] = placed({"args": [], "kwargs": {SERVICE_FIELD: s}}, self.watch.tenant, tenant,
-                                               "watch.tenant")
-            jobs.append(self._queue_class.prepare_data(name, args=tuple(arguments["args"]), kwargs=arguments["kwargs"]))
-        queue.enqueue_many(jobs)
+        calls = [self.call(tenant, s) for s in service_s]
+        queue.enqueue_many([self._queue_class.prepare_data(name, args=tuple(args), kwargs=kwargs)
+                            for args, kwargs in calls])
 
     def close(self) -> None:
         self.client.close()

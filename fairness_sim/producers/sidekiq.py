@@ -15,7 +15,7 @@ import redis
 
 from fairness_core.config import Config
 
-from .base import Target, WatchedProducer, placed
+from .base import Target, WatchedProducer
 
 
 class SidekiqProducer(WatchedProducer):
@@ -31,7 +31,7 @@ class SidekiqProducer(WatchedProducer):
         now = time.time()
         jobs = []
         for s in service_s:
-            args = placed({"args": []}, self.watch.tenant, tenant, "watch.tenant")["args"]
+            args = self.with_tenant({"args": []}, tenant)["args"]
             jobs.append(json.dumps({"class": name, "args": [*args, s], "queue": where.queue, "retry": True,
                                     "jid": secrets.token_hex(12), "created_at": now, "enqueued_at": now}))
         pipe = self.client.pipeline(transaction=False)
