@@ -56,7 +56,8 @@ def up(
     Redis (AOF on), the workers (fairctl.handlers:sleep_handlers), two exporters on the same
     Redis, Prometheus with the rules generated from the config, Alertmanager routing every alert
     to fairctl's webhook receiver (DIR/webhook.jsonl). Ports are the usual ones (6379, 29100,
-    29101, 29110, 9090, 9093) when free, else free loopback ports. Stop it with: fairctl stack down.
+    29101, 29110, 9090, 9093) when free, else free loopback ports (and all of them free ones when
+    another program takes a usual port while the stack starts). Stop it with: fairctl stack down.
     Ctrl-C (or SIGTERM) while it starts stops what it had started.
 
     The stack's Redis keeps its data under DIR between runs, and with it the config its queue

@@ -49,6 +49,10 @@ class StackError(RuntimeError):
     """A service would not start, or the stack directory holds something else."""
 
 
+class PortTaken(StackError):
+    """A service could not bind its port: something took it after the port was seen free."""
+
+
 @dataclass(frozen=True)
 class WorkerPool:
     """Worker processes of one pool: ``slots`` threads in all, serving ``classes`` (None: all)."""
@@ -109,6 +113,12 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _port_taken(log_tail: list[str]) -> bool:
+    """The words Redis, Prometheus, Alertmanager and Python all print when a bind fails on a port
+    in use (errno EADDRINUSE)."""
+    return any("address already in use" in line.lower() for line in log_tail)
+
+
 def pick_port(service: str, taken: set[int], *, usual: bool = True) -> int:
     """The service's usual port (the compose stack's) when free and ``usual``, else any free
     loopback port."""
@@ -166,7 +176,20 @@ class Stack:
         """Start every service for ``config`` (its redis.url is replaced by the stack's Redis)
         and wait until each answers; on any failure, stop what was started and raise.
         ``usual_ports`` False: free loopback ports only (a drill's throwaway stack, which no one
-        browses to, so it never races anything else for 6379, 9090 or 9093)."""
+        browses to, so it never races anything else for 6379, 9090 or 9093).
+
+        A usual port is free when chosen but may be taken before its service binds it (another
+        stack starting at the same moment): then what had started is stopped and the whole stack
+        starts again on free ports, since the files every service reads name the ports."""
+        try:
+            return self._up(config, pools, interval, threads_per_process, usual_ports)
+        except PortTaken:
+            if not usual_ports:
+                raise
+        return self._up(config, pools, interval, threads_per_process, usual_ports=False)
+
+    def _up(self, config: Config, pools: Sequence[WorkerPool], interval: float,
+            threads_per_process: int, usual_ports: bool) -> StackState:
         if (self.directory / STATE_FILE).exists() and any(_alive(s.pid) for s in StackState.load(self.directory).services):
             raise StackError(f"a stack is already running under {self.directory}; stop it with: fairctl stack down --dir {self.directory}")
         for sub in ("logs", "data/redis", "data/prometheus", "data/alertmanager"):
@@ -286,7 +309,8 @@ class Stack:
             return
         if not wait_until(lambda: process.poll() is not None or ready(), READY_TIMEOUT_S) or process.poll() is not None:
             tail = log.read_text(errors="replace").strip().splitlines()[-5:]
-            raise StackError(f"{name} did not start ({' | '.join(tail) or 'no output'}; log: {log})")
+            failure = PortTaken if process.poll() is not None and _port_taken(tail) else StackError
+            raise failure(f"{name} did not start ({' | '.join(tail) or 'no output'}; log: {log})")
 
     # ------------------------------------------------------------------ down
 
