@@ -113,6 +113,32 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _listens(pid: int, port: int) -> bool:
+    """Process ``pid`` holds a listening TCP socket on ``port``: a service answering on its port is
+    ready only when the answer is its own, not another stack's server on a port it lost."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as rows:
+                for row in list(rows)[1:]:
+                    fields = row.split()  # sl, local address:port (hex), remote, state, ..., inode
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{fields[9]}]")
+        except OSError:
+            continue
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _port_taken(log_tail: list[str]) -> bool:
     """The words Redis, Prometheus, Alertmanager and Python all print when a bind fails on a port
     in use (errno EADDRINUSE)."""
@@ -307,7 +333,10 @@ class Stack:
             state.save()
         if ready is None:
             return
-        if not wait_until(lambda: process.poll() is not None or ready(), READY_TIMEOUT_S) or process.poll() is not None:
+
+        def answers() -> bool:
+            return ready() and (port is None or _listens(process.pid, port))
+        if not wait_until(lambda: process.poll() is not None or answers(), READY_TIMEOUT_S) or process.poll() is not None:
             tail = log.read_text(errors="replace").strip().splitlines()[-5:]
             failure = PortTaken if process.poll() is not None and _port_taken(tail) else StackError
             raise failure(f"{name} did not start ({' | '.join(tail) or 'no output'}; log: {log})")

@@ -4,18 +4,17 @@ Alertmanager and the webhook receiver, started and stopped as a user would."""
 from __future__ import annotations
 
 import json
-import socket
 import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from fairness_core import load_config
+from fairness_core import load_config, redis_client
 from fairness_stack import configs as sc
 from fairness_stack import supervisor
 from fairness_stack.configs import WEBHOOK_PATH
-from fairness_stack.servers import redis_answers
+from fairness_stack.servers import RedisServer, redis_answers
 from fairness_stack.supervisor import STATE_FILE, Stack, _alive, _port_free
 from fairness_stack.webhook import deliveries
 
@@ -30,23 +29,22 @@ def _services(directory: Path) -> list[dict[str, object]]:
 @pytest.mark.slow
 def test_stack_up_moves_to_free_ports_when_a_usual_one_is_taken_before_it_binds(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two stacks starting at once both see 6379 free; the one whose Redis loses the bind starts
-    again on free ports instead of failing. Here the usual Redis port is one this test holds, and
-    the check that it is free is made to miss it, as the race does."""
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        held = holder.getsockname()[1]
-        monkeypatch.setattr(sc, "PORTS", {**sc.PORTS, sc.REDIS: held})
-        monkeypatch.setattr(supervisor, "_port_free", lambda port: port == held or _port_free(port))
+    """Two stacks starting at once both see 6379 free; the one whose Redis loses the bind must
+    neither take the other stack's Redis (answering on that port) for its own nor fail: it starts
+    again on free ports. Here the usual Redis port is another Redis's, and the check that the
+    port is free is made to miss it, as the race does."""
+    with RedisServer() as other:
+        monkeypatch.setattr(sc, "PORTS", {**sc.PORTS, sc.REDIS: other.port})
+        monkeypatch.setattr(supervisor, "_port_free", lambda port: port == other.port or _port_free(port))
         stack = Stack(tmp_path)
         state = stack.up(load_config(EXAMPLE_CONFIG), pools=[])
         try:
             redis = next(s for s in state.services if s.name == sc.REDIS)
-            assert redis.port != held and redis_answers(redis.port)
+            assert redis.port != other.port and redis_answers(redis.port)
             assert state.redis_url == f"redis://127.0.0.1:{redis.port}/0"
             assert f"127.0.0.1:{redis.port}" in (tmp_path / "fairness.yaml").read_text()
             assert "Address already in use" in (tmp_path / "logs" / "redis.log").read_text()
+            assert redis_client(other.url).dbsize() == 0  # the config went to the stack's own Redis
         finally:
             stack.down(state)
 
