@@ -123,6 +123,15 @@ class RedisConfig:
     # Fraction of maxmemory at which fairctl refuses new enqueues: the rest is left for the drain
     # scripts (pops, acks, retries) and Redis's own buffers (see docs/configuration.md).
     memory_headroom: float = 0.9
+    # One logical queue over this many queue groups (shards), each its own hash tag, so a Redis
+    # Cluster spreads them over its masters (fairness_core.sharded). 1: not sharded.
+    shards: int = 1
+    # Shuffle sharding: the shards a tenant's jobs may go to (its hand), chosen per tenant by
+    # rendezvous hashing; 1 is a plain stable hash of the tenant.
+    shard_hand: int = 1
+
+
+MAX_SHARDS = 256
 
 
 @dataclass(frozen=True)
@@ -434,8 +443,12 @@ def _redis(value: object, path: str, source: str | None) -> RedisConfig:
         raise r.error("url", str(exc)) from None
     prefix = r.get("prefix", RedisConfig.prefix, _name)
     headroom = r.get("memory_headroom", RedisConfig.memory_headroom, _fraction)
+    shards = r.get("shards", RedisConfig.shards, int_between(1, MAX_SHARDS))
+    hand = r.get("shard_hand", min(2, shards), int_between(1, MAX_SHARDS))
+    if hand > shards:
+        raise r.error("shard_hand", f"a tenant's hand of {hand} shards is more than redis.shards ({shards})")
     r.done()
-    return RedisConfig(url=url, prefix=prefix, memory_headroom=headroom)
+    return RedisConfig(url=url, prefix=prefix, memory_headroom=headroom, shards=shards, shard_hand=hand)
 
 
 def _scheduler(value: object, path: str, source: str | None) -> SchedulerConfig:

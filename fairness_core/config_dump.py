@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import (
-    ALERT_FOR, UNLIMITED, Config, SchedulerConfig, TenantsConfig, TierLimits, WatchConfig, format_duration,
+    ALERT_FOR, UNLIMITED, Config, RedisConfig, SchedulerConfig, TenantsConfig, TierLimits, WatchConfig, format_duration,
 )
 from .generated import yaml_text
 
@@ -91,6 +91,8 @@ def config_to_data(config: Config) -> dict[str, Any]:
         "exporter": exporter,
         "alerts": alerts,
     }
+    if config.redis.shards != RedisConfig.shards:  # only when set, as for charge
+        data["redis"].update(shards=config.redis.shards, shard_hand=config.redis.shard_hand)
     if config.watch is not None:  # only when set: a group's fingerprint holds across the upgrade
         data["watch"] = _watch(config.watch)
     return data

@@ -34,6 +34,9 @@ RATE_SPACE = "rate:"
 # base + CHARGED; hash: job id -> the microseconds of worker time its pop charged (scheduler.charge:
 # runtime), so its ack corrects the charge by the difference. Built from ``base`` like RATE_SPACE.
 CHARGED = "charged"
+# A sharded queue group's layout (fairness_core.sharded): hash of shards, serve and version, under
+# the logical group's own tag; each shard is a queue group of its own, tagged ``{prefix.i}``.
+LAYOUT = "layout"
 
 # The group-wide keys by the name the script uses for each (``KEY_<NAME>``, compiled in as the suffix).
 FIXED: dict[str, str] = {
@@ -129,6 +132,10 @@ class Keys:
     @property
     def charged(self) -> str:
         return self.base + CHARGED
+
+    @property
+    def layout(self) -> str:
+        return self.base + LAYOUT
 
     def class_key(self, queue: str, part: str) -> str:
         """A per-class structure; ``part`` is one of :data:`CLASS_PARTS`' values."""

@@ -425,6 +425,10 @@ class Scheduler:
     def unregister_worker(self, worker_id: str) -> None:
         self._call("register", worker_id, 0, 0)
 
+    def fleet_slots(self) -> int:
+        """The worker slots registered now."""
+        return self.snapshot().worker_slots
+
     # ------------------------------------------------------------------ control
 
     def pause(self, queue: str) -> None:

@@ -37,6 +37,7 @@ from typing import TypeVar
 from .jobs import Finished, Lease, RedisUnavailable
 from .memory import EvictionPolicyError, require_noeviction
 from .scheduler import Scheduler
+from .sharded import ShardedScheduler
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +208,7 @@ class Worker:
     (their leases expire and the reaper hands them to another worker).
     """
 
-    def __init__(self, scheduler: Scheduler, handlers: HandlerRegistry, *, concurrency: int = 4,
+    def __init__(self, scheduler: Scheduler | ShardedScheduler, handlers: HandlerRegistry, *, concurrency: int = 4,
                  classes: Sequence[str] | None = None, batch: int = 1, worker_id: str | None = None,
                  grace: float = 30.0, registration_ttl: float = 15.0, log_every: float = LOG_EVERY_S,
                  prefetch: float = PREFETCH_S) -> None:
@@ -314,7 +315,7 @@ class Worker:
         """A fleet with no more slots than ``reserved_slots`` add up to serves only the reserved
         classes: say so, since the shipped config reserves 2 and a small worker looks hung."""
         reserved = sum(c.reserved_slots for c in self.scheduler.config.classes)
-        fleet = self.scheduler.snapshot().worker_slots
+        fleet = self.scheduler.fleet_slots()
         if reserved and fleet <= reserved:
             log.warning("the fleet has %d worker slots and reserved_slots add up to %d: classes without a "
                         "reservation get no work until more slots register", fleet, reserved)

@@ -1,0 +1,436 @@
+"""One logical queue over N queue groups (shards), for a load one Redis master cannot carry.
+
+Each shard is a queue group of its own (``redis.prefix`` ``P.i``, its own hash tag), run by the
+same script as any group: on a Redis Cluster the shards spread over the masters, and every enqueue,
+pop and ack stays one atomic script on one shard. What makes the N groups one queue is here:
+
+- **Enqueue** goes to one shard of the tenant's hand (:func:`fairness_core.sharding.hand`): the
+  shard where the tenant already has jobs of that class queued (its jobs stay together and in
+  order), else the one whose class is least backlogged, which is how shuffle sharding keeps a
+  tenant off the shard a flood fills.
+- **Pop** chooses the class first, for the whole fleet: each worker runs the class weights over the
+  classes with work on any shard (the least served against its weight goes next), so the shares
+  hold fleet-wide and not per shard. It then chooses a shard with work in that class, at random in
+  proportion to the tenants queued there, so each queued tenant of the fleet gets about the same
+  service whichever shard it is on: a flooding tenant is one tenant, wherever it is. The shard's
+  own script then picks the tenant (weighted fair queuing) and leases the job.
+- **Ack, nack, extend** go to the shard the lease names: a sharded job id is ``shard:id``.
+- **Re-sharding** (:meth:`ShardedScheduler.reshard`) changes where new jobs go; the jobs already
+  queued stay where they are and are served there, since workers serve every shard that may hold
+  jobs (the layout's ``serve``), so nothing is moved, lost or run twice.
+
+The choices read a view of every shard's queued jobs and tenants per class, at most
+:data:`VIEW_TTL_S` old: a few commands per shard, pipelined across the masters.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from .classification import classify
+from .config import Config
+from .connection import redis_errors
+from .jobs import SEP, Enqueued, Finished, InvalidJob, Lease, Popped, check_tenant, check_tier, settled
+from .keys import CLASS_PARTS, Keys
+from .scheduler import ApplyOutcome, Scheduler
+from .sharding import hand, shard_prefix
+
+VIEW_TTL_S = 0.1  # how old a view of the shards' backlogs a pop may choose from
+LAYOUT_TTL_S = 1.0  # how often a process re-reads the layout (where new jobs go)
+IDLE_POLL_S = 0.1  # an idle worker looks for work on every shard this often
+JOB_SEP = ":"  # a sharded job id: shard, JOB_SEP, the shard's own id
+WEIGHTED = ("weighted", "weighted-fair")
+T = TypeVar("T")
+
+# Creates the layout on first use (from the config's redis.shards) and returns it; one call, so two
+# processes starting a group at once agree on one layout.
+_LAYOUT_READ = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local now = redis.call('TIME')
+  redis.call('HSET', KEYS[1], 'shards', ARGV[1], 'serve', ARGV[1], 'version', 1,
+             'changed_ms', now[1] * 1000 + math.floor(now[2] / 1000))
+end
+return redis.call('HMGET', KEYS[1], 'shards', 'serve', 'version', 'changed_ms')
+"""
+# Re-shards to ARGV[1] shards, or with ARGV[1] = '' settles: serve drops to shards (the caller has
+# checked that the shards beyond are empty). ARGV[2]: the version the caller read (a conflict
+# returns the layout unchanged).
+_LAYOUT_CHANGE = """
+local shards, serve, version = unpack(redis.call('HMGET', KEYS[1], 'shards', 'serve', 'version'))
+if tostring(version) ~= ARGV[2] then return 0 end
+local now = redis.call('TIME')
+local to = ARGV[1] == '' and tonumber(shards) or tonumber(ARGV[1])
+local keep = ARGV[1] == '' and to or math.max(tonumber(serve), to)
+redis.call('HSET', KEYS[1], 'shards', to, 'serve', keep, 'version', tonumber(version) + 1,
+           'changed_ms', now[1] * 1000 + math.floor(now[2] / 1000))
+return 1
+"""
+
+
+class LayoutConflict(RuntimeError):
+    """The layout changed between reading it and changing it."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a sharded group's jobs go and are served."""
+
+    shards: int  # new jobs go to shards 0..shards-1
+    serve: int  # shards 0..serve-1 may hold jobs (serve >= shards): workers serve them all
+    version: int
+    changed_ms: int  # Redis time of the last change
+
+
+@dataclass(frozen=True)
+class ShardLoad:
+    """One shard's queued jobs and queued tenants per class, and its paused classes."""
+
+    depth: dict[str, int]
+    tenants: dict[str, int]
+    paused: frozenset[str]
+
+    def has_work(self, queue: str) -> bool:
+        return self.depth.get(queue, 0) > 0 and queue not in self.paused
+
+
+def shard_config(config: Config, shard: int) -> Config:
+    """The config shard ``shard`` runs: the group's, under the shard's prefix, itself unsharded
+    (so each shard's applied config is an ordinary group's, fingerprint and all)."""
+    return replace(config, redis=replace(config.redis, prefix=shard_prefix(config.redis.prefix, shard),
+                                         shards=1, shard_hand=1))
+
+
+def split_job_id(job_id: str) -> tuple[int, str]:
+    """A sharded job id's shard and the shard's own id; InvalidJob naming ``job id`` otherwise."""
+    shard, sep, own = str(job_id).partition(JOB_SEP)
+    if not sep or not shard.isdigit() or not own.isdigit():
+        raise InvalidJob("job id", f"expected a sharded job id such as 3{JOB_SEP}42 (shard, then id), got {job_id!r}")
+    return int(shard), own
+
+
+class ShardedScheduler:
+    """The :class:`Scheduler` interface over the shards of one sharded queue group."""
+
+    def __init__(self, config: Config, client: Any, *, seed: int | None = None) -> None:
+        if config.redis.shards < 1:
+            raise ValueError(f"redis.shards: expected at least 1, got {config.redis.shards}")
+        self.file_config = self.config = config
+        self.client = client
+        self.keys = Keys(config.redis.prefix)
+        self._schedulers: dict[int, Scheduler] = {}
+        self._lock = threading.Lock()
+        self._layout: tuple[float, Layout] | None = None
+        self._view: tuple[float, list[ShardLoad]] | None = None
+        self._served: dict[str, float] = {}  # jobs this process leased per class (the class weights' account)
+        self._eligible: set[str] = set()
+        self._random = random.Random(seed)
+        self._account = threading.Lock()  # the class weights' account, shared by a worker's slots
+
+    # ------------------------------------------------------------------ shards and layout
+
+    def shard(self, index: int) -> Scheduler:
+        """The scheduler of shard ``index`` (one per shard, made on first use)."""
+        with self._lock:
+            if index not in self._schedulers:
+                self._schedulers[index] = Scheduler(shard_config(self.file_config, index), self.client)
+            return self._schedulers[index]
+
+    def layout(self, *, fresh: bool = False) -> Layout:
+        """The group's layout, re-read at most every :data:`LAYOUT_TTL_S` (``fresh``: now)."""
+        now = time.monotonic()
+        if fresh or self._layout is None or now - self._layout[0] > LAYOUT_TTL_S:
+            with redis_errors(self.client):
+                shards, serve, version, changed = self.client.eval(
+                    _LAYOUT_READ, 1, self.keys.layout, self.file_config.redis.shards)
+            self._layout = (now, Layout(int(shards), int(serve), int(version), int(changed)))
+        return self._layout[1]
+
+    def served_shards(self) -> range:
+        return range(self.layout().serve)
+
+    def _each(self, call: Callable[[Scheduler], T]) -> list[T]:
+        return [call(self.shard(i)) for i in self.served_shards()]
+
+    def reshard(self, shards: int) -> Layout:
+        """New jobs go to ``shards`` shards from now on (tenants re-homed by their new hands); the
+        shards that held jobs stay served until :meth:`settle` finds them empty. A new shard gets
+        the group's applied config (shard 0's) before any job can reach it."""
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+            raise ValueError(f"shards: expected a whole number of at least 1, got {shards!r}")
+        before = self.layout(fresh=True)
+        applied = self.shard(0).read_applied()
+        for index in range(before.serve, shards):
+            if applied is not None and self.shard(index).read_applied() is None:
+                self.shard(index).apply(shard_config(applied.config, index), moves=applied.moves)
+        self._change_layout(str(shards), before)
+        return self.layout(fresh=True)
+
+    def settle(self) -> Layout:
+        """Stop serving the shards a re-shard left behind (beyond ``shards``) once every one is
+        empty (no job queued, leased or waiting for a retry) and every process has had time to see
+        the change (two layout re-reads): a producer still on the old layout could add to them until
+        then. Returns the layout, changed or not."""
+        layout = self.layout(fresh=True)
+        if layout.serve == layout.shards:
+            return layout
+        with redis_errors(self.client):
+            now_s, now_us = self.client.time()
+        if now_s * 1000 + now_us // 1000 - layout.changed_ms < 2 * LAYOUT_TTL_S * 1000:
+            return layout
+        if any(self._holds_jobs(i) for i in range(layout.shards, layout.serve)):
+            return layout
+        self._change_layout("", layout)
+        return self.layout(fresh=True)
+
+    def _holds_jobs(self, index: int) -> bool:
+        """Shard ``index`` has a job queued, leased or waiting for a retry (its counters say)."""
+        with redis_errors(self.client):
+            stats = self.client.hgetall(self.shard(index).keys.stats)
+        counted = ("depth" + SEP, "inflight" + SEP, "delayed" + SEP)
+        return any(_text(k).startswith(counted) and int(v) != 0 for k, v in stats.items())
+
+    def _change_layout(self, to: str, seen: Layout) -> None:
+        with redis_errors(self.client):
+            changed = self.client.eval(_LAYOUT_CHANGE, 1, self.keys.layout, to, seen.version)
+        if not changed:
+            raise LayoutConflict(f"the layout of {self.keys.prefix} changed since it was read; read it again and retry")
+
+    # ------------------------------------------------------------------ the view
+
+    def loads(self, *, fresh: bool = False) -> list[ShardLoad]:
+        """Each served shard's queued jobs and tenants per class, at most :data:`VIEW_TTL_S` old."""
+        now = time.monotonic()
+        view = self._view
+        if fresh or view is None or now - view[0] > VIEW_TTL_S:
+            view = self._view = (now, self._read_loads())
+        return view[1]
+
+    def _read_loads(self) -> list[ShardLoad]:
+        classes = self.shard(0).config.class_names
+        served = self.served_shards()
+        with redis_errors(self.client):
+            pipe = self.client.pipeline(transaction=False)
+            for i in served:
+                keys = self.shard(i).keys
+                pipe.hmget(keys.stats, [f"depth{SEP}{c}" for c in classes])
+                for c in classes:
+                    pipe.zcard(keys.class_key(c, CLASS_PARTS["backlog"]))
+                pipe.smembers(keys.paused)
+            replies = pipe.execute()
+        per = len(classes) + 2
+        loads = []
+        for n in range(len(served)):
+            depth, *tenants, paused = replies[n * per:(n + 1) * per]
+            loads.append(ShardLoad(depth={c: int(d or 0) for c, d in zip(classes, depth)},
+                                   tenants=dict(zip(classes, map(int, tenants))),
+                                   paused=frozenset(_text(p) for p in paused)))
+        return loads
+
+    # ------------------------------------------------------------------ producing
+
+    def enqueue(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
+                user_waiting: bool = False) -> str:
+        return self.submit(task, tenant, payload, tier=tier, user_waiting=user_waiting).job_id
+
+    def submit(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
+               user_waiting: bool = False) -> Enqueued:
+        index = self.shard_for(task, tenant, tier=tier, user_waiting=user_waiting)
+        queued = self.shard(index).submit(task, tenant, payload, tier=tier, user_waiting=user_waiting)
+        return replace(queued, job_id=f"{index}{JOB_SEP}{queued.job_id}")
+
+    def submit_many(self, task: str, tenant: str, payloads: Sequence[Any], *, tier: str | None = None,
+                    user_waiting: bool = False) -> list[Enqueued | None]:
+        """All to one shard (the tenant's, as for :meth:`submit`), in one pipelined round trip."""
+        index = self.shard_for(task, tenant, tier=tier, user_waiting=user_waiting)
+        queued = self.shard(index).submit_many(task, tenant, payloads, tier=tier, user_waiting=user_waiting)
+        return [None if q is None else replace(q, job_id=f"{index}{JOB_SEP}{q.job_id}") for q in queued]
+
+    def shard_for(self, task: str, tenant: str, *, tier: str | None = None, user_waiting: bool = False) -> int:
+        """The shard a job of ``tenant`` goes to: of its hand, the shard where the tenant already has
+        jobs of the class queued, else the one whose class is least backlogged (first in the hand
+        on a tie). A hand of one costs no read."""
+        config = self.shard(0).config
+        tenant = check_tenant(tenant, config)
+        layout = self.layout()
+        dealt = hand(tenant, layout.shards, min(self.file_config.redis.shard_hand, layout.shards))
+        if len(dealt) == 1:
+            return dealt[0]
+        queue = classify(config, task, tier=check_tier(tier, config), user_waiting=user_waiting).queue
+        with redis_errors(self.client):
+            pipe = self.client.pipeline(transaction=False)
+            for i in dealt:
+                keys = self.shard(i).keys
+                pipe.zscore(keys.class_key(queue, CLASS_PARTS["backlog"]), tenant)
+                pipe.hget(keys.stats, f"depth{SEP}{queue}")
+            replies = pipe.execute()
+        held = [i for n, i in enumerate(dealt) if replies[2 * n]]
+        if held:
+            return held[0]
+        return min(dealt, key=lambda i: (int(replies[2 * dealt.index(i) + 1] or 0), dealt.index(i)))
+
+    # ------------------------------------------------------------------ consuming
+
+    def pop(self, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Lease]:
+        return self.ack_and_pop((), max_jobs, classes=classes).leases
+
+    def ack_and_pop(self, done: Sequence[Lease | Finished], max_jobs: int = 1, *,
+                    classes: Sequence[str] | None = None) -> Popped:
+        """Complete ``done``, then lease up to ``max_jobs`` jobs of one class from one shard, the
+        class and shard chosen as the module says. A done lease of the shard popped from is settled
+        in the same call; the others each in a call of their own shard."""
+        by_shard: dict[int, list[tuple[int, Lease | Finished]]] = {}
+        for n, item in enumerate(done):
+            index, inner = self._inner(item)
+            by_shard.setdefault(index, []).append((n, inner))
+        acked = [False] * len(done)
+        leases: list[Lease] = []
+        for index, queue in self._choices(classes):
+            settle = by_shard.pop(index, [])
+            popped = self.shard(index).ack_and_pop([item for _, item in settle], max_jobs,
+                                                   classes=None if queue is None else [queue])
+            for (n, _), ok in zip(settle, popped.acked):
+                acked[n] = ok
+            if popped.leases:
+                leases = [replace(lease, job_id=f"{index}{JOB_SEP}{lease.job_id}") for lease in popped.leases]
+                self._count(leases)
+                break
+        for index, items in by_shard.items():
+            for n, item in items:
+                lease, runtime = settled(item)
+                acked[n] = self.shard(index).ack(lease, runtime=runtime)
+        return Popped(acked=acked, leases=leases)
+
+    def _choices(self, classes: Sequence[str] | None) -> Iterator[tuple[int, str | None]]:
+        """(shard, class) pops to try in turn: the chosen class on shards with its work, chosen in
+        proportion to their queued tenants; then, in case the view was stale, every served shard
+        with the worker's classes (None: as the shard's own policy chooses)."""
+        loads = self.loads()
+        with self._account:
+            queue = self._next_class(loads, classes)
+        tried = set()
+        if queue is not None:
+            weights = {i: max(1, load.tenants.get(queue, 0)) for i, load in enumerate(loads) if load.has_work(queue)}
+            while weights:
+                index = self._random.choices(list(weights), weights=list(weights.values()))[0]
+                del weights[index]
+                tried.add(index)
+                yield index, queue
+        busiest = sorted((i for i, load in enumerate(loads) if any(load.depth.values())),
+                         key=lambda i: -sum(loads[i].depth.values()))
+        only = None if classes is None else list(classes)
+        for index in busiest:
+            for allowed in ([None] if only is None else only):
+                if allowed != queue or index not in tried:
+                    yield index, allowed
+
+    def _next_class(self, loads: list[ShardLoad], classes: Sequence[str] | None) -> str | None:
+        """The class the next pop takes, fleet-wide: under the weighted policies the class with
+        work furthest behind its weight in this process's account (a class coming back from idle
+        starts level with the others, owed nothing for its idle time); under strict, the first
+        class with work; under fifo none (each shard's own oldest job)."""
+        config = self.shard(0).config
+        names = config.class_names if classes is None else [self.shard(0).moves.classes.get(c, c) for c in classes]
+        eligible = [c for c in names if any(load.has_work(c) for load in loads)]
+        policy = config.scheduler.policy
+        if not eligible or policy == "fifo":
+            return None
+        if policy == "strict":
+            return eligible[0]
+        weight = {c.name: c.weight for c in config.classes}
+        level = min((self._served.get(c, 0.0) / weight[c] for c in eligible if c in self._eligible), default=0.0)
+        for c in eligible:
+            if c not in self._eligible:
+                self._served[c] = max(self._served.get(c, 0.0), level * weight[c])
+        self._eligible = set(eligible)
+        return min(eligible, key=lambda c: (self._served.get(c, 0.0) + 1) / weight[c])
+
+    def _count(self, leases: list[Lease]) -> None:
+        with self._account:
+            for lease in leases:
+                self._served[lease.queue] = self._served.get(lease.queue, 0.0) + 1
+
+    def _inner(self, item: Lease | Finished) -> tuple[int, Lease | Finished]:
+        lease = item.lease if isinstance(item, Finished) else item
+        index, own = split_job_id(lease.job_id)
+        inner = replace(lease, job_id=own)
+        return index, (replace(item, lease=inner) if isinstance(item, Finished) else inner)
+
+    def _route(self, lease: Lease) -> tuple[Scheduler, Lease]:
+        index, own = split_job_id(lease.job_id)
+        return self.shard(index), replace(lease, job_id=own)
+
+    def ack(self, lease: Lease, *, runtime: float | None = None) -> bool:
+        shard, inner = self._route(lease)
+        return shard.ack(inner, runtime=runtime)
+
+    def nack(self, lease: Lease, error: str | None = None, *, final: bool = False,
+             runtime: float | None = None) -> str:
+        shard, inner = self._route(lease)
+        return shard.nack(inner, error, final=final, runtime=runtime)
+
+    def extend(self, lease: Lease) -> bool:
+        shard, inner = self._route(lease)
+        return shard.extend(inner)
+
+    def wait_for_work(self, timeout: float, classes: Sequence[str] | None = None) -> float | None:
+        """Until one of ``classes`` has work on some shard (0.0), or None after ``timeout``. The
+        shards' wake keys are in different hash slots, which no one blocking command may wait on
+        together, so an idle worker reads the view every :data:`IDLE_POLL_S` instead."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._any_work(self.loads(fresh=True), classes):
+                return 0.0
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(IDLE_POLL_S, left))
+
+    def _any_work(self, loads: list[ShardLoad], classes: Sequence[str] | None) -> bool:
+        names = self.shard(0).config.class_names if classes is None else classes
+        return any(load.has_work(c) for load in loads for c in names)
+
+    # ------------------------------------------------------------------ sweeps, registration, control
+
+    def reap(self, limit: int = 1000) -> int:
+        return sum(self._each(lambda s: s.reap(limit)))
+
+    def promote_overdue(self, limit: int = 1000) -> int:
+        return sum(self._each(lambda s: s.promote_overdue(limit)))
+
+    def move_pending(self, limit: int = 1000) -> int:
+        return sum(self._each(lambda s: s.move_pending(limit)))
+
+    def register_worker(self, worker_id: str, slots: int, ttl: float) -> None:
+        """On every served shard: a worker serves them all, and each shard's reserved capacity
+        counts the fleet's slots."""
+        self._each(lambda s: s.register_worker(worker_id, slots, ttl))
+
+    def unregister_worker(self, worker_id: str) -> None:
+        self._each(lambda s: s.unregister_worker(worker_id))
+
+    def fleet_slots(self) -> int:
+        return self.shard(0).fleet_slots()
+
+    def pause(self, queue: str) -> None:
+        self._each(lambda s: s.pause(queue))
+
+    def resume(self, queue: str) -> None:
+        self._each(lambda s: s.resume(queue))
+
+    def sync(self) -> None:
+        self._each(lambda s: s.sync())
+
+    def apply(self, config: Config, **kwargs: Any) -> list[ApplyOutcome]:
+        """``config`` applied to every served shard (each under its own prefix), shard by shard."""
+        if config.redis.prefix != self.keys.prefix:
+            raise ValueError(f"redis.prefix: {config.redis.prefix!r} is another queue group than {self.keys.prefix!r}")
+        return [self.shard(i).apply(shard_config(config, i), **kwargs) for i in self.served_shards()]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
