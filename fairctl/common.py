@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 
@@ -32,6 +32,7 @@ from fairness_core import (
 )
 from fairness_core.config import EXAMPLE_CONFIG, POLICIES
 from fairness_core.redis_url import check_url
+from fairness_core.sharded import ShardedScheduler, shard_config
 
 BAD_ARGUMENT = 2
 
@@ -97,15 +98,28 @@ def load(config_path: Path, redis_url: str | None) -> Config:
 
 def load_groups(config_paths: list[Path] | None, redis_url: str | None) -> list[Config]:
     """The configs of several ``--config`` (default: the one :func:`load` reads), each with
-    ``--redis-url`` applied; two of the same queue group (the ``group`` label their series would
-    share: ``redis.prefix``) fail with exit code 2."""
-    configs = [load(path, redis_url) for path in config_paths or [DEFAULT_CONFIG]]
+    ``--redis-url`` applied, a sharded one standing for each of its shards (a queue group each);
+    two of the same queue group (the ``group`` label their series would share: ``redis.prefix``)
+    fail with exit code 2."""
+    configs = [shard for path in config_paths or [DEFAULT_CONFIG] for shard in _shards(load(path, redis_url))]
     groups = [group_of(c) for c in configs]
     twice = next((g for g in groups if groups.count(g) > 1), None)
     if twice is not None:
         fail("--config", f"two configs describe queue group {twice} (their redis.prefix): give each group its own "
                          "prefix, and each config once")
     return configs
+
+
+def _shards(config: Config) -> list[Config]:
+    """A sharded group's shards, each as a queue group's config: every shard its layout serves
+    (re-sharding may have added some), at least the config's redis.shards when Redis cannot say."""
+    if config.redis.shards == 1:
+        return [config]
+    try:
+        serve = ShardedScheduler(config, redis_client(config.redis.url)).layout().serve
+    except (RedisUnavailable, ValueError):
+        serve = config.redis.shards
+    return [shard_config(config, i) for i in range(max(serve, config.redis.shards))]
 
 
 def config_file(config_path: Path) -> Path:
@@ -132,15 +146,31 @@ def connect(config: Config) -> Scheduler:
     """A Scheduler on a client that fails fast: no client-side retries, because re-sending a
     script whose reply was lost could run it twice (a duplicate enqueue); the worker retries
     whole operations itself instead. A config that watches another job system is refused: the
-    scheduler would write its keys into that system's Redis."""
+    scheduler would write its keys into that system's Redis. So is a sharded one: the commands
+    that take one (:func:`connect_queue`) open it."""
+    if config.redis.shards > 1:
+        fail("--config", f"its queue group {config.redis.prefix} is sharded (redis.shards: {config.redis.shards}): this "
+                         "command works on one queue group; give it a config of one shard (redis.prefix "
+                         f"{config.redis.prefix}.0 and so on, without redis.shards)")
+    return Scheduler(config, _client(config))
+
+
+def connect_queue(config: Config) -> Scheduler | ShardedScheduler:
+    """What :func:`connect` gives, or for a sharded config its :class:`ShardedScheduler` (enqueue,
+    pause, resume, the worker and loadgen serve the logical queue)."""
+    if config.redis.shards == 1:
+        return connect(config)
+    return ShardedScheduler(config, _client(config))
+
+
+def _client(config: Config) -> Any:
     if config.watch is not None:
         fail("--config", f"its watch section reads the queues of a {config.watch.system} deployment: only fairctl "
                          "exporter, generate and check use such a config; fairctl's own queues need one without watch")
     try:
-        client = redis_client(config.redis.url)
+        return redis_client(config.redis.url)
     except ValueError as exc:  # the message never repeats the URL
         fail("--redis-url", str(exc))
-    return Scheduler(config, client)
 
 
 def open_scheduler(config_path: Path, redis_url: str | None) -> Scheduler:

@@ -35,7 +35,7 @@ from .common import (
     RedisUrlOption,
     check_policies,
     clear_errors,
-    connect,
+    connect_queue,
     fail,
     load,
     with_redis_url,
@@ -226,7 +226,7 @@ def loadgen(
     run_policy = policy or scenario.config.scheduler.policy
     config = with_redis_url(scenario_config(scenario, run_policy), redis_url)
     changes = live_changes(scenario, run_policy, lambda c: with_redis_url(c, redis_url))
-    _run_loadgen(scenario, connect(config), replay, changes, f"into {config.redis.prefix}")
+    _run_loadgen(scenario, connect_queue(config), replay, changes, f"into {config.redis.prefix}")
 
 
 def _watched(config_file: Path | None, redis_url: str | None) -> Config | None:

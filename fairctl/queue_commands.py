@@ -13,7 +13,9 @@ import typer
 
 from exporter.metrics import group_of
 from fairness_core import Config, Enqueued, Scheduler
+from fairness_core.config import MAX_SHARDS
 from fairness_core.memory import read_memory
+from fairness_core.sharded import ShardedScheduler
 from fairness_core.snapshot import Snapshot
 
 from .common import (
@@ -24,10 +26,10 @@ from .common import (
     check_classes,
     clear_errors,
     connect,
+    connect_queue,
     fail,
     load,
     load_groups,
-    open_scheduler,
 )
 from .status_view import as_json, class_statuses, config_line, memory_line, render
 
@@ -74,7 +76,7 @@ def enqueue(
 ) -> None:
     """Enqueue jobs; prints their ids and the class and reason the classification rules chose."""
     body = parse_payload(payload)
-    scheduler = open_scheduler(config, redis_url)
+    scheduler = connect_queue(load(config, redis_url))
     done: list[Enqueued] = []
     with clear_errors(task="TASK"):
         try:
@@ -113,13 +115,44 @@ def only_catch_all(config: Config, task: str, tier: str | None, user_waiting: bo
 def _set_paused(queue: str, config: Path, redis_url: str | None, paused: bool) -> None:
     cfg = load(config, redis_url)
     check_classes(cfg, [queue], "QUEUE")
-    scheduler = connect(cfg)
+    scheduler = connect_queue(cfg)
     with clear_errors():
         (scheduler.pause if paused else scheduler.resume)(queue)
     typer.echo(f"{queue} {'paused' if paused else 'resumed'}")
 
 
 QueueArgument = Annotated[str, typer.Argument(metavar="QUEUE", help="Class name, e.g. jobs:low.")]
+
+
+@app.command()
+def reshard(
+    to: Annotated[Optional[int], typer.Option(
+        "--to", metavar="N", min=1, max=MAX_SHARDS, help="Shards new jobs go to from now on.")] = None,
+    settle: Annotated[bool, typer.Option(
+        "--settle", help="Stop serving the shards beyond the layout's count once they hold no job.")] = False,
+    config: ConfigOption = DEFAULT_CONFIG,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Change how many shards a sharded queue group (redis.shards) spreads over, under load.
+
+    New jobs go to the new count's shards at once (each tenant to its new hand); the jobs already
+    queued stay where they are and are served there, since workers serve every shard that may hold
+    jobs: nothing is moved, lost or run twice. After shrinking, --settle stops serving the shards
+    left behind once they are empty. Without --to or --settle, prints the layout. Set redis.shards
+    in the config file to the new count too, for the processes started from it later."""
+    cfg = load(config, redis_url)
+    if cfg.redis.shards == 1:
+        fail("--config", f"queue group {cfg.redis.prefix} is not sharded (redis.shards is 1); a sharded group is "
+                         "a new one (its shards are the queue groups PREFIX.0, PREFIX.1, ...)")
+    scheduler = connect_queue(cfg)
+    assert isinstance(scheduler, ShardedScheduler)
+    with clear_errors():
+        before = scheduler.layout(fresh=True)
+        layout = scheduler.reshard(to) if to is not None else before
+        layout = scheduler.settle() if settle else layout
+    left = f"; shards {layout.shards}..{layout.serve - 1} still served until empty" if layout.serve > layout.shards else ""
+    change = f" (was {before.shards}, serving {before.serve})" if layout != before else ""
+    typer.echo(f"queue group {cfg.redis.prefix}: new jobs go to {layout.shards} shards{change}{left}; layout v{layout.version}")
 
 
 @app.command()

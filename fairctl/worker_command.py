@@ -15,7 +15,7 @@ from fairness_core.memory import require_noeviction
 from fairness_core.worker import HandlerRegistry, Worker
 
 from .common import (
-    DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, config_file, connect, fail, load,
+    DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, config_file, connect_queue, fail, load,
 )
 from .worker_processes import follow_parent, run_processes
 
@@ -98,7 +98,7 @@ def worker(
     registry = load_handlers(handlers)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if processes > 1:
-        scheduler = connect(cfg)
+        scheduler = connect_queue(cfg)
         with clear_errors():  # one clear error here, not one per child
             require_noeviction(scheduler.client)
         args = ["--handlers", handlers, "--concurrency", str(concurrency), "--batch", str(batch), "--prefetch", prefetch,
@@ -107,7 +107,7 @@ def worker(
         # The URL may hold a password: it goes to the children in their environment, never on a command line.
         env = {**os.environ, **({"FAIRCTL_REDIS_URL": redis_url} if redis_url else {})}
         raise typer.Exit(run_processes(processes, args, env))
-    runner = Worker(connect(cfg), registry, concurrency=concurrency, classes=only, batch=batch, grace=grace,
+    runner = Worker(connect_queue(cfg), registry, concurrency=concurrency, classes=only, batch=batch, grace=grace,
                     log_every=every, prefetch=ahead)
     with clear_errors():
         clean = runner.run()
