@@ -25,10 +25,10 @@ from alerts import promtool
 from alerts.output import rules_text
 from fairness_core import ConfigError, parse_duration
 from fairness_core.ages import human
-from fairness_core.config import POLICIES
+from fairness_core.config import MAX_SHARDS, POLICIES
 from fairness_sim.alert_evaluation import AlertEvaluationError
 from fairness_sim.policies import PROGRESS_EVERY_S, Check, Outcome, alert_label, run_policies
-from fairness_sim.report import fairness_text, verdict, worker_time_lines, write_report
+from fairness_sim.report import fairness_text, shard_lines, verdict, worker_time_lines, write_report
 from fairness_sim.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 from fairness_sim.simulator import PolicyRun
 
@@ -100,6 +100,7 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
         lines.append(f"  tenant fairness index (1 = fair; while 2+ tenants wait): {fairness}")
         if scenario.reports_worker_time:
             lines.extend(f"  {line}" for line in worker_time_lines(scenario, run))
+        lines.extend(f"  {line}" for line in shard_lines(scenario, run))
         lines.append(f"  verdict: {verdict(scenario, run).summary()}")
         if outcome.alerts is not None:
             if outcome.alerts:
@@ -142,6 +143,8 @@ def as_json(scenario: Scenario, outcomes: Sequence[Outcome]) -> dict[str, Any]:
         }
         if scenario.reports_worker_time:
             policies[run.name] |= worker_time_json(run, outcome.checks(scenario, outcomes))
+        if run.shards is not None:
+            policies[run.name]["sharded"] = run.shards.figures()
     return {"scenario": scenario.name, "duration_s": scenario.duration, "seed": scenario.seed, "policies": policies}
 
 
@@ -160,6 +163,18 @@ def worker_time_json(run: PolicyRun, checks: Sequence[Check]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ the command
+
+
+def _layout(scenario: Scenario, shards: int | None, hand: int | None) -> tuple[int, int]:
+    """``--shards`` and ``--hand``, checked, with the config's where not given (exit 2 otherwise)."""
+    redis = scenario.config.redis
+    if shards is not None and not 1 <= shards <= MAX_SHARDS:
+        fail("--shards", f"expected 1 to {MAX_SHARDS} shards, got {shards}")
+    n = redis.shards if shards is None else shards
+    k = hand if hand is not None else min(redis.shard_hand, n) if redis.shards > 1 else min(2, n)
+    if not 1 <= k <= n:
+        fail("--hand", f"expected a hand of 1 to {n} shards (--shards {n}), got {k}")
+    return n, k
 
 
 def _rules_for(scenario: Scenario, given: Path | None, workdir: Path) -> tuple[Path | None, str | None]:
@@ -201,6 +216,13 @@ def simulate_command(
         help="Simulate only this long (30m, 2h) instead of the scenario's duration.")] = None,
     processes: Annotated[int, typer.Option(
         "--processes", "-j", metavar="N", min=0, help="Policies simulated at once; 0: one per CPU.")] = 0,
+    shards: Annotated[Optional[int], typer.Option(
+        "--shards", metavar="N", show_default=False,
+        help="Run the queue as N shards (redis.shards); default: the scenario config's. 1: one queue group.")] = None,
+    hand: Annotated[Optional[int], typer.Option(
+        "--hand", metavar="K", show_default=False,
+        help="Shards a tenant's jobs may go to (redis.shard_hand); default: the config's, or min(2, N) "
+             "when --shards shards an unsharded config.")] = None,
 ) -> None:
     """Replay a scenario under each scheduling policy and compare waits, fairness and alerts."""
     path = scenario_file or DEFAULT_SCENARIO
@@ -210,6 +232,8 @@ def simulate_command(
             scenario = scenario.shortened(parse_duration(duration, "--duration"))
     except ConfigError as exc:
         fail("--duration" if exc.path == "--duration" else "SCENARIO", str(exc).removeprefix("--duration: "))
+    if shards is not None or hand is not None:
+        scenario = scenario.with_shards(*_layout(scenario, shards, hand))
     chosen = scenario.run_names(check_policies(policy or scenario.policies))
     processes = processes or min(os.cpu_count() or 1, len(chosen))
     with tempfile.TemporaryDirectory(prefix="fairctl-simulate-") as tmp:

@@ -166,7 +166,9 @@ class ShardedScheduler:
         applied = self.shard(0).read_applied()
         for index in range(before.serve, shards):
             if applied is not None and self.shard(index).read_applied() is None:
-                self.shard(index).apply(shard_config(applied.config, index), moves=applied.moves)
+                prefix = shard_prefix(self.keys.prefix, index)
+                self.shard(index).apply(replace(applied.config, redis=replace(applied.config.redis, prefix=prefix)),
+                                        moves=applied.moves)
         self._change_layout(str(shards), before)
         return self.layout(fresh=True)
 

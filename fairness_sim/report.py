@@ -335,7 +335,7 @@ def _summary_table(scenario: Scenario, outcome: Outcome) -> str:
             "class served something (1 = fair, 1/n = one tenant takes all; none served: tenants waited and the class "
             "served nothing; -: never two tenants waiting at once).")
     changes = "".join(f"<li>{html.escape(str(change))}</li>" for change in run.config_changes)
-    shown = worker_time_lines(scenario, run) if scenario.reports_worker_time else []
+    shown = (worker_time_lines(scenario, run) if scenario.reports_worker_time else []) + shard_lines(scenario, run)
     worker_time = "".join(f"<p>{html.escape(line)}</p>" for line in shown)
     return (f"<p>{run.jobs_started:,} jobs started of {run.jobs_enqueued:,} enqueued.</p>"
             + ('<p>Config changes (SLOs and weights below: the config in force at the end):</p>'
@@ -381,6 +381,26 @@ def worker_time_lines(scenario: Scenario, run: PolicyRun) -> list[str]:
         lines.append(line)
     lines.append("p99 wait per stream: " + ", ".join(
         f"{name} {'-' if p99 is None else human(p99)}" for name, p99 in run.stream_wait_p99_s.items()))
+    return lines
+
+
+def shard_lines(scenario: Scenario, run: PolicyRun) -> list[str]:
+    """A sharded run's own figures, as the terminal and the report state them: each class's share
+    of the fleet's completions against its weight (the drift, in points), and the flood cost: the
+    service per tenant of the heaviest tenant's shard-mates against the other tenants of its class."""
+    figures = run.shards
+    if figures is None:
+        return []
+    drift = ", ".join(f"{name} {run.classes[name].realised_share:.1%} ({share:.0%}, "
+                      f"{(run.classes[name].realised_share - share) * 100:+.1f} points)"
+                      for name, (_, share) in scenario.class_settings().items())
+    lines = [f"{figures.shards} shards, hands of {figures.hand}; class shares fleet-wide (weight, drift): {drift}"]
+    cost = figures.flood_cost()
+    if cost is not None:
+        percent = cost.percent
+        lines.append(f"flood cost: {cost.tenant}'s {cost.mates:,} shard-mates in {cost.queue} got " + (
+            "-" if percent is None else f"{percent:.0f}%") + f" of the service per tenant of its {cost.others:,} "
+            f"other tenants ({cost.mates_served:,.1f} against {cost.others_served:,.1f} jobs each)")
     return lines
 
 

@@ -293,11 +293,22 @@ class Scenario:
             out.update((c.name, (c, c.weight / config.total_weight)) for c in config.classes)
         return out
 
+    def with_shards(self, shards: int, hand: int) -> Scenario:
+        """The scenario on a sharded queue: ``redis.shards`` and ``redis.shard_hand`` set in its
+        config and in every config change's (so no change reads as re-sharding)."""
+        return dataclasses.replace(self, config=sharded_config(self.config, shards, hand), config_changes=tuple(
+            dataclasses.replace(c, config=sharded_config(c.config, shards, hand)) for c in self.config_changes))
+
     def shortened(self, duration: float) -> Scenario:
         """The first ``duration`` seconds only: the changes after it dropped, and no ``expect``
         (which is about the whole scenario)."""
         return dataclasses.replace(self, duration=duration, expect={},
                                    config_changes=tuple(c for c in self.config_changes if c.at < duration))
+
+
+def sharded_config(config: Config, shards: int, hand: int) -> Config:
+    """``config`` with ``redis.shards`` and ``redis.shard_hand`` set."""
+    return dataclasses.replace(config, redis=dataclasses.replace(config.redis, shards=shards, shard_hand=hand))
 
 
 def run_name(policy: str, charge: str | None) -> str:
@@ -394,6 +405,18 @@ def _stream_job(r: Reader, config: Config) -> tuple[str, str, bool]:
         raise r.error("task", "give exactly one of task (classified by the config's rules) or class")
     if task is not None:
         return task, tier, user_waiting
+    job = class_job(config, queue, tier, user_waiting)
+    if job is None:
+        raise r.error("class", f"no classification rule of the config sends jobs to {queue!r}")
+    return job
+
+
+def class_job(config: Config, queue: str, tier: str | None = None,
+              user_waiting: bool = False) -> tuple[str, str, bool] | None:
+    """The (task, tier, user_waiting) of a job of class ``queue``: the first classification rule's
+    that sends jobs there, so such jobs go through the production classification (and carry that
+    rule's reason); ``tier`` and ``user_waiting`` where the rule names none (None: none sends there)."""
+    tier = tier or config.tenants.default_tier
     for rule in config.classification:
         if rule.queue != queue:
             continue
@@ -401,7 +424,7 @@ def _stream_job(r: Reader, config: Config) -> tuple[str, str, bool]:
                user_waiting if rule.user_waiting is None else rule.user_waiting)
         if classify(config, job[0], tier=job[1], user_waiting=job[2]).queue == queue:
             return job
-    raise r.error("class", f"no classification rule of the config sends jobs to {queue!r}")
+    return None
 
 
 def _stream(value: object, path: str, source: str | None, config: Config, duration: float) -> Stream:

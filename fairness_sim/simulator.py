@@ -40,6 +40,7 @@ from fairness_core.worker import PROMOTE_EVERY_S, REAP_EVERY_S
 
 from .arrivals import Arrival, service_samplers, stream_arrivals
 from .scenario import Backlog, ConfigChange, Scenario, Stream, run_name, run_parts
+from .shards import ShardedModel, ShardFigures, shard_figures
 from .worktime import WorkerTime, WorkerTimeResult
 
 Observer = Callable[[int, Snapshot], None]
@@ -120,6 +121,7 @@ class PolicyRun:
     charge: str | None = None  # the charge basis the scenario ran this policy under (None: the config's)
     worker_time: WorkerTimeResult | None = None
     stream_wait_p99_s: dict[str, float | None] = field(default_factory=dict)  # per stream name, first leases
+    shards: ShardFigures | None = None  # a sharded queue's figures (None: one queue group)
 
     @property
     def name(self) -> str:
@@ -173,7 +175,9 @@ class Simulation:
         self.run_name = policy
         self.policy, self.charge = run_parts(policy)
         self.config = scenario_config(scenario, policy)
-        self.model = Model(self.config)
+        # redis.shards > 1: the sharded queue, each shard this same model (see fairness_sim.shards)
+        self.model: Model | ShardedModel = (ShardedModel(self.config, seed=scenario.seed)
+                                             if self.config.redis.shards > 1 else Model(self.config))
         self.observe = observe
         self.progress = progress
         self.reconfigure = reconfigure
@@ -425,6 +429,7 @@ class Simulation:
             config_changes=tuple(self._applied), worker_time=self.worker_time.result(weights),
             stream_wait_p99_s={name: _percentile(sorted(w), 0.99) / 1000.0 if w else None
                                for name, w in stream_waits.items()},
+            shards=shard_figures(self.model) if isinstance(self.model, ShardedModel) else None,
         )
 
 

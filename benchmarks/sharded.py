@@ -1,0 +1,448 @@
+"""The sharded queue (``redis.shards`` 6, ``redis.shard_hand`` 2) on loopback Redis Clusters of 1, 2
+and 3 masters, driven by the same number of client processes, each with its own ShardedScheduler.
+
+- **Throughput**, enqueue and pop+ack measured separately: first every client submits its jobs one
+  per call (``submit``: the hand's two shards read, then the enqueue script), all of jobs:medium
+  over 10 tenants of its own, then every client pops and acks them one per call (``ack_and_pop``,
+  the ack riding with the next pop). The three clusters run side by side and are measured in turns (1, 2, 3
+  masters, 1, 2, 3, ...), the median of each reported with its ratio to 1 master. Over each phase,
+  the CPU time of the redis-servers and of the clients is read from ``/proc/<pid>/stat`` (utime +
+  stime), and the machine's from ``/proc/stat``: the cores each side used, so the limit shows.
+- **Drift**, on the 3-master cluster: a backlog in every class (the same number of tenants in each,
+  all of the default tier, each with more jobs than it can be served), then the clients pop and ack
+  part of it; the realised class shares fleet-wide against the weights, and each tenant's jobs
+  against its fair share (its class's jobs over the class's tenants), min and max.
+
+The config is the example one with ``arrival_budget`` and ``reserved_slots`` removed (a budget
+demotes a class's jobs past its budget, which a throughput or share measurement must not do).
+
+``redis-cli --cluster create`` refuses fewer than 3 masters, so the clusters here are made with
+``CLUSTER ADDSLOTSRANGE`` (the slots split evenly, as ``--cluster create`` does) and ``CLUSTER MEET``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+import yaml
+from redis.crc import key_slot
+
+from fairness_core import parse_config, redis_client
+from fairness_core.config import Config
+from fairness_core.jobs import Lease
+from fairness_core.keys import Keys
+from fairness_core.sharded import ShardedScheduler
+from fairness_core.sharding import shard_prefix
+from fairness_stack.servers import RedisClusterServers, wait_until
+
+from .harness import log
+from .load import payload
+
+EXAMPLE_CONFIG = Path(__file__).resolve().parent.parent / "fairness_core" / "examples" / "fairness.yaml"
+SHARDS, HAND = 6, 2
+PREFIX = "sharded"
+MASTERS = (1, 2, 3)
+TASKS = {"jobs:high": "password_reset", "jobs:medium": "sync_contacts", "jobs:low": "newsletter"}
+SLOTS = 16384
+# The throughput phases use one class, as benchmarks/throughput.py does: with several, the class that
+# empties first is still chosen for as long as a client's view of the shards is stale (VIEW_TTL_S),
+# and those pops, tried on shards that no longer have its work, would be measured as well.
+THROUGHPUT_TASK = "sync_contacts"  # jobs:medium
+TENANTS_PER_CLIENT = 10
+
+
+@dataclass(frozen=True)
+class Sizes:
+    clients: int  # client processes per cluster (the same for every cluster)
+    jobs: int  # jobs each client enqueues, then pops and acks, per round
+    repeats: int  # rounds (each cluster measured once per round, in turns)
+    tenants: int  # tenants per class in the drift backlog ...
+    backlog: int  # ... each with this many jobs queued
+    drift_pops: int  # jobs each client pops and acks from that backlog
+
+
+FULL = Sizes(clients=4, jobs=2_500, repeats=5, tenants=20, backlog=400, drift_pops=2_000)
+QUICK = Sizes(clients=4, jobs=1_000, repeats=3, tenants=10, backlog=200, drift_pops=500)
+SMOKE = Sizes(clients=2, jobs=40, repeats=1, tenants=3, backlog=30, drift_pops=20)
+PRESETS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
+
+
+# ---------------------------------------------------------------------- clusters and config
+
+
+class LoopbackCluster(RedisClusterServers):
+    """A loopback Redis Cluster of any number of masters, no replicas: each node takes an even
+    share of the slots (CLUSTER ADDSLOTSRANGE), then the first meets the others."""
+
+    def start(self, timeout: float = 60.0) -> "LoopbackCluster":
+        try:
+            for node in self.nodes:
+                node.start()
+            n = len(self.nodes)
+            for k, node in enumerate(self.nodes):
+                with redis.Redis(port=node.port) as conn:
+                    conn.execute_command("CLUSTER", "ADDSLOTSRANGE", k * SLOTS // n, (k + 1) * SLOTS // n - 1)
+            with redis.Redis(port=self.nodes[0].port) as conn:
+                for node in self.nodes[1:]:
+                    bus = node.extra_args[node.extra_args.index("--cluster-port") + 1]
+                    conn.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, bus)
+            if not wait_until(lambda: all(self._cluster_ok(node) for node in self.nodes), timeout, every=0.1):
+                raise RuntimeError(f"the cluster was not ok on every node within {timeout:.0f}s")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def pids(self) -> list[int]:
+        return [node.process.pid for node in self.nodes if node.process is not None]
+
+    def shards_per_master(self, prefix: str, shards: int) -> list[int]:
+        """How many of the group's shards each master holds (by its slot ranges)."""
+        with redis.Redis(port=self.nodes[0].port) as conn:
+            ranges = conn.execute_command("CLUSTER", "SLOTS")
+        ports = sorted(node.port for node in self.nodes)
+        held = Counter()
+        for i in range(shards):
+            slot = key_slot(Keys(shard_prefix(prefix, i)).base.encode())
+            held.update(int(master[1]) for start, end, master, *_ in ranges if start <= slot <= end)
+        return [held[port] for port in ports]
+
+
+def bench_config(url: str, prefix: str = PREFIX, shards: int = SHARDS, hand: int = HAND) -> Config:
+    """The example config on ``url``, sharded, without arrival budgets or reserved slots."""
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    data["redis"].update(url=url, prefix=prefix, shards=shards, shard_hand=hand)
+    for cls in data["classes"]:
+        cls.pop("arrival_budget", None)
+        cls.pop("reserved_slots", None)
+    return parse_config(data)
+
+
+# ---------------------------------------------------------------------- CPU accounting
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of a process, in clock ticks (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5), counted after the name
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of the whole machine, all cores."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+@dataclass
+class CpuSpan:
+    """CPU used by the redis-servers, the clients and the whole machine over a span of wall time."""
+
+    servers: list[int]
+    clients: list[int]
+    _start: tuple[float, int, int, tuple[int, int]] = field(default=(0.0, 0, 0, (0, 0)))
+    cores: dict[str, float] = field(default_factory=dict)
+
+    def begin(self) -> None:
+        self._start = (time.monotonic(), sum(map(cpu_ticks, self.servers)), sum(map(cpu_ticks, self.clients)),
+                       machine_ticks())
+
+    def end(self) -> dict[str, float]:
+        wall0, servers0, clients0, (busy0, _) = self._start
+        wall = time.monotonic() - wall0
+        hz = os.sysconf("SC_CLK_TCK")
+        busy1, _ = machine_ticks()
+        servers = (sum(map(cpu_ticks, self.servers)) - servers0) / hz / wall
+        clients = (sum(map(cpu_ticks, self.clients)) - clients0) / hz / wall
+        machine = (busy1 - busy0) / hz / wall
+        self.cores = {"servers": servers, "clients": clients, "machine": machine,
+                      "other": max(0.0, machine - servers - clients)}
+        return self.cores
+
+
+# ---------------------------------------------------------------------- client processes
+
+
+def _client(url: str, index: int, conn: Any, barrier: Any) -> None:
+    """One client process: its own ShardedScheduler, running the phases the parent sends."""
+    sched = ShardedScheduler(bench_config(url), redis_client(url), seed=index)
+    serial = 0
+    while True:
+        command, arg = conn.recv()
+        if command == "stop":
+            return
+        if command == "reset":  # a fresh ShardedScheduler: no view, no class account
+            sched = ShardedScheduler(bench_config(url), redis_client(url), seed=index)
+            conn.send((0.0, 0.0, 0, None))
+        elif command == "enqueue":  # ``arg`` jobs of jobs:medium, one per call, over this client's tenants
+            jobs = [(THROUGHPUT_TASK, f"c{index}-t{n % TENANTS_PER_CLIENT}") for n in range(arg)]
+            barrier.wait()
+            started = time.perf_counter()
+            for task, tenant in jobs:
+                sched.submit(task, tenant, payload(serial))
+                serial += 1
+            conn.send((started, time.perf_counter(), len(jobs), None))
+        elif command == "drain":  # pop and ack up to ``arg`` jobs, one per call
+            barrier.wait()
+            started = time.perf_counter()
+            done = _pop_ack(sched, arg)
+            conn.send((started, time.perf_counter(), sum(done.values()), None))
+        elif command == "backlog":  # ``arg``: (tenants this client loads, jobs each), submit_many by tenant
+            tenants, per = arg
+            for queue, tenant in tenants:
+                sched.submit_many(TASKS[queue], tenant, [payload(n) for n in range(per)])
+            conn.send((0.0, 0.0, len(tenants) * per, None))
+        elif command == "shares":  # pop and ack ``arg`` jobs; report them by (class, tenant)
+            barrier.wait()
+            started = time.perf_counter()
+            done = _pop_ack(sched, arg)
+            conn.send((started, time.perf_counter(), sum(done.values()), dict(done)))
+
+
+def _pop_ack(sched: ShardedScheduler, jobs: int) -> Counter[tuple[str, str]]:
+    """Pop and ack up to ``jobs`` jobs one per call, each ack riding with the next pop; stops early
+    only when a pop finds nothing twice with a fresh view of the shards."""
+    done: Counter[tuple[str, str]] = Counter()
+    leases: list[Lease] = []
+    empty = 0
+    while sum(done.values()) < jobs:
+        leases = sched.ack_and_pop(leases, 1).leases
+        if not leases:
+            empty += 1
+            if empty >= 2:
+                break
+            sched.loads(fresh=True)
+            continue
+        empty = 0
+        for lease in leases:
+            done[(lease.queue, lease.tenant)] += 1
+    for lease in leases:
+        sched.ack(lease)
+    return done
+
+
+class Fleet:
+    """``clients`` client processes on one cluster, started once and driven phase by phase."""
+
+    def __init__(self, cluster: LoopbackCluster, clients: int) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.cluster = cluster
+        self.barrier = ctx.Barrier(clients + 1)
+        self.pipes, self.processes = [], []
+        for i in range(clients):
+            parent, child = ctx.Pipe()
+            process = ctx.Process(target=_client, args=(cluster.url, i, child, self.barrier), daemon=True)
+            process.start()
+            self.pipes.append(parent)
+            self.processes.append(process)
+
+    def run(self, command: str, args: list[Any], *, timed: bool = True) -> tuple[list[Any], dict[str, float]]:
+        """Send each client its phase, start them together, and return their replies and the cores
+        each side used over the phase."""
+        for pipe, arg in zip(self.pipes, args):
+            pipe.send((command, arg))
+        span = CpuSpan(self.cluster.pids(), [p.pid for p in self.processes if p.pid is not None])
+        if timed:
+            self.barrier.wait()
+        span.begin()
+        replies = [pipe.recv() for pipe in self.pipes]
+        return replies, span.end()
+
+    def close(self) -> None:
+        for pipe, process in zip(self.pipes, self.processes):
+            try:
+                pipe.send(("stop", None))
+            except OSError:
+                pass
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+def aggregate_rate(replies: list[Any]) -> float:
+    """Jobs per second of the whole fleet: every client's jobs over the span from the first start
+    to the last finish."""
+    started = min(r[0] for r in replies)
+    finished = max(r[1] for r in replies)
+    return sum(r[2] for r in replies) / (finished - started)
+
+
+# ---------------------------------------------------------------------- the measurements
+
+
+@dataclass
+class Throughput:
+    masters: int
+    shards_per_master: list[int]
+    enqueue: list[float] = field(default_factory=list)
+    drain: list[float] = field(default_factory=list)
+    enqueue_cores: list[dict[str, float]] = field(default_factory=list)
+    drain_cores: list[dict[str, float]] = field(default_factory=list)
+
+
+@dataclass
+class Drift:
+    weights: dict[str, float]  # normalised
+    shares: dict[str, float]  # realised, fleet-wide
+    tenant_min: float  # a tenant's jobs / its fair share, lowest ...
+    tenant_max: float  # ... and highest, over every tenant of every class
+    per_class: dict[str, tuple[float, float]]  # the same, per class
+    jobs: int
+    still_backlogged: bool  # every tenant still had jobs queued at the end
+
+
+def median_cores(spans: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(s[k] for s in spans) for k in spans[0]}
+
+
+def measure_throughput(fleets: dict[int, Fleet], sizes: Sizes) -> dict[int, Throughput]:
+    results = {m: Throughput(m, fleet.cluster.shards_per_master(PREFIX, SHARDS)) for m, fleet in fleets.items()}
+    for masters, fleet in fleets.items():  # warm-up, not counted: the function libraries load, connections open
+        log(f"sharded: warm-up, {masters} master(s)")
+        warm = max(10, sizes.jobs // 10)
+        fleet.run("enqueue", [warm] * sizes.clients)
+        fleet.run("drain", [warm] * sizes.clients)
+    for round_ in range(sizes.repeats):
+        for masters, fleet in fleets.items():
+            log(f"sharded: round {round_ + 1}/{sizes.repeats}, {masters} master(s): enqueue, then pop+ack")
+            result = results[masters]
+            replies, cores = fleet.run("enqueue", [sizes.jobs] * sizes.clients)
+            result.enqueue.append(aggregate_rate(replies))
+            result.enqueue_cores.append(cores)
+            replies, cores = fleet.run("drain", [sizes.jobs] * sizes.clients)
+            result.drain.append(aggregate_rate(replies))
+            result.drain_cores.append(cores)
+    return results
+
+
+def measure_drift(fleet: Fleet, sizes: Sizes) -> Drift:
+    config = bench_config(fleet.cluster.url)
+    sched = ShardedScheduler(config, redis_client(fleet.cluster.url))
+    tenants = [(queue, f"{queue.split(':')[1]}-{n}") for queue in TASKS for n in range(sizes.tenants)]
+    log(f"sharded: drift, loading {len(tenants) * sizes.backlog:,} jobs for {len(tenants)} tenants")
+    parts = [tenants[i::sizes.clients] for i in range(sizes.clients)]
+    fleet.run("backlog", [(part, sizes.backlog) for part in parts], timed=False)
+    # Fresh schedulers: a client's class account from the throughput phases (where the class ran dry
+    # while its view was stale) would otherwise be paid back as a burst of that class here.
+    fleet.run("reset", [None] * sizes.clients, timed=False)
+    log(f"sharded: drift, {sizes.clients} clients pop and ack {sizes.clients * sizes.drift_pops:,} jobs")
+    replies, _ = fleet.run("shares", [sizes.drift_pops] * sizes.clients)
+    done: Counter[tuple[str, str]] = Counter()
+    for reply in replies:
+        done.update(reply[3])
+    total = sum(done.values())
+    weight = {c.name: float(c.weight) for c in config.classes}
+    weights = {c: w / sum(weight.values()) for c, w in weight.items()}
+    by_class = Counter()
+    for (queue, _), n in done.items():
+        by_class[queue] += n
+    shares = {c: by_class[c] / total for c in weights}
+    per_class = {}
+    ratios = []
+    for queue in TASKS:
+        names = [t for q, t in tenants if q == queue]
+        fair = by_class[queue] / len(names)
+        got = [done[(queue, t)] / fair for t in names] if fair else [0.0]
+        per_class[queue] = (min(got), max(got))
+        ratios += got
+    loads = sched.loads(fresh=True)
+    backlogged = True
+    for queue, tenant in tenants:
+        held = 0
+        for i in range(len(loads)):
+            held += int(sched.client.zscore(sched.shard(i).keys.class_key(queue, "backlog"), tenant) or 0)
+        backlogged &= held > 0
+    return Drift(weights, shares, min(ratios), max(ratios), per_class, total, backlogged)
+
+
+# ---------------------------------------------------------------------- the report
+
+
+def section(sizes: Sizes, results: dict[int, Throughput], drift: Drift, elapsed_s: float) -> str:
+    one = results[1]
+    base_enq, base_drain = statistics.median(one.enqueue), statistics.median(one.drain)
+    lines = [
+        f"Measured by `python -m benchmarks --sharded --preset ...` on {time.strftime('%Y-%m-%d %H:%M %Z')} in "
+        f"{elapsed_s / 60:.1f} minutes: one logical queue of {SHARDS} shards (shard_hand {HAND}), "
+        f"{sizes.clients} client processes on each cluster, each with its own ShardedScheduler; "
+        f"{sizes.clients} x {sizes.jobs:,} jobs per phase, median of {sizes.repeats} rounds taken in turns "
+        f"(1, 2, 3 masters, 1, 2, 3, ...). Load average {os.getloadavg()[0]:.2f} at the end.",
+        "",
+        "| masters | shards per master | enqueue (one job per call) | ratio to 1 master | pop+ack (one job per call) "
+        "| ratio to 1 master | cores used in pop+ack: redis-servers / clients / other | cores used in enqueue: "
+        "redis-servers / clients / other |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for masters, r in sorted(results.items()):
+        enq, drain = statistics.median(r.enqueue), statistics.median(r.drain)
+        dc, ec = median_cores(r.drain_cores), median_cores(r.enqueue_cores)
+        lines.append(
+            f"| {masters} | {'-'.join(map(str, r.shards_per_master))} | {enq:,.0f} jobs/s | {enq / base_enq:.2f} "
+            f"| {drain:,.0f} jobs/s | {drain / base_drain:.2f} "
+            f"| {dc['servers']:.2f} / {dc['clients']:.2f} / {dc['other']:.2f} "
+            f"| {ec['servers']:.2f} / {ec['clients']:.2f} / {ec['other']:.2f} |")
+    lines += [
+        "",
+        f"Drift on the 3-master cluster: {sizes.tenants} tenants per class (default tier), {sizes.backlog} jobs "
+        f"each queued, {drift.jobs:,} popped and acked one per call by the {sizes.clients} clients; every tenant "
+        f"still had jobs queued at the end: {'yes' if drift.still_backlogged else '**no**'}.",
+        "",
+        "| class | weight share | realised share | realised / weight | tenant share / fair share, min | max |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for queue, w in drift.weights.items():
+        low, high = drift.per_class[queue]
+        lines.append(f"| {queue} | {w:.3f} | {drift.shares[queue]:.3f} | {drift.shares[queue] / w:.2f} "
+                     f"| {low:.2f} | {high:.2f} |")
+    lines.append(f"| all tenants | | | | {drift.tenant_min:.2f} | {drift.tenant_max:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def run(sizes: Sizes) -> str:
+    """Start the three clusters and their fleets, measure, and return the Markdown section."""
+    started = time.monotonic()
+    with ExitStack() as stack:
+        fleets: dict[int, Fleet] = {}
+        for masters in MASTERS:
+            log(f"sharded: starting a loopback cluster of {masters} master(s) and {sizes.clients} clients")
+            cluster = stack.enter_context(LoopbackCluster(masters))
+            fleet = Fleet(cluster, sizes.clients)
+            stack.callback(fleet.close)
+            fleets[masters] = fleet
+        results = measure_throughput(fleets, sizes)
+        drift = measure_drift(fleets[3], sizes)
+    return section(sizes, results, drift, time.monotonic() - started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sharded", description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    parser.add_argument("--out", type=Path, help="write the Markdown section here (default: stdout)")
+    args = parser.parse_args(argv)
+    text = run(PRESETS[args.preset])
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""The simulator's sharded queue: N shards, each the reference model, behind one queue.
+
+Why a module of its own: with ``redis.shards`` N > 1 a queue group is N queue groups that
+:class:`fairness_core.sharded.ShardedScheduler` makes one queue (enqueue to a shard of the tenant's
+hand, pop choosing the class fleet-wide, then a shard). The question a simulation of it answers is
+whether those rules keep what one group keeps: each class's share against its weight, fleet-wide,
+and each tenant's fair service even beside a flooder on the same shard. So each shard here is the
+simulator's own per-group model (:class:`~fairness_core.model.Model`, checked against the Lua), the
+hands are :func:`fairness_core.sharding.hand`'s, and the pops are chosen by ShardedScheduler's own
+code (its class and shard choices, run over the models' backlogs instead of Redis reads): nothing
+about the sharded queue is written twice.
+
+:class:`ShardedModel` has the model's operations the simulator uses, so a
+:class:`~fairness_sim.simulator.Simulation` runs on it as on one model; :func:`predict` drains a
+static backlog through it (what a live measurement of a sharded queue is compared against).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fairness_core.classification import classify
+from fairness_core.config import Config
+from fairness_core.config_store import NO_MOVES, Moves
+from fairness_core.jobs import SEP, Lease, Record, check_tier
+from fairness_core.model import Model
+from fairness_core.sharded import ShardedScheduler, ShardLoad, shard_config
+from fairness_core.sharding import hand
+from fairness_core.snapshot import ClassSnapshot, Snapshot, UnconfiguredClass
+
+from .scenario import class_job, sharded_config
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A class's queued tenants over every shard (what the simulator reads of ``Model.classes``)."""
+
+    queues: dict[str, Any]
+
+
+class _Router(ShardedScheduler):
+    """ShardedScheduler's pop choices (class fleet-wide, then shard) over the shards' models: its
+    view is read from the models, fresh at every pop, and no Redis client is ever used."""
+
+    def __init__(self, config: Config, models: Sequence[Model], seed: int) -> None:
+        super().__init__(config, None, seed=seed)
+        self.models = models
+
+    def shard(self, index: int) -> Any:  # the shard's model: the config and moves a choice reads
+        return self.models[index]
+
+    def loads(self, *, fresh: bool = False) -> list[ShardLoad]:
+        return [ShardLoad(depth={c: m.stats.get(f"depth{SEP}{c}", 0) for c in m.names},
+                          tenants={c: len(m.classes[c].backlog) for c in m.names if c in m.classes},
+                          paused=frozenset(m.paused)) for m in self.models]
+
+
+class ShardedModel:
+    """N shards' models as one queue, with the operations of :class:`Model` the simulator uses.
+    Job ids are one sequence over the shards (each job's shard is remembered by id); a tenant's
+    jobs go to a shard of its hand by the enqueue rule; each pop is ShardedScheduler's choice."""
+
+    def __init__(self, config: Config, *, seed: int = 0) -> None:
+        self.shards = config.redis.shards
+        self.hand_size = min(config.redis.shard_hand, self.shards)
+        self.models = [Model(shard_config(config, i)) for i in range(self.shards)]
+        self.router = _Router(config, self.models, seed)
+        self.seq = 0
+        self._shard_of = array("H", [0])  # job id -> shard (ids start at 1)
+        self.enqueued: Counter[tuple[str, str]] = Counter()  # (class, tenant) -> jobs queued
+        self.served: Counter[tuple[str, str]] = Counter()  # (class, tenant) -> jobs acked
+
+    def hand(self, tenant: str) -> tuple[int, ...]:
+        return hand(tenant, self.shards, self.hand_size)
+
+    def shard_for(self, queue: str, tenant: str) -> int:
+        """ShardedScheduler.shard_for's rule: of the tenant's hand, the shard holding its queued
+        jobs of the class, else the one whose class is least backlogged (first in the hand on ties)."""
+        dealt = self.hand(tenant)
+        for i in dealt:
+            if self.models[i].classes.get(queue) is not None and self.models[i].classes[queue].backlog.score(tenant):
+                return i
+        return min(dealt, key=lambda i: (self.models[i].stats.get(f"depth{SEP}{queue}", 0), dealt.index(i)))
+
+    def submit_many(self, now: int, task: str, tenant: str, count: int, payload: Any = None, *,
+                    tier: str | None = None, user_waiting: bool = False) -> list[tuple[str, str, int]]:
+        config = self.models[0].config
+        queue = classify(config, task, tier=check_tier(tier, config), user_waiting=user_waiting).queue
+        index = self.shard_for(queue, tenant)
+        model = self.models[index]
+        model.seq = self.seq
+        runs: list[tuple[str, str, int]] = []
+        try:
+            runs = model.submit_many(now, task, tenant, count, payload, tier=tier, user_waiting=user_waiting)
+            return runs
+        finally:  # the jobs before a refusal were queued too (in the class asked for, as counted here)
+            added = model.seq - self.seq
+            self.seq = model.seq
+            self._shard_of.extend(array("H", [index]) * added)
+            for ran, _, n in runs or [(queue, "", added)]:
+                self.enqueued[ran, tenant] += n
+
+    def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Record]:
+        """Up to ``max_jobs`` jobs of one class from one shard, chosen as ShardedScheduler chooses."""
+        for index, queue in self.router._choices(classes):
+            got = self.models[index].pop_entries(now, max_jobs, classes=classes if queue is None else [queue])
+            if got:
+                self.router._count(got)  # type: ignore[arg-type]  # a record has the lease's queue
+                return got
+        return []
+
+    def _model(self, lease: Lease) -> Model:
+        return self.models[self._shard_of[int(lease.job_id)]]
+
+    def ack(self, now: int, lease: Lease, *, runtime: float | None = None) -> bool:
+        done = self._model(lease).ack(now, lease, runtime=runtime)
+        if done:
+            self.served[lease.queue, lease.tenant] += 1
+        return done
+
+    def extend(self, now: int, lease: Lease) -> bool:
+        return self._model(lease).extend(now, lease)
+
+    def reap(self, now: int, limit: int = 1000) -> int:
+        return sum(m.reap(now, limit) for m in self.models)
+
+    def promote_overdue(self, now: int, limit: int = 1000) -> int:
+        return sum(m.promote_overdue(now, limit) for m in self.models)
+
+    def move(self, now: int, limit: int = 1000) -> int:
+        return sum(m.move(now, limit) for m in self.models)
+
+    def register_worker(self, now: int, worker_id: str, slots: int, ttl: float) -> None:
+        """On every shard, as a worker of a sharded group registers."""
+        for m in self.models:
+            m.register_worker(now, worker_id, slots, ttl)
+
+    def apply(self, now: int, config: Config, *, moves: Moves | Mapping[str, str] = NO_MOVES) -> None:
+        for i, m in enumerate(self.models):
+            m.apply(now, shard_config(config, i), moves=moves)
+
+    @property
+    def classes(self) -> dict[str, Waiting]:
+        out: dict[str, Waiting] = {}
+        for m in self.models:
+            for name, cls in m.classes.items():
+                out.setdefault(name, Waiting({})).queues.update(cls.queues)
+        return out
+
+    def snapshot(self, now: int) -> Snapshot:
+        return merged_snapshot([m.snapshot(now) for m in self.models])
+
+
+# ------------------------------------------------------------------ one snapshot for the fleet
+
+
+def _summed(pairs: Iterable[Iterable[tuple[str, float]]], keep: int) -> tuple[tuple[str, Any], ...]:
+    total: Counter[str] = Counter()
+    for part in pairs:
+        for tenant, n in part:
+            total[tenant] += n
+    return tuple(sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[:keep])
+
+
+def _merged_class(parts: Sequence[ClassSnapshot]) -> ClassSnapshot:
+    """One class over the shards: counts summed, ages the oldest, tenant lists merged; the
+    fairness index is the shards' mean weighted by their service (each shard's is exact for it)."""
+    served = sum(p.processed_window for p in parts)
+    top = _summed((p.top_processed for p in parts), max(len(p.top_processed) for p in parts))
+    keep = max(len(p.oldest_tenants) for p in parts)
+
+    def total(field: str) -> Any:
+        return sum(getattr(p, field) for p in parts)
+
+    def counts(field: str) -> dict[str, int]:
+        return dict(sum((Counter(getattr(p, field)) for p in parts), Counter()))
+
+    return dataclasses.replace(
+        parts[0], depth=total("depth"), inflight=total("inflight"), delayed=total("delayed"),
+        paused=any(p.paused for p in parts), oldest_age=max(p.oldest_age for p in parts),
+        active_tenants=total("active_tenants"), counters=counts("counters"), enqueued=counts("enqueued"),
+        wait_buckets=tuple(map(sum, zip(*(p.wait_buckets for p in parts)))), wait_sum=total("wait_sum"),
+        wait_count=total("wait_count"),
+        top_backlog=_summed((p.top_backlog for p in parts), max(len(p.top_backlog) for p in parts)),
+        top_inflight=_summed((p.top_inflight for p in parts), max(len(p.top_inflight) for p in parts)),
+        noisy_tenants=tuple(dict.fromkeys(t for p in parts for t in p.noisy_tenants)),
+        quiet_oldest_age=max(p.quiet_oldest_age for p in parts),
+        oldest_tenants=tuple(sorted((t for p in parts for t in p.oldest_tenants), key=lambda ta: -ta[1])[:keep]),
+        processed_window=served, top_processed=top,
+        tenant_shares=tuple((t, min(1.0, n / served)) for t, n in top) if served > 0 else (),
+        fairness_index=(sum(p.fairness_index * p.processed_window for p in parts) / served if served > 0
+                        else min(p.fairness_index for p in parts)),
+    )
+
+
+def merged_snapshot(snapshots: Sequence[Snapshot]) -> Snapshot:
+    """The shards' snapshots as one queue's, as a scrape of the whole fleet would see it (every
+    shard counts the fleet's worker slots, so those are one shard's)."""
+    first = snapshots[0]
+    classes = {name: _merged_class([s.classes[name] for s in snapshots]) for name in first.classes}
+    served = sum(c.processed_window for c in classes.values())
+    shares = _summed((((t, n / served) for t, n in c.top_processed) for c in classes.values()),
+                     len(first.tenant_shares) or 1) if served else ()
+    unconfigured: dict[str, UnconfiguredClass] = {}
+    for s in snapshots:
+        for name, u in s.unconfigured.items():
+            seen = unconfigured.get(name)
+            unconfigured[name] = u if seen is None else UnconfiguredClass(
+                name, seen.depth + u.depth, seen.inflight + u.inflight, seen.delayed + u.delayed,
+                max(seen.oldest_age, u.oldest_age))
+    return Snapshot(time=first.time, classes=classes, dead_letters=sum(s.dead_letters for s in snapshots),
+                    worker_slots=first.worker_slots, tenant_shares=shares, unconfigured=unconfigured)
+
+
+# ------------------------------------------------------------------ figures
+
+
+@dataclass(frozen=True)
+class FloodCost:
+    """The flooder's (the heaviest tenant's) cost to the tenants that share a shard with it: their
+    mean service per tenant in its class against the other tenants' of the class."""
+
+    tenant: str
+    queue: str
+    mates: int  # tenants of the class whose hands share a shard with the flooder's
+    others: int
+    mates_served: float  # jobs served per tenant
+    others_served: float
+
+    @property
+    def percent(self) -> float | None:
+        """The mates' service per tenant as a percentage of the others' (None: nothing to compare)."""
+        if not self.mates or not self.others or self.others_served <= 0:
+            return None
+        return 100.0 * self.mates_served / self.others_served
+
+
+@dataclass(frozen=True)
+class ShardFigures:
+    """A sharded run's own figures: the layout, and what each (class, tenant) queued and was served."""
+
+    shards: int
+    hand: int
+    enqueued: Mapping[tuple[str, str], int]
+    served: Mapping[tuple[str, str], int]
+
+    def flood_cost(self) -> FloodCost | None:
+        """The heaviest tenant's (most jobs queued) flood cost in its heaviest class (None: no jobs)."""
+        if not self.enqueued:
+            return None
+        (queue, flooder), _ = max(self.enqueued.items(), key=lambda kv: (kv[1], kv[0]))
+        flooded = set(hand(flooder, self.shards, self.hand))
+        tenants = sorted({t for (q, t) in self.enqueued if q == queue and t != flooder})
+        mates = [t for t in tenants if flooded.intersection(hand(t, self.shards, self.hand))]
+        others = [t for t in tenants if t not in set(mates)]
+
+        def mean(group: Sequence[str]) -> float:
+            return sum(self.served.get((queue, t), 0) for t in group) / len(group) if group else math.nan
+
+        return FloodCost(flooder, queue, len(mates), len(others), mean(mates), mean(others))
+
+    def figures(self) -> dict[str, Any]:
+        """For ``--json``."""
+        cost = self.flood_cost()
+        return {"shards": self.shards, "hand": self.hand,
+                "flood_cost": None if cost is None else {
+                    "tenant": cost.tenant, "class": cost.queue, "mates": cost.mates, "others": cost.others,
+                    "mates_served_per_tenant": cost.mates_served, "others_served_per_tenant": cost.others_served,
+                    "percent": cost.percent}}
+
+
+def shard_figures(model: ShardedModel) -> ShardFigures:
+    return ShardFigures(model.shards, model.hand_size, dict(model.enqueued), dict(model.served))
+
+
+# ------------------------------------------------------------------ a static backlog drained
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Jobs served per class and per (class, tenant) by a number of pops."""
+
+    classes: dict[str, int]
+    tenants: dict[tuple[str, str], int]
+    figures: ShardFigures
+
+    def shares(self) -> dict[str, float]:
+        total = sum(self.classes.values())
+        return {c: n / total if total else 0.0 for c, n in self.classes.items()}
+
+
+def predict(backlogs: Sequence[tuple[str, str, int]], shards: int, hand_size: int, config: Config, pops: int,
+            *, seed: int = 0) -> Prediction:
+    """Queue each (class, tenant, count) backlog in order on ``shards`` shards with hands of
+    ``hand_size`` under ``config``'s policy, then pop (and at once ack) ``pops`` jobs one at a time,
+    a millisecond apart: the jobs served per class and per tenant, as a live sharded queue drained
+    by one worker slot would serve them."""
+    model = ShardedModel(sharded_config(config, shards, hand_size), seed=seed)
+    for queue, tenant, count in backlogs:
+        task, tier, user_waiting = class_job(model.models[0].config, queue)
+        model.submit_many(0, task, tenant, count, tier=tier, user_waiting=user_waiting)
+    names = model.models[0].settings.names
+    for now in range(1, pops + 1):
+        got = model.pop_entries(now)
+        if not got:
+            break
+        model.ack(now, got[0].lease(names))
+    served: Counter[str] = Counter()
+    for (queue, _), n in model.served.items():
+        served[queue] += n
+    return Prediction({c: served[c] for c in config.class_names}, dict(model.served), shard_figures(model))

@@ -1,0 +1,267 @@
+"""One logical queue sharded over N queue groups: the tenants' hands, where jobs go, that class
+weights hold fleet-wide and tenants share alike on a real 3-master Redis Cluster, and that
+re-sharding under load loses and repeats no job."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from redis.crc import key_slot
+
+from fairness_core import ConfigError, InvalidJob, Lease, parse_config, redis_client
+from fairness_core.config_dump import config_to_data
+from fairness_core.sharded import JOB_SEP, ShardedScheduler, split_job_id
+from fairness_core.sharding import hand, shard_prefix
+from fairness_stack.servers import RedisClusterServers, RedisServer
+
+from .conftest import make_config
+from .support import run_fairctl, write_config
+
+WEIGHTS = {"jobs:high": 70, "jobs:medium": 20, "jobs:low": 10}
+TASKS = {"jobs:high": "password_reset", "jobs:medium": "invoice", "jobs:low": "newsletter"}
+# The example classes without arrival budgets (which demote a burst of urgent jobs) or reserved
+# slots: these tests measure the shares the weights alone give.
+PLAIN_CLASSES = [{"name": name, "weight": weight, "max_age": "1h"} for name, weight in WEIGHTS.items()]
+
+
+def sharded(url: str, shards: int = 6, hand_size: int = 2, **sections: Any) -> Any:
+    base = make_config(classes=PLAIN_CLASSES, **sections)
+    data = config_to_data(base)
+    data["redis"].update(url=url, shards=shards, shard_hand=hand_size)
+    return parse_config(data)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisClusterServers]:
+    with RedisClusterServers(3) as servers:
+        yield servers
+
+
+# ---------------------------------------------------------------- hands
+
+
+@given(st.text(min_size=1, max_size=40), st.integers(1, 32), st.data())
+@settings(max_examples=200, deadline=None)
+def test_a_hand_is_stable_distinct_and_within_the_shards(tenant: str, shards: int, data: st.DataObject) -> None:
+    size = data.draw(st.integers(1, shards))
+    dealt = hand(tenant, shards, size)
+    assert len(dealt) == size == len(set(dealt)) and all(0 <= s < shards for s in dealt)
+    assert hand(tenant, shards, size) == dealt
+    assert hand(tenant, shards, 1) == dealt[:1]  # a larger hand only adds shards after the home one
+
+
+def test_growing_6_to_12_rehomes_about_half_the_tenants_and_spreads_them_evenly() -> None:
+    tenants = [f"tenant-{i}" for i in range(12_000)]
+    moved = sum(hand(t, 6, 1) != hand(t, 12, 1) for t in tenants)
+    assert 0.47 < moved / len(tenants) < 0.53  # rendezvous hashing: only to the new shards, 6/12 of them
+    assert all(hand(t, 12, 1)[0] >= 6 for t in tenants if hand(t, 6, 1) != hand(t, 12, 1))
+    homes = collections.Counter(hand(t, 12, 1)[0] for t in tenants)
+    assert len(homes) == 12 and max(homes.values()) < 1.15 * len(tenants) / 12
+
+
+def test_the_config_names_a_bad_shard_count_or_hand() -> None:
+    for redis_section, field in (({"shards": 0}, "redis.shards"), ({"shards": 4, "shard_hand": 5}, "redis.shard_hand"),
+                                 ({"shards": 1000}, "redis.shards")):
+        with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+            make_config(redis={"prefix": "x", **redis_section})
+    config = make_config(redis={"prefix": "x", "shards": 6})
+    assert (config.redis.shards, config.redis.shard_hand) == (6, 2)  # the hand defaults to 2
+    assert config_to_data(config)["redis"]["shards"] == 6
+    assert "shards" not in config_to_data(make_config())["redis"]  # an unsharded group's fingerprint holds
+
+
+# ---------------------------------------------------------------- one Redis
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as started:
+        yield started
+
+
+def test_a_tenant_stays_on_the_hand_shard_that_holds_its_jobs_and_new_ones_avoid_a_flood(server: RedisServer) -> None:
+    queue = ShardedScheduler(sharded(server.url, shards=6, hand_size=2), redis_client(server.url))
+    flooder = "flooder"
+    home, other = hand(flooder, 6, 2)
+    # A flood on the flooder's other hand shard: its first job goes to the emptier home shard, and stays there.
+    queue.shard(other).submit_many("newsletter", "someone-else", [None] * 50)
+    first = queue.submit("newsletter", flooder)
+    assert split_job_id(first.job_id)[0] == home and first.job_id == f"{home}{JOB_SEP}1"
+    queue.shard(home).submit_many("newsletter", "another", [None] * 500)  # now home is the fuller one
+    assert {split_job_id(queue.submit("newsletter", flooder).job_id)[0] for _ in range(5)} == {home}
+    # A tenant without jobs queued goes to the least backlogged shard of its hand.
+    fresh = next(t for t in (f"t{i}" for i in range(1000)) if set(hand(t, 6, 2)) == {home, other})
+    assert split_job_id(queue.submit("newsletter", fresh).job_id)[0] == other
+
+
+def test_leases_carry_their_shard_and_ack_nack_and_extend_reach_it(server: RedisServer) -> None:
+    config = sharded(server.url, shards=3, hand_size=1)
+    queue = ShardedScheduler(config, redis_client(server.url))
+    ids = {queue.enqueue("invoice", f"shop-{i}") for i in range(9)}
+    leases = [lease for _ in range(9) for lease in queue.pop()]
+    assert {lease.job_id for lease in leases} == ids
+    assert {split_job_id(i)[0] for i in ids} == {0, 1, 2}
+    assert all(queue.extend(lease) for lease in leases)
+    assert queue.nack(leases[0], "boom") == "retry"
+    assert all(queue.ack(lease) for lease in leases[1:])
+    done = sum(queue.shard(i).snapshot().classes["jobs:medium"].counters["processed"] for i in range(3))
+    assert done == 8
+    with pytest.raises(InvalidJob, match="job id"):
+        queue.ack(Lease("17", "jobs:medium", "shop-1", "", "invoice", None, 0.0, 1))
+
+
+def test_pause_holds_a_class_on_every_shard(server: RedisServer) -> None:
+    queue = ShardedScheduler(sharded(server.url, shards=4, hand_size=1), redis_client(server.url))
+    for i in range(8):
+        queue.enqueue("newsletter", f"shop-{i}")
+    queue.pause("jobs:low")
+    assert queue.pop(5) == [] and queue.wait_for_work(0.2) is None
+    queue.resume("jobs:low")
+    assert queue.wait_for_work(1.0) == 0.0
+    assert len([lease for _ in range(8) for lease in queue.pop()]) == 8
+
+
+# ---------------------------------------------------------------- a 3-master cluster
+
+
+def test_the_shards_spread_over_the_masters(cluster: RedisClusterServers) -> None:
+    config = sharded(cluster.url, shards=6)
+    client = redis_client(cluster.url)
+    owners = {client.cluster().get_node_from_key(ShardedScheduler(config, client).shard(i).keys.config).port
+              for i in range(6)}
+    assert len(owners) >= 2  # six hash tags over three masters (which ones is the slots' business)
+    assert len({key_slot(("{" + shard_prefix(config.redis.prefix, i) + "}").encode()) for i in range(6)}) == 6
+
+
+def drain(workers: list[ShardedScheduler], pops: int) -> tuple[collections.Counter[str], collections.Counter[tuple[str, str]]]:
+    """``pops`` jobs taken and acked in turn by ``workers``, each as a worker slot would."""
+    classes: collections.Counter[str] = collections.Counter()
+    tenants: collections.Counter[tuple[str, str]] = collections.Counter()
+    held: dict[int, list[Lease]] = {}
+    for n in range(pops):
+        slot = n % len(workers)
+        popped = workers[slot].ack_and_pop(held.get(slot, []))
+        assert all(popped.acked)
+        held[slot] = popped.leases
+        for lease in popped.leases:
+            classes[lease.queue] += 1
+            tenants[(lease.queue, lease.tenant)] += 1
+    return classes, tenants
+
+
+def tenants_homed(shard: int, count: int, shards: int = 6) -> list[str]:
+    """``count`` tenant ids whose home shard (hand of one) is ``shard``."""
+    return [t for t in (f"tenant-{i}" for i in range(100_000)) if hand(t, shards, 1)[0] == shard][:count]
+
+
+def test_class_weights_hold_fleet_wide_and_tenants_share_alike_across_shards(cluster: RedisClusterServers) -> None:
+    """The classes' work on different shards (urgent on 0-2, bulk alone on 3-5) and the tenants
+    spread unevenly (20 urgent ones on shard 0, 5 on each of 1 and 2): each shard serving its own
+    work by the weights would give the bulk class half the fleet and shard 0's tenants a quarter of
+    the others' service. The fleet's shares are the weights within 2 points, and every urgent
+    tenant gets about the same service."""
+    config = sharded(cluster.url, shards=6, hand_size=1)
+    producer = ShardedScheduler(config, redis_client(cluster.url))
+    placed = {"jobs:high": [t for shard, n in ((0, 20), (1, 5), (2, 5)) for t in tenants_homed(shard, n)],
+              "jobs:medium": [t for shard in (1, 2) for t in tenants_homed(shard, 5)],
+              "jobs:low": [t for shard in (3, 4, 5) for t in tenants_homed(shard, 5)]}
+    for queue, tenants in placed.items():
+        for tenant in tenants:
+            producer.submit_many(TASKS[queue], tenant, [None] * 60)
+    workers = [ShardedScheduler(config, redis_client(cluster.url), seed=i) for i in range(4)]
+    classes, tenants_served = drain(workers, 1500)
+    total = sum(classes.values())
+    for queue, weight in WEIGHTS.items():
+        assert abs(100 * classes[queue] / total - weight) <= 2, classes
+    high = [n for (queue, _), n in tenants_served.items() if queue == "jobs:high"]
+    fair = classes["jobs:high"] / 30
+    assert len(high) == 30 and max(high) <= 1.5 * fair and min(high) >= 0.5 * fair, sorted(high)
+
+
+def test_resharding_6_to_12_under_load_loses_and_repeats_no_job(cluster: RedisClusterServers) -> None:
+    """Producers keep enqueuing and workers keep taking jobs while the group grows from 6 shards to
+    12, then shrinks back to 6 and settles: every job is done exactly once (a lease here never
+    expires, so there is no redelivery to count)."""
+    config = sharded(cluster.url, shards=6)
+    admin = ShardedScheduler(config, redis_client(cluster.url))
+    sent: list[str] = []
+    done: collections.Counter[str] = collections.Counter()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def produce(n: int) -> None:
+        queue = ShardedScheduler(config, redis_client(cluster.url))
+        for i in range(n):
+            for enqueued in queue.submit_many("invoice", f"shop-{i % 50}", [{"n": i}] * 4):
+                assert enqueued is not None
+                sent.append(enqueued.job_id)
+
+    def work(seed: int) -> None:
+        try:
+            queue = ShardedScheduler(config, redis_client(cluster.url), seed=seed)
+            held: list[Lease] = []
+            while not stop.is_set() or held or queue.wait_for_work(0.3) is not None:
+                popped = queue.ack_and_pop(held, 5)
+                assert all(popped.acked)
+                held = popped.leases
+                done.update(lease.job_id for lease in held)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(seed,)) for seed in range(3)]
+    for thread in workers:
+        thread.start()
+    produce(150)
+    grown = admin.reshard(12)
+    assert (grown.shards, grown.serve) == (12, 12)
+    produce(150)
+    shrunk = admin.reshard(6)
+    assert (shrunk.shards, shrunk.serve) == (6, 12)
+    produce(150)
+    stop.set()
+    for thread in workers:
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert len(sent) == len(set(sent)) == 1800
+    assert set(done) == set(sent) and max(done.values()) == 1
+    assert {split_job_id(j)[0] for j in sent} == set(range(12))  # the grown layout's shards all took jobs
+    # Settling waits until every process has seen the layout, then stops serving the empty shards 6..11.
+    time.sleep(2.2)
+    assert admin.settle().serve == 6
+
+
+# ---------------------------------------------------------------- the CLI
+
+
+def test_the_cli_enqueues_reshards_and_shows_each_shard(server: RedisServer, tmp_path: Path) -> None:
+    path, config = write_config(tmp_path, server.url, classes=PLAIN_CLASSES,
+                                redis={"url": server.url, "prefix": make_config().redis.prefix, "shards": 3})
+    enqueued = run_fairctl("enqueue", "invoice", "--tenant", "acme", "--count", "2", "--config", path)
+    assert enqueued.returncode == 0, enqueued.stderr
+    home = hand("acme", 3, 2)[0]
+    assert f"enqueued 2 jobs: {home}:1 {home}:2" in enqueued.stdout
+    shown = run_fairctl("reshard", "--config", path)
+    assert f"queue group {config.redis.prefix}: new jobs go to 3 shards; layout v1" in shown.stdout
+    grown = run_fairctl("reshard", "--to", "5", "--config", path)
+    assert "new jobs go to 5 shards (was 3, serving 3); layout v2" in grown.stdout, grown.stderr
+    shrunk = run_fairctl("reshard", "--to", "4", "--settle", "--config", path)
+    assert "new jobs go to 4 shards (was 5, serving 5); shards 4..4 still served until empty; layout v3" in shrunk.stdout
+    status = run_fairctl("status", "--interval", "0", "--config", path)
+    assert [f"queue group {config.redis.prefix}.{i}" in status.stdout for i in range(5)] == [True] * 5
+    refused = run_fairctl("dead", "list", "--config", path)
+    assert refused.returncode == 2 and "--config" in refused.stderr and "sharded" in refused.stderr
+    (tmp_path / "plain").mkdir()
+    unsharded, _ = write_config(tmp_path / "plain", server.url)
+    plain = run_fairctl("reshard", "--to", "2", "--config", unsharded)
+    assert plain.returncode == 2 and "not sharded" in plain.stderr
+    with redis.Redis.from_url(server.url) as conn:
+        assert conn.exists("{" + config.redis.prefix + "}:layout")
