@@ -1,0 +1,156 @@
+"""The fault guarantees on a sharded logical queue: one queue group sharded 6 ways (a hand of 2) on
+a loopback 3-master Redis Cluster, worked by real ``fairctl worker`` processes. Workers SIGKILLed
+under load lose no job, and a job runs again only as a counted redelivery (as
+tests/test_worker_crash.py shows on one queue group); a master SIGKILLed under load and restarted
+from its AOF (appendfsync always) keeps the jobs of the shards it holds, and afterwards every job
+is completed exactly once but for counted redeliveries."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fairness_core import Config, redis_client
+from fairness_core.sharded import JOB_SEP, ShardedScheduler
+from fairness_stack.servers import RedisClusterServers, RedisServer
+
+from .conftest import make_config
+from .crash_support import check_redeliveries, enqueue_jobs, kill_until_finished, producer, recorded, stop_all
+from .support import spawn_worker, totals, wait_for, write_config
+from .test_cluster import owner
+from .test_reliability import NO_BUDGET, Producer
+
+pytestmark = pytest.mark.slow
+
+SHARDS = 6
+HAND = 2
+WORKER_ARGS = ("--concurrency", "4", "--batch", "5")
+LEASES = {"visibility_timeout": "2s", "max_attempts": 1000}  # every redelivery is a retry, none a dead letter
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisClusterServers]:
+    """3 masters, each with an AOF fsynced before every reply (RedisServer's appendfsync always)."""
+    servers = RedisClusterServers(3)
+    for node in servers.nodes:
+        node.appendonly = True
+    with servers:
+        yield servers
+
+
+def sharded_config(tmp_path: Path, url: str, **sections: Any) -> tuple[Path, Config]:
+    """The example config, sharded SHARDS ways with a hand of HAND, in a file for the workers."""
+    redis = {"url": url, "prefix": make_config().redis.prefix, "shards": SHARDS, "shard_hand": HAND}
+    return write_config(tmp_path, url, redis=redis, leases=LEASES, **sections)
+
+
+def sharded_totals(queue: ShardedScheduler) -> dict[str, int]:
+    """tests/support.py's totals, summed over the shards."""
+    out: Counter[str] = Counter()
+    for index in queue.served_shards():
+        out.update(totals(queue.shard(index)))
+    return dict(out)
+
+
+def shard_of(job_id: str) -> int:
+    return int(job_id.split(JOB_SEP)[0])
+
+
+def test_sigkilled_workers_lose_no_job_of_the_sharded_queue_and_redeliveries_are_exact(
+        cluster: RedisClusterServers, tmp_path: Path) -> None:
+    upfront, streamed = 2_000, 4_000
+    started = time.monotonic()
+    path, config = sharded_config(tmp_path, cluster.url)
+    queue = ShardedScheduler(config, redis_client(cluster.url))
+    key = f"{config.redis.prefix}:record"
+    ids: set[str] = set()
+    enqueue_jobs(queue, 0, upfront, ids)
+    assert {shard_of(i) for i in ids} == set(range(SHARDS)), "jobs queued on every shard"
+
+    def spawn(i: int) -> subprocess.Popen[bytes]:
+        return spawn_worker(path, tmp_path / f"worker-{i}.log", key, cluster.url, *WORKER_ARGS)
+
+    def finished() -> bool:
+        t = sharded_totals(queue)
+        return t["processed"] == upfront + streamed and t["depth"] == t["inflight"] == t["delayed"] == 0
+
+    stream = producer(ShardedScheduler(config, redis_client(cluster.url)), ids, upfront, streamed, 250)
+    kills, kills_while_producing = kill_until_finished(spawn, 4, stream, finished, lambda: sharded_totals(queue),
+                                                       timeout=120)
+
+    t = sharded_totals(queue)
+    deliveries = recorded(queue.client, key)
+    assert len(ids) == upfront + streamed
+    assert set(deliveries) == ids, "every job ran to completion at least once"
+    check_redeliveries(deliveries, t["redelivered"])
+    assert t["failed"] == t["dead"] == 0
+    assert kills_while_producing > 0 and t["redelivered"] > 0, "the kills must have cut leases short under load"
+    redelivered_on = {shard_of(job) for job, attempts in deliveries.items() if max(attempts) > 1}
+    print(f"\n{len(ids)} jobs on {SHARDS} shards ({streamed} enqueued during the kills), {kills} SIGKILLs "
+          f"({kills_while_producing} while producing), {t['redelivered']} redeliveries on shards "
+          f"{sorted(redelivered_on)}, {sum(len(a) > 1 for a in deliveries.values())} jobs completed more than "
+          f"once, {time.monotonic() - started:.1f}s")
+
+
+def test_a_master_killed_and_restarted_from_its_aof_keeps_the_jobs_of_its_shards(
+        cluster: RedisClusterServers, tmp_path: Path) -> None:
+    started = time.monotonic()
+    path, config = sharded_config(tmp_path, cluster.url, scheduler=NO_BUDGET)
+    queue = ShardedScheduler(config, redis_client(cluster.url))
+    holders = {index: owner(cluster, queue.shard(index).keys.base) for index in range(SHARDS)}
+    # Not the seed node the URL names; of the others, the master holding the most shards.
+    victim = max(cluster.nodes[1:], key=lambda node: list(holders.values()).count(node.port))
+    on_victim = sorted(index for index, port in holders.items() if port == victim.port)
+    assert on_victim, f"no shard on a master other than the seed: {holders}"
+    ids: set[str] = set()
+    enqueue_jobs(queue, 0, 3_000, ids)  # a backlog on every shard when the master dies
+    # The deliveries are recorded outside the cluster: the recording is the test's, not under the fault.
+    with RedisServer() as records:
+        workers = [spawn_worker(path, tmp_path / f"worker-{i}.log", "record", records.url, *WORKER_ARGS)
+                   for i in range(2)]
+        try:
+            with Producer(ShardedScheduler(config, redis_client(cluster.url))) as produced:
+                wait_for(lambda: sharded_totals(queue)["processed"] >= 500, 60, "workers to make progress")
+                at_kill = {index: totals(queue.shard(index)) for index in on_victim}
+                held = {job for job in ids | produced.acknowledged.copy() if shard_of(job) in on_victim}
+                victim.stop(kill=True)
+                time.sleep(3.0)  # past the cluster's node timeout: the others mark the master failed
+                assert all(p.poll() is None for p in workers), "the workers ride the outage out"
+                victim.start()
+                acknowledged_at_restart = len(produced.acknowledged)
+                wait_for(lambda: len(produced.acknowledged) >= acknowledged_at_restart + 500, 60,
+                         "enqueues to resume")
+            wait_for(lambda: sum(sharded_totals(queue)[n] for n in ("depth", "inflight", "delayed")) == 0, 120,
+                     "the workers to drain every shard")
+            assert all(p.poll() is None for p in workers), "the same processes recovered: no crash loop"
+            with redis_client(records.url) as conn:
+                deliveries = recorded(conn, "record")
+            t = sharded_totals(queue)
+        finally:
+            stop_all(workers)
+    acknowledged = ids | produced.acknowledged
+    assert produced.refused, "the outage refused enqueues"
+    queued_at_kill = sum(at_kill[index]["depth"] for index in on_victim)
+    assert queued_at_kill > 0, "the master held queued jobs when it died"
+    assert held <= set(deliveries), f"{len(held - set(deliveries))} jobs of shards {on_victim} were lost"
+    assert acknowledged <= set(deliveries), f"{len(acknowledged - set(deliveries))} acknowledged enqueues were lost"
+    unacknowledged = set(deliveries) - acknowledged
+    assert len(unacknowledged) <= 1, "only the enqueue in flight at the kill may have run without its reply"
+    assert t["processed"] == len(deliveries), "the counters came back from the AOF too"
+    check_redeliveries(deliveries, t["redelivered"])
+    assert t["failed"] == t["dead"] == 0
+    for i in range(2):
+        log = (tmp_path / f"worker-{i}.log").read_text()
+        assert "is unavailable" in log and "Redis reachable again" in log, log[-2000:]
+    print(f"\nmaster :{victim.port} (shards {on_victim} of {SHARDS}) killed with {queued_at_kill} jobs queued and "
+          f"{sum(at_kill[index]['inflight'] for index in on_victim)} leased there, {len(held)} of its jobs "
+          f"acknowledged by then, all completed; {len(acknowledged)} acknowledged enqueues in all, "
+          f"{len(produced.refused)} refused during the outage, {len(unacknowledged)} applied without a reply, "
+          f"{t['redelivered']} redeliveries, {sum(len(a) > 1 for a in deliveries.values())} jobs completed twice, "
+          f"{time.monotonic() - started:.1f}s")
