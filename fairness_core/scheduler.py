@@ -352,10 +352,7 @@ class Scheduler:
         instead of two, the way BullMQ's move-to-finished hands back the next job. The acks are
         applied before the pop. A class of ``classes`` that the applied config moved stands for the
         class its jobs went to."""
-        if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or not 1 <= max_jobs <= MAX_POP:
-            raise ValueError(f"max_jobs: expected 1..{MAX_POP}, got {max_jobs!r}")
-        if classes is not None and not classes:
-            raise ValueError("classes: expected at least one class name, or None for all")
+        check_pop(max_jobs, classes)
         settle = [arg for item in done for arg in _settled(item)]
 
         def build() -> tuple[object, ...]:
@@ -563,6 +560,14 @@ class Scheduler:
             raise ValueError(f"limit: expected 1..{MAX_POP}, got {limit!r}")
         done, skipped = self._call("dead", action, queue or "", len(ids) if ids else limit, *ids)
         return DeadOutcome(done=[_text(i) for i in done], skipped=[_text(i) for i in skipped])
+
+
+def check_pop(max_jobs: int, classes: Sequence[str] | None) -> None:
+    """A pop's arguments, checked before anything is sent (ValueError naming the argument)."""
+    if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or not 1 <= max_jobs <= MAX_POP:
+        raise ValueError(f"max_jobs: expected 1..{MAX_POP}, got {max_jobs!r}")
+    if classes is not None and not classes:
+        raise ValueError("classes: expected at least one class name, or None for all")
 
 
 def _pairs(flat: list[Any]) -> list[tuple[str, float]]:

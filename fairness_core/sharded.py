@@ -37,7 +37,7 @@ from .config import Config
 from .connection import redis_errors
 from .jobs import SEP, Enqueued, Finished, InvalidJob, Lease, Popped, check_tenant, check_tier, settled
 from .keys import CLASS_PARTS, Keys
-from .scheduler import ApplyOutcome, Scheduler
+from .scheduler import ApplyOutcome, Scheduler, check_pop
 from .sharding import hand, shard_prefix
 
 VIEW_TTL_S = 0.1  # how old a view of the shards' backlogs a pop may choose from
@@ -285,6 +285,7 @@ class ShardedScheduler:
         """Complete ``done``, then lease up to ``max_jobs`` jobs of one class from one shard, the
         class and shard chosen as the module says. A done lease of the shard popped from is settled
         in the same call; the others each in a call of their own shard."""
+        check_pop(max_jobs, classes)
         by_shard: dict[int, list[tuple[int, Lease | Finished]]] = {}
         for n, item in enumerate(done):
             index, inner = self._inner(item)

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
+from exporter import metrics as m
 from fairness_core import ConfigError, InvalidJob, Lease, parse_config, redis_client
 from fairness_core.config_dump import config_to_data
 from fairness_core.sharded import JOB_SEP, ShardedScheduler, split_job_id
@@ -24,7 +25,9 @@ from fairness_core.sharding import hand, shard_prefix
 from fairness_stack.servers import RedisClusterServers, RedisServer
 
 from .conftest import make_config
+from .exporter_support import fetch, parse_grouped
 from .support import run_fairctl, write_config
+from .test_groups import one_exporter_for_both
 
 WEIGHTS = {"jobs:high": 70, "jobs:medium": 20, "jobs:low": 10}
 TASKS = {"jobs:high": "password_reset", "jobs:medium": "invoice", "jobs:low": "newsletter"}
@@ -265,3 +268,18 @@ def test_the_cli_enqueues_reshards_and_shows_each_shard(server: RedisServer, tmp
     assert plain.returncode == 2 and "not sharded" in plain.stderr
     with redis.Redis.from_url(server.url) as conn:
         assert conn.exists("{" + config.redis.prefix + "}:layout")
+
+
+def test_one_exporter_serves_every_shard_as_its_own_group(server: RedisServer, tmp_path: Path) -> None:
+    """``fairctl exporter --config sharded.yaml``: each shard's depth under ``group="P.i"``."""
+    path, config = write_config(tmp_path, server.url, classes=PLAIN_CLASSES,
+                                redis={"url": server.url, "prefix": make_config().redis.prefix, "shards": 4})
+    queue = ShardedScheduler(config, redis_client(server.url))
+    for t in range(12):
+        queue.submit_many("newsletter", f"shop-{t}", [None] * (t + 1))
+    expected = {f"{config.redis.prefix}.{i}": load.depth["jobs:low"] for i, load in enumerate(queue.loads(fresh=True))}
+    with one_exporter_for_both([], [path], tmp_path) as (target,):
+        text = fetch(f"http://{target}/metrics")
+    depth = {dict(labels)[m.GROUP]: v for (name, labels), v in parse_grouped(text).items()
+             if name == m.QUEUE_DEPTH.name and dict(labels)[m.QUEUE] == "jobs:low"}
+    assert depth == expected and sum(depth.values()) == sum(range(1, 13))
