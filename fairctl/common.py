@@ -101,7 +101,7 @@ def load_groups(config_paths: list[Path] | None, redis_url: str | None) -> list[
     ``--redis-url`` applied, a sharded one standing for each of its shards (a queue group each);
     two of the same queue group (the ``group`` label their series would share: ``redis.prefix``)
     fail with exit code 2."""
-    configs = [shard for path in config_paths or [DEFAULT_CONFIG] for shard in _shards(load(path, redis_url))]
+    configs = [shard for path in config_paths or [DEFAULT_CONFIG] for shard in groups_of(load(path, redis_url))]
     groups = [group_of(c) for c in configs]
     twice = next((g for g in groups if groups.count(g) > 1), None)
     if twice is not None:
@@ -110,9 +110,10 @@ def load_groups(config_paths: list[Path] | None, redis_url: str | None) -> list[
     return configs
 
 
-def _shards(config: Config) -> list[Config]:
-    """A sharded group's shards, each as a queue group's config: every shard its layout serves
-    (re-sharding may have added some), at least the config's redis.shards when Redis cannot say."""
+def groups_of(config: Config) -> list[Config]:
+    """The queue groups ``config`` describes: itself, or a sharded group's shards, each as a queue
+    group's config: every shard its layout serves (re-sharding may have added some), at least the
+    config's redis.shards when Redis cannot say."""
     if config.redis.shards == 1:
         return [config]
     try:
@@ -171,10 +172,6 @@ def _client(config: Config) -> Any:
         return redis_client(config.redis.url)
     except ValueError as exc:  # the message never repeats the URL
         fail("--redis-url", str(exc))
-
-
-def open_scheduler(config_path: Path, redis_url: str | None) -> Scheduler:
-    return connect(load(config_path, redis_url))
 
 
 def check_classes(config: Config, names: list[str], argument: str) -> list[str]:

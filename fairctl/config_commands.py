@@ -17,7 +17,9 @@ from fairness_core import Config, ConfigError, Scheduler, load_config
 from fairness_core.ages import format_age
 from fairness_core.config_store import Applied, ConfigConflict, ConfigRefused, Moves, differences, shared_text
 
-from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, clear_errors, connect, fail, open_scheduler, with_redis_url
+from .common import (
+    DEFAULT_CONFIG, ConfigOption, RedisUrlOption, clear_errors, connect, fail, groups_of, load, with_redis_url,
+)
 
 app = typer.Typer(help="Show, compare and apply the config a queue group runs: it lives in the group's Redis, "
                        "and every process follows the applied one without a restart.", no_args_is_help=True)
@@ -91,7 +93,11 @@ def show(config: ConfigOption = DEFAULT_CONFIG, redis_url: RedisUrlOption = None
     it was applied, its moves and how many names its jobs store as codes (as YAML comments), then the
     config itself. redis.url and
     exporter.listen are each process's own and are never stored. Exit 1 when none is applied yet."""
-    scheduler = open_scheduler(config, redis_url)
+    for group in groups_of(load(config, redis_url)):
+        _show_one(connect(group))
+
+
+def _show_one(scheduler: Scheduler) -> None:
     applied = _read(scheduler)
     prefix = scheduler.keys.prefix
     if applied is None:
@@ -109,8 +115,8 @@ def diff(file: FileArgument, redis_url: RedisUrlOption = None) -> None:
     """What applying FILE would change in its queue group, one line per field (path: applied ->
     FILE). Exit 0 when FILE is what the group runs, 1 when it differs or none is applied yet, as
     diff(1) does."""
-    new = _load_file(file, redis_url)
-    if _show_diff(_read(connect(new)), new, file):
+    changed = [_show_diff(_read(connect(group)), group, file) for group in groups_of(_load_file(file, redis_url))]
+    if any(changed):
         raise typer.Exit(1)
 
 
@@ -138,7 +144,8 @@ def apply(
     They move keeping their ids and ages; leased ones and retries go to NEW when they come back.
     Likewise a tier FILE drops that is still some queued tenant's needs --move-tier OLD=NEW.
     If someone else applies between the diff printed here and the apply, nothing is applied
-    (exit 1): read the diff again and retry."""
+    (exit 1): read the diff again and retry. A sharded group (redis.shards) is applied shard by
+    shard, each atomically; show and diff list every shard."""
     moves = Moves(classes=_moves(move, "--move"), tiers=_moves(move_tier, "--move-tier"))
     new = _load_file(file, redis_url)
     try:
@@ -146,6 +153,11 @@ def apply(
     except ValueError as exc:  # "--move OLD=NEW: why"
         option, _, why = str(exc).partition(": ")
         fail(option, why)
+    for group in groups_of(new):
+        _apply_one(group, moves, file, dry_run)
+
+
+def _apply_one(new: Config, moves: Moves, file: Path, dry_run: bool) -> None:
     scheduler = connect(new)
     applied = _read(scheduler)
     changed = _show_diff(applied, new, file)

@@ -398,9 +398,10 @@ def shard_lines(scenario: Scenario, run: PolicyRun) -> list[str]:
     cost = figures.flood_cost()
     if cost is not None:
         percent = cost.percent
+        served = f"{cost.mates_served:,.1f} against {cost.others_served:,.1f} jobs each"
         lines.append(f"flood cost: {cost.tenant}'s {cost.mates:,} shard-mates in {cost.queue} got " + (
-            "-" if percent is None else f"{percent:.0f}%") + f" of the service per tenant of its {cost.others:,} "
-            f"other tenants ({cost.mates_served:,.1f} against {cost.others_served:,.1f} jobs each)")
+            f"{percent:.0f}% of the service per tenant of its {cost.others:,} other tenants ({served})"
+            if percent is not None else f"no service to compare with its {cost.others:,} other tenants' ({served})"))
     return lines
 
 

@@ -294,10 +294,15 @@ class Scenario:
         return out
 
     def with_shards(self, shards: int, hand: int) -> Scenario:
-        """The scenario on a sharded queue: ``redis.shards`` and ``redis.shard_hand`` set in its
-        config and in every config change's (so no change reads as re-sharding)."""
-        return dataclasses.replace(self, config=sharded_config(self.config, shards, hand), config_changes=tuple(
-            dataclasses.replace(c, config=sharded_config(c.config, shards, hand)) for c in self.config_changes))
+        """The scenario on ``shards`` shards with hands of ``hand``: ``redis.shards`` and
+        ``redis.shard_hand`` set in its config and in every config change's (so no change reads as
+        re-sharding), and no ``expect`` (which is about the scenario's own layout) unless the
+        layout is the scenario's."""
+        if (shards, hand) == (self.config.redis.shards, self.config.redis.shard_hand):
+            return self
+        changes = tuple(dataclasses.replace(c, config=sharded_config(c.config, shards, hand)) for c in self.config_changes)
+        return dataclasses.replace(self, config=sharded_config(self.config, shards, hand), expect={},
+                                   config_changes=changes)
 
     def shortened(self, duration: float) -> Scenario:
         """The first ``duration`` seconds only: the changes after it dropped, and no ``expect``

@@ -260,6 +260,15 @@ def test_the_cli_enqueues_reshards_and_shows_each_shard(server: RedisServer, tmp
     assert "new jobs go to 4 shards (was 5, serving 5); shards 4..4 still served until empty; layout v3" in shrunk.stdout
     status = run_fairctl("status", "--interval", "0", "--config", path)
     assert [f"queue group {config.redis.prefix}.{i}" in status.stdout for i in range(5)] == [True] * 5
+    heavier = tmp_path / "heavier.yaml"
+    heavier.write_text(path.read_text().replace("weight: 70", "weight: 80"))
+    assert run_fairctl("config", "diff", path).returncode == 0
+    applied = run_fairctl("config", "apply", heavier)
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.count("applied v2 to queue group") == 5  # every shard the layout serves
+    assert run_fairctl("config", "diff", heavier).returncode == 0
+    shown = run_fairctl("config", "show", "--config", heavier).stdout
+    assert shown.count("# version: 2") == 5 and "weight: 80" in shown
     refused = run_fairctl("dead", "list", "--config", path)
     assert refused.returncode == 2 and "--config" in refused.stderr and "sharded" in refused.stderr
     (tmp_path / "plain").mkdir()
