@@ -135,12 +135,6 @@ def test_a_master_killed_and_restarted_from_its_aof_keeps_the_jobs_of_its_shards
         finally:
             stop_all(workers)
     acknowledged = ids | produced.acknowledged
-    import re, json  # DEBUG
-    warned = set()
-    for i in range(2):
-        warned |= set(re.findall(r"lease of job (\S+) expired while running", (tmp_path / f"worker-{i}.log").read_text()))
-    print("DEBUG warned", len(warned), json.dumps({j: deliveries.get(j) for j in sorted(warned)[:40]}))
-    print("DEBUG multi", {j: a for j, a in deliveries.items() if len(a) > 1 or max(a) > 1})
     assert produced.refused, "the outage refused enqueues"
     queued_at_kill = sum(at_kill[index]["depth"] for index in on_victim)
     assert queued_at_kill > 0, "the master held queued jobs when it died"
