@@ -104,6 +104,16 @@ class LoopbackCluster(RedisClusterServers):
             raise
         return self
 
+    def command_calls(self) -> Counter[str]:
+        """Commands run so far, by name (INFO commandstats), summed over the masters."""
+        calls: Counter[str] = Counter()
+        for node in self.nodes:
+            with redis.Redis(port=node.port) as conn:
+                for name, stats in conn.info("commandstats").items():
+                    calls[name.removeprefix("cmdstat_")] += int(stats["calls"])
+        calls.update(info=-len(self.nodes))  # this read's own INFO
+        return calls
+
     def pids(self) -> list[int]:
         return [node.process.pid for node in self.nodes if node.process is not None]
 
@@ -252,17 +262,22 @@ class Fleet:
             self.pipes.append(parent)
             self.processes.append(process)
 
-    def run(self, command: str, args: list[Any], *, timed: bool = True) -> tuple[list[Any], dict[str, float]]:
-        """Send each client its phase, start them together, and return their replies and the cores
-        each side used over the phase."""
+    def run(self, command: str, args: list[Any], *, timed: bool = True) -> tuple[list[Any], Phase]:
+        """Send each client its phase, start them together, and return their replies, the cores each
+        side used over the phase and the commands the masters ran."""
         for pipe, arg in zip(self.pipes, args):
             pipe.send((command, arg))
         span = CpuSpan(self.cluster.pids(), [p.pid for p in self.processes if p.pid is not None])
+        calls = self.cluster.command_calls()
         if timed:
             self.barrier.wait()
         span.begin()
         replies = [pipe.recv() for pipe in self.pipes]
-        return replies, span.end()
+        cores = span.end()
+        after = self.cluster.command_calls()
+        jobs = sum(r[2] for r in replies)
+        commands = {name: (after[name] - calls.get(name, 0)) / max(1, jobs) for name in after}
+        return replies, Phase(jobs, aggregate_rate(replies) if timed and jobs else 0.0, cores, commands)
 
     def close(self) -> None:
         for pipe, process in zip(self.pipes, self.processes):
@@ -274,6 +289,21 @@ class Fleet:
             if process.is_alive():
                 process.kill()
                 process.join()
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One timed phase on one cluster: jobs, the fleet's rate, the cores used (servers, clients,
+    the machine and the rest of it) and the masters' commands per job, by name."""
+
+    jobs: int
+    rate: float
+    cores: dict[str, float]
+    commands: dict[str, float]
+
+    def cpu_us(self, side: str) -> float:
+        """Microseconds of CPU per job spent by one side (``servers`` or ``clients``)."""
+        return self.cores[side] / self.rate * 1e6 if self.rate else 0.0
 
 
 def aggregate_rate(replies: list[Any]) -> float:
@@ -291,10 +321,13 @@ def aggregate_rate(replies: list[Any]) -> float:
 class Throughput:
     masters: int
     shards_per_master: list[int]
-    enqueue: list[float] = field(default_factory=list)
-    drain: list[float] = field(default_factory=list)
-    enqueue_cores: list[dict[str, float]] = field(default_factory=list)
-    drain_cores: list[dict[str, float]] = field(default_factory=list)
+    phases: dict[str, list[Phase]] = field(default_factory=lambda: {"enqueue": [], "drain": []})
+
+    def rate(self, phase: str) -> float:
+        return statistics.median(p.rate for p in self.phases[phase])
+
+    def median(self, phase: str, value: Callable[[Phase], float]) -> float:
+        return statistics.median(value(p) for p in self.phases[phase])
 
 
 @dataclass
@@ -308,10 +341,6 @@ class Drift:
     still_backlogged: bool  # every tenant still had jobs queued at the end
 
 
-def median_cores(spans: list[dict[str, float]]) -> dict[str, float]:
-    return {k: statistics.median(s[k] for s in spans) for k in spans[0]}
-
-
 def measure_throughput(fleets: dict[int, Fleet], sizes: Sizes) -> dict[int, Throughput]:
     results = {m: Throughput(m, fleet.cluster.shards_per_master(PREFIX, SHARDS)) for m, fleet in fleets.items()}
     for masters, fleet in fleets.items():  # warm-up, not counted: the function libraries load, connections open
@@ -322,13 +351,8 @@ def measure_throughput(fleets: dict[int, Fleet], sizes: Sizes) -> dict[int, Thro
     for round_ in range(sizes.repeats):
         for masters, fleet in fleets.items():
             log(f"sharded: round {round_ + 1}/{sizes.repeats}, {masters} master(s): enqueue, then pop+ack")
-            result = results[masters]
-            replies, cores = fleet.run("enqueue", [sizes.jobs] * sizes.clients)
-            result.enqueue.append(aggregate_rate(replies))
-            result.enqueue_cores.append(cores)
-            replies, cores = fleet.run("drain", [sizes.jobs] * sizes.clients)
-            result.drain.append(aggregate_rate(replies))
-            result.drain_cores.append(cores)
+            for phase in ("enqueue", "drain"):
+                results[masters].phases[phase].append(fleet.run(phase, [sizes.jobs] * sizes.clients)[1])
     return results
 
 
@@ -375,9 +399,10 @@ def measure_drift(fleet: Fleet, sizes: Sizes) -> Drift:
 # ---------------------------------------------------------------------- the report
 
 
+PHASES = {"enqueue": "enqueue, one job per call", "drain": "pop+ack, one job per call"}
+
+
 def section(sizes: Sizes, results: dict[int, Throughput], drift: Drift, elapsed_s: float) -> str:
-    one = results[1]
-    base_enq, base_drain = statistics.median(one.enqueue), statistics.median(one.drain)
     lines = [
         f"Measured by `python -m benchmarks --sharded --preset ...` on {time.strftime('%Y-%m-%d %H:%M %Z')} in "
         f"{elapsed_s / 60:.1f} minutes: one logical queue of {SHARDS} shards (shard_hand {HAND}), "
@@ -385,19 +410,21 @@ def section(sizes: Sizes, results: dict[int, Throughput], drift: Drift, elapsed_
         f"{sizes.clients} x {sizes.jobs:,} jobs per phase, median of {sizes.repeats} rounds taken in turns "
         f"(1, 2, 3 masters, 1, 2, 3, ...). Load average {os.getloadavg()[0]:.2f} at the end.",
         "",
-        "| masters | shards per master | enqueue (one job per call) | ratio to 1 master | pop+ack (one job per call) "
-        "| ratio to 1 master | cores used in pop+ack: redis-servers / clients / other | cores used in enqueue: "
-        "redis-servers / clients / other |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | --- | --- |",
+        "| phase | masters | shards per master | fleet rate | ratio to 1 master | cores used: redis-servers / "
+        "clients / rest of the machine | CPU per job: redis-servers / clients | commands per job at the masters: "
+        "FCALL / COMMAND GETKEYS |",
+        "| --- | ---: | --- | ---: | ---: | --- | --- | --- |",
     ]
-    for masters, r in sorted(results.items()):
-        enq, drain = statistics.median(r.enqueue), statistics.median(r.drain)
-        dc, ec = median_cores(r.drain_cores), median_cores(r.enqueue_cores)
-        lines.append(
-            f"| {masters} | {'-'.join(map(str, r.shards_per_master))} | {enq:,.0f} jobs/s | {enq / base_enq:.2f} "
-            f"| {drain:,.0f} jobs/s | {drain / base_drain:.2f} "
-            f"| {dc['servers']:.2f} / {dc['clients']:.2f} / {dc['other']:.2f} "
-            f"| {ec['servers']:.2f} / {ec['clients']:.2f} / {ec['other']:.2f} |")
+    for phase, what in PHASES.items():
+        base = results[1].rate(phase)
+        for masters, r in sorted(results.items()):
+            cores = {k: r.median(phase, lambda p, k=k: p.cores[k]) for k in ("servers", "clients", "other")}
+            cmds = [r.median(phase, lambda p, k=k: p.commands.get(k, 0.0)) for k in ("fcall", "command|getkeys")]
+            lines.append(
+                f"| {what} | {masters} | {'-'.join(map(str, r.shards_per_master))} | {r.rate(phase):,.0f} jobs/s "
+                f"| {r.rate(phase) / base:.2f} | {cores['servers']:.2f} / {cores['clients']:.2f} / "
+                f"{cores['other']:.2f} | {r.median(phase, lambda p: p.cpu_us('servers')):.0f} µs / "
+                f"{r.median(phase, lambda p: p.cpu_us('clients')):.0f} µs | {cmds[0]:.2f} / {cmds[1]:.2f} |")
     lines += [
         "",
         f"Drift on the 3-master cluster: {sizes.tenants} tenants per class (default tier), {sizes.backlog} jobs "

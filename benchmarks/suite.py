@@ -23,7 +23,7 @@ from fairness_sim.scenario import DEFAULT_SCENARIO, load_scenario
 from fairness_sim.simulator import simulate
 from fairness_stack.servers import RedisServer
 
-from . import admission, charge, e2e, memory, peers, pickup, script_latency, throughput
+from . import admission, charge, e2e, memory, peers, pickup, script_latency, sharded, throughput
 from .exporter_scrape import scrape
 from .harness import Row, alternate, log, machine, per_second, server_us
 from .load import PAYLOAD_BYTES, fill, scheduler, work_some
@@ -155,7 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", choices=["install", "installed", "none"], default="install",
                         help="install RQ and BullMQ when missing (default), use them only if installed, or skip them")
     parser.add_argument("--setup-peers", action="store_true", help="install the peers and exit")
+    parser.add_argument("--sharded", action="store_true",
+                        help="only the sharded queue on loopback clusters of 1, 2 and 3 masters (benchmarks/sharded.py): "
+                        "its Markdown section to --out if given, else to stdout (BENCHMARKS.md is not rewritten)")
     args = parser.parse_args(argv)
+    if args.sharded:
+        return sharded.main(["--preset", args.preset] + (["--out", str(args.out)] if "--out" in (argv or sys.argv) else []))
     if args.setup_peers:
         found = peers.install(allowed=True)
         for name, why in found.missing.items():

@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from fairness_core.config import Config
 from fairness_core.memory import SAFE_POLICY  # noqa: F401 - the rules read the safe policy from the contract
+from fairness_core.sharding import shard_prefix
 from fairness_core.snapshot import WAIT_BUCKETS_S
 
 # Label names.
@@ -52,8 +53,10 @@ WAIT_BUCKETS = WAIT_BUCKETS_S
 
 
 def group_of(config: Config) -> str:
-    """The ``group`` label of a config's series: its queue group's ``redis.prefix``."""
-    return config.redis.prefix
+    """The ``group`` label of a config's series: its queue group's ``redis.prefix``. Each shard of a
+    sharded group is a queue group of its own; a sharded config names its first shard (where a
+    dashboard opens)."""
+    return config.redis.prefix if config.redis.shards == 1 else shard_prefix(config.redis.prefix, 0)
 
 
 class Kind(Enum):

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
-from fairness_core import Config, redis_client
+from fairness_core import Config, RedisUnavailable, redis_client, sharded
 from fairness_core.sharded import JOB_SEP, ShardedScheduler
+from fairness_core.sharding import hand
 from fairness_stack.servers import RedisClusterServers, RedisServer
 
 from .conftest import make_config
@@ -62,9 +64,27 @@ def shard_of(job_id: str) -> int:
     return int(job_id.split(JOB_SEP)[0])
 
 
+def victim_of(cluster: RedisClusterServers, queue: ShardedScheduler) -> tuple[RedisServer, list[int]]:
+    """The master to kill and the shards it holds: not the seed node the URL names; of the
+    others, the one holding the most shards."""
+    holders = {index: owner(cluster, queue.shard(index).keys.base) for index in range(SHARDS)}
+    victim = max(cluster.nodes[1:], key=lambda node: list(holders.values()).count(node.port))
+    on_victim = sorted(index for index, port in holders.items() if port == victim.port)
+    assert on_victim, f"no shard on a master other than the seed: {holders}"
+    return victim, on_victim
+
+
+def cluster_ok(cluster: RedisClusterServers) -> bool:
+    for node in cluster.nodes:
+        with redis.Redis(port=node.port) as conn:
+            if conn.cluster("INFO")["cluster_state"] != "ok":
+                return False
+    return True
+
+
 def test_sigkilled_workers_lose_no_job_of_the_sharded_queue_and_redeliveries_are_exact(
         cluster: RedisClusterServers, tmp_path: Path) -> None:
-    upfront, streamed = 2_000, 4_000
+    upfront, streamed = 1_000, 2_000
     started = time.monotonic()
     path, config = sharded_config(tmp_path, cluster.url)
     queue = ShardedScheduler(config, redis_client(cluster.url))
@@ -80,7 +100,7 @@ def test_sigkilled_workers_lose_no_job_of_the_sharded_queue_and_redeliveries_are
         t = sharded_totals(queue)
         return t["processed"] == upfront + streamed and t["depth"] == t["inflight"] == t["delayed"] == 0
 
-    stream = producer(ShardedScheduler(config, redis_client(cluster.url)), ids, upfront, streamed, 250)
+    stream = producer(ShardedScheduler(config, redis_client(cluster.url)), ids, upfront, streamed, 150)
     kills, kills_while_producing = kill_until_finished(spawn, 4, stream, finished, lambda: sharded_totals(queue),
                                                        timeout=120)
 
@@ -103,11 +123,7 @@ def test_a_master_killed_and_restarted_from_its_aof_keeps_the_jobs_of_its_shards
     started = time.monotonic()
     path, config = sharded_config(tmp_path, cluster.url, scheduler=NO_BUDGET)
     queue = ShardedScheduler(config, redis_client(cluster.url))
-    holders = {index: owner(cluster, queue.shard(index).keys.base) for index in range(SHARDS)}
-    # Not the seed node the URL names; of the others, the master holding the most shards.
-    victim = max(cluster.nodes[1:], key=lambda node: list(holders.values()).count(node.port))
-    on_victim = sorted(index for index, port in holders.items() if port == victim.port)
-    assert on_victim, f"no shard on a master other than the seed: {holders}"
+    victim, on_victim = victim_of(cluster, queue)
     ids: set[str] = set()
     enqueue_jobs(queue, 0, 3_000, ids)  # a backlog on every shard when the master dies
     # The deliveries are recorded outside the cluster: the recording is the test's, not under the fault.
@@ -134,6 +150,7 @@ def test_a_master_killed_and_restarted_from_its_aof_keeps_the_jobs_of_its_shards
             t = sharded_totals(queue)
         finally:
             stop_all(workers)
+    wait_for(lambda: cluster_ok(cluster), 60, "the cluster to be whole again")
     acknowledged = ids | produced.acknowledged
     assert produced.refused, "the outage refused enqueues"
     queued_at_kill = sum(at_kill[index]["depth"] for index in on_victim)
@@ -154,3 +171,43 @@ def test_a_master_killed_and_restarted_from_its_aof_keeps_the_jobs_of_its_shards
           f"{len(produced.refused)} refused during the outage, {len(unacknowledged)} applied without a reply, "
           f"{t['redelivered']} redeliveries, {sum(len(a) > 1 for a in deliveries.values())} jobs completed twice, "
           f"{time.monotonic() - started:.1f}s")
+
+
+def test_leases_popped_from_one_shard_reach_the_caller_when_an_ack_on_another_fails(
+        cluster: RedisClusterServers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ack_and_pop pops from one shard, then acks the finished leases of the others. An ack whose
+    master is down must not cost the leases just popped: every lease the call took is in the
+    caller's hands (or none was taken). A lease held by nobody keeps its job from running for a
+    visibility timeout, then costs it an attempt it never ran (max_attempts 1: dead-lettered unrun)."""
+    # The view of the shards' backlogs a busy worker read just before the master died (it is reused
+    # for VIEW_TTL_S; a long one here so that the pop does not depend on how fast this machine is).
+    monkeypatch.setattr(sharded, "VIEW_TTL_S", 60.0)
+    _, config = sharded_config(tmp_path, cluster.url)
+    queue = ShardedScheduler(config, redis_client(cluster.url))
+    victim, on_victim = victim_of(cluster, queue)
+    down = on_victim[0]
+    up = next(index for index in range(SHARDS) if index not in on_victim)
+    # Tenants whose home shard (first of the hand, where their first job goes) is ``down`` / ``up``.
+    tenants = (f"tenant-{n}" for n in range(10_000))
+    home = {index: next(t for t in tenants if hand(t, SHARDS, HAND)[0] == index) for index in (down, up)}
+    finished = queue.enqueue("newsletter", home[down])
+    [lease] = queue.pop()
+    assert lease.job_id == finished and shard_of(finished) == down
+    waiting = queue.enqueue("newsletter", home[up])
+    assert shard_of(waiting) == up
+    queue.loads(fresh=True)
+    victim.stop(kill=True)
+    try:
+        try:
+            taken = queue.ack_and_pop([lease], 1).leases
+        except RedisUnavailable as exc:
+            print("DEBUG raised", exc)
+            taken = []
+    finally:
+        victim.start()
+        wait_for(lambda: cluster_ok(cluster), 60, "the cluster to be whole again")
+    leased = totals(queue.shard(up))["inflight"]
+    print("DEBUG", taken, leased, totals(queue.shard(up)), totals(queue.shard(down)))
+    assert leased == len(taken), (
+        f"shard {up} leased {leased} job(s) in the call, the caller got {len(taken)}: the job ({waiting}) is held "
+        "by nobody until its lease expires, and is then redelivered without having run")
