@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="full", help="sizes (default full)")
     parser.add_argument("--quick", action="store_const", const="quick", dest="preset", help="same as --preset quick")
-    parser.add_argument("--out", type=Path, default=REPORT, help="the Markdown report to write (default: BENCHMARKS.md "
+    parser.add_argument("--out", type=Path, default=None, help="the Markdown report to write (default: BENCHMARKS.md "
                         "at the top of the repository)")
     parser.add_argument("--peers", choices=["install", "installed", "none"], default="install",
                         help="install RQ and BullMQ when missing (default), use them only if installed, or skip them")
@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                         "its Markdown section to --out if given, else to stdout (BENCHMARKS.md is not rewritten)")
     args = parser.parse_args(argv)
     if args.sharded:
-        return sharded.main(["--preset", args.preset] + (["--out", str(args.out)] if "--out" in (argv or sys.argv) else []))
+        return sharded.main(["--preset", args.preset] + (["--out", str(args.out)] if args.out else []))
+    args.out = args.out or REPORT
     if args.setup_peers:
         found = peers.install(allowed=True)
         for name, why in found.missing.items():

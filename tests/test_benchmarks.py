@@ -19,3 +19,24 @@ def test_the_benchmark_suite_runs_and_writes_every_row(tmp_path: Path) -> None:
     rows = [line.split("|")[1].strip() for line in report.splitlines() if line.startswith("| ") and "---" not in line]
     assert rows[1:] == ["1", "1b", "1c", "2", "3", "4", "4", "4b", "4b", "4c", "4d", "5", "6", "7", "7b", "8", "9", "9b", "10"], report
     assert "**Machine:**" in report and "skipped (--peers none)" in report
+
+
+def test_the_sharded_benchmark_runs_and_reports_every_cluster_and_class(tmp_path: Path) -> None:
+    """A tiny run of ``--sharded`` (loopback clusters of 1, 2 and 3 masters): the report has both
+    phases for each cluster, every class in the drift table, and the ratios' base of 1.00; the
+    figures themselves are judged in BENCHMARKS.md, never here."""
+    out = tmp_path / "sharded.md"
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--sharded", "--preset", "smoke", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    report = out.read_text()
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in report.splitlines()
+            if line.startswith("| ") and "---" not in line]
+    phases = [(row[0], row[1], row[2]) for row in rows if row[0].startswith(("enqueue", "pop+ack"))]
+    assert [(phase.split(",")[0], masters) for phase, masters, _ in phases] == [
+        (phase, masters) for phase in ("enqueue", "pop+ack") for masters in ("1", "2", "3")], report
+    assert all(sum(map(int, spread.split("-"))) == 6 for _, _, spread in phases), report
+    assert [row[4] for row in rows if row[0].startswith(("enqueue", "pop+ack")) and row[1] == "1"] == ["1.00", "1.00"]
+    assert [row[0] for row in rows if row[0].startswith(("jobs:", "all tenants"))] == [
+        "jobs:high", "jobs:medium", "jobs:low", "all tenants"], report
+    assert "every tenant still had jobs queued at the end: yes" in report
