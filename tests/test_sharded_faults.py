@@ -84,7 +84,7 @@ def cluster_ok(cluster: RedisClusterServers) -> bool:
 
 def test_sigkilled_workers_lose_no_job_of_the_sharded_queue_and_redeliveries_are_exact(
         cluster: RedisClusterServers, tmp_path: Path) -> None:
-    upfront, streamed = 1_000, 2_000
+    upfront, streamed = 600, 1_200
     started = time.monotonic()
     path, config = sharded_config(tmp_path, cluster.url)
     queue = ShardedScheduler(config, redis_client(cluster.url))
@@ -100,7 +100,7 @@ def test_sigkilled_workers_lose_no_job_of_the_sharded_queue_and_redeliveries_are
         t = sharded_totals(queue)
         return t["processed"] == upfront + streamed and t["depth"] == t["inflight"] == t["delayed"] == 0
 
-    stream = producer(ShardedScheduler(config, redis_client(cluster.url)), ids, upfront, streamed, 150)
+    stream = producer(ShardedScheduler(config, redis_client(cluster.url)), ids, upfront, streamed, 100)
     kills, kills_while_producing = kill_until_finished(spawn, 4, stream, finished, lambda: sharded_totals(queue),
                                                        timeout=120)
 
