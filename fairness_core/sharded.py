@@ -292,7 +292,14 @@ class ShardedScheduler:
             by_shard.setdefault(index, []).append((n, inner))
         acked = [False] * len(done)
         leases: list[Lease] = []
-        for index, queue in self._choices(classes):
+        choices = list(self._choices(classes))
+        # The done leases of other shards than the first pop's are settled first: a failure there
+        # then leaves nothing popped (and so nothing leased that the caller never hears of).
+        for index in [i for i in by_shard if not choices or i != choices[0][0]]:
+            for n, item in by_shard.pop(index):
+                lease, runtime = settled(item)
+                acked[n] = self.shard(index).ack(lease, runtime=runtime)
+        for index, queue in choices:
             settle = by_shard.pop(index, [])
             popped = self.shard(index).ack_and_pop([item for _, item in settle], max_jobs,
                                                    classes=None if queue is None else [queue])
@@ -302,34 +309,38 @@ class ShardedScheduler:
                 leases = [replace(lease, job_id=f"{index}{JOB_SEP}{lease.job_id}") for lease in popped.leases]
                 self._count(leases)
                 break
-        for index, items in by_shard.items():
-            for n, item in items:
-                lease, runtime = settled(item)
-                acked[n] = self.shard(index).ack(lease, runtime=runtime)
         return Popped(acked=acked, leases=leases)
 
     def _choices(self, classes: Sequence[str] | None) -> Iterator[tuple[int, str | None]]:
-        """(shard, class) pops to try in turn: the chosen class on shards with its work, chosen in
-        proportion to their queued tenants; then, in case the view was stale, every served shard
-        with the worker's classes (None: as the shard's own policy chooses)."""
+        """(shard, class) pops to try in turn: the chosen class on the shards with its work, drawn
+        in proportion to their queued tenants; then (under fifo, or in case the view was stale)
+        the shards with any work, drawn in proportion to their queued jobs, with the worker's
+        classes (None: as the shard's own policy chooses). Proportional, not busiest first: the
+        busiest shard first would serve a flood's shard alone while every other shard waited."""
         loads = self.loads()
         with self._account:
             queue = self._next_class(loads, classes)
-        tried = set()
-        if queue is not None:
-            weights = {i: max(1, load.tenants.get(queue, 0)) for i, load in enumerate(loads) if load.has_work(queue)}
-            while weights:
-                index = self._random.choices(list(weights), weights=list(weights.values()))[0]
-                del weights[index]
-                tried.add(index)
-                yield index, queue
-        busiest = sorted((i for i, load in enumerate(loads) if any(load.depth.values())),
-                         key=lambda i: -sum(loads[i].depth.values()))
+        first = [] if queue is None else self._drawn(
+            {i: load.tenants.get(queue, 0) for i, load in enumerate(loads) if load.has_work(queue)})
+        yield from ((index, queue) for index in first)
+        tried = set(first)
         only = None if classes is None else list(classes)
-        for index in busiest:
+        busy = {i: sum(load.depth.values()) for i, load in enumerate(loads)}
+        for index in self._drawn({i: depth for i, depth in busy.items() if depth > 0}):
             for allowed in ([None] if only is None else only):
                 if allowed != queue or index not in tried:
                     yield index, allowed
+
+    def _drawn(self, weights: dict[int, int]) -> list[int]:
+        """Shards with work, in a random order drawn in proportion to their weights (at least 1: a
+        shard with jobs of a class counts one tenant there even if the view caught none)."""
+        left = {i: max(1, w) for i, w in weights.items()}
+        order: list[int] = []
+        while left:
+            index = self._random.choices(list(left), weights=list(left.values()))[0]
+            order.append(index)
+            del left[index]
+        return order
 
     def _next_class(self, loads: list[ShardLoad], classes: Sequence[str] | None) -> str | None:
         """The class the next pop takes, fleet-wide: under the weighted policies the class with
