@@ -23,7 +23,16 @@ from fairness_core.sharding import hand
 from fairness_stack.servers import RedisClusterServers, RedisServer
 
 from .conftest import make_config
-from .crash_support import check_redeliveries, enqueue_jobs, kill_until_finished, producer, recorded, stop_all
+from .crash_support import (
+    TASKS,
+    TENANTS,
+    check_redeliveries,
+    enqueue_jobs,
+    kill_until_finished,
+    producer,
+    recorded,
+    stop_all,
+)
 from .support import spawn_worker, totals, wait_for, write_config
 from .test_cluster import owner
 from .test_reliability import NO_BUDGET, Producer
@@ -72,6 +81,11 @@ def victim_of(cluster: RedisClusterServers, queue: ShardedScheduler) -> tuple[Re
     on_victim = sorted(index for index, port in holders.items() if port == victim.port)
     assert on_victim, f"no shard on a master other than the seed: {holders}"
     return victim, on_victim
+
+
+def aof_loads(node: RedisServer) -> int:
+    """How often the node's redis-server started from its append-only file (its log says)."""
+    return (node.directory / "redis.log").read_text().count("DB loaded from append only file")
 
 
 def cluster_ok(cluster: RedisClusterServers) -> bool:
@@ -124,21 +138,31 @@ def test_a_master_killed_and_restarted_from_its_aof_keeps_the_jobs_of_its_shards
     path, config = sharded_config(tmp_path, cluster.url, scheduler=NO_BUDGET)
     queue = ShardedScheduler(config, redis_client(cluster.url))
     victim, on_victim = victim_of(cluster, queue)
-    ids: set[str] = set()
-    enqueue_jobs(queue, 0, 3_000, ids)  # a backlog on every shard when the master dies
     # The deliveries are recorded outside the cluster: the recording is the test's, not under the fault.
     with RedisServer() as records:
-        workers = [spawn_worker(path, tmp_path / f"worker-{i}.log", "record", records.url, *WORKER_ARGS)
-                   for i in range(2)]
+        logs = [tmp_path / f"worker-{i}.log" for i in range(2)]
+        # A summary line every second: a worker that wrote one is past its start, which refuses a
+        # Redis that is down (a worker still starting when the master dies exits, as it should).
+        workers = [spawn_worker(path, log, "record", records.url, *WORKER_ARGS, "--log-every", "1s") for log in logs]
         try:
+            wait_for(lambda: all(": last " in log.read_text() for log in logs), 60, "the workers to start")
+            # A backlog on every shard, of jobs that take 10 ms: leases are held when the master dies.
+            backlog = [{"service_s": 0.01}] * 60
+            ids = {queued.job_id for tenant, tier in TENANTS for task in TASKS
+                   for queued in queue.submit_many(task, tenant, backlog, tier=tier) if queued is not None}
+            assert len(ids) == len(TENANTS) * len(TASKS) * len(backlog)
             with Producer(ShardedScheduler(config, redis_client(cluster.url))) as produced:
-                wait_for(lambda: sharded_totals(queue)["processed"] >= 500, 60, "workers to make progress")
+                wait_for(lambda: sharded_totals(queue)["processed"] >= 300
+                         and sum(totals(queue.shard(index))["inflight"] for index in on_victim) > 0, 60,
+                         "workers to make progress and hold leases on the master's shards")
                 at_kill = {index: totals(queue.shard(index)) for index in on_victim}
                 held = {job for job in ids | produced.acknowledged.copy() if shard_of(job) in on_victim}
+                loads_before = aof_loads(victim)
                 victim.stop(kill=True)
                 time.sleep(3.0)  # past the cluster's node timeout: the others mark the master failed
                 assert all(p.poll() is None for p in workers), "the workers ride the outage out"
                 victim.start()
+                assert aof_loads(victim) == loads_before + 1, "the master came back from its AOF"
                 acknowledged_at_restart = len(produced.acknowledged)
                 wait_for(lambda: len(produced.acknowledged) >= acknowledged_at_restart + 500, 60,
                          "enqueues to resume")
@@ -162,8 +186,8 @@ def test_a_master_killed_and_restarted_from_its_aof_keeps_the_jobs_of_its_shards
     assert t["processed"] == len(deliveries), "the counters came back from the AOF too"
     check_redeliveries(deliveries, t["redelivered"])
     assert t["failed"] == t["dead"] == 0
-    for i in range(2):
-        log = (tmp_path / f"worker-{i}.log").read_text()
+    assert t["redelivered"] > 0, "the outage cut leases short"
+    for log in map(Path.read_text, logs):
         assert "is unavailable" in log and "Redis reachable again" in log, log[-2000:]
     print(f"\nmaster :{victim.port} (shards {on_victim} of {SHARDS}) killed with {queued_at_kill} jobs queued and "
           f"{sum(at_kill[index]['inflight'] for index in on_victim)} leased there, {len(held)} of its jobs "
