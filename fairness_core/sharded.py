@@ -113,6 +113,16 @@ def split_job_id(job_id: str) -> tuple[int, str]:
     return int(shard), own
 
 
+def choose_shard(dealt: Sequence[int], holds: Sequence[bool], depths: Sequence[int]) -> int:
+    """Of a tenant's hand ``dealt``, where its job goes: the first shard where the tenant ``holds``
+    jobs of the class queued, else the one whose class has the fewest queued jobs (``depths``),
+    the first in the hand on a tie."""
+    held = [shard for shard, has in zip(dealt, holds) if has]
+    if held:
+        return held[0]
+    return dealt[min(range(len(dealt)), key=lambda n: (depths[n], n))]
+
+
 class ShardedScheduler:
     """The :class:`Scheduler` interface over the shards of one sharded queue group."""
 
@@ -270,10 +280,7 @@ class ShardedScheduler:
                 pipe.zscore(keys.class_key(queue, CLASS_PARTS["backlog"]), tenant)
                 pipe.hget(keys.stats, f"depth{SEP}{queue}")
             replies = pipe.execute()
-        held = [i for n, i in enumerate(dealt) if replies[2 * n]]
-        if held:
-            return held[0]
-        return min(dealt, key=lambda i: (int(replies[2 * dealt.index(i) + 1] or 0), dealt.index(i)))
+        return choose_shard(dealt, [bool(r) for r in replies[::2]], [int(r or 0) for r in replies[1::2]])
 
     # ------------------------------------------------------------------ consuming
 
@@ -292,7 +299,7 @@ class ShardedScheduler:
             by_shard.setdefault(index, []).append((n, inner))
         acked = [False] * len(done)
         leases: list[Lease] = []
-        choices = list(self._choices(classes))
+        choices = list(self.choices(classes))
         # The done leases of other shards than the first pop's are settled first: a failure there
         # then leaves nothing popped (and so nothing leased that the caller never hears of).
         for index in [i for i in by_shard if not choices or i != choices[0][0]]:
@@ -307,11 +314,11 @@ class ShardedScheduler:
                 acked[n] = ok
             if popped.leases:
                 leases = [replace(lease, job_id=f"{index}{JOB_SEP}{lease.job_id}") for lease in popped.leases]
-                self._count(leases)
+                self.count_served(leases)
                 break
         return Popped(acked=acked, leases=leases)
 
-    def _choices(self, classes: Sequence[str] | None) -> Iterator[tuple[int, str | None]]:
+    def choices(self, classes: Sequence[str] | None) -> Iterator[tuple[int, str | None]]:
         """(shard, class) pops to try in turn: the chosen class on the shards with its work, drawn
         in proportion to their queued tenants; then (under fifo, or in case the view was stale)
         the shards with any work, drawn in proportion to their queued jobs, with the worker's
@@ -363,7 +370,7 @@ class ShardedScheduler:
         self._eligible = set(eligible)
         return min(eligible, key=lambda c: (self._served.get(c, 0.0) + 1) / weight[c])
 
-    def _count(self, leases: list[Lease]) -> None:
+    def count_served(self, leases: list[Lease]) -> None:
         with self._account:
             for lease in leases:
                 self._served[lease.queue] = self._served.get(lease.queue, 0.0) + 1

@@ -30,7 +30,7 @@ from fairness_core.config import Config
 from fairness_core.config_store import NO_MOVES, Moves
 from fairness_core.jobs import SEP, Lease, Record, check_tier
 from fairness_core.model import Model
-from fairness_core.sharded import ShardedScheduler, ShardLoad, shard_config
+from fairness_core.sharded import ShardedScheduler, ShardLoad, choose_shard, shard_config
 from fairness_core.sharding import hand
 from fairness_core.snapshot import ClassSnapshot, Snapshot, UnconfiguredClass
 
@@ -83,10 +83,9 @@ class ShardedModel:
         """ShardedScheduler.shard_for's rule: of the tenant's hand, the shard holding its queued
         jobs of the class, else the one whose class is least backlogged (first in the hand on ties)."""
         dealt = self.hand(tenant)
-        for i in dealt:
-            if self.models[i].classes.get(queue) is not None and self.models[i].classes[queue].backlog.score(tenant):
-                return i
-        return min(dealt, key=lambda i: (self.models[i].stats.get(f"depth{SEP}{queue}", 0), dealt.index(i)))
+        held = [queue in self.models[i].classes and bool(self.models[i].classes[queue].backlog.score(tenant))
+                for i in dealt]
+        return choose_shard(dealt, held, [self.models[i].stats.get(f"depth{SEP}{queue}", 0) for i in dealt])
 
     def submit_many(self, now: int, task: str, tenant: str, count: int, payload: Any = None, *,
                     tier: str | None = None, user_waiting: bool = False) -> list[tuple[str, str, int]]:
@@ -108,10 +107,10 @@ class ShardedModel:
 
     def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Record]:
         """Up to ``max_jobs`` jobs of one class from one shard, chosen as ShardedScheduler chooses."""
-        for index, queue in self.router._choices(classes):
+        for index, queue in self.router.choices(classes):
             got = self.models[index].pop_entries(now, max_jobs, classes=classes if queue is None else [queue])
             if got:
-                self.router._count(got)  # type: ignore[arg-type]  # a record has the lease's queue
+                self.router.count_served(got)  # type: ignore[arg-type]  # a record has the lease's queue
                 return got
         return []
 
