@@ -4,14 +4,18 @@ and 3 masters, driven by the same number of client processes, each with its own 
 - **Throughput**, enqueue and pop+ack measured separately: first every client submits its jobs one
   per call (``submit``: the hand's two shards read, then the enqueue script), all of jobs:medium
   over 10 tenants of its own, then every client pops and acks them one per call (``ack_and_pop``,
-  the ack riding with the next pop). The three clusters run side by side and are measured in turns (1, 2, 3
-  masters, 1, 2, 3, ...), the median of each reported with its ratio to 1 master. Over each phase,
+  the ack riding with the next pop). The three clusters run side by side and are measured in
+  turns (1, 2, 3 masters, 1, 2, 3, ...), the median of each reported with its ratio to 1 master. Over each phase,
   the CPU time of the redis-servers and of the clients is read from ``/proc/<pid>/stat`` (utime +
   stime), and the machine's from ``/proc/stat``: the cores each side used, so the limit shows.
 - **Drift**, on the 3-master cluster: a backlog in every class (the same number of tenants in each,
   all of the default tier, each with more jobs than it can be served), then the clients pop and ack
   part of it; the realised class shares fleet-wide against the weights, and each tenant's jobs
   against its fair share (its class's jobs over the class's tenants), min and max.
+- **What COMMAND GETKEYS costs a client**: one client process alone on the 1-master cluster, with
+  redis-py's cluster client as it is (it asks the server for an FCALL's keys before each FCALL)
+  and with an FCALL's slot computed from its key, as redis-py does for EVAL (patched in this
+  process only, for that measurement).
 
 The config is the example one with ``arrival_budget`` and ``reserved_slots`` removed (a budget
 demotes a class's jobs past its budget, which a throughput or share measurement must not do).
@@ -29,6 +33,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +41,7 @@ from typing import Any
 
 import redis
 import yaml
+from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from fairness_core import parse_config, redis_client
@@ -70,11 +76,12 @@ class Sizes:
     tenants: int  # tenants per class in the drift backlog ...
     backlog: int  # ... each with this many jobs queued
     drift_pops: int  # jobs each client pops and acks from that backlog
+    solo_jobs: int  # jobs a run of one client alone (the cost of COMMAND GETKEYS)
 
 
-FULL = Sizes(clients=4, jobs=2_500, repeats=5, tenants=20, backlog=400, drift_pops=2_000)
-QUICK = Sizes(clients=4, jobs=1_000, repeats=3, tenants=10, backlog=200, drift_pops=500)
-SMOKE = Sizes(clients=2, jobs=40, repeats=1, tenants=3, backlog=30, drift_pops=20)
+FULL = Sizes(clients=4, jobs=1_500, repeats=3, tenants=20, backlog=400, drift_pops=2_000, solo_jobs=2_000)
+QUICK = Sizes(clients=4, jobs=1_000, repeats=3, tenants=10, backlog=200, drift_pops=500, solo_jobs=1_000)
+SMOKE = Sizes(clients=2, jobs=40, repeats=1, tenants=3, backlog=30, drift_pops=20, solo_jobs=30)
 PRESETS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 
 
@@ -85,7 +92,7 @@ class LoopbackCluster(RedisClusterServers):
     """A loopback Redis Cluster of any number of masters, no replicas: each node takes an even
     share of the slots (CLUSTER ADDSLOTSRANGE), then the first meets the others."""
 
-    def start(self, timeout: float = 60.0) -> "LoopbackCluster":
+    def start(self, timeout: float = 60.0) -> LoopbackCluster:
         try:
             for node in self.nodes:
                 node.start()
@@ -230,8 +237,8 @@ def _pop_ack(sched: ShardedScheduler, jobs: int) -> Counter[tuple[str, str]]:
     only when a pop finds nothing twice with a fresh view of the shards."""
     done: Counter[tuple[str, str]] = Counter()
     leases: list[Lease] = []
-    empty = 0
-    while sum(done.values()) < jobs:
+    empty = count = 0
+    while count < jobs:
         leases = sched.ack_and_pop(leases, 1).leases
         if not leases:
             empty += 1
@@ -240,6 +247,7 @@ def _pop_ack(sched: ShardedScheduler, jobs: int) -> Counter[tuple[str, str]]:
             sched.loads(fresh=True)
             continue
         empty = 0
+        count += len(leases)
         for lease in leases:
             done[(lease.queue, lease.tenant)] += 1
     for lease in leases:
@@ -396,23 +404,73 @@ def measure_drift(fleet: Fleet, sizes: Sizes) -> Drift:
     return Drift(weights, shares, min(ratios), max(ratios), per_class, total, backlogged)
 
 
+@dataclass(frozen=True)
+class Solo:
+    """One client process alone: rates and its CPU per job, enqueue and pop+ack."""
+
+    enqueue: float
+    enqueue_us: float
+    drain: float
+    drain_us: float
+
+
+def _fcall_slot_from_key(original: Callable[..., Any]) -> Callable[..., Any]:
+    """RedisCluster.determine_slot, but an FCALL's slot is its first key's, computed here (redis-py
+    does so for EVAL and EVALSHA, and asks the server, COMMAND GETKEYS, for FCALL)."""
+    def determine_slot(self: RedisCluster, *args: Any) -> Any:
+        if str(args[0]).upper() in ("FCALL", "FCALL_RO") and len(args) > 3 and int(args[2]) > 0:
+            return self.keyslot(args[3])
+        return original(self, *args)
+    return determine_slot
+
+
+def measure_getkeys(cluster: LoopbackCluster, sizes: Sizes) -> dict[str, Solo]:
+    """What redis-py's COMMAND GETKEYS round trips cost a client: one client in this process, with
+    redis-py as it is and with an FCALL's slot computed from its key, in turns."""
+    original = RedisCluster.determine_slot
+    variants = {"redis-py as is": original, "FCALL's slot from its key": _fcall_slot_from_key(original)}
+    runs: dict[str, list[Solo]] = {name: [] for name in variants}
+    try:
+        for round_ in range(sizes.repeats):
+            for n, (name, determine_slot) in enumerate(variants.items()):
+                RedisCluster.determine_slot = determine_slot  # type: ignore[method-assign]
+                sched = ShardedScheduler(bench_config(cluster.url, prefix=f"solo{round_}-{n}"),
+                                         redis_client(cluster.url), seed=n)
+                for i in range(max(10, sizes.solo_jobs // 10)):  # warm-up: connections, libraries
+                    sched.submit(THROUGHPUT_TASK, f"t{i % 40}", payload(i))
+                _pop_ack(sched, max(10, sizes.solo_jobs // 10))
+                cpu, wall = time.process_time(), time.perf_counter()
+                for i in range(sizes.solo_jobs):
+                    sched.submit(THROUGHPUT_TASK, f"t{i % 40}", payload(i))
+                enqueue = (sizes.solo_jobs / (time.perf_counter() - wall), (time.process_time() - cpu) / sizes.solo_jobs)
+                cpu, wall = time.process_time(), time.perf_counter()
+                done = sum(_pop_ack(sched, sizes.solo_jobs).values())
+                drain = (done / (time.perf_counter() - wall), (time.process_time() - cpu) / max(1, done))
+                runs[name].append(Solo(enqueue[0], enqueue[1] * 1e6, drain[0], drain[1] * 1e6))
+    finally:
+        RedisCluster.determine_slot = original  # type: ignore[method-assign]
+    return {name: Solo(*(statistics.median(getattr(r, f) for r in rs) for f in ("enqueue", "enqueue_us", "drain", "drain_us")))
+            for name, rs in runs.items()}
+
+
 # ---------------------------------------------------------------------- the report
 
 
 PHASES = {"enqueue": "enqueue, one job per call", "drain": "pop+ack, one job per call"}
 
 
-def section(sizes: Sizes, results: dict[int, Throughput], drift: Drift, elapsed_s: float) -> str:
+def section(preset: str, sizes: Sizes, results: dict[int, Throughput], drift: Drift, getkeys: dict[str, Solo],
+            elapsed_s: float) -> str:
     lines = [
-        f"Measured by `python -m benchmarks --sharded --preset ...` on {time.strftime('%Y-%m-%d %H:%M %Z')} in "
+        (f"Measured by `python -m benchmarks --sharded --preset {preset}` on {time.strftime('%Y-%m-%d %H:%M %Z')} in "
         f"{elapsed_s / 60:.1f} minutes: one logical queue of {SHARDS} shards (shard_hand {HAND}), "
         f"{sizes.clients} client processes on each cluster, each with its own ShardedScheduler; "
         f"{sizes.clients} x {sizes.jobs:,} jobs per phase, median of {sizes.repeats} rounds taken in turns "
-        f"(1, 2, 3 masters, 1, 2, 3, ...). Load average {os.getloadavg()[0]:.2f} at the end.",
+        f"(1, 2, 3 masters, 1, 2, 3, ...). Load average {os.getloadavg()[0]:.2f} at the end."),
         "",
-        "| phase | masters | shards per master | fleet rate | ratio to 1 master | cores used: redis-servers / "
+        ("| phase | masters | shards per master | fleet rate | ratio to 1 master | cores used: redis-servers / "
         "clients / rest of the machine | CPU per job: redis-servers / clients | commands per job at the masters: "
-        "FCALL / COMMAND GETKEYS |",
+        "FCALL / COMMAND GETKEYS |"),
         "| --- | ---: | --- | ---: | ---: | --- | --- | --- |",
     ]
     for phase, what in PHASES.items():
@@ -427,9 +485,9 @@ def section(sizes: Sizes, results: dict[int, Throughput], drift: Drift, elapsed_
                 f"{r.median(phase, lambda p: p.cpu_us('clients')):.0f} µs | {cmds[0]:.2f} / {cmds[1]:.2f} |")
     lines += [
         "",
-        f"Drift on the 3-master cluster: {sizes.tenants} tenants per class (default tier), {sizes.backlog} jobs "
+        (f"Drift on the 3-master cluster: {sizes.tenants} tenants per class (default tier), {sizes.backlog} jobs "
         f"each queued, {drift.jobs:,} popped and acked one per call by the {sizes.clients} clients; every tenant "
-        f"still had jobs queued at the end: {'yes' if drift.still_backlogged else '**no**'}.",
+        f"still had jobs queued at the end: {'yes' if drift.still_backlogged else '**no**'}."),
         "",
         "| class | weight share | realised share | realised / weight | tenant share / fair share, min | max |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -439,11 +497,25 @@ def section(sizes: Sizes, results: dict[int, Throughput], drift: Drift, elapsed_
         lines.append(f"| {queue} | {w:.3f} | {drift.shares[queue]:.3f} | {drift.shares[queue] / w:.2f} "
                      f"| {low:.2f} | {high:.2f} |")
     lines.append(f"| all tenants | | | | {drift.tenant_min:.2f} | {drift.tenant_max:.2f} |")
+    lines += [
+        "",
+        (f"One client process alone on the 1-master cluster, {sizes.solo_jobs:,} jobs a run, median of "
+        f"{sizes.repeats} runs in turns: redis-py's cluster client as it is (it asks the server for an FCALL's keys, "
+        "COMMAND GETKEYS, before sending it) against the same client computing an FCALL's slot from its key, as "
+        "redis-py does for EVAL."),
+        "",
+        "| client | enqueue | client CPU per job | pop+ack | client CPU per job |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, solo in getkeys.items():
+        lines.append(f"| {name} | {solo.enqueue:,.0f} jobs/s | {solo.enqueue_us:.0f} µs | {solo.drain:,.0f} jobs/s "
+                     f"| {solo.drain_us:.0f} µs |")
     return "\n".join(lines) + "\n"
 
 
-def run(sizes: Sizes) -> str:
+def run(preset: str) -> str:
     """Start the three clusters and their fleets, measure, and return the Markdown section."""
+    sizes = PRESETS[preset]
     started = time.monotonic()
     with ExitStack() as stack:
         fleets: dict[int, Fleet] = {}
@@ -455,7 +527,9 @@ def run(sizes: Sizes) -> str:
             fleets[masters] = fleet
         results = measure_throughput(fleets, sizes)
         drift = measure_drift(fleets[3], sizes)
-    return section(sizes, results, drift, time.monotonic() - started)
+        log("sharded: one client alone, with and without COMMAND GETKEYS before each FCALL")
+        getkeys = measure_getkeys(fleets[1].cluster, sizes)
+    return section(preset, sizes, results, drift, getkeys, time.monotonic() - started)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -463,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
     parser.add_argument("--out", type=Path, help="write the Markdown section here (default: stdout)")
     args = parser.parse_args(argv)
-    text = run(PRESETS[args.preset])
+    text = run(args.preset)
     if args.out:
         args.out.write_text(text, encoding="utf-8")
     else:
