@@ -3,7 +3,8 @@ a loopback 3-master Redis Cluster, worked by real ``fairctl worker`` processes. 
 under load lose no job, and a job runs again only as a counted redelivery (as
 tests/test_worker_crash.py shows on one queue group); a master SIGKILLed under load and restarted
 from its AOF (appendfsync always) keeps the jobs of the shards it holds, and afterwards every job
-is completed exactly once but for counted redeliveries."""
+is completed exactly once but for counted redeliveries. And a sharded pop keeps the leases it took
+when acking a finished job on another shard fails because that shard's master is down."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 import redis
 
 from fairness_core import Config, RedisUnavailable, redis_client, sharded
-from fairness_core.sharded import JOB_SEP, ShardedScheduler
+from fairness_core.sharded import ShardedScheduler, split_job_id
 from fairness_core.sharding import hand
 from fairness_stack.servers import RedisClusterServers, RedisServer
 
@@ -57,8 +58,8 @@ def cluster() -> Iterator[RedisClusterServers]:
 
 def sharded_config(tmp_path: Path, url: str, **sections: Any) -> tuple[Path, Config]:
     """The example config, sharded SHARDS ways with a hand of HAND, in a file for the workers."""
-    redis = {"url": url, "prefix": make_config().redis.prefix, "shards": SHARDS, "shard_hand": HAND}
-    return write_config(tmp_path, url, redis=redis, leases=LEASES, **sections)
+    section = {"url": url, "prefix": make_config().redis.prefix, "shards": SHARDS, "shard_hand": HAND}
+    return write_config(tmp_path, url, redis=section, leases=LEASES, **sections)
 
 
 def sharded_totals(queue: ShardedScheduler) -> dict[str, int]:
@@ -70,7 +71,7 @@ def sharded_totals(queue: ShardedScheduler) -> dict[str, int]:
 
 
 def shard_of(job_id: str) -> int:
-    return int(job_id.split(JOB_SEP)[0])
+    return split_job_id(job_id)[0]
 
 
 def victim_of(cluster: RedisClusterServers, queue: ShardedScheduler) -> tuple[RedisServer, list[int]]:
