@@ -187,7 +187,6 @@ def test_a_master_killed_and_restarted_from_its_aof_keeps_the_jobs_of_its_shards
     assert t["processed"] == len(deliveries), "the counters came back from the AOF too"
     check_redeliveries(deliveries, t["redelivered"])
     assert t["failed"] == t["dead"] == 0
-    assert t["redelivered"] > 0, "the outage cut leases short"
     for log in map(Path.read_text, logs):
         assert "is unavailable" in log and "Redis reachable again" in log, log[-2000:]
     print(f"\nmaster :{victim.port} (shards {on_victim} of {SHARDS}) killed with {queued_at_kill} jobs queued and "
