@@ -125,7 +125,7 @@ class LoopbackCluster(RedisClusterServers):
         return [node.process.pid for node in self.nodes if node.process is not None]
 
     def shards_per_master(self, prefix: str, shards: int) -> list[int]:
-        """How many of the group's shards each master holds (by its slot ranges)."""
+        """How many of the group's shards each master holds (by its slot ranges), most first."""
         with redis.Redis(port=self.nodes[0].port) as conn:
             ranges = conn.execute_command("CLUSTER", "SLOTS")
         ports = sorted(node.port for node in self.nodes)
@@ -133,7 +133,7 @@ class LoopbackCluster(RedisClusterServers):
         for i in range(shards):
             slot = key_slot(Keys(shard_prefix(prefix, i)).base.encode())
             held.update(int(master[1]) for start, end, master, *_ in ranges if start <= slot <= end)
-        return [held[port] for port in ports]
+        return sorted((held[port] for port in ports), reverse=True)
 
 
 def bench_config(url: str, prefix: str = PREFIX, shards: int = SHARDS, hand: int = HAND) -> Config:
