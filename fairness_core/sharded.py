@@ -10,9 +10,10 @@ pop and ack stays one atomic script on one shard. What makes the N groups one qu
   tenant off the shard a flood fills.
 - **Pop** chooses the class first, for the whole fleet: each worker runs the class weights over the
   classes with work on any shard (the least served against its weight goes next), so the shares
-  hold fleet-wide and not per shard. It then chooses a shard with work in that class, at random in
-  proportion to the tenants queued there, so each queued tenant of the fleet gets about the same
-  service whichever shard it is on: a flooding tenant is one tenant, wherever it is. The shard's
+  hold fleet-wide and not per shard. It then chooses a shard with work in that class, in
+  proportion to the tenants queued there (smooth weighted round-robin), so each queued tenant of
+  the fleet gets about the same service whichever shard it is on: a flooding tenant is one
+  tenant, wherever it is. The shard's
   own script then picks the tenant (weighted fair queuing) and leases the job.
 - **Ack, nack, extend** go to the shard the lease names: a sharded job id is ``shard:id``.
 - **Re-sharding** (:meth:`ShardedScheduler.reshard`) changes where new jobs go; the jobs already
@@ -138,7 +139,8 @@ class ShardedScheduler:
         self._view: tuple[float, list[ShardLoad]] | None = None
         self._served: dict[str, float] = {}  # jobs this process leased per class (the class weights' account)
         self._eligible: set[str] = set()
-        self._random = random.Random(seed)
+        self._random = random.Random(seed)  # where each shard joins this process's rotations
+        self._credit: dict[str | None, dict[int, float]] = {}  # the rotations, per class (None: any class)
         self._account = threading.Lock()  # the class weights' account, shared by a worker's slots
 
     # ------------------------------------------------------------------ shards and layout
@@ -319,34 +321,42 @@ class ShardedScheduler:
         return Popped(acked=acked, leases=leases)
 
     def choices(self, classes: Sequence[str] | None) -> Iterator[tuple[int, str | None]]:
-        """(shard, class) pops to try in turn: the chosen class on the shards with its work, drawn
-        in proportion to their queued tenants; then (under fifo, or in case the view was stale)
-        the shards with any work, drawn in proportion to their queued jobs, with the worker's
+        """(shard, class) pops to try in turn: the chosen class on the shards with its work, in
+        proportion to their queued tenants; then (under fifo, or in case the view was stale)
+        the shards with any work, in proportion to their queued jobs, with the worker's
         classes (None: as the shard's own policy chooses). Proportional, not busiest first: the
         busiest shard first would serve a flood's shard alone while every other shard waited."""
         loads = self.loads()
+        busy = {i: sum(load.depth.values()) for i, load in enumerate(loads)}
         with self._account:
             queue = self._next_class(loads, classes)
-        first = [] if queue is None else self._drawn(
-            {i: load.tenants.get(queue, 0) for i, load in enumerate(loads) if load.has_work(queue)})
+            first = [] if queue is None else self._rotated(
+                queue, {i: load.tenants.get(queue, 0) for i, load in enumerate(loads) if load.has_work(queue)})
+            rest = self._rotated(None, {i: depth for i, depth in busy.items() if depth > 0})
         yield from ((index, queue) for index in first)
         tried = set(first)
         only = None if classes is None else list(classes)
-        busy = {i: sum(load.depth.values()) for i, load in enumerate(loads)}
-        for index in self._drawn({i: depth for i, depth in busy.items() if depth > 0}):
+        for index in rest:
             for allowed in ([None] if only is None else only):
                 if allowed != queue or index not in tried:
                     yield index, allowed
 
-    def _drawn(self, weights: dict[int, int]) -> list[int]:
-        """Shards with work, in a random order drawn in proportion to their weights (at least 1: a
-        shard with jobs of a class counts one tenant there even if the view caught none)."""
-        left = {i: max(1, w) for i, w in weights.items()}
-        order: list[int] = []
-        while left:
-            index = self._random.choices(list(left), weights=list(left.values()))[0]
-            order.append(index)
-            del left[index]
+    def _rotated(self, key: str | None, weights: dict[int, int]) -> list[int]:
+        """The shards with work, the next to pop from first, by smooth weighted round-robin over
+        ``weights`` (at least 1 each: a shard with jobs of a class counts one tenant there even if
+        the view caught none), one rotation per class (``key``): over any run of pops each shard's
+        part is its weight's part to within one pop, with no sampling noise. A shard joining the
+        rotation starts at a random point of it, so a fleet's workers do not all pop the same
+        shard at once."""
+        credit = self._credit.setdefault(key, {})
+        for index in [i for i in credit if i not in weights]:
+            del credit[index]  # idle now: it comes back owed nothing
+        total = sum(max(1, w) for w in weights.values())
+        for index, weight in weights.items():
+            credit[index] = credit.get(index, self._random.random() * total) + max(1, weight)
+        order = sorted(weights, key=lambda i: -credit[i])
+        if order:
+            credit[order[0]] -= total
         return order
 
     def _next_class(self, loads: list[ShardLoad], classes: Sequence[str] | None) -> str | None:

@@ -22,6 +22,7 @@ from fairness_core import ConfigError, InvalidJob, Lease, parse_config, redis_cl
 from fairness_core.config_dump import config_to_data
 from fairness_core.sharded import JOB_SEP, ShardedScheduler, split_job_id
 from fairness_core.sharding import hand, shard_prefix
+from fairness_sim.shards import ShardFigures, predict
 from fairness_stack.servers import RedisClusterServers, RedisServer
 
 from .conftest import make_config
@@ -41,12 +42,6 @@ def sharded(url: str, shards: int = 6, hand_size: int = 2, **sections: Any) -> A
     data = config_to_data(base)
     data["redis"].update(url=url, shards=shards, shard_hand=hand_size)
     return parse_config(data)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisClusterServers]:
-    with RedisClusterServers(3) as servers:
-        yield servers
 
 
 # ---------------------------------------------------------------- hands
@@ -188,6 +183,28 @@ def test_class_weights_hold_fleet_wide_and_tenants_share_alike_across_shards(clu
     high = [n for (queue, _), n in tenants_served.items() if queue == "jobs:high"]
     fair = classes["jobs:high"] / 30
     assert len(high) == 30 and max(high) <= 1.5 * fair and min(high) >= 0.5 * fair, sorted(high)
+
+
+def test_a_flooding_tenant_costs_its_shard_mates_what_the_simulator_predicts(cluster: RedisClusterServers) -> None:
+    """A tenant floods (20,000 jobs) before 40 others queue 200 each, all in one class, 6 shards,
+    hands of 2. The tenants whose hands share a shard with the flooder's get the service per tenant
+    the others get, as ``fairctl simulate``'s model of the same queue predicts, within 5 points;
+    and the flooder gets one tenant's share, not its backlog's."""
+    config = sharded(cluster.url, shards=6, hand_size=2)
+    backlogs = [("jobs:low", "flooder", 20_000)] + [("jobs:low", f"shop-{i}", 200) for i in range(40)]
+    producer = ShardedScheduler(config, redis_client(cluster.url))
+    for queue, tenant, count in backlogs:
+        producer.submit_many(TASKS[queue], tenant, [None] * count)
+    workers = [ShardedScheduler(config, redis_client(cluster.url), seed=i) for i in range(4)]
+    _, served = drain(workers, 4000)
+    measured = ShardFigures(6, 2, {(q, t): n for q, t, n in backlogs}, served).flood_cost()
+    predicted = predict(backlogs, 6, 2, config, 4000).figures.flood_cost()
+    assert measured is not None and predicted is not None and measured.mates == predicted.mates > 0
+    assert measured.percent is not None and predicted.percent is not None
+    assert abs(measured.percent - predicted.percent) <= 5, (measured, predicted)
+    assert measured.percent >= 90  # the flood does not fall on its shard-mates
+    fair = 4000 / 41
+    assert served[("jobs:low", "flooder")] <= 1.2 * fair, served[("jobs:low", "flooder")]
 
 
 def test_resharding_6_to_12_under_load_loses_and_repeats_no_job(cluster: RedisClusterServers) -> None:
