@@ -128,15 +128,17 @@ class RedisServer:
 
 class RedisClusterServers:
     """``masters`` redis-servers in cluster mode (no replicas) joined by ``redis-cli --cluster
-    create``, the slots split evenly among them; :attr:`url` names the first as the seed node."""
+    create``, the slots split evenly among them; :attr:`url` names the first as the seed node.
+    ``appendonly``: each with an AOF fsynced before every reply (a master can be killed and
+    restarted with its data)."""
 
     NODE_TIMEOUT_MS = 2000  # a short failure-detection time: these clusters are throwaway
 
-    def __init__(self, masters: int = 3) -> None:
+    def __init__(self, masters: int = 3, *, appendonly: bool = False) -> None:
         self.cli = find_binary("redis-cli", INSTALL_HINT)
         # The bus port is given: the default, port + 10000, does not exist for free ports above 55535.
         self.nodes = [
-            RedisServer(extra_args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            RedisServer(appendonly=appendonly, extra_args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                                     "--cluster-port", str(free_port()),
                                     "--cluster-node-timeout", str(self.NODE_TIMEOUT_MS)))
             for _ in range(masters)

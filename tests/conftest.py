@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from fairness_core import Config, Scheduler, load_config, parse_config, redis_client
-from fairness_stack.servers import RedisServer
+from fairness_stack.servers import RedisClusterServers, RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = ROOT / "fairness.yaml"
@@ -60,6 +60,13 @@ def redis_server() -> Iterator[RedisServer | GivenRedis]:
         return
     with RedisServer() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisClusterServers]:
+    """A loopback 3-master Redis Cluster per test module."""
+    with RedisClusterServers(3) as servers:
+        yield servers
 
 
 @pytest.fixture

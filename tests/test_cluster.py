@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,12 +40,6 @@ NOT_ON_A_CLUSTER = (
     # CLIENT PAUSE goes to a node the cluster client picks, not necessarily the group's master.
     "tests/test_exporter.py::test_a_stalled_redis_still_gets_an_answer_within_the_budget",
 )
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisClusterServers]:
-    with RedisClusterServers(3) as servers:
-        yield servers
 
 
 def node_client(node: RedisServer) -> redis.Redis:

@@ -49,10 +49,7 @@ LEASES = {"visibility_timeout": "2s", "max_attempts": 1000}  # every redelivery 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RedisClusterServers]:
     """3 masters, each with an AOF fsynced before every reply (RedisServer's appendfsync always)."""
-    servers = RedisClusterServers(3)
-    for node in servers.nodes:
-        node.appendonly = True
-    with servers:
+    with RedisClusterServers(3, appendonly=True) as servers:
         yield servers
 
 
