@@ -98,6 +98,13 @@ class ShardLoad:
     def has_work(self, queue: str) -> bool:
         return self.depth.get(queue, 0) > 0 and queue not in self.paused
 
+    def ran_dry(self, queue: str | None) -> None:
+        """A pop of ``queue`` (None: any class) found nothing: until the view is read again, the
+        shard has none, so no pop asks again and a class that ran dry is out of the rotation
+        (back in, it starts level instead of owed for the pops it could not have)."""
+        for name in self.depth if queue is None else [queue]:
+            self.depth[name] = 0
+
 
 def shard_config(config: Config, shard: int) -> Config:
     """The config shard ``shard`` runs: the group's, under the shard's prefix, itself unsharded
@@ -301,7 +308,8 @@ class ShardedScheduler:
             by_shard.setdefault(index, []).append((n, inner))
         acked = [False] * len(done)
         leases: list[Lease] = []
-        choices = list(self.choices(classes))
+        # Popping from the shard of a done lease lets its ack ride along, when the rotation allows.
+        choices = list(self.choices(classes, prefer=next(iter(by_shard), None)))
         # The done leases of other shards than the first pop's are settled first: a failure there
         # then leaves nothing popped (and so nothing leased that the caller never hears of).
         for index in [i for i in by_shard if not choices or i != choices[0][0]]:
@@ -318,21 +326,23 @@ class ShardedScheduler:
                 leases = [replace(lease, job_id=f"{index}{JOB_SEP}{lease.job_id}") for lease in popped.leases]
                 self.count_served(leases)
                 break
+            self.loads()[index].ran_dry(queue)
         return Popped(acked=acked, leases=leases)
 
-    def choices(self, classes: Sequence[str] | None) -> Iterator[tuple[int, str | None]]:
+    def choices(self, classes: Sequence[str] | None, *, prefer: int | None = None) -> Iterator[tuple[int, str | None]]:
         """(shard, class) pops to try in turn: the chosen class on the shards with its work, in
         proportion to their queued tenants; then (under fifo, or in case the view was stale)
         the shards with any work, in proportion to their queued jobs, with the worker's
         classes (None: as the shard's own policy chooses). Proportional, not busiest first: the
-        busiest shard first would serve a flood's shard alone while every other shard waited."""
+        busiest shard first would serve a flood's shard alone while every other shard waited.
+        ``prefer`` goes first when the rotation owes it a pop."""
         loads = self.loads()
         busy = {i: sum(load.depth.values()) for i, load in enumerate(loads)}
         with self._account:
             queue = self._next_class(loads, classes)
             first = [] if queue is None else self._rotated(
-                queue, {i: load.tenants.get(queue, 0) for i, load in enumerate(loads) if load.has_work(queue)})
-            rest = self._rotated(None, {i: depth for i, depth in busy.items() if depth > 0})
+                queue, {i: load.tenants.get(queue, 0) for i, load in enumerate(loads) if load.has_work(queue)}, prefer)
+            rest = self._rotated(None, {i: depth for i, depth in busy.items() if depth > 0}, prefer)
         yield from ((index, queue) for index in first)
         tried = set(first)
         only = None if classes is None else list(classes)
@@ -341,20 +351,21 @@ class ShardedScheduler:
                 if allowed != queue or index not in tried:
                     yield index, allowed
 
-    def _rotated(self, key: str | None, weights: dict[int, int]) -> list[int]:
+    def _rotated(self, key: str | None, weights: dict[int, int], prefer: int | None) -> list[int]:
         """The shards with work, the next to pop from first, by smooth weighted round-robin over
         ``weights`` (at least 1 each: a shard with jobs of a class counts one tenant there even if
         the view caught none), one rotation per class (``key``): over any run of pops each shard's
-        part is its weight's part to within one pop, with no sampling noise. A shard joining the
-        rotation starts at a random point of it, so a fleet's workers do not all pop the same
-        shard at once."""
+        part is its weight's part to within one pop, with no sampling noise. ``prefer`` goes first
+        while the rotation owes it (its credit is not negative): it then gets no more than its
+        part, only sooner. A shard joining the rotation starts at a random point of it, so a
+        fleet's workers do not all pop the same shard at once."""
         credit = self._credit.setdefault(key, {})
         for index in [i for i in credit if i not in weights]:
             del credit[index]  # idle now: it comes back owed nothing
         total = sum(max(1, w) for w in weights.values())
         for index, weight in weights.items():
             credit[index] = credit.get(index, self._random.random() * total) + max(1, weight)
-        order = sorted(weights, key=lambda i: -credit[i])
+        order = sorted(weights, key=lambda i: (i != prefer or credit[i] < 0, -credit[i]))
         if order:
             credit[order[0]] -= total
         return order

@@ -117,6 +117,28 @@ def test_leases_carry_their_shard_and_ack_nack_and_extend_reach_it(server: Redis
         queue.ack(Lease("17", "jobs:medium", "shop-1", "", "invoice", None, 0.0, 1))
 
 
+def test_a_class_that_runs_dry_is_not_asked_again_nor_owed_a_burst_when_it_returns(server: RedisServer) -> None:
+    """The view of the shards is up to VIEW_TTL_S old: a class that just ran dry still shows work
+    there. A pop that finds none marks the shard dry at once, so the next pops do not ask every
+    shard again, and the class back with work starts level with the others."""
+    queue = ShardedScheduler(sharded(server.url, shards=6, hand_size=2), redis_client(server.url), seed=1)
+    for n in range(60):
+        queue.enqueue(list(TASKS.values())[n % 3], f"shop-{n % 10}")
+    with redis.Redis.from_url(server.url) as conn:
+        before = conn.info("commandstats")["cmdstat_fcall"]["calls"]
+        held: list[Lease] = []
+        for _ in range(61):
+            held = queue.ack_and_pop(held).leases
+        calls = conn.info("commandstats")["cmdstat_fcall"]["calls"] - before
+    assert held == [] and calls <= 2 * 60 + 20, calls  # 244 when dry shards were asked again and again
+    for queue_name, task in TASKS.items():
+        for t in range(5):
+            queue.submit_many(task, f"{queue_name}-{t}", [None] * 100)
+    assert queue.wait_for_work(1.0) == 0.0  # as an idle worker finds the new work (a fresh view)
+    classes, _ = drain([queue], 60)
+    assert all(abs(classes[c] - 60 * w / 100) <= 1 for c, w in WEIGHTS.items()), classes  # 58/2/0 when owed
+
+
 def test_pause_holds_a_class_on_every_shard(server: RedisServer) -> None:
     queue = ShardedScheduler(sharded(server.url, shards=4, hand_size=1), redis_client(server.url))
     for i in range(8):
