@@ -41,6 +41,19 @@ def redis_client(url: str, *, connect_timeout: float = 3.0, timeout: float = 10.
     return redis.Redis.from_url(url, **options)
 
 
+class _Cluster(RedisCluster):
+    """redis-py's cluster client, finding a function call's slot from its keys itself, as it does
+    for EVAL: for FCALL it asks the server (COMMAND GETKEYS, twice per call), which took half of
+    a lone client's CPU per pop and ack (561 against 271 µs, measured) and a round trip each."""
+
+    def determine_slot(self, *args: Any) -> int | None:
+        if str(args[0]).upper() in ("FCALL", "FCALL_RO") and len(args) > 3 and int(args[2]) > 0:
+            slots = {self.keyslot(key) for key in args[3:3 + int(args[2])]}
+            if len(slots) == 1:
+                return slots.pop()
+        return super().determine_slot(*args)
+
+
 class ClusterClient:
     """redis-py's :class:`RedisCluster`, created on first use rather than at construction (which
     contacts the cluster), so a process can start while the cluster is unreachable. Attribute
@@ -57,7 +70,7 @@ class ClusterClient:
         """The cluster client, discovering the cluster's nodes and slots the first time."""
         with self._lock:
             if self._client is None:
-                self._client = RedisCluster.from_url(self._url, **self._options)
+                self._client = _Cluster.from_url(self._url, **self._options)
             return self._client
 
     def close(self) -> None:
