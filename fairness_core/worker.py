@@ -406,11 +406,17 @@ class Worker:
         batch holds ``batch`` leases, so it registers that many."""
         self.scheduler.register_worker(self.worker_id, self.concurrency * self.batch, self.registration_ttl)
 
+    def _holds(self, lease: Lease) -> bool:
+        """Still held: a lease the heartbeat copied may have been acked since (its extend then
+        fails too, and saying it expired would be false)."""
+        with self._held_lock:
+            return self._held.get(lease.job_id) == lease
+
     def _heartbeat(self) -> None:
         with self._held_lock:
             leases = list(self._held.values())
         for lease in leases:
-            if not self.scheduler.extend(lease):
+            if not self.scheduler.extend(lease) and self._holds(lease):
                 log.warning("lease of job %s expired while running; it will be delivered again", lease.job_id)
                 self._release(lease)
 

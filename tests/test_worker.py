@@ -80,6 +80,25 @@ def test_heartbeat_keeps_a_job_longer_than_the_visibility_timeout(client: redis.
     assert calls == [1] and t["redelivered"] == 0 and t["inflight"] == 0
 
 
+def test_the_heartbeat_says_a_lease_expired_only_while_the_job_is_still_held(
+        client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The heartbeat extends a copy of the held leases; one acked meanwhile fails to extend too,
+    and is not the lost lease the warning tells of."""
+    scheduler = Scheduler(make_config(), client)
+    worker = Worker(scheduler, HandlerRegistry(), concurrency=1)
+    acked, lost = (Lease(job_id, "jobs:low", "acme", "", "newsletter", None, 0.0, 1) for job_id in ("1", "2"))
+    worker._held.update({"1": acked, "2": lost})
+
+    def extend(lease: Lease) -> bool:  # both fail: job 1 because its ack (and release) came first
+        worker._held.pop("1", None)
+        return False
+
+    scheduler.extend = extend  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="fairness_core.worker"):
+        worker._heartbeat()
+    assert [r.getMessage() for r in caplog.records] == ["lease of job 2 expired while running; it will be delivered again"]
+
+
 def test_worker_rides_out_a_redis_restart(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     jobs = 300
     with RedisServer(port=free_port(), appendonly=True, directory=str(tmp_path)) as server:
