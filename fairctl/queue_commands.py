@@ -150,9 +150,17 @@ def reshard(
         before = scheduler.layout(fresh=True)
         layout = scheduler.reshard(to) if to is not None else before
         layout = scheduler.settle() if settle else layout
+        masters = scheduler.masters()
     left = f"; shards {layout.shards}..{layout.serve - 1} still served until empty" if layout.serve > layout.shards else ""
     change = f" (was {before.shards}, serving {before.serve})" if layout != before else ""
     typer.echo(f"queue group {cfg.redis.prefix}: new jobs go to {layout.shards} shards{change}{left}; layout v{layout.version}")
+    for master, shards in sorted(masters.items()):
+        typer.echo(f"  master {master}: shard{'s' if len(shards) > 1 else ''} {', '.join(map(str, shards))}")
+    counts = [len(shards) for shards in masters.values()]
+    if masters and max(counts) - min(counts) > 1:
+        typer.echo(f"fairctl: warning: the shards' hash tags landed unevenly on the masters ({max(counts)} against "
+                   f"{min(counts)}); more shards per master even it out, or move a shard's slot with CLUSTER SETSLOT",
+                   err=True)
 
 
 @app.command()

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from .classification import classify
 from .config import Config
-from .connection import redis_errors
+from .connection import ClusterClient, redis_errors
 from .jobs import SEP, Enqueued, Finished, InvalidJob, Lease, Popped, check_tenant, check_tier, settled
 from .keys import CLASS_PARTS, Keys
 from .scheduler import ApplyOutcome, Scheduler, check_pop
@@ -171,6 +171,19 @@ class ShardedScheduler:
 
     def served_shards(self) -> range:
         return range(self.layout().serve)
+
+    def masters(self) -> dict[str, list[int]]:
+        """The shards the layout serves by the master that holds each (``host:port``), as the
+        cluster's slot map says now; {} off a Cluster. Where the shards' hash tags land is the
+        hash's doing: with few shards per master they may well land unevenly."""
+        if not isinstance(self.client, ClusterClient):
+            return {}
+        held: dict[str, list[int]] = {}
+        with redis_errors(self.client):
+            for index in self.served_shards():
+                node = self.client.cluster().get_node_from_key(self.shard(index).keys.config)
+                held.setdefault(f"{node.host}:{node.port}", []).append(index)
+        return held
 
     def _each(self, call: Callable[[Scheduler], T]) -> list[T]:
         return [call(self.shard(i)) for i in self.served_shards()]

@@ -159,6 +159,9 @@ def test_the_shards_spread_over_the_masters(cluster: RedisClusterServers) -> Non
     owners = {client.cluster().get_node_from_key(ShardedScheduler(config, client).shard(i).keys.config).port
               for i in range(6)}
     assert len(owners) >= 2  # six hash tags over three masters (which ones is the slots' business)
+    held = ShardedScheduler(config, client).masters()
+    assert sorted(i for shards in held.values() for i in shards) == list(range(6))
+    assert {int(master.rpartition(":")[2]) for master in held} == owners
     assert len({key_slot(("{" + shard_prefix(config.redis.prefix, i) + "}").encode()) for i in range(6)}) == 6
 
 
