@@ -7,15 +7,15 @@ and 3 masters, driven by the same number of client processes, each with its own 
   the ack riding with the next pop). The three clusters run side by side and are measured in
   turns (1, 2, 3 masters, 1, 2, 3, ...), the median of each reported with its ratio to 1 master. Over each phase,
   the CPU time of the redis-servers and of the clients is read from ``/proc/<pid>/stat`` (utime +
-  stime), and the machine's from ``/proc/stat``: the cores each side used, so the limit shows.
-- **Drift**, on the 3-master cluster: a backlog in every class (the same number of tenants in each,
+  stime), and the machine's from ``/proc/stat``: the cores each side used, so the limit shows. The
+  masters' commands per job (``INFO commandstats``) are reported too: FCALLs, and COMMAND GETKEYS
+  as a check that the client finds an FCALL's slot itself (it should be 0).
+- **Drift**, on the 3-master cluster, right after the throughput rounds and by the same client
+  processes with the same schedulers (their views and class accounts carry over from the
+  one-class throughput phases): a backlog in every class (the same number of tenants in each,
   all of the default tier, each with more jobs than it can be served), then the clients pop and ack
   part of it; the realised class shares fleet-wide against the weights, and each tenant's jobs
   against its fair share (its class's jobs over the class's tenants), min and max.
-- **What COMMAND GETKEYS costs a client**: one client process alone on the 1-master cluster, with
-  redis-py's cluster client as it is (it asks the server for an FCALL's keys before each FCALL)
-  and with an FCALL's slot computed from its key, as redis-py does for EVAL (patched in this
-  process only, for that measurement).
 
 The config is the example one with ``arrival_budget`` and ``reserved_slots`` removed (a budget
 demotes a class's jobs past its budget, which a throughput or share measurement must not do).
@@ -41,7 +41,6 @@ from typing import Any
 
 import redis
 import yaml
-from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from fairness_core import parse_config, redis_client
@@ -61,9 +60,7 @@ PREFIX = "sharded"
 MASTERS = (1, 2, 3)
 TASKS = {"jobs:high": "password_reset", "jobs:medium": "sync_contacts", "jobs:low": "newsletter"}
 SLOTS = 16384
-# The throughput phases use one class, as benchmarks/throughput.py does: with several, the class that
-# empties first is still chosen for as long as a client's view of the shards is stale (VIEW_TTL_S),
-# and those pops, tried on shards that no longer have its work, would be measured as well.
+# The throughput phases use one class, as benchmarks/throughput.py does.
 THROUGHPUT_TASK = "sync_contacts"  # jobs:medium
 TENANTS_PER_CLIENT = 10
 
@@ -76,12 +73,11 @@ class Sizes:
     tenants: int  # tenants per class in the drift backlog ...
     backlog: int  # ... each with this many jobs queued
     drift_pops: int  # jobs each client pops and acks from that backlog
-    solo_jobs: int  # jobs a run of one client alone (the cost of COMMAND GETKEYS)
 
 
-FULL = Sizes(clients=4, jobs=1_500, repeats=3, tenants=20, backlog=400, drift_pops=2_000, solo_jobs=2_000)
-QUICK = Sizes(clients=4, jobs=1_000, repeats=3, tenants=10, backlog=200, drift_pops=500, solo_jobs=1_000)
-SMOKE = Sizes(clients=2, jobs=40, repeats=1, tenants=3, backlog=30, drift_pops=20, solo_jobs=30)
+FULL = Sizes(clients=4, jobs=1_500, repeats=3, tenants=20, backlog=400, drift_pops=2_000)
+QUICK = Sizes(clients=4, jobs=1_000, repeats=3, tenants=10, backlog=200, drift_pops=500)
+SMOKE = Sizes(clients=2, jobs=40, repeats=1, tenants=3, backlog=30, drift_pops=20)
 PRESETS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 
 
@@ -204,10 +200,7 @@ def _client(url: str, index: int, conn: Any, barrier: Any) -> None:
         command, arg = conn.recv()
         if command == "stop":
             return
-        if command == "reset":  # a fresh ShardedScheduler: no view, no class account
-            sched = ShardedScheduler(bench_config(url), redis_client(url), seed=index)
-            conn.send((0.0, 0.0, 0, None))
-        elif command == "enqueue":  # ``arg`` jobs of jobs:medium, one per call, over this client's tenants
+        if command == "enqueue":  # ``arg`` jobs of jobs:medium, one per call, over this client's tenants
             jobs = [(THROUGHPUT_TASK, f"c{index}-t{n % TENANTS_PER_CLIENT}") for n in range(arg)]
             barrier.wait()
             started = time.perf_counter()
@@ -371,9 +364,6 @@ def measure_drift(fleet: Fleet, sizes: Sizes) -> Drift:
     log(f"sharded: drift, loading {len(tenants) * sizes.backlog:,} jobs for {len(tenants)} tenants")
     parts = [tenants[i::sizes.clients] for i in range(sizes.clients)]
     fleet.run("backlog", [(part, sizes.backlog) for part in parts], timed=False)
-    # Fresh schedulers: a client's class account from the throughput phases (where the class ran dry
-    # while its view was stale) would otherwise be paid back as a burst of that class here.
-    fleet.run("reset", [None] * sizes.clients, timed=False)
     log(f"sharded: drift, {sizes.clients} clients pop and ack {sizes.clients * sizes.drift_pops:,} jobs")
     replies, _ = fleet.run("shares", [sizes.drift_pops] * sizes.clients)
     done: Counter[tuple[str, str]] = Counter()
@@ -404,63 +394,13 @@ def measure_drift(fleet: Fleet, sizes: Sizes) -> Drift:
     return Drift(weights, shares, min(ratios), max(ratios), per_class, total, backlogged)
 
 
-@dataclass(frozen=True)
-class Solo:
-    """One client process alone: rates and its CPU per job, enqueue and pop+ack."""
-
-    enqueue: float
-    enqueue_us: float
-    drain: float
-    drain_us: float
-
-
-def _fcall_slot_from_key(original: Callable[..., Any]) -> Callable[..., Any]:
-    """RedisCluster.determine_slot, but an FCALL's slot is its first key's, computed here (redis-py
-    does so for EVAL and EVALSHA, and asks the server, COMMAND GETKEYS, for FCALL)."""
-    def determine_slot(self: RedisCluster, *args: Any) -> Any:
-        if str(args[0]).upper() in ("FCALL", "FCALL_RO") and len(args) > 3 and int(args[2]) > 0:
-            return self.keyslot(args[3])
-        return original(self, *args)
-    return determine_slot
-
-
-def measure_getkeys(cluster: LoopbackCluster, sizes: Sizes) -> dict[str, Solo]:
-    """What redis-py's COMMAND GETKEYS round trips cost a client: one client in this process, with
-    redis-py as it is and with an FCALL's slot computed from its key, in turns."""
-    original = RedisCluster.determine_slot
-    variants = {"redis-py as is": original, "FCALL's slot from its key": _fcall_slot_from_key(original)}
-    runs: dict[str, list[Solo]] = {name: [] for name in variants}
-    try:
-        for round_ in range(sizes.repeats):
-            for n, (name, determine_slot) in enumerate(variants.items()):
-                RedisCluster.determine_slot = determine_slot  # type: ignore[method-assign]
-                sched = ShardedScheduler(bench_config(cluster.url, prefix=f"solo{round_}-{n}"),
-                                         redis_client(cluster.url), seed=n)
-                for i in range(max(10, sizes.solo_jobs // 10)):  # warm-up: connections, libraries
-                    sched.submit(THROUGHPUT_TASK, f"t{i % 40}", payload(i))
-                _pop_ack(sched, max(10, sizes.solo_jobs // 10))
-                cpu, wall = time.process_time(), time.perf_counter()
-                for i in range(sizes.solo_jobs):
-                    sched.submit(THROUGHPUT_TASK, f"t{i % 40}", payload(i))
-                enqueue = (sizes.solo_jobs / (time.perf_counter() - wall), (time.process_time() - cpu) / sizes.solo_jobs)
-                cpu, wall = time.process_time(), time.perf_counter()
-                done = sum(_pop_ack(sched, sizes.solo_jobs).values())
-                drain = (done / (time.perf_counter() - wall), (time.process_time() - cpu) / max(1, done))
-                runs[name].append(Solo(enqueue[0], enqueue[1] * 1e6, drain[0], drain[1] * 1e6))
-    finally:
-        RedisCluster.determine_slot = original  # type: ignore[method-assign]
-    return {name: Solo(*(statistics.median(getattr(r, f) for r in rs) for f in ("enqueue", "enqueue_us", "drain", "drain_us")))
-            for name, rs in runs.items()}
-
-
 # ---------------------------------------------------------------------- the report
 
 
 PHASES = {"enqueue": "enqueue, one job per call", "drain": "pop+ack, one job per call"}
 
 
-def section(preset: str, sizes: Sizes, results: dict[int, Throughput], drift: Drift, getkeys: dict[str, Solo],
-            elapsed_s: float) -> str:
+def section(preset: str, sizes: Sizes, results: dict[int, Throughput], drift: Drift, elapsed_s: float) -> str:
     lines = [
         (f"Measured by `python -m benchmarks --sharded --preset {preset}` on {time.strftime('%Y-%m-%d %H:%M %Z')} in "
         f"{elapsed_s / 60:.1f} minutes: one logical queue of {SHARDS} shards (shard_hand {HAND}), "
@@ -486,7 +426,8 @@ def section(preset: str, sizes: Sizes, results: dict[int, Throughput], drift: Dr
     lines += [
         "",
         (f"Drift on the 3-master cluster: {sizes.tenants} tenants per class (default tier), {sizes.backlog} jobs "
-        f"each queued, {drift.jobs:,} popped and acked one per call by the {sizes.clients} clients; every tenant "
+        f"each queued, {drift.jobs:,} popped and acked one per call by the {sizes.clients} clients, each keeping the "
+        "ShardedScheduler (view and class account) of the throughput rounds, which served one class; every tenant "
         f"still had jobs queued at the end: {'yes' if drift.still_backlogged else '**no**'}."),
         "",
         "| class | weight share | realised share | realised / weight | tenant share / fair share, min | max |",
@@ -497,19 +438,6 @@ def section(preset: str, sizes: Sizes, results: dict[int, Throughput], drift: Dr
         lines.append(f"| {queue} | {w:.3f} | {drift.shares[queue]:.3f} | {drift.shares[queue] / w:.2f} "
                      f"| {low:.2f} | {high:.2f} |")
     lines.append(f"| all tenants | | | | {drift.tenant_min:.2f} | {drift.tenant_max:.2f} |")
-    lines += [
-        "",
-        (f"One client process alone on the 1-master cluster, {sizes.solo_jobs:,} jobs a run, median of "
-        f"{sizes.repeats} runs in turns: redis-py's cluster client as it is (it asks the server for an FCALL's keys, "
-        "COMMAND GETKEYS, before sending it) against the same client computing an FCALL's slot from its key, as "
-        "redis-py does for EVAL."),
-        "",
-        "| client | enqueue | client CPU per job | pop+ack | client CPU per job |",
-        "| --- | ---: | ---: | ---: | ---: |",
-    ]
-    for name, solo in getkeys.items():
-        lines.append(f"| {name} | {solo.enqueue:,.0f} jobs/s | {solo.enqueue_us:.0f} µs | {solo.drain:,.0f} jobs/s "
-                     f"| {solo.drain_us:.0f} µs |")
     return "\n".join(lines) + "\n"
 
 
@@ -527,9 +455,7 @@ def run(preset: str) -> str:
             fleets[masters] = fleet
         results = measure_throughput(fleets, sizes)
         drift = measure_drift(fleets[3], sizes)
-        log("sharded: one client alone, with and without COMMAND GETKEYS before each FCALL")
-        getkeys = measure_getkeys(fleets[1].cluster, sizes)
-    return section(preset, sizes, results, drift, getkeys, time.monotonic() - started)
+    return section(preset, sizes, results, drift, time.monotonic() - started)
 
 
 def main(argv: list[str] | None = None) -> int:
