@@ -20,8 +20,7 @@ and 3 masters, driven by the same number of client processes, each with its own 
 The config is the example one with ``arrival_budget`` and ``reserved_slots`` removed (a budget
 demotes a class's jobs past its budget, which a throughput or share measurement must not do).
 
-``redis-cli --cluster create`` refuses fewer than 3 masters, so the clusters here are made with
-``CLUSTER ADDSLOTSRANGE`` (the slots split evenly, as ``--cluster create`` does) and ``CLUSTER MEET``.
+The clusters are fairness_stack's loopback ones (the slots split evenly over 1, 2 or 3 masters).
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ from fairness_core.jobs import Lease
 from fairness_core.keys import Keys
 from fairness_core.sharded import ShardedScheduler
 from fairness_core.sharding import shard_prefix
-from fairness_stack.servers import RedisClusterServers, wait_until
+from fairness_stack.servers import RedisClusterServers
 
 from .harness import log
 from .load import payload
@@ -59,7 +58,6 @@ SHARDS, HAND = 6, 2
 PREFIX = "sharded"
 MASTERS = (1, 2, 3)
 TASKS = {"jobs:high": "password_reset", "jobs:medium": "sync_contacts", "jobs:low": "newsletter"}
-SLOTS = 16384
 # The throughput phases use one class, as benchmarks/throughput.py does.
 THROUGHPUT_TASK = "sync_contacts"  # jobs:medium
 TENANTS_PER_CLIENT = 10
@@ -85,27 +83,7 @@ PRESETS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 
 
 class LoopbackCluster(RedisClusterServers):
-    """A loopback Redis Cluster of any number of masters, no replicas: each node takes an even
-    share of the slots (CLUSTER ADDSLOTSRANGE), then the first meets the others."""
-
-    def start(self, timeout: float = 60.0) -> LoopbackCluster:
-        try:
-            for node in self.nodes:
-                node.start()
-            n = len(self.nodes)
-            for k, node in enumerate(self.nodes):
-                with redis.Redis(port=node.port) as conn:
-                    conn.execute_command("CLUSTER", "ADDSLOTSRANGE", k * SLOTS // n, (k + 1) * SLOTS // n - 1)
-            with redis.Redis(port=self.nodes[0].port) as conn:
-                for node in self.nodes[1:]:
-                    bus = node.extra_args[node.extra_args.index("--cluster-port") + 1]
-                    conn.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, bus)
-            if not wait_until(lambda: all(self._cluster_ok(node) for node in self.nodes), timeout, every=0.1):
-                raise RuntimeError(f"the cluster was not ok on every node within {timeout:.0f}s")
-        except BaseException:
-            self.close()
-            raise
-        return self
+    """A loopback Redis Cluster, with what the benchmark reads of it."""
 
     def command_calls(self) -> Counter[str]:
         """Commands run so far, by name (INFO commandstats), summed over the masters."""
