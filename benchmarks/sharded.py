@@ -40,14 +40,11 @@ from typing import Any
 
 import redis
 import yaml
-from redis.crc import key_slot
 
 from fairness_core import parse_config, redis_client
 from fairness_core.config import Config
 from fairness_core.jobs import Lease
-from fairness_core.keys import Keys
 from fairness_core.sharded import ShardedScheduler
-from fairness_core.sharding import shard_prefix
 from fairness_stack.servers import RedisClusterServers
 
 from .harness import log
@@ -98,16 +95,11 @@ class LoopbackCluster(RedisClusterServers):
     def pids(self) -> list[int]:
         return [node.process.pid for node in self.nodes if node.process is not None]
 
-    def shards_per_master(self, prefix: str, shards: int) -> list[int]:
-        """How many of the group's shards each master holds (by its slot ranges), most first."""
-        with redis.Redis(port=self.nodes[0].port) as conn:
-            ranges = conn.execute_command("CLUSTER", "SLOTS")
-        ports = sorted(node.port for node in self.nodes)
-        held = Counter()
-        for i in range(shards):
-            slot = key_slot(Keys(shard_prefix(prefix, i)).base.encode())
-            held.update(int(master[1]) for start, end, master, *_ in ranges if start <= slot <= end)
-        return sorted((held[port] for port in ports), reverse=True)
+    def shards_per_master(self) -> list[int]:
+        """How many of the benchmark group's shards each master holds, most first (the layout's
+        names, placed when the group was first used)."""
+        held = ShardedScheduler(bench_config(self.url), redis_client(self.url)).masters()
+        return sorted([len(held.get(f"127.0.0.1:{node.port}", [])) for node in self.nodes], reverse=True)
 
 
 def bench_config(url: str, prefix: str = PREFIX, shards: int = SHARDS, hand: int = HAND) -> Config:
@@ -321,7 +313,7 @@ class Drift:
 
 
 def measure_throughput(fleets: dict[int, Fleet], sizes: Sizes) -> dict[int, Throughput]:
-    results = {m: Throughput(m, fleet.cluster.shards_per_master(PREFIX, SHARDS)) for m, fleet in fleets.items()}
+    results = {m: Throughput(m, fleet.cluster.shards_per_master()) for m, fleet in fleets.items()}
     for masters, fleet in fleets.items():  # warm-up, not counted: the function libraries load, connections open
         log(f"sharded: warm-up, {masters} master(s)")
         warm = max(10, sizes.jobs // 10)

@@ -31,7 +31,7 @@ from fairness_core import (
     redis_client,
 )
 from fairness_core.config import EXAMPLE_CONFIG, POLICIES
-from fairness_core.redis_url import check_url
+from fairness_core.redis_url import check_url, is_cluster
 from fairness_core.sharded import ShardedScheduler, shard_config
 
 BAD_ARGUMENT = 2
@@ -112,15 +112,21 @@ def load_groups(config_paths: list[Path] | None, redis_url: str | None) -> list[
 
 def groups_of(config: Config) -> list[Config]:
     """The queue groups ``config`` describes: itself, or a sharded group's shards, each as a queue
-    group's config: every shard its layout serves (re-sharding may have added some), at least the
-    config's redis.shards when Redis cannot say."""
+    group's config: every shard its layout serves (re-sharding may have added some), under the
+    names the layout gives them. Without Redis, off a Cluster, the config's redis.shards under
+    their plain names (the names placement salts are a Cluster's); on a Cluster, exit 1."""
     if config.redis.shards == 1:
         return [config]
     try:
-        serve = ShardedScheduler(config, redis_client(config.redis.url)).layout().serve
-    except (RedisUnavailable, ValueError):
-        serve = config.redis.shards
-    return [shard_config(config, i) for i in range(max(serve, config.redis.shards))]
+        layout = ShardedScheduler(config, redis_client(config.redis.url)).layout()
+    except ValueError as exc:  # the message never repeats the URL
+        fail("--redis-url", str(exc))
+    except RedisUnavailable as exc:
+        if is_cluster(config.redis.url):
+            fail("--config", f"queue group {config.redis.prefix} is sharded over a Redis Cluster, and its shards' "
+                             f"names are read from it: {exc}", code=1)
+        return [shard_config(config, i) for i in range(config.redis.shards)]
+    return [shard_config(config, i, name) for i, name in enumerate(layout.prefixes[:layout.serve])]
 
 
 def config_file(config_path: Path) -> Path:

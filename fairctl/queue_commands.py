@@ -158,8 +158,8 @@ def reshard(
         typer.echo(f"  master {master}: shard{'s' if len(shards) > 1 else ''} {', '.join(map(str, shards))}")
     counts = [len(shards) for shards in masters.values()]
     if masters and max(counts) - min(counts) > 1:
-        typer.echo(f"fairctl: warning: the shards' hash tags landed unevenly on the masters ({max(counts)} against "
-                   f"{min(counts)}); more shards per master even it out, or move a shard's slot with CLUSTER SETSLOT",
+        typer.echo(f"fairctl: warning: the shards are uneven over the masters ({max(counts)} against {min(counts)}): "
+                   "slots moved since they were placed; move a shard's slot (CLUSTER SETSLOT) to a master with fewer",
                    err=True)
 
 

@@ -2,7 +2,10 @@
 
 Each shard is a queue group of its own (``redis.prefix`` ``P.i``, its own hash tag), run by the
 same script as any group: on a Redis Cluster the shards spread over the masters, and every enqueue,
-pop and ack stays one atomic script on one shard. What makes the N groups one queue is here:
+pop and ack stays one atomic script on one shard. A new shard's name is chosen to put it on a
+master holding the fewest of the group's shards (``P.i``, else ``P.i-1``, ...:
+:func:`fairness_core.sharding.place`), and the names are kept in the group's layout. What makes
+the N groups one queue is here:
 
 - **Enqueue** goes to one shard of the tenant's hand (:func:`fairness_core.sharding.hand`): the
   shard where the tenant already has jobs of that class queued (its jobs stay together and in
@@ -39,7 +42,7 @@ from .connection import ClusterClient, redis_errors
 from .jobs import SEP, Enqueued, Finished, InvalidJob, Lease, Popped, check_tenant, check_tier, settled
 from .keys import CLASS_PARTS, Keys
 from .scheduler import ApplyOutcome, Scheduler, check_pop
-from .sharding import hand, shard_prefix
+from .sharding import hand, place, shard_prefix
 
 VIEW_TTL_S = 0.1  # how old a view of the shards' backlogs a pop may choose from
 LAYOUT_TTL_S = 1.0  # how often a process re-reads the layout (where new jobs go)
@@ -50,17 +53,19 @@ T = TypeVar("T")
 
 # Creates the layout on first use (from the config's redis.shards) and returns it; one call, so two
 # processes starting a group at once agree on one layout.
-_LAYOUT_READ = """
+_LAYOUT_CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then
   local now = redis.call('TIME')
   redis.call('HSET', KEYS[1], 'shards', ARGV[1], 'serve', ARGV[1], 'version', 1,
-             'changed_ms', now[1] * 1000 + math.floor(now[2] / 1000))
+             'changed_ms', now[1] * 1000 + math.floor(now[2] / 1000), 'prefixes', ARGV[2])
 end
-return redis.call('HMGET', KEYS[1], 'shards', 'serve', 'version', 'changed_ms')
+return 1
 """
+LAYOUT_FIELDS = ("shards", "serve", "version", "changed_ms", "prefixes")
+PREFIX_SEP = ","  # between the shards' names in the layout (no name can hold one)
 # Re-shards to ARGV[1] shards, or with ARGV[1] = '' settles: serve drops to shards (the caller has
 # checked that the shards beyond are empty). ARGV[2]: the version the caller read (a conflict
-# returns the layout unchanged).
+# returns the layout unchanged); ARGV[3]: every shard's name, with the new ones'.
 _LAYOUT_CHANGE = """
 local shards, serve, version = unpack(redis.call('HMGET', KEYS[1], 'shards', 'serve', 'version'))
 if tostring(version) ~= ARGV[2] then return 0 end
@@ -68,7 +73,7 @@ local now = redis.call('TIME')
 local to = ARGV[1] == '' and tonumber(shards) or tonumber(ARGV[1])
 local keep = ARGV[1] == '' and to or math.max(tonumber(serve), to)
 redis.call('HSET', KEYS[1], 'shards', to, 'serve', keep, 'version', tonumber(version) + 1,
-           'changed_ms', now[1] * 1000 + math.floor(now[2] / 1000))
+           'changed_ms', now[1] * 1000 + math.floor(now[2] / 1000), 'prefixes', ARGV[3])
 return 1
 """
 
@@ -85,6 +90,7 @@ class Layout:
     serve: int  # shards 0..serve-1 may hold jobs (serve >= shards): workers serve them all
     version: int
     changed_ms: int  # Redis time of the last change
+    prefixes: tuple[str, ...]  # each shard's name (redis.prefix and hash tag), at least serve of them
 
 
 @dataclass(frozen=True)
@@ -106,11 +112,12 @@ class ShardLoad:
             self.depth[name] = 0
 
 
-def shard_config(config: Config, shard: int) -> Config:
-    """The config shard ``shard`` runs: the group's, under the shard's prefix, itself unsharded
-    (so each shard's applied config is an ordinary group's, fingerprint and all)."""
-    return replace(config, redis=replace(config.redis, prefix=shard_prefix(config.redis.prefix, shard),
-                                         shards=1, shard_hand=1))
+def shard_config(config: Config, shard: int, prefix: str | None = None) -> Config:
+    """The config shard ``shard`` runs: the group's, under the shard's name (``prefix``, default
+    ``P.shard``), itself unsharded (so each shard's applied config is an ordinary group's,
+    fingerprint and all)."""
+    name = prefix or shard_prefix(config.redis.prefix, shard)
+    return replace(config, redis=replace(config.redis, prefix=name, shards=1, shard_hand=1))
 
 
 def split_job_id(job_id: str) -> tuple[int, str]:
@@ -140,7 +147,7 @@ class ShardedScheduler:
         self.file_config = self.config = config
         self.client = client
         self.keys = Keys(config.redis.prefix)
-        self._schedulers: dict[int, Scheduler] = {}
+        self._schedulers: dict[str, Scheduler] = {}  # by shard name
         self._lock = threading.Lock()
         self._layout: tuple[float, Layout] | None = None
         self._view: tuple[float, list[ShardLoad]] | None = None
@@ -154,28 +161,53 @@ class ShardedScheduler:
 
     def shard(self, index: int) -> Scheduler:
         """The scheduler of shard ``index`` (one per shard, made on first use)."""
+        return self._scheduler(index, self.layout().prefixes[index])
+
+    def _scheduler(self, index: int, prefix: str) -> Scheduler:
         with self._lock:
-            if index not in self._schedulers:
-                self._schedulers[index] = Scheduler(shard_config(self.file_config, index), self.client)
-            return self._schedulers[index]
+            if prefix not in self._schedulers:
+                self._schedulers[prefix] = Scheduler(shard_config(self.file_config, index, prefix), self.client)
+            return self._schedulers[prefix]
 
     def layout(self, *, fresh: bool = False) -> Layout:
-        """The group's layout, re-read at most every :data:`LAYOUT_TTL_S` (``fresh``: now)."""
+        """The group's layout, re-read at most every :data:`LAYOUT_TTL_S` (``fresh``: now). A group
+        with none yet gets one: the config's redis.shards, each shard placed (:meth:`_placed`)."""
         now = time.monotonic()
         if fresh or self._layout is None or now - self._layout[0] > LAYOUT_TTL_S:
             with redis_errors(self.client):
-                shards, serve, version, changed = self.client.eval(
-                    _LAYOUT_READ, 1, self.keys.layout, self.file_config.redis.shards)
-            self._layout = (now, Layout(int(shards), int(serve), int(version), int(changed)))
+                stored = self.client.hmget(self.keys.layout, LAYOUT_FIELDS)
+                if stored[0] is None:
+                    shards = self.file_config.redis.shards
+                    names = PREFIX_SEP.join(self._placed(range(shards), ()))
+                    self.client.eval(_LAYOUT_CREATE, 1, self.keys.layout, shards, names)
+                    stored = self.client.hmget(self.keys.layout, LAYOUT_FIELDS)
+            shards, serve, version, changed, names = stored
+            self._layout = (now, Layout(int(shards), int(serve), int(version), int(changed),
+                                        tuple(_text(names).split(PREFIX_SEP))))
         return self._layout[1]
+
+    def _placed(self, shards: range, placed: Sequence[str]) -> list[str]:
+        """Names for new ``shards``: on a Cluster, each on a master with the fewest of the group's
+        shards by the slot map now (:func:`fairness_core.sharding.place`); elsewhere ``P.i``."""
+        prefix = self.keys.prefix
+        if not isinstance(self.client, ClusterClient):
+            return [shard_prefix(prefix, i) for i in shards]
+        cluster = self.client.cluster()
+
+        def master_of(name: str) -> str:
+            node = cluster.get_node_from_key(Keys(name).config)
+            return f"{node.host}:{node.port}"
+
+        serving = {f"{nodes[0].host}:{nodes[0].port}" for nodes in cluster.nodes_manager.slots_cache.values() if nodes}
+        return place(prefix, shards, placed, master_of, sorted(serving))  # a master without slots takes no shard
 
     def served_shards(self) -> range:
         return range(self.layout().serve)
 
     def masters(self) -> dict[str, list[int]]:
         """The shards the layout serves by the master that holds each (``host:port``), as the
-        cluster's slot map says now; {} off a Cluster. Where the shards' hash tags land is the
-        hash's doing: with few shards per master they may well land unevenly."""
+        cluster's slot map says now (placed evenly, they stay so until slots move); {} off a
+        Cluster."""
         if not isinstance(self.client, ClusterClient):
             return {}
         held: dict[str, list[int]] = {}
@@ -195,13 +227,15 @@ class ShardedScheduler:
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
             raise ValueError(f"shards: expected a whole number of at least 1, got {shards!r}")
         before = self.layout(fresh=True)
+        with redis_errors(self.client):
+            names = [*before.prefixes, *self._placed(range(len(before.prefixes), shards), before.prefixes)]
         applied = self.shard(0).read_applied()
         for index in range(before.serve, shards):
-            if applied is not None and self.shard(index).read_applied() is None:
-                prefix = shard_prefix(self.keys.prefix, index)
-                self.shard(index).apply(replace(applied.config, redis=replace(applied.config.redis, prefix=prefix)),
-                                        moves=applied.moves)
-        self._change_layout(str(shards), before)
+            if applied is not None:  # also over a config left from when the shard was served before
+                shard = self._scheduler(index, names[index])
+                shard.apply(replace(applied.config, redis=replace(applied.config.redis, prefix=names[index])),
+                            moves=applied.moves)
+        self._change_layout(str(shards), before, names)
         return self.layout(fresh=True)
 
     def settle(self) -> Layout:
@@ -218,7 +252,7 @@ class ShardedScheduler:
             return layout
         if any(self._holds_jobs(i) for i in range(layout.shards, layout.serve)):
             return layout
-        self._change_layout("", layout)
+        self._change_layout("", layout, layout.prefixes)
         return self.layout(fresh=True)
 
     def _holds_jobs(self, index: int) -> bool:
@@ -228,9 +262,9 @@ class ShardedScheduler:
         counted = ("depth" + SEP, "inflight" + SEP, "delayed" + SEP)
         return any(_text(k).startswith(counted) and int(v) != 0 for k, v in stats.items())
 
-    def _change_layout(self, to: str, seen: Layout) -> None:
+    def _change_layout(self, to: str, seen: Layout, names: Sequence[str]) -> None:
         with redis_errors(self.client):
-            changed = self.client.eval(_LAYOUT_CHANGE, 1, self.keys.layout, to, seen.version)
+            changed = self.client.eval(_LAYOUT_CHANGE, 1, self.keys.layout, to, seen.version, PREFIX_SEP.join(names))
         if not changed:
             raise LayoutConflict(f"the layout of {self.keys.prefix} changed since it was read; read it again and retry")
 
@@ -484,7 +518,8 @@ class ShardedScheduler:
         """``config`` applied to every served shard (each under its own prefix), shard by shard."""
         if config.redis.prefix != self.keys.prefix:
             raise ValueError(f"redis.prefix: {config.redis.prefix!r} is another queue group than {self.keys.prefix!r}")
-        return [self.shard(i).apply(shard_config(config, i), **kwargs) for i in self.served_shards()]
+        names = self.layout().prefixes
+        return [self.shard(i).apply(shard_config(config, i, names[i]), **kwargs) for i in self.served_shards()]
 
 
 def _text(value: bytes | str) -> str:

@@ -14,14 +14,44 @@ with probability 1 / C(N, size), so a flooding tenant shares its fate with few o
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 SHARD_SEP = "."
 
 
-def shard_prefix(prefix: str, shard: int) -> str:
-    """The queue group (``redis.prefix``) of shard ``shard`` of the sharded group ``prefix``."""
-    return f"{prefix}{SHARD_SEP}{shard}"
+def shard_prefix(prefix: str, shard: int, salt: int = 0) -> str:
+    """A name (``redis.prefix``, and hash tag) for shard ``shard`` of the sharded group ``prefix``:
+    ``P.3``, or with a ``salt`` ``P.3-1`` (see :func:`place`)."""
+    return f"{prefix}{SHARD_SEP}{shard}" + (f"-{salt}" if salt else "")
+
+
+MAX_SALT = 10_000
+
+
+def place(prefix: str, shards: range, placed: Sequence[str], master_of: Callable[[str], str],
+          masters: Sequence[str]) -> list[str]:
+    """Names for the new ``shards`` that put each on a master holding the fewest of the group's
+    shards (those ``placed`` and the new ones before it), by the slot map ``master_of`` reads.
+
+    A shard's hash tag decides its master, and the plain names ``P.0`` .. ``P.N-1`` land badly:
+    CRC16 is linear, so their slots are fixed XORs of one another whatever ``P`` is (with the slots
+    split evenly, as ``redis-cli --cluster create`` splits them: 6 of them on 2 masters fall 4-2
+    for every prefix, and 8 on 3 masters evenly for 8 % of prefixes). Each new
+    shard takes the first of ``P.i``, ``P.i-1``, ``P.i-2``, ... that lands on a least-loaded master
+    (a few tries: each lands on a master about as often as that master's share of the slots).
+    Shard 0 is always ``P.0``. The names are stored with the layout, since the slot map can change."""
+    held = Counter({master: 0 for master in masters})
+    held.update(master_of(name) for name in placed)
+    names = []
+    for shard in shards:
+        fewest = min(held.values(), default=0)
+        name = next((candidate for candidate in (shard_prefix(prefix, shard, salt) for salt in range(MAX_SALT))
+                     if held[master_of(candidate)] == fewest), shard_prefix(prefix, shard))
+        held[master_of(name)] += 1
+        names.append(name)
+    return names
 
 
 def _score(tenant: str, shard: int) -> int:

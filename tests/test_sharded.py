@@ -5,6 +5,7 @@ re-sharding under load loses and repeats no job."""
 from __future__ import annotations
 
 import collections
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from exporter import metrics as m
 from fairness_core import ConfigError, InvalidJob, Lease, parse_config, redis_client
 from fairness_core.config_dump import config_to_data
 from fairness_core.sharded import JOB_SEP, ShardedScheduler, split_job_id
-from fairness_core.sharding import hand, shard_prefix
+from fairness_core.sharding import hand, place, shard_prefix
 from fairness_sim.shards import ShardFigures, predict
 from fairness_stack.servers import RedisClusterServers, RedisServer
 
@@ -153,16 +154,41 @@ def test_pause_holds_a_class_on_every_shard(server: RedisServer) -> None:
 # ---------------------------------------------------------------- a 3-master cluster
 
 
-def test_the_shards_spread_over_the_masters(cluster: RedisClusterServers) -> None:
-    config = sharded(cluster.url, shards=6)
+def test_placing_puts_each_new_shard_on_a_master_with_the_fewest(cluster: RedisClusterServers) -> None:
+    """6 shards on 3 masters 2-2-2 and grown to 12, 4-4-4, whatever the prefix: the plain names'
+    slots are XORs of one another (CRC16 is linear), and land 2-2-2 for about a third of prefixes."""
     client = redis_client(cluster.url)
-    owners = {client.cluster().get_node_from_key(ShardedScheduler(config, client).shard(i).keys.config).port
-              for i in range(6)}
-    assert len(owners) >= 2  # six hash tags over three masters (which ones is the slots' business)
-    held = ShardedScheduler(config, client).masters()
-    assert sorted(i for shards in held.values() for i in shards) == list(range(6))
-    assert {int(master.rpartition(":")[2]) for master in held} == owners
-    assert len({key_slot(("{" + shard_prefix(config.redis.prefix, i) + "}").encode()) for i in range(6)}) == 6
+    for _ in range(3):
+        config = sharded(cluster.url, shards=6)
+        queue = ShardedScheduler(config, client)
+        held = queue.masters()
+        assert sorted(len(shards) for shards in held.values()) == [2, 2, 2], held
+        assert sorted(i for shards in held.values() for i in shards) == list(range(6))
+        owners = {client.cluster().get_node_from_key(queue.shard(i).keys.config).port for i in range(6)}
+        assert {int(master.rpartition(":")[2]) for master in held} == owners
+        assert queue.layout().prefixes[0] == shard_prefix(config.redis.prefix, 0)  # where a dashboard opens
+        queue.reshard(12)
+        assert sorted(len(shards) for shards in queue.masters().values()) == [4, 4, 4]
+        assert queue.layout().prefixes[:6] == ShardedScheduler(config, client).layout().prefixes[:6]
+
+
+@given(st.integers(1, 40), st.integers(1, 5), st.integers(0, 2**32))
+@settings(max_examples=100, deadline=None)
+def test_place_balances_any_slot_map(shards: int, masters: int, seed: int) -> None:
+    """On a slot map of ``masters`` masters with random slot ranges, every master ends with the
+    fewest or one more; shard 0 keeps its plain name; names stay valid prefixes."""
+    cuts = sorted(random.Random(seed).sample(range(1, 16384), masters - 1))
+    bounds = [0, *cuts, 16384]
+
+    def master_of(name: str) -> str:
+        slot = key_slot(("{" + name + "}").encode())
+        return str(next(m for m in range(masters) if bounds[m] <= slot < bounds[m + 1]))
+
+    names = place("shop", range(shards), [], master_of, [str(m) for m in range(masters)])
+    counts = collections.Counter(map(master_of, names))
+    assert max(counts.values()) - min(counts.get(str(m), 0) for m in range(masters)) <= 1
+    assert names[0] == "shop.0" and len(set(names)) == shards
+    assert all(make_config(redis={"prefix": name}).redis.prefix == name for name in names[:3])
 
 
 def drain(workers: list[ShardedScheduler], pops: int) -> tuple[collections.Counter[str], collections.Counter[tuple[str, str]]]:
