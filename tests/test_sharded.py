@@ -360,3 +360,14 @@ def test_one_exporter_serves_every_shard_as_its_own_group(server: RedisServer, t
     depth = {dict(labels)[m.GROUP]: v for (name, labels), v in parse_grouped(text).items()
              if name == m.QUEUE_DEPTH.name and dict(labels)[m.QUEUE] == "jobs:low"}
     assert depth == expected and sum(depth.values()) == sum(range(1, 13))
+
+
+def test_a_sharded_group_on_a_cluster_that_does_not_answer_is_named_not_guessed(tmp_path: Path) -> None:
+    """The shards' names on a Cluster are the layout's: without the Cluster, the exporter and
+    status say why they cannot start instead of serving guessed groups."""
+    path, _ = write_config(tmp_path, "redis+cluster://127.0.0.1:1", classes=PLAIN_CLASSES,
+                           redis={"url": "redis+cluster://127.0.0.1:1", "prefix": make_config().redis.prefix,
+                                  "shards": 6})
+    for command in (["status", "--interval", "0"], ["exporter", "--listen", "127.0.0.1:0"]):
+        refused = run_fairctl(*command, "--config", path, timeout=60)
+        assert refused.returncode == 1 and "--config" in refused.stderr and "sharded over a Redis Cluster" in refused.stderr
