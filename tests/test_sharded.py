@@ -140,6 +140,20 @@ def test_a_class_that_runs_dry_is_not_asked_again_nor_owed_a_burst_when_it_retur
     assert all(abs(classes[c] - 60 * w / 100) <= 1 for c, w in WEIGHTS.items()), classes  # 58/2/0 when owed
 
 
+def test_a_pool_of_some_classes_takes_only_theirs_from_every_shard(server: RedisServer) -> None:
+    """A reserved pool (``fairctl worker --classes``) on the sharded queue: only its classes, from
+    whichever shards hold them, and it waits only for them."""
+    queue = ShardedScheduler(sharded(server.url, shards=4, hand_size=2), redis_client(server.url))
+    for t in range(6):
+        queue.submit_many("newsletter", f"bulk-{t}", [None] * 5)
+    assert queue.wait_for_work(0.2, ["jobs:high"]) is None
+    ids = {queue.enqueue("password_reset", f"shop-{t}") for t in range(6)}
+    assert queue.wait_for_work(1.0, ["jobs:high"]) == 0.0
+    taken = [lease for _ in range(10) for lease in queue.pop(2, classes=["jobs:high"])]
+    assert {lease.job_id for lease in taken} == ids and {lease.queue for lease in taken} == {"jobs:high"}
+    assert len({split_job_id(i)[0] for i in ids}) > 1
+
+
 def test_pause_holds_a_class_on_every_shard(server: RedisServer) -> None:
     queue = ShardedScheduler(sharded(server.url, shards=4, hand_size=1), redis_client(server.url))
     for i in range(8):
