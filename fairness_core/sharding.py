@@ -47,10 +47,15 @@ def place(prefix: str, shards: range, placed: Sequence[str], master_of: Callable
     names = []
     for shard in shards:
         fewest = min(held.values(), default=0)
-        name = next((candidate for candidate in (shard_prefix(prefix, shard, salt) for salt in range(MAX_SALT))
-                     if held[master_of(candidate)] == fewest), shard_prefix(prefix, shard))
-        held[master_of(name)] += 1
-        names.append(name)
+        best = shard_prefix(prefix, shard)
+        for salt in range(MAX_SALT):  # a master with a sliver of the slots may take long to hit: then the best tried
+            candidate = shard_prefix(prefix, shard, salt)
+            if held[master_of(candidate)] < held[master_of(best)]:
+                best = candidate
+            if held[master_of(best)] == fewest:
+                break
+        held[master_of(best)] += 1
+        names.append(best)
     return names
 
 

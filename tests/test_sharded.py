@@ -189,10 +189,11 @@ def test_placing_puts_each_new_shard_on_a_master_with_the_fewest(cluster: RedisC
 @given(st.integers(1, 40), st.integers(1, 5), st.integers(0, 2**32))
 @settings(max_examples=100, deadline=None)
 def test_place_balances_any_slot_map(shards: int, masters: int, seed: int) -> None:
-    """On a slot map of ``masters`` masters with random slot ranges, every master ends with the
-    fewest or one more; shard 0 keeps its plain name; names stay valid prefixes."""
-    cuts = sorted(random.Random(seed).sample(range(1, 16384), masters - 1))
-    bounds = [0, *cuts, 16384]
+    """On a slot map of ``masters`` masters, each with its even share of the slots give or take
+    40 %, every master ends with the fewest or one more; shard 0 keeps its plain name; names stay
+    valid prefixes."""
+    share, rng = 16384 // masters, random.Random(seed)
+    bounds = [0, *(k * share + rng.randint(-share * 2 // 5, share * 2 // 5) for k in range(1, masters)), 16384]
 
     def master_of(name: str) -> str:
         slot = key_slot(("{" + name + "}").encode())
