@@ -326,9 +326,13 @@ class FairnessCollector(Collector):
         families.add(m.REDIS_EVICTED_KEYS, memory.evicted_keys)
 
 
-def make_registry(config: Config, scheduler: Scheduler) -> CollectorRegistry:
-    """A registry of its own holding only the fairness collector (no process or GC metrics of the
-    default registry, so every exporter of a queue group serves exactly the same series)."""
+def own_registry(collector: Collector) -> CollectorRegistry:
+    """A registry of its own holding only ``collector`` (no process or GC metrics of the default
+    registry, so every exporter of a queue group serves exactly the same series)."""
     registry = CollectorRegistry()
-    registry.register(FairnessCollector(config, scheduler))
+    registry.register(collector)
     return registry
+
+
+def make_registry(config: Config, scheduler: Scheduler) -> CollectorRegistry:
+    return own_registry(FairnessCollector(config, scheduler))

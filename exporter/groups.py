@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from prometheus_client.core import Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 
 class GroupsCollector(Collector):
@@ -39,9 +39,3 @@ def merged(groups: Iterable[list[Metric]]) -> list[Metric]:
                 out[family.name] = family
     return list(out.values())
 
-
-def groups_registry(collectors: Sequence[Collector]) -> CollectorRegistry:
-    """A registry of its own serving every group's collector through one :class:`GroupsCollector`."""
-    registry = CollectorRegistry()
-    registry.register(GroupsCollector(collectors))
-    return registry

@@ -17,17 +17,16 @@ from types import TracebackType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-import redis
 from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from fairness_core import Config, Scheduler
 
 from . import metrics as m
-from .collector import FairnessCollector, make_registry, scrape_client
-from .groups import groups_registry
-from .watch import WatchCollector, make_watch_registry, watch_client
+from .collector import FairnessCollector, make_registry, own_registry, scrape_client
+from .groups import GroupsCollector
+from .watch import WatchCollector, watch_client
 
 log = logging.getLogger(__name__)
 
@@ -165,20 +164,21 @@ def exporter_server(config: Config, scheduler: Scheduler, host: str, port: int, 
     return ExporterServer(make_app(make_registry(config, scheduler), title), host, port, tls=tls)
 
 
-def watch_server(config: Config, client: redis.Redis, host: str, port: int, *,
-                 tls: ssl.SSLContext | None = None) -> ExporterServer:
-    """The sidecar watching the job system of the config's ``watch`` through ``client``, not yet started."""
-    assert config.watch is not None
-    title = f"fairctl exporter: {config.watch.system} queues ({', '.join(config.class_names)})"
-    return ExporterServer(make_app(make_watch_registry(config, client), title), host, port, tls=tls)
+def server_for(configs: Sequence[Config], host: str, port: int, *,
+               tls: ssl.SSLContext | None = None) -> ExporterServer:
+    """The sidecar of one config, or of several at once (each read with its own client and
+    budget, every series labelled with its group), not yet started."""
+    collectors = [collector_for(c) for c in configs]
+    collector = collectors[0] if len(collectors) == 1 else GroupsCollector(collectors)
+    title = "fairctl exporter: " + "; ".join(
+        f"{f'{c.watch.system} queues' if c.watch is not None else f'queue group {m.group_of(c)}'} "
+        f"({', '.join(c.class_names)})" for c in configs)
+    return ExporterServer(make_app(own_registry(collector), title), host, port, tls=tls)
 
 
-def groups_server(configs: Sequence[Config], host: str, port: int, *,
-                  tls: ssl.SSLContext | None = None) -> ExporterServer:
-    """One sidecar for the queue groups (or watched systems) of several configs, not yet started:
-    each read with its own client and budget, every series labelled with its group."""
-    collectors = [WatchCollector(c, watch_client(c)) if c.watch is not None
-                  else FairnessCollector(c, Scheduler(c, scrape_client(c))) for c in configs]
-    title = "fairctl exporter: queue groups " + "; ".join(
-        f"{m.group_of(c)} ({', '.join(c.class_names)})" for c in configs)
-    return ExporterServer(make_app(groups_registry(collectors), title), host, port, tls=tls)
+def collector_for(config: Config) -> Collector:
+    """A config's collector: its watched system's, read only (no Scheduler, which would apply a
+    config in that Redis), or its queue group's."""
+    if config.watch is not None:
+        return WatchCollector(config, watch_client(config))
+    return FairnessCollector(config, Scheduler(config, scrape_client(config)))

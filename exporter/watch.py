@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 
 import redis
 from prometheus_client.core import Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 from fairness_core import Config
 from fairness_core.version import fairctl_version
@@ -75,9 +75,3 @@ class WatchCollector(Collector):
                 for tenant, n in r.tenants[:topk]:
                     families.add(m.QUEUE_TENANT_SHARE, n / sampled, queue=name, tenant=tenant)
 
-
-def make_watch_registry(config: Config, client: redis.Redis) -> CollectorRegistry:
-    """A registry of its own holding only the watch collector (as make_registry's for fairctl)."""
-    registry = CollectorRegistry()
-    registry.register(WatchCollector(config, client))
-    return registry

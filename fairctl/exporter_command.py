@@ -13,34 +13,12 @@ from typing import Annotated
 import typer
 
 from exporter import metrics as m
-from exporter.collector import scrape_client
-from exporter.server import (
-    DEFAULT_PORT,
-    ExporterServer,
-    exporter_server,
-    groups_server,
-    listen_address,
-    tls_context,
-    watch_server,
-)
-from exporter.watch import watch_client
-from fairness_core import Config, Scheduler
+from exporter.server import DEFAULT_PORT, listen_address, server_for, tls_context
 
 from .common import ConfigsOption, RedisUrlOption, fail, load_groups
 
 app = typer.Typer()
 log = logging.getLogger("fairctl.exporter")
-
-
-def _server(configs: list[Config], host: str, port: int, tls: ssl.SSLContext | None) -> ExporterServer:
-    """The sidecar of one config, or of several groups at once. A watched system's Redis is only
-    read: no Scheduler, which would apply a config there."""
-    if len(configs) > 1:
-        return groups_server(configs, host, port, tls=tls)
-    cfg = configs[0]
-    if cfg.watch is not None:
-        return watch_server(cfg, watch_client(cfg), host, port, tls=tls)
-    return exporter_server(cfg, Scheduler(cfg, scrape_client(cfg)), host, port, tls=tls)
 
 
 def _tls(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
@@ -82,7 +60,7 @@ def exporter(
         fail("--listen", str(exc))
     tls = _tls(tls_cert, tls_key)
     try:
-        server = _server(loaded, host, port, tls)
+        server = server_for(loaded, host, port, tls=tls)
     except ValueError as exc:  # the message never repeats the URL
         fail("watch.url" if any(c.watch is not None and c.watch.url for c in loaded) else "--redis-url", str(exc))
     try:

@@ -15,9 +15,8 @@ import redis
 import yaml
 
 from alerts.output import rules_text
-from exporter.server import ExporterServer, watch_server
+from exporter.server import ExporterServer, server_for
 from exporter.sources.base import Source
-from exporter.watch import watch_client
 from fairness_core import Config
 
 from .exporter_support import Prometheus
@@ -60,7 +59,7 @@ def alerting(config: Config, tmp_path: Path) -> Iterator[tuple[ExporterServer, P
     evaluating the rules ``fairctl generate`` writes for that config."""
     rules = tmp_path / "rules.yml"
     rules.write_text(rules_text(config))
-    with watch_server(config, watch_client(config), "127.0.0.1", 0) as server, \
+    with server_for([config], "127.0.0.1", 0) as server, \
             Prometheus([server.url.split("/")[2]], tmp_path, (rules,)) as prometheus:
         yield server, prometheus
 
