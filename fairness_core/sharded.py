@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 from .classification import classify
 from .config import Config
 from .connection import ClusterClient, redis_errors
-from .jobs import SEP, Enqueued, Finished, InvalidJob, Lease, Popped, check_tenant, check_tier, settled
+from .jobs import SEP, Enqueued, Finished, InvalidJob, Lease, Popped, check_tenant, check_tier, decoded, settled
 from .keys import CLASS_PARTS, Keys
 from .scheduler import ApplyOutcome, Scheduler, check_pop
 from .sharding import hand, place, shard_prefix
@@ -183,7 +183,7 @@ class ShardedScheduler:
                     stored = self.client.hmget(self.keys.layout, LAYOUT_FIELDS)
             shards, serve, version, changed, names = stored
             self._layout = (now, Layout(int(shards), int(serve), int(version), int(changed),
-                                        tuple(_text(names).split(PREFIX_SEP))))
+                                        tuple(decoded(names).split(PREFIX_SEP))))
         return self._layout[1]
 
     def _placed(self, shards: range, placed: Sequence[str]) -> list[str]:
@@ -260,7 +260,7 @@ class ShardedScheduler:
         with redis_errors(self.client):
             stats = self.client.hgetall(self.shard(index).keys.stats)
         counted = ("depth" + SEP, "inflight" + SEP, "delayed" + SEP)
-        return any(_text(k).startswith(counted) and int(v) != 0 for k, v in stats.items())
+        return any(decoded(k).startswith(counted) and int(v) != 0 for k, v in stats.items())
 
     def _change_layout(self, to: str, seen: Layout, names: Sequence[str]) -> None:
         with redis_errors(self.client):
@@ -296,7 +296,7 @@ class ShardedScheduler:
             depth, *tenants, paused = replies[n * per:(n + 1) * per]
             loads.append(ShardLoad(depth={c: int(d or 0) for c, d in zip(classes, depth)},
                                    tenants=dict(zip(classes, map(int, tenants))),
-                                   paused=frozenset(_text(p) for p in paused)))
+                                   paused=frozenset(decoded(p) for p in paused)))
         return loads
 
     # ------------------------------------------------------------------ producing
@@ -520,7 +520,3 @@ class ShardedScheduler:
             raise ValueError(f"redis.prefix: {config.redis.prefix!r} is another queue group than {self.keys.prefix!r}")
         names = self.layout().prefixes
         return [self.shard(i).apply(shard_config(config, i, names[i]), **kwargs) for i in self.served_shards()]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
