@@ -36,7 +36,7 @@ from .conftest import EXAMPLE_CONFIG, make_config
 from .exporter_support import Prometheus, running_exporter, scrape
 from .support import spawn_worker, wait_for
 from .test_reliability_concurrency import completions
-from .test_worker_crash import stop_all
+from .crash_support import stop_all
 
 HIGH, MEDIUM, LOW = "jobs:high", "jobs:medium", "jobs:low"
 ALL = (HIGH, MEDIUM, LOW)

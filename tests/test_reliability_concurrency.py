@@ -17,7 +17,7 @@ from fairness_core import Config, Scheduler, load_config, redis_client
 from fairness_stack.servers import RedisServer
 
 from .support import spawn_worker, totals, wait_for, write_config
-from .test_worker_crash import stop_all
+from .crash_support import stop_all
 
 pytestmark = pytest.mark.slow
 
