@@ -19,6 +19,7 @@ import redis
 from .support import wait_for
 
 WARM_UP_S = 2.0  # a respawned worker is not killed again before this
+BUSY_S = 0.2  # time for a registered worker to fill its slots from a backlog
 # Spread over all three classes (enterprise tenants' unlisted tasks go to jobs:medium) and tiers.
 TASKS = ["password_reset", "order_confirmation", "newsletter", "invoice_pdf", "nightly_digest"]
 TENANTS = [(f"tenant-{i}", ("free", "pro", "enterprise")[i % 3]) for i in range(7)]
@@ -55,20 +56,22 @@ def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
         proc.wait()
 
 
-def enqueue_jobs(scheduler: Any, start: int, count: int, ids: set[str]) -> None:
-    """Jobs ``start`` .. ``start + count - 1`` (task and tenant by number), their ids added to ``ids``;
-    ``scheduler``: a Scheduler or a ShardedScheduler."""
+def enqueue_jobs(scheduler: Any, start: int, count: int, ids: set[str],
+                 payload: dict[str, Any] | None = None) -> None:
+    """Jobs ``start`` .. ``start + count - 1`` (task and tenant by number), each with ``payload``,
+    their ids added to ``ids``; ``scheduler``: a Scheduler or a ShardedScheduler."""
     for i in range(start, start + count):
         tenant, tier = TENANTS[i % len(TENANTS)]
-        ids.add(scheduler.enqueue(TASKS[i % len(TASKS)], tenant, tier=tier))
+        ids.add(scheduler.enqueue(TASKS[i % len(TASKS)], tenant, payload, tier=tier))
 
 
-def producer(scheduler: Any, ids: set[str], start: int, count: int, chunk: int) -> threading.Thread:
+def producer(scheduler: Any, ids: set[str], start: int, count: int, chunk: int,
+             payload: dict[str, Any] | None = None) -> threading.Thread:
     """Enqueues jobs ``start`` .. ``start + count - 1`` in chunks with pauses: continuous load while
     workers die."""
     def run() -> None:
         for first in range(start, start + count, chunk):
-            enqueue_jobs(scheduler, first, min(chunk, start + count - first), ids)
+            enqueue_jobs(scheduler, first, min(chunk, start + count - first), ids, payload)
             time.sleep(0.3)
     thread = threading.Thread(target=run, name="producer", daemon=True)
     thread.start()
@@ -77,9 +80,10 @@ def producer(scheduler: Any, ids: set[str], start: int, count: int, chunk: int) 
 
 def kill_until_finished(spawn: Callable[[int], subprocess.Popen[bytes]], processes: int, stream: threading.Thread,
                         finished: Callable[[], bool], totals: Callable[[], dict[str, int]],
-                        timeout: float) -> tuple[int, int]:
+                        registered: Callable[[], list[Any]], timeout: float) -> tuple[int, int]:
     """Run ``processes`` workers (``spawn(i)``) and, until ``finished()``, SIGKILL one at random
     about every second and respawn it; then kill them all and wait for the producer ``stream``.
+    ``registered()``: the worker ids registered with the queue, str or bytes (each names its process id).
     The SIGKILLs, and those of them while ``stream`` was producing."""
     rng = random.Random(2)
     workers = [spawn(i) for i in range(processes)]
@@ -91,10 +95,15 @@ def kill_until_finished(spawn: Callable[[int], subprocess.Popen[bytes]], process
             assert time.monotonic() < deadline, f"not finished after {timeout:.0f}s: {totals()}"
             time.sleep(rng.uniform(0.7, 1.3))
             victim = rng.randrange(processes)
-            # A victim that has had time to start (a loaded machine starts Python slowly), killed
-            # while jobs are in flight: a kill that cuts no lease tests nothing.
+            # A victim that has had time to start (a loaded machine starts Python slowly) and has
+            # registered, killed while jobs wait: then each of its slots holds leases, and the kill
+            # cuts them short. A kill that cuts no lease tests nothing.
             time.sleep(max(0.0, born[victim] + WARM_UP_S - time.monotonic()))
-            wait_for(lambda: finished() or totals()["inflight"] > 0, 30, "jobs in flight")
+            pid = workers[victim].pid
+            wait_for(lambda: finished() or any(f"-{pid}-" in str(worker) for worker in registered()), 30,
+                     f"worker {pid} registered")
+            wait_for(lambda: finished() or totals()["depth"] > 0, 30, "jobs waiting")
+            time.sleep(BUSY_S)
             workers[victim].send_signal(signal.SIGKILL)
             workers[victim].wait()
             workers[victim] = spawn(victim)

@@ -44,6 +44,9 @@ SHARDS = 6
 HAND = 2
 WORKER_ARGS = ("--concurrency", "4", "--batch", "5")
 LEASES = {"visibility_timeout": "2s", "max_attempts": 1000}  # every redelivery is a retry, none a dead letter
+# The 4 workers' 16 slots run at most 160 such jobs a second, about the producer's rate (50 every
+# 0.3 s): the backlog lasts through the kills, so every kill cuts leases short.
+SERVICE = {"service_s": 0.1}
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +105,7 @@ def test_sigkilled_workers_lose_no_job_of_the_sharded_queue_and_redeliveries_are
     queue = ShardedScheduler(config, redis_client(cluster.url))
     key = f"{config.redis.prefix}:record"
     ids: set[str] = set()
-    enqueue_jobs(queue, 0, upfront, ids)
+    enqueue_jobs(queue, 0, upfront, ids, SERVICE)
     assert {shard_of(i) for i in ids} == set(range(SHARDS)), "jobs queued on every shard"
 
     def spawn(i: int) -> subprocess.Popen[bytes]:
@@ -112,9 +115,11 @@ def test_sigkilled_workers_lose_no_job_of_the_sharded_queue_and_redeliveries_are
         t = sharded_totals(queue)
         return t["processed"] == upfront + streamed and t["depth"] == t["inflight"] == t["delayed"] == 0
 
-    stream = producer(ShardedScheduler(config, redis_client(cluster.url)), ids, upfront, streamed, 100)
-    kills, kills_while_producing = kill_until_finished(spawn, 4, stream, finished, lambda: sharded_totals(queue),
-                                                       timeout=120)
+    stream = producer(ShardedScheduler(config, redis_client(cluster.url)), ids, upfront, streamed, 50, SERVICE)
+    shard_0 = queue.shard(0)
+    kills, kills_while_producing = kill_until_finished(
+        spawn, 4, stream, finished, lambda: sharded_totals(queue),
+        lambda: shard_0.client.zrange(shard_0.keys.workers, 0, -1), timeout=120)
 
     t = sharded_totals(queue)
     deliveries = recorded(queue.client, key)

@@ -49,8 +49,9 @@ def test_sigkilled_workers_under_continuous_load_lose_nothing_and_redeliveries_a
         return t["processed"] == UPFRONT + STREAMED and t["depth"] == t["inflight"] == t["delayed"] == 0
 
     stream = producer(Scheduler(config, redis_client(redis_server.url)), ids, UPFRONT, STREAMED, CHUNK)
-    kills, kills_while_producing = kill_until_finished(spawn, PROCESSES, stream, finished, lambda: totals(scheduler),
-                                                       timeout=180)
+    kills, kills_while_producing = kill_until_finished(
+        spawn, PROCESSES, stream, finished, lambda: totals(scheduler),
+        lambda: client.zrange(scheduler.keys.workers, 0, -1), timeout=180)
 
     t = totals(scheduler)
     deliveries = recorded(client, key)
