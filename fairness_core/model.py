@@ -486,9 +486,10 @@ class Model:
         return Popped(acked=acked, leases=self.pop(now, max_jobs, classes=classes))
 
     def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Record]:
-        """Like :meth:`pop`, returning the model's own records (cheaper for the simulator)."""
-        self._release_delayed(now, SWEEP_BATCH)
+        """Like :meth:`pop`, returning the model's own records (cheaper for the simulator). An
+        unknown class refuses the pop before anything changes, as the Scheduler's does."""
         allowed = set(range(len(self.names))) if classes is None else {self._pool_index(c) for c in classes}
+        self._release_delayed(now, SWEEP_BATCH)
         s = self.settings
         depth = [self.stats.get(f"depth{SEP}{n}", 0) for n in self.names]
         inflight = [self.stats.get(f"inflight{SEP}{n}", 0) for n in self.names]

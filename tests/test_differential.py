@@ -218,6 +218,9 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
 @example(params=PLAIN, ops=[ORDER, ("sleep", 10), ORDER, ("pop", 2, None), ("nack", 1), ("sleep", 3500), ("reap",)])
 # A retry whose backoff has passed is served by the next pop.
 @example(params=PLAIN, ops=[ORDER, ("pop", 1, None), ("nack", 0), ("sleep", 600), ("pop", 1, None)])
+# A pop for a class a config change removed is refused before it releases a due retry.
+@example(params=PLAIN, ops=[ORDER, ("pop", 1, None), ("nack", 0), ("apply", {**RENAME, "move_low": False}),
+                            ("sleep", 600), ("pop", 1, ["jobs:low"])])
 # Aging promotes at most a batch per tenant per sweep.
 @example(params={**PLAIN, "promote": True}, ops=[
     ("enqueue", "newsletter", "acme", None, False, 5), ("enqueue", "newsletter", "b", None, False, 1),
