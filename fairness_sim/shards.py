@@ -17,11 +17,10 @@ static backlog through it (what a live measurement of a sharded queue is compare
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +31,8 @@ from fairness_core.jobs import SEP, Lease, Record, check_tier
 from fairness_core.model import Model
 from fairness_core.sharded import ShardedScheduler, ShardLoad, choose_shard, shard_config
 from fairness_core.sharding import hand
-from fairness_core.snapshot import ClassSnapshot, Snapshot, UnconfiguredClass
+from fairness_core.merged_snapshot import merged_snapshot
+from fairness_core.snapshot import Snapshot
 
 from .scenario import class_job, sharded_config
 
@@ -154,67 +154,6 @@ class ShardedModel:
 
     def snapshot(self, now: int) -> Snapshot:
         return merged_snapshot([m.snapshot(now) for m in self.models])
-
-
-# ------------------------------------------------------------------ one snapshot for the fleet
-
-
-def _summed(pairs: Iterable[Iterable[tuple[str, float]]], keep: int) -> tuple[tuple[str, Any], ...]:
-    total: Counter[str] = Counter()
-    for part in pairs:
-        for tenant, n in part:
-            total[tenant] += n
-    return tuple(sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[:keep])
-
-
-def _merged_class(parts: Sequence[ClassSnapshot]) -> ClassSnapshot:
-    """One class over the shards: counts summed, ages the oldest, tenant lists merged; the
-    fairness index is the shards' mean weighted by their service (each shard's is exact for it)."""
-    served = sum(p.processed_window for p in parts)
-    top = _summed((p.top_processed for p in parts), max(len(p.top_processed) for p in parts))
-    keep = max(len(p.oldest_tenants) for p in parts)
-
-    def total(field: str) -> Any:
-        return sum(getattr(p, field) for p in parts)
-
-    def counts(field: str) -> dict[str, int]:
-        return dict(sum((Counter(getattr(p, field)) for p in parts), Counter()))
-
-    return dataclasses.replace(
-        parts[0], depth=total("depth"), inflight=total("inflight"), delayed=total("delayed"),
-        paused=any(p.paused for p in parts), oldest_age=max(p.oldest_age for p in parts),
-        active_tenants=total("active_tenants"), counters=counts("counters"), enqueued=counts("enqueued"),
-        wait_buckets=tuple(map(sum, zip(*(p.wait_buckets for p in parts)))), wait_sum=total("wait_sum"),
-        wait_count=total("wait_count"),
-        top_backlog=_summed((p.top_backlog for p in parts), max(len(p.top_backlog) for p in parts)),
-        top_inflight=_summed((p.top_inflight for p in parts), max(len(p.top_inflight) for p in parts)),
-        noisy_tenants=tuple(dict.fromkeys(t for p in parts for t in p.noisy_tenants)),
-        quiet_oldest_age=max(p.quiet_oldest_age for p in parts),
-        oldest_tenants=tuple(sorted((t for p in parts for t in p.oldest_tenants), key=lambda ta: -ta[1])[:keep]),
-        processed_window=served, top_processed=top,
-        tenant_shares=tuple((t, min(1.0, n / served)) for t, n in top) if served > 0 else (),
-        fairness_index=(sum(p.fairness_index * p.processed_window for p in parts) / served if served > 0
-                        else min(p.fairness_index for p in parts)),
-    )
-
-
-def merged_snapshot(snapshots: Sequence[Snapshot]) -> Snapshot:
-    """The shards' snapshots as one queue's, as a scrape of the whole fleet would see it (every
-    shard counts the fleet's worker slots, so those are one shard's)."""
-    first = snapshots[0]
-    classes = {name: _merged_class([s.classes[name] for s in snapshots]) for name in first.classes}
-    served = sum(c.processed_window for c in classes.values())
-    shares = _summed((((t, n / served) for t, n in c.top_processed) for c in classes.values()),
-                     len(first.tenant_shares) or 1) if served else ()
-    unconfigured: dict[str, UnconfiguredClass] = {}
-    for s in snapshots:
-        for name, u in s.unconfigured.items():
-            seen = unconfigured.get(name)
-            unconfigured[name] = u if seen is None else UnconfiguredClass(
-                name, seen.depth + u.depth, seen.inflight + u.inflight, seen.delayed + u.delayed,
-                max(seen.oldest_age, u.oldest_age))
-    return Snapshot(time=first.time, classes=classes, dead_letters=sum(s.dead_letters for s in snapshots),
-                    worker_slots=first.worker_slots, tenant_shares=shares, unconfigured=unconfigured)
 
 
 # ------------------------------------------------------------------ figures
