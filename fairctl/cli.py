@@ -28,6 +28,7 @@ from . import (
     queue_commands,
     simulate_command,
     stack_command,
+    status_command,
     worker_command,
 )
 from .common import BAD_ARGUMENT
@@ -90,7 +91,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-for group in (queue_commands, worker_command, exporter_command, demo, simulate_command, drill_command,
+for group in (queue_commands, status_command, worker_command, exporter_command, demo, simulate_command, drill_command,
               generate_command, check_commands):
     app.add_typer(group.app)
 app.add_typer(stack_command.app, name="stack")

@@ -96,18 +96,24 @@ def load(config_path: Path, redis_url: str | None) -> Config:
     return with_redis_url(config, redis_url)
 
 
-def load_groups(config_paths: list[Path] | None, redis_url: str | None) -> list[Config]:
+def load_queues(config_paths: list[Path] | None, redis_url: str | None) -> list[tuple[Config, list[Config]]]:
     """The configs of several ``--config`` (default: the one :func:`load` reads), each with
-    ``--redis-url`` applied, a sharded one standing for each of its shards (a queue group each);
-    two of the same queue group (the ``group`` label their series would share: ``redis.prefix``)
-    fail with exit code 2."""
-    configs = [shard for path in config_paths or [DEFAULT_CONFIG] for shard in groups_of(load(path, redis_url))]
-    groups = [group_of(c) for c in configs]
+    ``--redis-url`` applied, and each with its queue groups (:func:`groups_of`: itself, or a
+    sharded one's shards); two that share a queue group (the ``group`` label their series would
+    share: ``redis.prefix``, or a shard's name) fail with exit code 2."""
+    configs = [load(path, redis_url) for path in config_paths or [DEFAULT_CONFIG]]
+    queues = [(config, groups_of(config)) for config in configs]
+    groups = [group_of(group) for _, held in queues for group in held]
     twice = next((g for g in groups if groups.count(g) > 1), None)
     if twice is not None:
         fail("--config", f"two configs describe queue group {twice} (their redis.prefix): give each group its own "
                          "prefix, and each config once")
-    return configs
+    return queues
+
+
+def load_groups(config_paths: list[Path] | None, redis_url: str | None) -> list[Config]:
+    """The queue groups of :func:`load_queues`, a sharded config standing for each of its shards."""
+    return [group for _, held in load_queues(config_paths, redis_url) for group in held]
 
 
 def groups_of(config: Config) -> list[Config]:

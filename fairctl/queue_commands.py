@@ -1,37 +1,29 @@
-"""Producer and operator commands: ``enqueue``, ``pause``, ``resume``, ``status``."""
+"""Producer and operator commands: ``enqueue``, ``pause``, ``resume``, ``reshard``."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-from exporter.metrics import group_of
-from fairness_core import Config, Enqueued, Scheduler
+from fairness_core import Config, Enqueued
 from fairness_core.config import MAX_SHARDS
-from fairness_core.memory import read_memory
 from fairness_core.sharded import ShardedScheduler
-from fairness_core.snapshot import Snapshot
 
 from .common import (
     DEFAULT_CONFIG,
     ConfigOption,
-    ConfigsOption,
     RedisUrlOption,
     check_classes,
     clear_errors,
-    connect,
     connect_queue,
     fail,
     load,
-    load_groups,
 )
-from .status_view import as_json, class_statuses, config_line, memory_line, render
 
 app = typer.Typer()
 
@@ -173,52 +165,3 @@ def pause(queue: QueueArgument, config: ConfigOption = DEFAULT_CONFIG, redis_url
 def resume(queue: QueueArgument, config: ConfigOption = DEFAULT_CONFIG, redis_url: RedisUrlOption = None) -> None:
     """Let workers take jobs of a paused class again."""
     _set_paused(queue, config, redis_url, False)
-
-
-@app.command()
-def status(
-    interval: Annotated[float, typer.Option(
-        metavar="SECONDS", min=0, max=3600, help="Seconds between the two snapshots the realised share is measured over "
-                              "(0: one snapshot, no share).")] = 1.0,
-    top: Annotated[int, typer.Option(metavar="N", min=1, max=100, help=(
-        "Most backlogged tenants to list per class (at most the larger of the applied exporter.topk_tenants "
-        "and 10: the snapshot reads no more)."))] = 3,
-    as_json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
-    configs: ConfigsOption = None,
-    redis_url: RedisUrlOption = None,
-) -> None:
-    """Show each class's backlog and the share of work it really gets.
-
-    Per class: depth, oldest job's age, in-flight, delayed retries, dead letters, paused, configured weight and
-    realised share (the class's part of the jobs processed during --interval; under scheduler.charge:
-    runtime, of the worker time the workers reported, the time share), then the most
-    backlogged tenants of each class, the jobs under classes the config does not name (nothing
-    serves them), and Redis's memory against maxmemory with its eviction policy. With several
-    --config, every group in turn (with --json, a list of them), measured over the same interval."""
-    schedulers = [connect(cfg) for cfg in load_groups(configs, redis_url)]  # each runs its group's applied config
-    with clear_errors():
-        before = [s.snapshot() if interval else None for s in schedulers]
-        time.sleep(interval)
-        reports = [_group_status(s, then, interval, top) for s, then in zip(schedulers, before)]
-    if as_json_output:
-        typer.echo(json.dumps(reports[0][0] if len(reports) == 1 else [data for data, _ in reports], indent=2))
-    else:
-        several = len(reports) > 1
-        typer.echo("\n\n".join(f"queue group {data['group']}\n{text}" if several else text for data, text in reports))
-
-
-def _group_status(scheduler: Scheduler, before: Snapshot | None, interval: float, top: int) -> tuple[dict[str, Any], str]:
-    """One group's status now, its shares since ``before``: as JSON data and as text."""
-    after = scheduler.snapshot()
-    dead = scheduler.dead_letter_counts()
-    memory = read_memory(scheduler.client)
-    applied = scheduler.applied or scheduler.sync()
-    rows = class_statuses(scheduler.config, before, after, top, dead)
-    unconfigured = sorted(after.unconfigured.values(), key=lambda u: u.name)
-    headroom = scheduler.config.redis.memory_headroom
-    charge = scheduler.config.scheduler.charge
-    data = {"group": group_of(scheduler.config), **as_json(
-        rows, interval, charge=charge, unconfigured=unconfigured, memory=memory, headroom=headroom, applied=applied)}
-    text = render(rows, interval, charge=charge, unconfigured=unconfigured,
-                  memory=memory_line(memory, headroom), config=config_line(applied, after.time))
-    return data, text

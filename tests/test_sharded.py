@@ -5,6 +5,7 @@ re-sharding under load loses and repeats no job."""
 from __future__ import annotations
 
 import collections
+import json
 import random
 import threading
 import time
@@ -29,6 +30,7 @@ from fairness_stack.servers import RedisClusterServers, RedisServer
 from .conftest import make_config
 from .exporter_support import fetch, parse_grouped
 from .support import run_fairctl, write_config
+from .test_cluster import owner
 from .test_groups import one_exporter_for_both
 
 WEIGHTS = {"jobs:high": 70, "jobs:medium": 20, "jobs:low": 10}
@@ -341,8 +343,7 @@ def test_the_cli_enqueues_reshards_and_shows_each_shard(server: RedisServer, tmp
     assert "new jobs go to 5 shards (was 3, serving 3); layout v2" in grown.stdout, grown.stderr
     shrunk = run_fairctl("reshard", "--to", "4", "--settle", "--config", path)
     assert "new jobs go to 4 shards (was 5, serving 5); shards 4..4 still served until empty; layout v3" in shrunk.stdout
-    status = run_fairctl("status", "--interval", "0", "--config", path)
-    assert [f"queue group {config.redis.prefix}.{i}" in status.stdout for i in range(5)] == [True] * 5
+    check_status_shows_one_queue_and_each_shard(path, config.redis.prefix, home)
     heavier = tmp_path / "heavier.yaml"
     heavier.write_text(path.read_text().replace("weight: 70", "weight: 80"))
     assert run_fairctl("config", "diff", path).returncode == 0
@@ -360,6 +361,49 @@ def test_the_cli_enqueues_reshards_and_shows_each_shard(server: RedisServer, tmp
     assert plain.returncode == 2 and "not sharded" in plain.stderr
     with redis.Redis.from_url(server.url) as conn:
         assert conn.exists("{" + config.redis.prefix + "}:layout")
+
+
+def check_status_shows_one_queue_and_each_shard(path: Path, prefix: str, home: int) -> None:
+    """``fairctl status`` of a sharded queue: the classes over every shard, then a line per shard
+    (its group, backlog and config version); --json says the same."""
+    status = run_fairctl("status", "--interval", "0", "--config", path)
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    assert lines[0] == f"queue group {prefix}: one queue sharded 4 ways, 5 served until the re-shard settles (layout v3)"
+    depths = {line.split()[0]: int(line.split()[1]) for line in lines if line.split()[0] in WEIGHTS}
+    assert sorted(depths.values()) == [0] * (len(WEIGHTS) - 1) + [2]  # each class's depth over every shard
+    rows = {line.split()[0]: line.split() for line in lines[lines.index("shards:") + 2:] if line.startswith("  ")}
+    assert [rows[str(i)][1] for i in range(5)] == [f"{prefix}.{i}" for i in range(5)]
+    assert [int(rows[str(i)][2]) for i in range(5)] == [2 if i == home else 0 for i in range(5)]
+    assert "master" not in lines[lines.index("shards:") + 1]  # one Redis: no master column
+    assert lines[-1].startswith("config: v1 on every shard")
+    data = json.loads(run_fairctl("status", "--interval", "0", "--json", "--config", path).stdout)
+    assert data["group"] == prefix and data["layout"] == {"shards": 4, "serve": 5, "version": 3}
+    assert [shard["depth"] for shard in data["shards"]] == [2 if i == home else 0 for i in range(5)]
+    assert sum(c["depth"] for c in data["classes"]) == 2
+
+
+def test_status_of_a_sharded_queue_on_a_cluster_names_each_shards_master(
+        cluster: RedisClusterServers, tmp_path: Path) -> None:
+    """On a Cluster the shard lines name the master holding each shard, and the class table over
+    the shards adds up their backlogs (measured over an interval, with classes no job reached)."""
+    path, config = write_config(tmp_path, cluster.url, classes=PLAIN_CLASSES,
+                                redis={"url": cluster.url, "prefix": make_config().redis.prefix, "shards": 6})
+    queue = ShardedScheduler(config, redis_client(cluster.url))
+    for t in range(12):
+        queue.submit_many("newsletter", f"shop-{t}", [None] * (t + 1))
+    for lease in queue.pop(5):
+        queue.ack(lease)
+    shown = run_fairctl("status", "--json", "--config", path)
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    loads = queue.loads(fresh=True)
+    assert [s["depth"] for s in data["shards"]] == [sum(load.depth.values()) for load in loads]
+    assert sum(c["depth"] for c in data["classes"]) == sum(range(1, 13)) - 5
+    assert [int(s["master"].rpartition(":")[2]) for s in data["shards"]] == [
+        owner(cluster, queue.shard(i).keys.base) for i in range(6)]
+    text = run_fairctl("status", "--interval", "0", "--config", path).stdout
+    assert "master" in text.splitlines()[text.splitlines().index("shards:") + 1]
 
 
 def test_one_exporter_serves_every_shard_as_its_own_group(server: RedisServer, tmp_path: Path) -> None:

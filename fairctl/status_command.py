@@ -1,0 +1,182 @@
+"""``fairctl status``: each queue's classes, backlog and realised share, for one queue group or a
+sharded one. A sharded queue is one queue to the people who run it, so it is shown as one: the
+class table over all its shards, then a line per shard (where it lives, what it holds, which
+config it runs), instead of a full table per shard that grows with the shard count."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Annotated, Any, Sequence
+
+import typer
+
+from exporter.metrics import group_of
+from fairness_core import Config, Scheduler
+from fairness_core.ages import format_age
+from fairness_core.config_store import Applied
+from fairness_core.memory import read_memory
+from fairness_core.merged_snapshot import merged_snapshot
+from fairness_core.sharded import ShardedScheduler
+from fairness_core.snapshot import Snapshot
+
+from .common import ConfigsOption, RedisUrlOption, clear_errors, connect, connect_queue, load_queues
+from .status_view import as_json, class_statuses, config_line, memory_line, render
+from .text_table import text_table
+
+app = typer.Typer()
+
+SHARD_HEADERS = ("shard", "group", "master", "depth", "oldest", "in-flight", "delayed", "dead", "paused", "config")
+
+
+@app.command()
+def status(
+    interval: Annotated[float, typer.Option(
+        metavar="SECONDS", min=0, max=3600, help="Seconds between the two snapshots the realised share is measured over "
+                              "(0: one snapshot, no share).")] = 1.0,
+    top: Annotated[int, typer.Option(metavar="N", min=1, max=100, help=(
+        "Most backlogged tenants to list per class (at most the larger of the applied exporter.topk_tenants "
+        "and 10: the snapshot reads no more)."))] = 3,
+    as_json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    configs: ConfigsOption = None,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Show each class's backlog and the share of work it really gets.
+
+    Per class: depth, oldest job's age, in-flight, delayed retries, dead letters, paused, configured weight and
+    realised share (the class's part of the jobs processed during --interval; under scheduler.charge:
+    runtime, of the worker time the workers reported, the time share), then the most
+    backlogged tenants of each class, the jobs under classes the config does not name (nothing
+    serves them), and Redis's memory against maxmemory with its eviction policy. A sharded queue
+    (redis.shards) is shown as one queue, its classes over every shard, then a line per shard:
+    its queue group, the master holding it, its backlog and the config version it runs. With
+    several --config, every queue in turn (with --json, a list of them), measured over the same
+    interval."""
+    queues = [_Queue(config) for config, _ in load_queues(configs, redis_url)]
+    with clear_errors():
+        before = [q.snapshots() if interval else None for q in queues]
+        time.sleep(interval)
+        reports = [q.report(then, interval, top) for q, then in zip(queues, before)]
+    if as_json_output:
+        typer.echo(json.dumps(reports[0][0] if len(reports) == 1 else [data for data, _ in reports], indent=2))
+    else:
+        several = len(reports) > 1
+        typer.echo("\n\n".join(f"queue group {data['group']}{_shards_title(data)}\n{text}"
+                               if several or "shards" in data else text for data, text in reports))
+
+
+def _shards_title(data: dict[str, Any]) -> str:
+    layout = data.get("layout")
+    if layout is None:
+        return ""
+    left = f", {layout['serve']} served until the re-shard settles" if layout["serve"] > layout["shards"] else ""
+    return f": one queue sharded {layout['shards']} ways{left} (layout v{layout['version']})"
+
+
+class _Queue:
+    """One --config's queue: its group's scheduler, or a sharded queue's shards."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.sharded: ShardedScheduler | None = None
+        if config.redis.shards > 1:
+            queue = connect_queue(config)
+            assert isinstance(queue, ShardedScheduler)
+            self.sharded = queue
+        else:
+            self.group = connect(config)
+
+    def shards(self) -> list[Scheduler]:
+        if self.sharded is None:
+            return [self.group]
+        return [self.sharded.shard(i) for i in self.sharded.served_shards()]
+
+    def snapshots(self) -> list[Snapshot]:
+        return [s.snapshot() for s in self.shards()]
+
+    def merged(self, snapshots: list[Snapshot]) -> Snapshot:
+        """The queue's snapshot: its group's, or a sharded queue's shards' as one queue's."""
+        return snapshots[0] if self.sharded is None else merged_snapshot(snapshots)
+
+    def report(self, before: list[Snapshot] | None, interval: float, top: int) -> tuple[dict[str, Any], str]:
+        """The queue's status now, its shares since ``before``: as JSON data and as text."""
+        shards = self.shards()
+        after = [s.snapshot() for s in shards]
+        dead = [s.dead_letter_counts() for s in shards]
+        applied = [s.applied or s.sync() for s in shards]
+        memory = read_memory(shards[0].client)
+        config = applied[0].config  # the classes and weights the queue runs (shard 0's, on a sharded one)
+        merged = self.merged(after)
+        rows = class_statuses(config, None if before is None else self.merged(before), merged, top,
+                              _summed(dead))
+        unconfigured = sorted(merged.unconfigured.values(), key=lambda u: u.name)
+        headroom, charge = config.redis.memory_headroom, config.scheduler.charge
+        if self.sharded is None:
+            data = {"group": group_of(self.config), **as_json(
+                rows, interval, charge=charge, unconfigured=unconfigured, memory=memory, headroom=headroom,
+                applied=applied[0])}
+            return data, render(rows, interval, charge=charge, unconfigured=unconfigured,
+                                memory=memory_line(memory, headroom), config=config_line(applied[0], merged.time))
+        layout = self.sharded.layout()
+        master = {index: name for name, held in self.sharded.masters().items() for index in held}
+        lines = [_ShardLine(i, s.keys.prefix, master.get(i, "-"), snap, d, a)
+                 for i, (s, snap, d, a) in enumerate(zip(shards, after, dead, applied))]
+        data = {"group": self.config.redis.prefix,
+                "layout": {"shards": layout.shards, "serve": layout.serve, "version": layout.version},
+                **as_json(rows, interval, charge=charge, unconfigured=unconfigured, memory=memory, headroom=headroom),
+                "shards": [line.as_json() for line in lines]}
+        text = render(rows, interval, charge=charge, unconfigured=unconfigured)
+        columns = [i for i, name in enumerate(SHARD_HEADERS) if master or name != "master"]  # off a Cluster, one Redis
+        table = text_table([[row[i] for i in columns] for row in [SHARD_HEADERS, *(line.cells() for line in lines)]],
+                           numbers_right=True, indent="  ")
+        return data, "\n".join([text, "shards:", *table, memory_line(memory, headroom),
+                                _shards_config_line(applied, merged.time)])
+
+
+def _summed(counts: Sequence[dict[str, int]]) -> dict[str, int]:
+    out: Counter[str] = Counter()
+    for per_class in counts:
+        out.update(per_class)  # keeps a zero (adding Counters would drop it)
+    return dict(out)
+
+
+class _ShardLine:
+    """One shard of a sharded queue: where it lives and what it holds."""
+
+    def __init__(self, index: int, group: str, master: str, snapshot: Snapshot, dead: dict[str, int],
+                 applied: Applied) -> None:
+        self.index, self.group, self.master, self.applied = index, group, master, applied
+        views = snapshot.classes.values()
+        self.depth = sum(v.depth for v in views)
+        self.oldest = max((v.oldest_age for v in views), default=0.0)
+        self.inflight = sum(v.inflight for v in views)
+        self.delayed = sum(v.delayed for v in views)
+        self.dead = sum(dead.values())
+        self.paused = sorted(name for name, v in snapshot.classes.items() if v.paused)
+
+    def cells(self) -> tuple[str, ...]:
+        return (str(self.index), self.group, self.master, str(self.depth), format_age(self.oldest), str(self.inflight),
+                str(self.delayed), str(self.dead), ", ".join(self.paused) or "-", f"v{self.applied.version}")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"shard": self.index, "group": self.group, "master": self.master, "depth": self.depth,
+                "oldest_age_s": self.oldest, "inflight": self.inflight, "delayed": self.delayed,
+                "dead_letters": self.dead, "paused": self.paused,
+                "applied_config": {"version": self.applied.version, "fingerprint": self.applied.fingerprint,
+                                   "applied_at": self.applied.applied_at}}
+
+
+def _shards_config_line(applied: Sequence[Applied], now: float) -> str:
+    """Which config the shards run: one version on every shard, or which shards run which (an
+    apply goes shard by shard, and a shard a re-shard added gets shard 0's)."""
+    versions: dict[int, list[str]] = {}
+    for index, a in enumerate(applied):
+        versions.setdefault(a.version, []).append(str(index))
+    if len(versions) == 1:
+        latest = max(a.applied_at for a in applied)
+        return (f"config: v{applied[0].version} on every shard, applied {format_age(max(0.0, now - latest))} ago "
+                "(fairctl config show lists each)")
+    each = "; ".join(f"v{v} on shard{'s' if len(held) > 1 else ''} {', '.join(held)}"
+                     for v, held in sorted(versions.items(), reverse=True))
+    return f"config: the shards run different versions: {each} (fairctl config apply FILE applies one to every shard)"
