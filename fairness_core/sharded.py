@@ -230,13 +230,28 @@ class ShardedScheduler:
         with redis_errors(self.client):
             names = [*before.prefixes, *self._placed(range(len(before.prefixes), shards), before.prefixes)]
         applied = self.shard(0).read_applied()
-        for index in range(before.serve, shards):
+        added = [self._scheduler(index, names[index]) for index in range(before.serve, shards)]
+        for shard in added:
             if applied is not None:  # also over a config left from when the shard was served before
-                shard = self._scheduler(index, names[index])
-                shard.apply(replace(applied.config, redis=replace(applied.config.redis, prefix=names[index])),
+                shard.apply(replace(applied.config, redis=replace(applied.config.redis, prefix=shard.keys.prefix)),
                             moves=applied.moves)
+        self._copy_paused(added)  # before any job can reach them
         self._change_layout(str(shards), before, names)
+        self._copy_paused(added)  # and a pause or resume that went shard by shard meanwhile
         return self.layout(fresh=True)
+
+    def _copy_paused(self, shards: Sequence[Scheduler]) -> None:
+        """Pause on ``shards`` the classes paused on shard 0, and resume the others: a pause holds
+        a class fleet-wide, on shards added later too. Each change is one command, so a class
+        paused on shard 0 is never released on a live shard on the way."""
+        with redis_errors(self.client):
+            paused = {decoded(p) for p in self.client.smembers(self.shard(0).keys.paused)}
+            for shard in shards:
+                held = {decoded(p) for p in self.client.smembers(shard.keys.paused)}
+                if paused - held:
+                    self.client.sadd(shard.keys.paused, *sorted(paused - held))
+                if held - paused:
+                    self.client.srem(shard.keys.paused, *sorted(held - paused))
 
     def settle(self) -> Layout:
         """Stop serving the shards a re-shard left behind (beyond ``shards``) once every one is

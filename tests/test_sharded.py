@@ -167,6 +167,21 @@ def test_pause_holds_a_class_on_every_shard(server: RedisServer) -> None:
     assert len([lease for _ in range(8) for lease in queue.pop()]) == 8
 
 
+def test_a_pause_holds_on_the_shards_a_reshard_adds_and_a_resume_releases_them(server: RedisServer) -> None:
+    queue = ShardedScheduler(sharded(server.url, shards=2, hand_size=1), redis_client(server.url))
+    queue.pause("jobs:low")
+    queue.reshard(4)
+    tenants = [t for t in (f"shop-{i}" for i in range(100)) if hand(t, 4, 1)[0] >= 2][:6]
+    for tenant in tenants:
+        queue.enqueue("newsletter", tenant)
+    assert {queue.shard_for("newsletter", t) for t in tenants} == {2, 3}
+    assert queue.pop(5) == [] and queue.wait_for_work(0.2) is None
+    queue.resume("jobs:low")
+    queue.reshard(6)  # a shard added while nothing is paused is not paused either
+    assert len([lease for _ in range(6) for lease in queue.pop()]) == 6
+    assert all(not queue.shard(i).snapshot().classes["jobs:low"].paused for i in range(6))
+
+
 # ---------------------------------------------------------------- a 3-master cluster
 
 
