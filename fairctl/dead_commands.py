@@ -3,12 +3,15 @@
 A job is dead-lettered after ``leases.max_attempts`` failed deliveries, or at once when no worker
 handler exists for its task. Requeue and drop are each one atomic script call per batch of jobs
 (:meth:`fairness_core.Scheduler.requeue_dead`), so a job is never both requeued and still dead.
+A sharded queue keeps a dead-letter list per shard; these commands work on all of them, with the
+sharded job ids (``shard:id``) that enqueue printed.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Optional
 
 import typer
@@ -17,14 +20,16 @@ from fairness_core import Scheduler
 from fairness_core.ages import format_age
 from fairness_core.jobs import DeadOutcome, InvalidJob, check_job_id
 from fairness_core.scheduler import DEAD_PAGE
+from fairness_core.sharded import JOB_SEP, ShardedScheduler, split_job_id
 
-from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, connect, fail, load
+from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, connect_queue, fail, load
 from .text_table import text_table
 
 app = typer.Typer(help="List, inspect, requeue and drop dead-lettered jobs.", no_args_is_help=True)
 
 IdsArgument = Annotated[Optional[list[str]], typer.Argument(
-    metavar="ID...", show_default=False, help="Job ids, as `fairctl dead list` shows them.")]
+    metavar="ID...", show_default=False,
+    help="Job ids, as `fairctl dead list` shows them (on a sharded queue, shard:id).")]
 AllOption = Annotated[bool, typer.Option("--all", help="Every dead letter (of --queue, if given) instead of IDs.")]
 QueueOption = Annotated[Optional[str], typer.Option(
     "--queue", metavar="QUEUE", show_default=False, help="Only dead letters of this class, e.g. jobs:low.")]
@@ -32,31 +37,48 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 ERROR_WIDTH = 60
 
 
-def _scheduler(config: Any, redis_url: str | None, queue: str | None) -> Scheduler:
-    cfg = load(config, redis_url)
-    if queue is not None:
-        check_classes(cfg, [queue], "--queue")
-    return connect(cfg)
+class _Lists:
+    """The dead-letter lists of a queue: its group's, or each shard's of a sharded queue, whose
+    job ids carry the shard (``shard:id``)."""
+
+    def __init__(self, config: Any, redis_url: str | None, queue: str | None) -> None:
+        cfg = load(config, redis_url)
+        if queue is not None:
+            check_classes(cfg, [queue], "--queue")
+        opened = connect_queue(cfg)
+        self.sharded = isinstance(opened, ShardedScheduler)
+        with clear_errors():
+            self.groups: dict[int, Scheduler] = (
+                {i: opened.shard(i) for i in opened.served_shards()} if isinstance(opened, ShardedScheduler)
+                else {0: opened})
+
+    def ids(self, ids: list[str] | None, every: bool) -> dict[int, list[str]]:
+        """The job ids given, checked, by group (each as its group stores it), or {} for --all;
+        exactly one of the two."""
+        if ids and every:
+            fail("--all", "give job ids or --all, not both")
+        if not ids and not every:
+            fail("ID", "give at least one job id, or --all")
+        out: dict[int, list[str]] = {}
+        for raw in ids or ():
+            try:
+                index, own = split_job_id(raw) if self.sharded else (0, raw)
+                out.setdefault(index, []).append(check_job_id(own))
+            except InvalidJob as exc:
+                fail("ID", str(exc).removeprefix(f"{exc.field}: "))
+            else:
+                if index not in self.groups:
+                    fail("ID", f"{raw}: the queue has no shard {index} (it serves {len(self.groups)})")
+        return out
+
+    def shown(self, index: int, job_id: str) -> str:
+        """A group's own job id as the user gives it."""
+        return f"{index}{JOB_SEP}{job_id}" if self.sharded else job_id
 
 
-def _ids(ids: list[str] | None, every: bool) -> list[str]:
-    """The job ids given, checked, or an empty list for --all; exactly one of the two."""
-    if ids and every:
-        fail("--all", "give job ids or --all, not both")
-    if not ids and not every:
-        fail("ID", "give at least one job id, or --all")
-    out = []
-    for raw in ids or ():
-        try:
-            out.append(check_job_id(raw))
-        except InvalidJob as exc:
-            fail("ID", str(exc).removeprefix(f"{exc.field}: "))
-    return out
-
-
-def _record(item: dict[str, Any], now: float) -> dict[str, Any]:
+def _record(item: dict[str, Any], now: float, job_id: str) -> dict[str, Any]:
     lease = item["lease"]
-    return {"id": lease.job_id, "class": lease.queue, "tenant": lease.tenant, "task": lease.task,
+    return {"id": job_id, "class": lease.queue, "tenant": lease.tenant, "task": lease.task,
             "reason": lease.reason, "attempts": lease.attempts, "enqueued_at": lease.enqueued_at,
             "dead_at": item["dead_at"], "dead_for_s": max(0.0, now - item["dead_at"]), "error": item["error"],
             "payload": lease.payload}
@@ -71,18 +93,25 @@ def list_(
     redis_url: RedisUrlOption = None,
 ) -> None:
     """List dead letters, oldest first: id, class, tenant, task, attempts, how long ago, error."""
-    scheduler = _scheduler(config, redis_url, queue)
+    lists = _Lists(config, redis_url, queue)
     rows: list[dict[str, Any]] = []
+    total = 0
     with clear_errors():
-        total = scheduler.dead_letter_count()
-        start = 0
-        while len(rows) < limit and start < total:
-            page = scheduler.dead_letters(start, start + DEAD_PAGE - 1)
-            if not page:
-                break
-            now = time.time()
-            rows += [_record(i, now) for i in page if queue is None or i["lease"].queue == queue]
-            start += DEAD_PAGE
+        for index, scheduler in lists.groups.items():  # each list is oldest first; so is their merge
+            count = scheduler.dead_letter_count()
+            total += count
+            found, start = 0, 0
+            while found < limit and start < count:
+                page = scheduler.dead_letters(start, start + DEAD_PAGE - 1)
+                if not page:
+                    break
+                now = time.time()
+                kept = [_record(i, now, lists.shown(index, i["lease"].job_id))
+                        for i in page if queue is None or i["lease"].queue == queue]
+                rows += kept
+                found += len(kept)
+                start += DEAD_PAGE
+    rows.sort(key=lambda r: r["dead_at"])
     rows = rows[:limit]
     if as_json:
         typer.echo(json.dumps({"total": total, "dead_letters": rows}, indent=2, ensure_ascii=False))
@@ -110,13 +139,13 @@ def show(
     redis_url: RedisUrlOption = None,
 ) -> None:
     """Everything stored with one dead letter: class, tenant, task, reason, attempts, error, payload."""
-    wanted = _ids([job_id], False)[0]
-    scheduler = _scheduler(config, redis_url, None)
+    lists = _Lists(config, redis_url, None)
+    ((index, (wanted,)),) = lists.ids([job_id], False).items()
     with clear_errors():
-        item = scheduler.dead_letter(wanted)
+        item = lists.groups[index].dead_letter(wanted)
     if item is None:
-        fail("ID", f"no dead letter with id {wanted}", code=1)
-    record = _record(item, time.time())
+        fail("ID", f"no dead letter with id {job_id}", code=1)
+    record = _record(item, time.time(), lists.shown(index, wanted))
     if as_json:
         typer.echo(json.dumps(record, indent=2, ensure_ascii=False))
         return
@@ -128,38 +157,46 @@ def show(
 
 def _act(action: str, ids: list[str] | None, every: bool, queue: str | None, config: Any,
          redis_url: str | None) -> None:
-    wanted = _ids(ids, every)
-    scheduler = _scheduler(config, redis_url, queue)
-    method = scheduler.requeue_dead if action == "requeue" else scheduler.drop_dead
+    lists = _Lists(config, redis_url, queue)
+    wanted = lists.ids(ids, every)
     done: list[str] = []
     skipped: list[str] = []
     with clear_errors():
-        if wanted:
-            for i in range(0, len(wanted), DEAD_PAGE):
-                outcome = method(wanted[i:i + DEAD_PAGE], queue=queue)
-                done += outcome.done
-                skipped += outcome.skipped
-        else:
-            # At most the dead letters there are now: jobs that die again meanwhile (a handler
-            # still missing) are not taken round and round.
-            left = scheduler.dead_letter_count()
-            while left > 0:
-                outcome: DeadOutcome = method(None, queue=queue, limit=min(left, DEAD_PAGE))
-                done += outcome.done
-                skipped += outcome.skipped
-                left -= len(outcome.done) + len(outcome.skipped)
-                if not outcome.done:
-                    break
+        for index, scheduler in lists.groups.items():
+            method = scheduler.requeue_dead if action == "requeue" else scheduler.drop_dead
+            outcomes = (_by_id(method, wanted.get(index, []), queue) if wanted
+                        else _every(method, scheduler.dead_letter_count(), queue))
+            for outcome in outcomes:
+                done += [lists.shown(index, i) for i in outcome.done]
+                skipped += [lists.shown(index, i) for i in outcome.skipped]
     verb = "requeued" if action == "requeue" else "dropped"
     typer.echo(f"{verb} {len(done)} dead letter{'' if len(done) == 1 else 's'}"
                + (f": {' '.join(done)}" if 0 < len(done) <= 20 else ""))
     if skipped:
         typer.echo(f"fairctl: warning: left {len(skipped)} in the list whose class is no longer configured: "
                    f"{' '.join(skipped[:20])}", err=True)
-    missing = [i for i in dict.fromkeys(wanted) if i not in set(done) | set(skipped)]
+    given = [lists.shown(index, i) for index, held in wanted.items() for i in held]
+    missing = [i for i in dict.fromkeys(given) if i not in set(done) | set(skipped)]
     if missing:
         where = f" in {queue}" if queue else ""
         fail("ID", f"no dead letter{where} with id {', '.join(missing)}", code=1)
+
+
+def _by_id(method: Callable[..., DeadOutcome], ids: list[str], queue: str | None) -> Iterator[DeadOutcome]:
+    for i in range(0, len(ids), DEAD_PAGE):
+        yield method(ids[i:i + DEAD_PAGE], queue=queue)
+
+
+def _every(method: Callable[..., DeadOutcome], count: int, queue: str | None) -> Iterator[DeadOutcome]:
+    """At most the ``count`` dead letters there are now: jobs that die again meanwhile (a handler
+    still missing) are not taken round and round."""
+    left = count
+    while left > 0:
+        outcome = method(None, queue=queue, limit=min(left, DEAD_PAGE))
+        yield outcome
+        left -= len(outcome.done) + len(outcome.skipped)
+        if not outcome.done:
+            break
 
 
 @app.command()

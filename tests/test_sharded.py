@@ -368,14 +368,47 @@ def test_the_cli_enqueues_reshards_and_shows_each_shard(server: RedisServer, tmp
     assert run_fairctl("config", "diff", heavier).returncode == 0
     shown = run_fairctl("config", "show", "--config", heavier).stdout
     assert shown.count("# version: 2") == 5 and "weight: 80" in shown
-    refused = run_fairctl("dead", "list", "--config", path)
-    assert refused.returncode == 2 and "--config" in refused.stderr and "sharded" in refused.stderr
     (tmp_path / "plain").mkdir()
     unsharded, _ = write_config(tmp_path / "plain", server.url)
     plain = run_fairctl("reshard", "--to", "2", "--config", unsharded)
     assert plain.returncode == 2 and "not sharded" in plain.stderr
     with redis.Redis.from_url(server.url) as conn:
         assert conn.exists("{" + config.redis.prefix + "}:layout")
+
+
+def test_dead_letters_of_every_shard_are_listed_shown_requeued_and_dropped_by_sharded_id(
+        server: RedisServer, tmp_path: Path) -> None:
+    path, config = write_config(tmp_path, server.url, classes=PLAIN_CLASSES,
+                                redis={"url": server.url, "prefix": make_config().redis.prefix, "shards": 3})
+    queue = ShardedScheduler(config, redis_client(server.url))
+    tenants = [next(t for t in (f"shop-{i}" for i in range(100)) if hand(t, 3, 2)[0] == shard) for shard in range(3)]
+    for tenant in tenants:
+        queue.submit_many("invoice", tenant, [None] * 2)
+    dead = []
+    for _ in range(3):
+        for lease in queue.pop(2):
+            assert queue.nack(lease, f"boom {lease.job_id}", final=True) == "dead"
+            dead.append(lease.job_id)
+    assert len(dead) == 6 and {split_job_id(j)[0] for j in dead} == {0, 1, 2}
+
+    listed = json.loads(run_fairctl("dead", "list", "--json", "--config", path).stdout)
+    assert listed["total"] == 6 and sorted(r["id"] for r in listed["dead_letters"]) == sorted(dead)
+    assert [r["dead_at"] for r in listed["dead_letters"]] == sorted(r["dead_at"] for r in listed["dead_letters"])
+    assert len(json.loads(run_fairctl("dead", "list", "--limit", "2", "--json", "--config", path).stdout)[
+        "dead_letters"]) == 2
+    shown = run_fairctl("dead", "show", dead[0], "--config", path)
+    assert shown.returncode == 0 and f"boom {dead[0]}" in shown.stdout, shown.stderr
+    unsharded = run_fairctl("dead", "show", split_job_id(dead[0])[1], "--config", path)
+    assert unsharded.returncode == 2 and "shard" in unsharded.stderr
+    requeued = run_fairctl("dead", "requeue", dead[0], dead[3], "--config", path)
+    assert requeued.returncode == 0 and f"requeued 2 dead letters: {dead[0]} {dead[3]}" in requeued.stdout
+    again = {lease.job_id for _ in range(2) for lease in queue.pop(1)}
+    assert again == {dead[0], dead[3]}  # back on their own shards, under their ids
+    missing = run_fairctl("dead", "drop", "9:1", "--config", path)
+    assert missing.returncode == 2 and "no shard 9" in missing.stderr
+    dropped = run_fairctl("dead", "drop", "--all", "--yes", "--config", path)
+    assert dropped.returncode == 0 and "dropped 4 dead letters" in dropped.stdout
+    assert sum(queue.shard(i).dead_letter_count() for i in range(3)) == 0
 
 
 def check_status_shows_one_queue_and_each_shard(path: Path, prefix: str, home: int) -> None:
