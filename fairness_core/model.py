@@ -8,7 +8,6 @@ and the whole state; any divergence is a bug in one of them. Time is passed in e
 from __future__ import annotations
 
 import math
-import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -21,7 +20,7 @@ from .jobs import (
     TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, named, one_line,
     runtime_us, settled,
 )
-from .settings import SWEEP_BATCH, derive, rebases_tags
+from .settings import SWEEP_BATCH, derive, rebases_tags, recorded_cost
 from .snapshot import RawClass, Snapshot, build_snapshot
 from .zset import ZSet
 
@@ -94,7 +93,7 @@ class Model:
         refused = {c: held[c] for c in others if held[c] > 0 and c not in every.classes}
         tiers = sorted({tier for c in (*self.names, *others) for tier in self._cls(c).cost.values()
                         if tier not in self.settings.costs and tier not in self.settings.tier_moved
-                        and _recorded_cost(tier) is None})
+                        and recorded_cost(tier) is None})
         if refused or tiers:
             self._use(*old)
             raise ConfigRefused(refused, tuple(tiers))
@@ -146,22 +145,22 @@ class Model:
         """As the Lua's ``named``: the name a stored envelope field holds."""
         return named(field, self.settings.names)
 
-    def _cost_of(self, tier: str) -> int:
-        """As the Lua's ``cost_of``."""
-        s = self.settings
-        return (s.costs.get(tier) or s.costs.get(s.tier_moved.get(tier, "")) or _recorded_cost(tier)
-                or s.default_cost)
-
     # ------------------------------------------------------------------ shared steps
 
     def _stat(self, name: str, queue: str, delta: int) -> None:
         key = f"{name}{SEP}{queue}"
         self.stats[key] = self.stats.get(key, 0) + delta
 
-    def _activate(self, cls: _Class, tenant: str, tier: str, enq: int) -> None:
+    def _count_tier(self, queue: str, tier: str, delta: int) -> None:
+        """As the Lua's ``count_tier``: the class's queued tenants of ``tier``, never below 0."""
+        key = f"tenants{SEP}{queue}{SEP}{tier}"
+        self.stats[key] = max(0, self.stats.get(key, 0) + delta)
+
+    def _activate(self, queue: str, cls: _Class, tenant: str, tier: str, enq: int) -> None:
         cls.tags.add(tenant, cls.vt)
         cls.heads.add(tenant, enq)
         cls.cost[tenant] = tier
+        self._count_tier(queue, tier, 1)
 
     def _push_tail(self, queue: str, tenant: str, jobs: Sequence[Envelope]) -> None:
         """Append ``jobs`` to the tenant's sub-queue: the same state as appending them one by one
@@ -171,9 +170,15 @@ class Model:
         cls = self._cls(queue)
         q = cls.queues.setdefault(tenant, deque())
         if not q:
-            self._activate(cls, tenant, self._named(jobs[0].tier), jobs[0].enqueued_ms)
+            self._activate(queue, cls, tenant, self._named(jobs[0].tier), jobs[0].enqueued_ms)
         q.extend(jobs)
-        cls.cost[tenant] = self._named(jobs[-1].tier)
+        for job in jobs:  # the tenant is charged as its latest job's tier
+            tier, was = self._named(job.tier), cls.cost.get(tenant)
+            if tier != was:
+                cls.cost[tenant] = tier
+                if was is not None:
+                    self._count_tier(queue, was, -1)
+                self._count_tier(queue, tier, 1)
         cls.backlog.incr(tenant, len(jobs))
         self._stat("depth", queue, len(jobs))
 
@@ -184,7 +189,7 @@ class Model:
         cls = self._cls(queue)
         q = cls.queues.setdefault(tenant, deque())
         if not q:
-            self._activate(cls, tenant, self._named(jobs[-1].tier), jobs[-1].enqueued_ms)
+            self._activate(queue, cls, tenant, self._named(jobs[-1].tier), jobs[-1].enqueued_ms)
         cls.heads.add(tenant, min(job.enqueued_ms for job in jobs), only_lower=True)
         q.extendleft(reversed(jobs))
         cls.backlog.incr(tenant, len(jobs))
@@ -201,7 +206,9 @@ class Model:
             cls.tags.remove(tenant)
             cls.heads.remove(tenant)
             cls.backlog.remove(tenant)
-            cls.cost.pop(tenant, None)
+            was = cls.cost.pop(tenant, None)
+            if was is not None:
+                self._count_tier(queue, was, -1)
         else:
             cls.backlog.incr(tenant, -len(items))
             if not from_tail:
@@ -274,7 +281,7 @@ class Model:
             own[task] = _learned(own.get(task), ran, s.smoothing)
             cls.estimates[task] = _learned(cls.estimates.get(task), ran, s.smoothing)
         if fix and tenant in cls.cost:
-            cls.tags.add(tenant, cls.tags.score(tenant) + fix * self._cost_of(cls.cost[tenant]))  # type: ignore[operator]
+            cls.tags.add(tenant, cls.tags.score(tenant) + fix * self.settings.cost_of(cls.cost[tenant]))  # type: ignore[operator]
         if s.policy in ("weighted", "weighted-fair"):
             self._correct_classes(queue, fix)
         return cost
@@ -527,7 +534,7 @@ class Model:
                 tenant, tag = cls.tags.first()  # type: ignore[misc]
                 cls.vt = tag
                 n = int(min(s.batch, max_jobs - len(out), cap[ci], len(cls.queues[tenant])))
-                cost = self._cost_of(cls.cost[tenant])
+                cost = self.settings.cost_of(cls.cost[tenant])
                 items, left = self._take(queue, tenant, n)
                 work = self._charge(ci, tenant, items) if s.runtime else n
                 if left > 0:
@@ -724,7 +731,7 @@ class Model:
             cls = self._cls(name)
             served_now, served_before = cls.served.get(bucket, empty), cls.served.get(bucket - 1, empty)
             sample = [
-                (t, self._cost_of(cls.cost[t]), served_now.score(t) or 0.0, served_before.score(t) or 0.0)
+                (t, self.settings.cost_of(cls.cost[t]), served_now.score(t) or 0.0, served_before.score(t) or 0.0)
                 for t, _ in cls.backlog.top(s.sample)
             ]
             raw[name] = RawClass(
@@ -792,11 +799,6 @@ def _runtime(runtime: float | None) -> int | None:
 def _learned(old: int | None, ran: int, smoothing: float) -> int:
     """As the Lua's ``learn``: an estimate moved towards a measured runtime; the first sets it."""
     return ran if old is None else math.floor(old + (ran - old) * smoothing + 0.5)
-
-
-def _recorded_cost(tier: str) -> int | None:
-    """As the Lua's ``recorded_cost``: a cost an older release stored in place of the tier."""
-    return int(tier) if re.fullmatch(r"[0-9]+", tier) else None
 
 
 def _first_score(cls: _Class) -> float | None:

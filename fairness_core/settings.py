@@ -7,6 +7,7 @@ is computed in one place and the two implementations cannot disagree about it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -76,6 +77,21 @@ class Settings:
     served_top: int  # tenants a snapshot reads per service bucket
     heads: int  # tenant heads a snapshot reads
     sample: int  # backlogged tenants in the fairness sample
+
+    def cost_of(self, tier: str) -> int:
+        """As the Lua's ``cost_of``: a job's virtual-time cost from its tenant's tier."""
+        return (self.costs.get(tier) or self.costs.get(self.tier_moved.get(tier, "")) or recorded_cost(tier)
+                or self.default_cost)
+
+    def tier_weight(self, tier: str) -> float:
+        """A tenant's weight against its class's other tenants (``tenants.tiers``), from its cost:
+        the costs are inversely proportional to the configured weights."""
+        return max(self.costs.values(), default=self.default_cost) / self.cost_of(tier)
+
+
+def recorded_cost(tier: str) -> int | None:
+    """As the Lua's ``recorded_cost``: a cost an older release stored in place of the tier."""
+    return int(tier) if re.fullmatch(r"[0-9]+", tier) else None
 
 
 def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None) -> Settings:

@@ -14,17 +14,17 @@ the N groups one queue is here:
 - **Pop** chooses the class first, for the whole fleet: each worker runs the class weights over the
   classes with work on any shard (the least served against its weight goes next), so the shares
   hold fleet-wide and not per shard. It then chooses a shard with work in that class, in
-  proportion to the tenants queued there (smooth weighted round-robin), so each queued tenant of
-  the fleet gets about the same service whichever shard it is on: a flooding tenant is one
-  tenant, wherever it is. The shard's
+  proportion to the tier weights of the tenants queued there (smooth weighted round-robin), so
+  each queued tenant of the fleet gets about its tier's share whichever shard it is on: a
+  flooding tenant is one tenant, wherever it is. The shard's
   own script then picks the tenant (weighted fair queuing) and leases the job.
 - **Ack, nack, extend** go to the shard the lease names: a sharded job id is ``shard:id``.
 - **Re-sharding** (:meth:`ShardedScheduler.reshard`) changes where new jobs go; the jobs already
   queued stay where they are and are served there, since workers serve every shard that may hold
   jobs (the layout's ``serve``), so nothing is moved, lost or run twice.
 
-The choices read a view of every shard's queued jobs and tenants per class, at most
-:data:`VIEW_TTL_S` old: a few commands per shard, pipelined across the masters.
+The choices read a view of every shard's queued jobs and tenants per class and tier, at most
+:data:`VIEW_TTL_S` old: two commands per shard, pipelined across the masters.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -42,6 +42,7 @@ from .connection import ClusterClient, redis_errors
 from .jobs import SEP, Enqueued, Finished, InvalidJob, Lease, Popped, check_tenant, check_tier, decoded, settled
 from .keys import CLASS_PARTS, Keys
 from .scheduler import ApplyOutcome, Scheduler, check_pop
+from .settings import Settings
 from .sharding import hand, place, shard_prefix
 
 VIEW_TTL_S = 0.1  # how old a view of the shards' backlogs a pop may choose from
@@ -95,10 +96,12 @@ class Layout:
 
 @dataclass(frozen=True)
 class ShardLoad:
-    """One shard's queued jobs and queued tenants per class, and its paused classes."""
+    """One shard's queued jobs per class, its queued tenants' tier weights summed per class (each
+    tenant counts its ``tenants.tiers`` weight: one tenant of weight 6 is served like six of
+    weight 1), and its paused classes."""
 
     depth: dict[str, int]
-    tenants: dict[str, int]
+    tenant_weight: dict[str, float]
     paused: frozenset[str]
 
     def has_work(self, queue: str) -> bool:
@@ -110,6 +113,21 @@ class ShardLoad:
         (back in, it starts level instead of owed for the pops it could not have)."""
         for name in self.depth if queue is None else [queue]:
             self.depth[name] = 0
+
+
+def tier_counters(classes: Sequence[str], settings: Settings) -> list[tuple[str, str, str]]:
+    """(stats field, class, tier) of the counters of each class's queued tenants by tier, for the
+    tiers the applied config charges (its own, and those it moved)."""
+    tiers = sorted({*settings.costs, *settings.tier_moved})
+    return [(f"tenants{SEP}{c}{SEP}{tier}", c, tier) for c in classes for tier in tiers]
+
+
+def tenant_weights(counts: Mapping[str, Any], classes: Sequence[str], settings: Settings) -> dict[str, float]:
+    """Per class, the tier weights of its queued tenants summed, from a shard's stats ``counts``."""
+    out = dict.fromkeys(classes, 0.0)
+    for field, c, tier in tier_counters(classes, settings):
+        out[c] += int(counts.get(field) or 0) * settings.tier_weight(tier)
+    return out
 
 
 def shard_config(config: Config, shard: int, prefix: str | None = None) -> Config:
@@ -286,7 +304,7 @@ class ShardedScheduler:
     # ------------------------------------------------------------------ the view
 
     def loads(self, *, fresh: bool = False) -> list[ShardLoad]:
-        """Each served shard's queued jobs and tenants per class, at most :data:`VIEW_TTL_S` old."""
+        """Each served shard's queued jobs and tenant weights per class, at most :data:`VIEW_TTL_S` old."""
         now = time.monotonic()
         view = self._view
         if fresh or view is None or now - view[0] > VIEW_TTL_S:
@@ -295,22 +313,21 @@ class ShardedScheduler:
 
     def _read_loads(self) -> list[ShardLoad]:
         classes = self.shard(0).config.class_names
+        settings = self.shard(0).settings
+        fields = [f"depth{SEP}{c}" for c in classes] + [field for field, _, _ in tier_counters(classes, settings)]
         served = self.served_shards()
         with redis_errors(self.client):
             pipe = self.client.pipeline(transaction=False)
             for i in served:
                 keys = self.shard(i).keys
-                pipe.hmget(keys.stats, [f"depth{SEP}{c}" for c in classes])
-                for c in classes:
-                    pipe.zcard(keys.class_key(c, CLASS_PARTS["backlog"]))
+                pipe.hmget(keys.stats, fields)
                 pipe.smembers(keys.paused)
             replies = pipe.execute()
-        per = len(classes) + 2
         loads = []
-        for n in range(len(served)):
-            depth, *tenants, paused = replies[n * per:(n + 1) * per]
-            loads.append(ShardLoad(depth={c: int(d or 0) for c, d in zip(classes, depth)},
-                                   tenants=dict(zip(classes, map(int, tenants))),
+        for counted, paused in zip(replies[::2], replies[1::2]):
+            counts = dict(zip(fields, counted))
+            loads.append(ShardLoad(depth={c: int(counts[f"depth{SEP}{c}"] or 0) for c in classes},
+                                   tenant_weight=tenant_weights(counts, classes, settings),
                                    paused=frozenset(decoded(p) for p in paused)))
         return loads
 
@@ -403,7 +420,8 @@ class ShardedScheduler:
         with self._account:
             queue = self._next_class(loads, classes)
             first = [] if queue is None else self._rotated(
-                queue, {i: load.tenants.get(queue, 0) for i, load in enumerate(loads) if load.has_work(queue)}, prefer)
+                queue, {i: load.tenant_weight.get(queue, 0) for i, load in enumerate(loads) if load.has_work(queue)},
+                prefer)
             rest = self._rotated(None, {i: depth for i, depth in busy.items() if depth > 0}, prefer)
         yield from ((index, queue) for index in first)
         tried = set(first)

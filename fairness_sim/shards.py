@@ -29,7 +29,7 @@ from fairness_core.config import Config
 from fairness_core.config_store import NO_MOVES, Moves
 from fairness_core.jobs import SEP, Lease, Record, check_tier
 from fairness_core.model import Model
-from fairness_core.sharded import ShardedScheduler, ShardLoad, choose_shard, shard_config
+from fairness_core.sharded import ShardedScheduler, ShardLoad, choose_shard, shard_config, tenant_weights
 from fairness_core.sharding import hand
 from fairness_core.merged_snapshot import merged_snapshot
 from fairness_core.snapshot import Snapshot
@@ -57,7 +57,7 @@ class _Router(ShardedScheduler):
 
     def loads(self, *, fresh: bool = False) -> list[ShardLoad]:
         return [ShardLoad(depth={c: m.stats.get(f"depth{SEP}{c}", 0) for c in m.names},
-                          tenants={c: len(m.classes[c].backlog) for c in m.names if c in m.classes},
+                          tenant_weight=tenant_weights(m.stats, m.names, m.settings),
                           paused=frozenset(m.paused)) for m in self.models]
 
 

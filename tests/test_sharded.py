@@ -268,6 +268,28 @@ def test_class_weights_hold_fleet_wide_and_tenants_share_alike_across_shards(clu
     assert len(high) == 30 and max(high) <= 1.5 * fair and min(high) >= 0.5 * fair, sorted(high)
 
 
+def test_a_tenants_tier_weight_holds_across_shards(server: RedisServer) -> None:
+    """One enterprise tenant (tier weight 6) alone on shard 0 and six free ones (weight 1) on shard
+    1, all backlogged in one class: one queue group would give the enterprise tenant half the
+    class (6 against 6). The shards' turns are weighed by their tenants' tier weights, so it gets
+    half fleet-wide too; weighed by tenant counts it got a seventh."""
+    config = sharded(server.url, shards=2, hand_size=1)
+    assert config.tenants.tiers["enterprise"] == 6 and config.tenants.tiers["free"] == 1
+    producer = ShardedScheduler(config, redis_client(server.url))
+    enterprise, free = tenants_homed(0, 1, shards=2), tenants_homed(1, 6, shards=2)
+    for tenant in enterprise:
+        producer.submit_many("newsletter", tenant, [None] * 400, tier="enterprise")
+    for tenant in free:
+        producer.submit_many("newsletter", tenant, [None] * 100, tier="free")
+    workers = [ShardedScheduler(config, redis_client(server.url), seed=i) for i in range(3)]
+    _, served = drain(workers, 420)
+    share = served[("jobs:low", enterprise[0])] / 420
+    assert abs(share - 0.5) <= 0.03, served
+    print(f"\nenterprise share {share:.3f}, free tenants {sorted(served[('jobs:low', t)] for t in free)}")
+    free_served = [served[("jobs:low", t)] for t in free]
+    assert max(free_served) - min(free_served) <= 0.2 * 35, free_served  # each free tenant about 420 / 12
+
+
 def test_a_flooding_tenant_costs_its_shard_mates_what_the_simulator_predicts(cluster: RedisClusterServers) -> None:
     """A tenant floods (20,000 jobs) before 40 others queue 200 each, all in one class, 6 shards,
     hands of 2. The tenants whose hands share a shard with the flooder's get the service per tenant

@@ -83,12 +83,21 @@ local function parse_record(rec)
   return f[REC_QUEUE], f[REC_TENANT], tonumber(f[REC_ATTEMPTS]), string.sub(rec, len + 1)
 end
 
+-- The class's queued tenants of each tier ('tenants', class, tier in the stats hash): what a
+-- sharded queue weighs a shard's turn by, so that each tenant's tier weight holds fleet-wide.
+-- Never below 0: tenants queued by a release that kept no count are counted from their next turn.
+local function count_tier(c, tier, delta)
+  local field = 'tenants' .. SEP .. c .. SEP .. tier
+  if redis.call('HINCRBY', K_STATS, field, delta) < 0 then redis.call('HSET', K_STATS, field, 0) end
+end
+
 -- A tenant with new work joins its class at the class's current virtual time: no banked credit.
 local function activate(c, tenant, tier, enq)
   local vt = num(redis.call('GET', ckey(c, PART_VT)))
   redis.call('ZADD', ckey(c, PART_TAGS), vt, tenant)
   redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
   redis.call('HSET', ckey(c, PART_COST), tenant, tier)
+  count_tier(c, tier, 1)
 end
 
 -- A removed class's jobs coming back (a reaped lease, a retry, a requeued dead letter) go where
@@ -198,7 +207,12 @@ local function push_tail(c, tenant, tier, env, enq)
   if redis.call('RPUSH', tkey(c, tenant), env) == 1 then
     activate(c, tenant, tier, enq)
   else
-    redis.call('HSET', ckey(c, PART_COST), tenant, tier)
+    local was = redis.call('HGET', ckey(c, PART_COST), tenant)
+    if was ~= tier then  -- the tenant is charged as its latest job's tier
+      redis.call('HSET', ckey(c, PART_COST), tenant, tier)
+      if was then count_tier(c, was, -1) end
+      count_tier(c, tier, 1)
+    end
   end
   redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
   stat('depth', c, 1)
@@ -231,7 +245,11 @@ local function take(c, tenant, n, from_tail)
     redis.call('ZREM', ckey(c, PART_TAGS), tenant)
     redis.call('ZREM', ckey(c, PART_HEADS), tenant)
     redis.call('ZREM', ckey(c, PART_BACKLOG), tenant)
-    redis.call('HDEL', ckey(c, PART_COST), tenant)
+    local was = redis.call('HGET', ckey(c, PART_COST), tenant)
+    if was then
+      redis.call('HDEL', ckey(c, PART_COST), tenant)
+      count_tier(c, was, -1)
+    end
   else
     if not from_tail then
       local _, enq = header(redis.call('LINDEX', qk, 0))
