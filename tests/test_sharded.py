@@ -22,6 +22,7 @@ from redis.crc import key_slot
 from exporter import metrics as m
 from fairness_core import ConfigError, InvalidJob, Lease, parse_config, redis_client
 from fairness_core.config_dump import config_to_data
+from fairness_core.jobs import SEP
 from fairness_core.sharded import JOB_SEP, ShardedScheduler, split_job_id
 from fairness_core.sharding import hand, place, shard_prefix
 from fairness_sim.shards import ShardFigures, predict
@@ -266,6 +267,25 @@ def test_class_weights_hold_fleet_wide_and_tenants_share_alike_across_shards(clu
     high = [n for (queue, _), n in tenants_served.items() if queue == "jobs:high"]
     fair = classes["jobs:high"] / 30
     assert len(high) == 30 and max(high) <= 1.5 * fair and min(high) >= 0.5 * fair, sorted(high)
+
+
+def test_each_shard_counts_its_queued_tenants_per_tier_and_never_below_zero(server: RedisServer) -> None:
+    """The counts the shards' turns are weighed by: a tenant counts under its latest job's tier
+    while it has jobs queued; one queued before the counts existed (an older release) leaves
+    them at 0, not below."""
+    queue = ShardedScheduler(sharded(server.url, shards=2, hand_size=1), redis_client(server.url))
+    shop, studio = tenants_homed(0, 2, shards=2)
+    queue.submit_many("newsletter", shop, [None] * 2, tier="free")
+    queue.submit_many("newsletter", studio, [None] * 2, tier="free")
+    queue.submit_many("newsletter", studio, [None], tier="enterprise")
+    assert queue.loads(fresh=True)[0].tenant_weight["jobs:low"] == 1 + 6
+    stats = queue.shard(0).keys.stats
+    counted = {f"tenants{SEP}jobs:low{SEP}{tier}": n for tier, n in (("free", 1), ("enterprise", 1))}
+    assert {f: int(queue.client.hget(stats, f)) for f in counted} == counted
+    queue.client.hdel(stats, f"tenants{SEP}jobs:low{SEP}free")  # as an older release left it
+    while queue.pop(5):
+        pass
+    assert {f: int(queue.client.hget(stats, f) or 0) for f in counted} == dict.fromkeys(counted, 0)
 
 
 def test_a_tenants_tier_weight_holds_across_shards(server: RedisServer) -> None:
