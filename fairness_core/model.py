@@ -172,10 +172,14 @@ class Model:
         if not q:
             self._activate(queue, cls, tenant, self._named(jobs[0].tier), jobs[0].enqueued_ms)
         q.extend(jobs)
+        cost, last = cls.cost, None
         for job in jobs:  # the tenant is charged as its latest job's tier
-            tier, was = self._named(job.tier), cls.cost.get(tenant)
+            if job.tier == last:
+                continue  # as the job before it: nothing changes
+            last = job.tier
+            tier, was = self._named(last), cost.get(tenant)
             if tier != was:
-                cls.cost[tenant] = tier
+                cost[tenant] = tier
                 if was is not None:
                     self._count_tier(queue, was, -1)
                 self._count_tier(queue, tier, 1)
