@@ -51,6 +51,12 @@ class Scrape:
     seconds: float
     at: float  # wall-clock time (s) half way through the request
 
+    @property
+    def answered(self) -> float:
+        """Wall-clock time (s) the answer came: no reading in it is from later, so an age it
+        reports is at most this time less the enqueue time."""
+        return self.at + self.seconds / 2
+
     def value(self, name: str, **labels: str) -> float:
         return self.samples[(name, tuple(sorted(labels.items())))]
 

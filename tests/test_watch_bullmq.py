@@ -143,7 +143,7 @@ def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_bullmq_does(
         wait_for(lambda: client.zcard("bull:interactive:completed") == 20, 30, "the interactive jobs completed")
         seen = scrape(server.url)
         # The job's true age when the scrape's answer ended, at or after the read it served.
-        truth_age = seen.at + seen.seconds / 2 - enqueued(client, "bulk", client.lindex("bull:bulk:wait", -1))
+        truth_age = seen.answered - enqueued(client, "bulk", client.lindex("bull:bulk:wait", -1))
         assert [labels["queue"] for labels, _ in prometheus.query(firing)] == [BULK], "the starved class only"
     truth_depth = client.llen("bull:bulk:wait") + client.zcard("bull:bulk:prioritized")
     assert seen.value(m.QUEUE_DEPTH.name, queue=BULK) == truth_depth == 300

@@ -93,7 +93,7 @@ def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_rq_does(
         wait_for(lambda: prometheus.query(firing) != [], 30, "QueueStarving firing")
         wait_for(lambda: client.zcard("rq:finished:interactive") == 20, 30, "the interactive jobs finished")
         seen = scrape(server.url)
-        truth_age = seen.at - first_bulk
+        truth_age = seen.answered - first_bulk  # first_bulk: before RQ stamped the first job
         assert [labels["queue"] for labels, _ in prometheus.query(firing)] == [BULK], "the starved class only"
     assert seen.value(m.QUEUE_DEPTH.name, queue=BULK) == client.llen("rq:queue:bulk") == 300
     assert seen.value(m.QUEUE_DEPTH.name, queue=URGENT) == 0

@@ -110,7 +110,7 @@ def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_sidekiq_does(
                  "the urgent jobs taken")
         seen = scrape(server.url)
         oldest = json.loads(client.lindex("queue:bulk", -1))  # type: ignore[arg-type]
-        truth_age = seen.at - oldest["enqueued_at"]
+        truth_age = seen.answered - oldest["enqueued_at"]
         assert [labels["queue"] for labels, _ in prometheus.query(firing)] == [BULK], "the starved class only"
     assert oldest["args"] == ["flooder", 0], "Sidekiq's oldest job is at the right end"
     assert seen.value(m.QUEUE_DEPTH.name, queue=BULK) == client.llen("queue:bulk") == 300
