@@ -48,9 +48,8 @@ class _Lists:
         opened = connect_queue(cfg)
         self.sharded = isinstance(opened, ShardedScheduler)
         with clear_errors():
-            self.groups: dict[int, Scheduler] = (
-                {i: opened.shard(i) for i in opened.served_shards()} if isinstance(opened, ShardedScheduler)
-                else {0: opened})
+            self.groups: dict[int, Scheduler] = dict(enumerate(
+                opened.shards() if isinstance(opened, ShardedScheduler) else [opened]))
 
     def ids(self, ids: list[str] | None, every: bool) -> dict[int, list[str]]:
         """The job ids given, checked, by group (each as its group stores it), or {} for --all;

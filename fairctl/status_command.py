@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter
 from typing import Annotated, Any, Sequence
 
 import typer
@@ -17,12 +16,12 @@ from fairness_core import Config, Scheduler
 from fairness_core.ages import format_age
 from fairness_core.config_store import Applied
 from fairness_core.memory import read_memory
-from fairness_core.merged_snapshot import merged_snapshot
+from fairness_core.merged_snapshot import merged_snapshot, summed_counts
 from fairness_core.sharded import ShardedScheduler
 from fairness_core.snapshot import Snapshot
 
 from .common import ConfigsOption, RedisUrlOption, clear_errors, connect, connect_queue, load_queues
-from .status_view import as_json, class_statuses, config_line, memory_line, render
+from .status_view import applied_json, as_json, class_statuses, config_line, memory_line, render
 from .text_table import text_table
 
 app = typer.Typer()
@@ -88,9 +87,7 @@ class _Queue:
             self.group = connect(config)
 
     def shards(self) -> list[Scheduler]:
-        if self.sharded is None:
-            return [self.group]
-        return [self.sharded.shard(i) for i in self.sharded.served_shards()]
+        return [self.group] if self.sharded is None else self.sharded.shards()
 
     def snapshots(self) -> list[Snapshot]:
         return [s.snapshot() for s in self.shards()]
@@ -109,7 +106,7 @@ class _Queue:
         config = applied[0].config  # the classes and weights the queue runs (shard 0's, on a sharded one)
         merged = self.merged(after)
         rows = class_statuses(config, None if before is None else self.merged(before), merged, top,
-                              _summed(dead))
+                              summed_counts(dead))
         unconfigured = sorted(merged.unconfigured.values(), key=lambda u: u.name)
         headroom, charge = config.redis.memory_headroom, config.scheduler.charge
         if self.sharded is None:
@@ -134,13 +131,6 @@ class _Queue:
                                 _shards_config_line(applied, merged.time)])
 
 
-def _summed(counts: Sequence[dict[str, int]]) -> dict[str, int]:
-    out: Counter[str] = Counter()
-    for per_class in counts:
-        out.update(per_class)  # keeps a zero (adding Counters would drop it)
-    return dict(out)
-
-
 class _ShardLine:
     """One shard of a sharded queue: where it lives and what it holds."""
 
@@ -162,9 +152,7 @@ class _ShardLine:
     def as_json(self) -> dict[str, Any]:
         return {"shard": self.index, "group": self.group, "master": self.master, "depth": self.depth,
                 "oldest_age_s": self.oldest, "inflight": self.inflight, "delayed": self.delayed,
-                "dead_letters": self.dead, "paused": self.paused,
-                "applied_config": {"version": self.applied.version, "fingerprint": self.applied.fingerprint,
-                                   "applied_at": self.applied.applied_at}}
+                "dead_letters": self.dead, "paused": self.paused, "applied_config": applied_json(self.applied)}
 
 
 def _shards_config_line(applied: Sequence[Applied], now: float) -> str:

@@ -144,6 +144,11 @@ def render(rows: list[ClassStatus], interval: float | None, *, charge: str = "jo
     return "\n".join(lines)
 
 
+def applied_json(applied: Applied) -> dict[str, Any]:
+    """The applied config a group runs, as ``--json`` gives it."""
+    return {"version": applied.version, "fingerprint": applied.fingerprint, "applied_at": applied.applied_at}
+
+
 def as_json(rows: list[ClassStatus], interval: float | None, *, charge: str = "jobs",
             unconfigured: Sequence[UnconfiguredClass] = (), memory: MemoryInfo | None = None,
             headroom: float | None = None, applied: Applied | None = None) -> dict[str, Any]:
@@ -152,8 +157,7 @@ def as_json(rows: list[ClassStatus], interval: float | None, *, charge: str = "j
         "interval_s": interval, "charge": charge, "dead_letters": sum(r.dead_letters or 0 for r in rows),
         "classes": [asdict(r) for r in rows], "unconfigured_classes": [asdict(u) for u in unconfigured]}
     if applied is not None:
-        out["applied_config"] = {"version": applied.version, "fingerprint": applied.fingerprint,
-                                 "applied_at": applied.applied_at}
+        out["applied_config"] = applied_json(applied)
     if memory is not None:
         out["redis_memory"] = {**asdict(memory), "memory_headroom": headroom}
     return out

@@ -7,10 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .snapshot import ClassSnapshot, Snapshot, UnconfiguredClass
+
+
+def summed_counts(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Counts by name added up over ``parts``, a count of 0 kept (adding Counters would drop it)."""
+    out: Counter[str] = Counter()
+    for part in parts:
+        out.update(part)
+    return dict(out)
 
 
 def _summed(pairs: Iterable[Iterable[tuple[str, float]]], keep: int) -> tuple[tuple[str, Any], ...]:
@@ -32,10 +40,7 @@ def _merged_class(parts: Sequence[ClassSnapshot]) -> ClassSnapshot:
         return sum(getattr(p, field) for p in parts)
 
     def counts(field: str) -> dict[str, int]:
-        out: Counter[str] = Counter()
-        for p in parts:
-            out.update(getattr(p, field))  # keeps a zero (adding Counters would drop it)
-        return dict(out)
+        return summed_counts(getattr(p, field) for p in parts)
 
     return dataclasses.replace(
         parts[0], depth=total("depth"), inflight=total("inflight"), delayed=total("delayed"),

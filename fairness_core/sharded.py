@@ -235,8 +235,12 @@ class ShardedScheduler:
                 held.setdefault(f"{node.host}:{node.port}", []).append(index)
         return held
 
+    def shards(self) -> list[Scheduler]:
+        """The schedulers of the shards the layout serves, shard 0 first."""
+        return [self.shard(i) for i in self.served_shards()]
+
     def _each(self, call: Callable[[Scheduler], T]) -> list[T]:
-        return [call(self.shard(i)) for i in self.served_shards()]
+        return [call(s) for s in self.shards()]
 
     def reshard(self, shards: int) -> Layout:
         """New jobs go to ``shards`` shards from now on (tenants re-homed by their new hands); the
@@ -315,13 +319,11 @@ class ShardedScheduler:
         classes = self.shard(0).config.class_names
         settings = self.shard(0).settings
         fields = [f"depth{SEP}{c}" for c in classes] + [field for field, _, _ in tier_counters(classes, settings)]
-        served = self.served_shards()
         with redis_errors(self.client):
             pipe = self.client.pipeline(transaction=False)
-            for i in served:
-                keys = self.shard(i).keys
-                pipe.hmget(keys.stats, fields)
-                pipe.smembers(keys.paused)
+            for shard in self.shards():
+                pipe.hmget(shard.keys.stats, fields)
+                pipe.smembers(shard.keys.paused)
             replies = pipe.execute()
         loads = []
         for counted, paused in zip(replies[::2], replies[1::2]):
