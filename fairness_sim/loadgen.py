@@ -22,7 +22,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -32,7 +31,7 @@ from fairness_core.config_store import ConfigRefused, Moves
 from fairness_core.jobs import FairnessError, RedisUnavailable
 from fairness_core.scheduler import Scheduler
 
-from .arrivals import all_arrivals, service_samplers
+from .arrivals import Arrival, all_arrivals, service_samplers
 from .scenario import Backlog, Burst, ConfigChange, Scenario, Service, Stream
 from .simulator import AppliedChange, change_config
 
@@ -151,7 +150,6 @@ class LoadGenerator:
         self._kept = [0] * len(scenario.streams)  # of which replayed
         self._service = service_samplers(scenario)
         self.stats = LoadStats()
-        self._lock = threading.Lock()
 
     def live_jobs(self, stream: int, scenario_jobs: int) -> int:
         """How many live jobs stand for the next ``scenario_jobs`` of ``stream``: its jobs number
@@ -165,49 +163,49 @@ class LoadGenerator:
         return jobs
 
     def run(self) -> LoadStats:
-        """Replay until ``until`` or ``stop``. Large arrivals (bursts) are queued by a second
-        thread, chunk by chunk, while the steady streams keep their schedule: in the scenario a
-        burst lands at one instant, and the jobs arriving just after it must not wait for it."""
+        """Replay until ``until`` or ``stop``, every arrival after the ones before it, so the queues
+        hold the jobs in the scenario's order (under ``fifo`` that order is the schedule). The
+        arrivals and config changes at scenario time 0 come first and the clock starts once they
+        are queued: a burst at 0 lands ahead of everything after it, as in the scenario, however
+        long it takes to write. A later burst holds up what follows it while it is written, which
+        ``max_lag_s`` records."""
+        arrivals = all_arrivals(self.scenario, self.replay.until)
+        changes = iter(self.changes)
+        arrival, change = next(arrivals, None), next(changes, None)
+        while change is not None and change.at <= 0:
+            self._apply(change)
+            change = next(changes, None)
+        while arrival is not None and arrival.at <= 0 and not self.stop.is_set():
+            self._queue(arrival)
+            arrival = next(arrivals, None)
         self.stats.started_at = time.time()
         start = self._clock()
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="loadgen-burst") as bursts:
-            try:
-                self._replay(start, bursts)
-            except BaseException:  # Ctrl-C: the burst thread finishes its chunk at most, not the burst
-                self.stop.set()
-                bursts.shutdown(wait=False, cancel_futures=True)
-                raise
-        return self.stats
-
-    def _replay(self, start: float, bursts: ThreadPoolExecutor) -> None:
-        """Every arrival and config change at its time (a change before an arrival at the same
-        time); bursts handed to ``bursts`` and waited for at the end."""
-        pending = []
-        changes = iter(self.changes)
-        change = next(changes, None)
-        for arrival in all_arrivals(self.scenario, self.replay.until):
-            while change is not None and change.at <= arrival.at:
+        while arrival is not None:
+            while change is not None and change.at <= arrival.at:  # a change before an arrival at its time
                 if not self._wait(start, change.at):
-                    break
+                    return self.stats
                 self._apply(change)
                 change = next(changes, None)
             if not self._wait(start, arrival.at):
-                break
-            stream = self.scenario.streams[arrival.stream]
-            for tenant, n in arrival.tenants:
-                payloads = [{"service_s": round(self.replay.live_service_s(self._service[arrival.stream]()), 4)}
-                            for _ in range(self.live_jobs(arrival.stream, n))]
-                for i in range(0, len(payloads), PIPELINE_CHUNK):
-                    job = (stream, tenant, payloads[i:i + PIPELINE_CHUNK])
-                    if len(payloads) > 1:
-                        pending.append(bursts.submit(self._submit, *job))
-                    else:
-                        self._submit(*job)
+                return self.stats
+            self._queue(arrival)
+            arrival = next(arrivals, None)
         while change is not None and self._wait(start, change.at):  # changes after the last arrival
             self._apply(change)
             change = next(changes, None)
-        for done in pending:
-            done.result()
+        return self.stats
+
+    def _queue(self, arrival: Arrival) -> None:
+        """One arrival's live jobs, a burst's in pipelined chunks (Redis serves the workers and the
+        exporters between them; a stop ends it after the chunk in flight)."""
+        stream = self.scenario.streams[arrival.stream]
+        for tenant, n in arrival.tenants:
+            payloads = [{"service_s": round(self.replay.live_service_s(self._service[arrival.stream]()), 4)}
+                        for _ in range(self.live_jobs(arrival.stream, n))]
+            for i in range(0, len(payloads), PIPELINE_CHUNK):
+                if self.stop.is_set():
+                    return
+                self._submit(stream, tenant, payloads[i:i + PIPELINE_CHUNK])
 
     def _wait(self, start: float, at: float) -> bool:
         """Until scenario second ``at`` is due (False: stopped first); records how late it ran."""
@@ -232,7 +230,7 @@ class LoadGenerator:
         moved = f"; {outcome.moved:,} job(s) moved" if outcome.moved else ""
         self.say(f"{applied} (v{outcome.version}{moved})")
 
-    def _submit(self, stream: Stream, tenant: str, payloads: list[object]) -> None:
+    def _submit(self, stream: Stream, tenant: str, payloads: Sequence[object]) -> None:
         """Queue ``payloads``, retrying while Redis is unavailable (a lost reply may then queue a
         chunk twice: the documented at-least-once enqueue) until it answers or the run stops."""
         while not self.stop.is_set():
@@ -240,12 +238,10 @@ class LoadGenerator:
                 done = self.producer.submit_many(stream.task, tenant, payloads, tier=stream.tier,
                                                   user_waiting=stream.user_waiting)
             except RedisUnavailable:
-                with self._lock:
-                    self.stats.retries += 1
+                self.stats.retries += 1
                 self.stop.wait(RETRY_EVERY_S)
                 continue
             queued = sum(1 for d in done if d is not None)
-            with self._lock:
-                self.stats.enqueued[stream.name] += queued
-                self.stats.rejected[stream.name] += len(done) - queued
+            self.stats.enqueued[stream.name] += queued
+            self.stats.rejected[stream.name] += len(done) - queued
             return

@@ -72,6 +72,19 @@ def test_replay_keeps_every_volume_th_job_and_each_stream_first(client: redis.Re
     assert {lease.payload["service_s"] for lease in jobs if lease.task == "newsletter"} == {round(2 * 10 / 600, 4)}
 
 
+def test_what_arrives_after_a_burst_is_queued_behind_all_of_it(client: redis.Redis) -> None:
+    """Under fifo the order of arrival is the schedule. The burst at 0s is written before the
+    clock starts, so the resets that follow it (the first 1.7 ms later, at speed 600) are served
+    after all of it, however long it takes to write: written beside them instead, the burst let
+    the first reset overtake it, and the storm's drill then paged for the next one, minutes late."""
+    config = make_config(scheduler={"policy": "fifo"})
+    scheduler = Scheduler(config, client)
+    stats = LoadGenerator(small_scenario(config.redis.prefix), scheduler, Replay(speed=600, volume=1, until=10)).run()
+    assert stats.enqueued == {"burst": 1000, "resets": 11}  # one a second from 0s, the first after the burst
+    tasks = [lease.task for _ in range(11) for lease in scheduler.pop(100)]
+    assert tasks == ["newsletter"] * 1000 + ["password_reset"] * 11
+
+
 FLIP = {"classes[1].weight": 10, "classes[2].weight": 20}  # jobs:medium 20 -> 10, jobs:low 10 -> 20
 WITHOUT_LOW = {"classes": yaml.safe_load(EXAMPLE_CONFIG.read_text())["classes"][:2],
                "classification[2].class": "jobs:medium"}
