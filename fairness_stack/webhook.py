@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,10 +20,12 @@ from typing import Any
 from .configs import WEBHOOK_PATH
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
+RECEIVED_AT = "received_at"
 
 
 def webhook_server(host: str, port: int, log_file: Path) -> ThreadingHTTPServer:
-    """A server appending each POST to ``WEBHOOK_PATH`` as one line of ``log_file``; GET / answers
+    """A server appending each POST to ``WEBHOOK_PATH`` as one line of ``log_file``, with the time
+    it came in as ``received_at`` (epoch s: when the page reached its receiver); GET / answers
     ``ok`` (the readiness check)."""
     lock = threading.Lock()
 
@@ -40,6 +43,10 @@ def webhook_server(host: str, port: int, log_file: Path) -> ThreadingHTTPServer:
             except ValueError:
                 self._answer(400, b"not JSON\n")
                 return
+            if not isinstance(body, dict):
+                self._answer(400, b"not a notification\n")
+                return
+            body[RECEIVED_AT] = time.time()
             with lock, log_file.open("a", encoding="utf-8") as out:
                 out.write(json.dumps(body, separators=(",", ":")) + "\n")
             self._answer(200, b"ok\n")
@@ -59,11 +66,12 @@ def webhook_server(host: str, port: int, log_file: Path) -> ThreadingHTTPServer:
 
 @dataclass(frozen=True)
 class Delivery:
-    """One alert as Alertmanager delivered it: first notified as firing at ``at`` (epoch s)."""
+    """One alert as Alertmanager delivered it as firing."""
 
     alert: str
     labels: dict[str, str]
     starts_at: float  # when Prometheus says it started firing (epoch s)
+    received_at: float | None  # when the notification reached the receiver (None: a log without it)
 
 
 def epoch(text: str) -> float:
@@ -76,7 +84,9 @@ def deliveries(log_file: Path) -> Iterator[Delivery]:
     if not log_file.exists():
         return
     for line in log_file.read_text(encoding="utf-8").splitlines():
-        for alert in json.loads(line).get("alerts", []):
+        notification = json.loads(line)
+        for alert in notification.get("alerts", []):
             if alert.get("status") == "firing":
                 labels = dict(alert.get("labels", {}))
-                yield Delivery(labels.pop("alertname", "?"), labels, epoch(alert["startsAt"]))
+                yield Delivery(labels.pop("alertname", "?"), labels, epoch(alert["startsAt"]),
+                               notification.get(RECEIVED_AT))
