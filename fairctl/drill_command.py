@@ -95,6 +95,9 @@ def render(drills: list[PolicyDrill], scenario: Scenario) -> str:
         r = d.replay
         lines.append(f"policy {d.policy}: {human(r.until)} of {scenario.name} at speed {r.speed:g}, one live job per "
                      f"{r.volume:.3g} ({sum(d.load.enqueued.values()):,} live jobs; {d.wall_s:.0f}s)")
+        lines += [f"  {c}" for c in d.speed_changes]
+        if d.delay is not None:
+            lines.append(f"  resolution {human(d.resolution_s)}: the live pipeline's delay here, {d.delay}")
         lines += [f"  {c}" for c in d.load.config_changes]
         rows = [("alert", "first firing", "delivered", "simulate")]
         rows += [(str(a), *("-" if t is None else human(t) for t in (a.first_firing_s, a.delivered_s, a.simulated_s)))
@@ -104,6 +107,8 @@ def render(drills: list[PolicyDrill], scenario: Scenario) -> str:
             lines.append("  no alert fired, live or simulated")
         lines += [f"  EXPECTATION FAILED: {v}" for v in d.violations]
         lines += [f"  DIFFERS FROM SIMULATE: {v}" for v in d.disagreements]
+        lines += [f"  within the resolution: {v}" for v in d.near_misses]
+        lines += [f"  not checked: {v}" for v in d.unchecked]
         if not d.violations and d.policy in scenario.expect:
             lines.append("  as expected by the scenario")
         lines.append("")
@@ -138,8 +143,11 @@ def drill(
     arrivals and applying its config_changes (compressed alike) as fairctl config apply would,
     Prometheus evaluating the rules every second and Alertmanager delivering to a webhook. Prints
     each alert's first firing in scenario time (in Prometheus, at the webhook, and as fairctl
-    simulate predicts it); exits 1 when the run contradicts the scenario's expect or the
-    simulation, or when Redis refuses one of its config changes."""
+    simulate predicts it), and the drill's resolution: the live pipeline's delay measured on this
+    machine, times the speed. When that leaves a deadline of the scenario's expect too little
+    room, the drill lowers the speed and says so. Exits 1 when the run contradicts the scenario's
+    expect, or the simulation beyond the resolution, or when Redis refuses one of its config
+    changes."""
     scenario = _scenario(scenario_file)
     chosen = check_policies(policy or ("fifo", "weighted-fair"))
     if (redis_url is None) != (prometheus_url is None):
@@ -160,9 +168,10 @@ def drill(
         for name in chosen:
             try:
                 with clear_errors():
-                    drills.append(run_policy_drill(scenario, name, replay, root, external=external,
-                                                   say=lambda line: typer.echo(f"drill: {line}", err=True),
-                                                   on_stack=stacks.append))
+                    drills.append(run_policy_drill(
+                        scenario, name, replay, root, external=external,
+                        say=lambda line: typer.echo(f"drill: {line}", err=True), on_stack=stacks.append,
+                        replay_at=lambda lower: _replay(scenario, lower, until, volume)))
             except (StackError, FileNotFoundError) as exc:
                 fail("--dir", str(exc), code=1)
             except ChangeRefused as exc:  # run_policy_drill has stopped its stack

@@ -7,7 +7,8 @@ Prometheus and Alertmanager), the load generator enqueues the scenario's arrival
 ``Scheduler.apply``, and once the replay ends the firing alerts are read from Prometheus
 (``ALERTS``) and from what Alertmanager delivered to the webhook receiver. Each alert's first
 firing is mapped back to scenario time and set beside the scenario's ``expect`` and beside what
-``fairctl simulate`` predicts for the same stretch of the scenario.
+``fairctl simulate`` predicts for the same stretch of the scenario, within the resolution the
+live pipeline allows on this machine (:mod:`fairness_sim.drill_timing`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import json
 import shutil
 import tempfile
 import time
-import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,31 +25,35 @@ from pathlib import Path
 from typing import Any
 
 from alerts.output import rules_text
+from alerts.rules import every_alert
+from fairness_core.ages import human
 from fairness_core.config import Config
 from fairness_core.connection import redis_client
 from fairness_core.scheduler import Scheduler
 from fairness_sim.loadgen import LoadGenerator, LoadStats, Replay, live_changes
-from fairness_sim.scenario import Fired, Scenario, alert_text
+from fairness_sim.scenario import Expectation, Fired, Scenario, alert_text
 from fairness_sim.simulator import scenario_config
 from fairness_stack.servers import wait_until
-from fairness_stack.supervisor import Stack, WorkerPool
+from fairness_stack.supervisor import Stack, StackState, WorkerPool
 from fairness_stack.webhook import deliveries, epoch
 
 from .alert_evaluation import FiredAlert
-from .policies import HIDDEN_LABELS, run_policy
+from .drill_timing import PipelineDelay, Room, longest, measure, room, workable_speed
+from .policies import HIDDEN_LABELS, run_policy, without_for
+from .prometheus_query import prometheus_api, rules_evaluated_since
 from .timescale import compress
 
 # A first firing in the last tenth of the replay is "borderline": either run may reach it a little
-# later or sooner, so it is reported but not counted as a disagreement. So is an alert the
-# simulation fires less than LAG_EVALUATIONS intervals (in real time) before the end: live, each
-# alert waits for a scrape, then a rule evaluation, which the simulation does not.
+# later or sooner, so it is reported but not counted as a disagreement.
 BORDERLINE_SHARE = 0.1
-LAG_EVALUATIONS = 3
-SETTLE_EVALUATIONS = 3
+SETTLE_EVALUATIONS = 3  # evaluations waited after the replay, for the last alerts to be delivered
+WARM_UP_EVALUATIONS = 4  # the warm-up stretch whose gaps choose the speed, in evaluation intervals
+MAX_SPEED_CHANGES = 2  # a policy's drill lowers its speed at most this often
 # ALERTS is read back at this resolution (real s), within Prometheus's limit of points per series.
-QUERY_STEP_S, MAX_POINTS = 0.1, 10_000  # evaluations waited after the replay, for the last alerts to be delivered
+QUERY_STEP_S, MAX_POINTS = 0.1, 10_000
 
 AlertKey = tuple[str, tuple[tuple[str, str], ...]]
+Periods = list[tuple[float, float]]
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,9 @@ class External:
 
 @dataclass(frozen=True)
 class DrillAlert:
-    """One alert of the live run, its times in scenario seconds (None: not seen there)."""
+    """One alert of the live run, its times in scenario seconds (None: not seen there). How close
+    it came where it did not fire: ``live_pending_s``, the longest it was pending live;
+    ``simulated_held_s``, the longest its condition held in the simulation; ``for_s``, its ``for:``."""
 
     alert: str
     labels: Mapping[str, str]
@@ -71,6 +77,9 @@ class DrillAlert:
     delivered_s: float | None
     simulated_s: float | None
     last_firing_s: float | None = None
+    for_s: float | None = None
+    live_pending_s: float | None = None
+    simulated_held_s: float | None = None
 
     def __str__(self) -> str:
         return alert_text(self.alert, sorted(self.labels.items()))
@@ -83,37 +92,58 @@ class PolicyDrill:
     alerts: list[DrillAlert] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     disagreements: list[str] = field(default_factory=list)
+    near_misses: list[str] = field(default_factory=list)  # on one side only, within the resolution
+    unchecked: list[str] = field(default_factory=list)  # parts of the expectation beyond the replay
     load: LoadStats = field(default_factory=LoadStats)
+    delay: PipelineDelay | None = None  # the live pipeline's, over the replay
+    speed_changes: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+
+    @property
+    def resolution_s(self) -> float:
+        """How much later than the simulation the live pipeline can fire, in scenario seconds."""
+        return 0.0 if self.delay is None else self.replay.scenario_seconds(self.delay.real_s)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What ``fairctl simulate`` says of the same stretch: the alerts that fire, and the periods
+    every alert's condition held (``for:`` aside)."""
+
+    fired: list[FiredAlert]
+    held: list[FiredAlert]
+
+
+class SlowDown(Exception):
+    """The resolution at this speed leaves the scenario's deadlines too little room."""
+
+    def __init__(self, speed: float, why: str) -> None:
+        super().__init__(why)
+        self.speed, self.why = speed, why
 
 
 def _key(alert: str, labels: Mapping[str, str]) -> AlertKey:
     return alert, tuple(sorted((k, v) for k, v in labels.items() if k not in HIDDEN_LABELS))
 
 
-def prometheus_api(base: str, path: str, params: Mapping[str, str]) -> Any:
-    url = f"{base.rstrip('/')}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=30) as response:
-        body = json.load(response)
-    if body.get("status") != "success":
-        raise RuntimeError(f"Prometheus {path}: {body.get('error', body)}")
-    return body["data"]
-
-
-def firing_from_prometheus(prometheus_url: str, start: float, end: float, step: float,
-                           selector: str = "") -> dict[AlertKey, tuple[float, float]]:
-    """First and last firing (epoch s) of every alert in ``ALERTS`` between ``start`` and ``end``."""
-    query = 'ALERTS{alertstate="firing"%s}' % (f",{selector}" if selector else "")
+def alert_periods(prometheus_url: str, state: str, start: float, end: float, step: float,
+                  selector: str = "") -> dict[AlertKey, Periods]:
+    """Every alert's periods (epoch s) in ``state`` (firing, pending) in ``ALERTS`` between
+    ``start`` and ``end``, at ``step`` resolution."""
+    matchers = f'alertstate="{state}"' + (f",{selector}" if selector else "")
+    query = f"ALERTS{{{matchers}}}"
     data = prometheus_api(prometheus_url, "query_range",
                           {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
-    out: dict[AlertKey, tuple[float, float]] = {}
+    out: dict[AlertKey, Periods] = {}
     for series in data["result"]:
         labels = {k: v for k, v in series["metric"].items() if k not in ("__name__", "alertstate")}
-        key = _key(labels.pop("alertname"), labels)
-        times = [float(t) for t, _ in series["values"]]
-        first, last = out.get(key, (min(times), max(times)))
-        out[key] = (min(first, *times), max(last, *times))
-    return out
+        periods = out.setdefault(_key(labels.pop("alertname"), labels), [])
+        for t in sorted(float(t) for t, _ in series["values"]):
+            if periods and t - periods[-1][1] <= 1.5 * step:
+                periods[-1] = (periods[-1][0], t)
+            else:
+                periods.append((t, t))
+    return {k: sorted(v) for k, v in out.items()}
 
 
 def wait_for_targets(prometheus_url: str, job: str, count: int, timeout: float = 60.0) -> None:
@@ -135,6 +165,14 @@ def wait_until_quiet(prometheus_url: str, timeout: float = 60.0) -> None:
         raise RuntimeError(f"alerts still pending or firing in Prometheus at {prometheus_url} after {timeout:g}s")
 
 
+def wait_until_evaluated(prometheus_url: str, since: float, timeout: float = 60.0) -> None:
+    """Until every rule group has been evaluated after ``since`` (the exporters' first scrapes):
+    the replay's clock starts on a warm pipeline, not on rules that have never run."""
+    if not wait_until(lambda: rules_evaluated_since(prometheus_url, since), timeout, every=0.2):
+        raise RuntimeError(f"Prometheus at {prometheus_url} has not evaluated its rules within {timeout:g}s "
+                           "of scraping the exporters")
+
+
 def delivered_from_alertmanager(alertmanager_url: str) -> dict[AlertKey, float]:
     """Alerts Alertmanager holds now (a team's own stack has no webhook log of ours)."""
     with urllib.request.urlopen(f"{alertmanager_url.rstrip('/')}/api/v2/alerts", timeout=30) as response:
@@ -147,26 +185,34 @@ def delivered_from_alertmanager(alertmanager_url: str) -> dict[AlertKey, float]:
     return out
 
 
-def _delivered_from_log(log_file: Path) -> dict[AlertKey, float]:
+def _delivered_from_log(log_file: Path) -> tuple[dict[AlertKey, float], float | None]:
+    """When each alert first reached the webhook (epoch s), and the longest a delivery took after
+    the alert started firing."""
     out: dict[AlertKey, float] = {}
+    took: list[float] = []
     for d in deliveries(log_file):
         key = _key(d.alert, d.labels)
-        out[key] = min(out.get(key, d.starts_at), d.starts_at)
-    return out
+        at = d.starts_at if d.received_at is None else d.received_at
+        out[key] = min(out.get(key, at), at)
+        if d.received_at is not None:
+            took.append(d.received_at - d.starts_at)
+    return out, max(took, default=None)
 
 
 def pools_of(scenario: Scenario) -> list[WorkerPool]:
     return [WorkerPool(p.name, p.count, p.classes) for p in scenario.workers]
 
 
-def predicted(scenario: Scenario, policy: str, until: float) -> list[FiredAlert]:
-    """What ``fairctl simulate`` says fires in the same first ``until`` seconds."""
+def predicted(scenario: Scenario, policy: str, until: float) -> Prediction:
+    """What ``fairctl simulate`` says of the same first ``until`` seconds."""
     short = scenario.shortened(until)
     with tempfile.TemporaryDirectory(prefix="fairctl-drill-") as tmp:
-        rules = Path(tmp) / "rules.yml"
-        rules.write_text(rules_text(scenario.config), encoding="utf-8")
-        outcome = run_policy(short, policy, rules)
-    return outcome.alerts or []
+        rules, held = Path(tmp) / "rules.yml", Path(tmp) / "held.yml"
+        text = rules_text(scenario.config)
+        rules.write_text(text, encoding="utf-8")
+        held.write_text(without_for(text), encoding="utf-8")
+        outcome = run_policy(short, policy, rules, held_rules=held)
+    return Prediction(outcome.alerts or [], outcome.held or [])
 
 
 def drill_config(config: Config, replay: Replay, interval: float, prefix: str) -> Config:
@@ -179,14 +225,48 @@ def drill_config(config: Config, replay: Replay, interval: float, prefix: str) -
 def run_policy_drill(scenario: Scenario, policy: str, replay: Replay, directory: Path, *,
                      external: External | None = None, interval: float = 1.0,
                      say: Callable[[str], None] = lambda _: None,
-                     on_stack: Callable[[Stack], None] = lambda _: None) -> PolicyDrill:
+                     on_stack: Callable[[Stack], None] = lambda _: None,
+                     replay_at: Callable[[float], Replay] | None = None) -> PolicyDrill:
     """One policy, live: start, replay, read the timeline back, stop; always stops what it started
-    (on Ctrl-C too: ``on_stack`` gets the stack before it starts, so a caller can say what its
-    ``stopped`` holds afterwards)."""
+    (on Ctrl-C too: ``on_stack`` gets each stack before it starts, so a caller can say what its
+    ``stopped`` holds afterwards). ``replay_at(speed)``: the replay at a lower speed, for when the
+    pipeline here is too slow for the scenario's deadlines at this one (None: keep the speed)."""
     started = time.monotonic()
-    result = PolicyDrill(policy, replay)
     say(f"{policy}: simulating the same {replay.until:g}s of the scenario for comparison")
-    prediction = {_key(a.alert, a.labels): a.first_firing_s for a in predicted(scenario, policy, replay.until)}
+    prediction = predicted(scenario, policy, replay.until)
+    deadlines = room(scenario.expect.get(policy), prediction.fired, replay.until)
+    changes: list[str] = []
+    while True:
+        try:
+            result = _drill_once(scenario, policy, replay, directory, prediction, deadlines, external=external,
+                                 interval=interval, say=say, on_stack=on_stack,
+                                 may_slow_down=replay_at is not None and len(changes) < MAX_SPEED_CHANGES)
+        except SlowDown as slower:
+            assert replay_at is not None
+            changes.append(f"speed {replay.speed:g} -> {slower.speed:g}: {slower.why}")
+            say(f"{policy}: {changes[-1]}")
+            replay = replay_at(slower.speed)
+            continue
+        result.speed_changes = changes
+        result.wall_s = time.monotonic() - started
+        return result
+
+
+def _too_slow(delay: PipelineDelay, speed: float, deadlines: Room | None, when: str) -> SlowDown | None:
+    slower = workable_speed(delay.real_s, speed, deadlines)
+    if slower is None or deadlines is None:
+        return None
+    return SlowDown(slower, f"{when} the live pipeline took up to {delay.real_s:.2f}s, "
+                            f"{human(delay.real_s * speed)} of scenario time at speed {speed:g}, which leaves too "
+                            f"little of the {human(deadlines.seconds)} {deadlines} has")
+
+
+def _drill_once(scenario: Scenario, policy: str, replay: Replay, directory: Path, prediction: Prediction,
+                deadlines: Room | None, *, external: External | None, interval: float,
+                say: Callable[[str], None], on_stack: Callable[[Stack], None], may_slow_down: bool) -> PolicyDrill:
+    """One live run at ``replay``'s speed; raises :class:`SlowDown` (its stack stopped) when the
+    warm-up, or the run's own delay behind a missed deadline, shows the speed too high."""
+    result = PolicyDrill(policy, replay)
     prefix = f"drill-{policy}"
     config = drill_config(scenario_config(scenario, policy), replay, interval, prefix)
     if (directory / policy).exists():  # a drill starts from empty queues, never an earlier run's
@@ -194,6 +274,7 @@ def run_policy_drill(scenario: Scenario, policy: str, replay: Replay, directory:
     stack = Stack(directory / policy)
     on_stack(stack)
     say(f"{policy}: starting the stack under {stack.directory}")
+    job = config.alerts.exporter_job
     if external is None:
         state = stack.up(config, pools=pools_of(scenario), interval=interval, usual_ports=False)
     else:
@@ -201,9 +282,10 @@ def run_policy_drill(scenario: Scenario, policy: str, replay: Replay, directory:
                                  pools=pools_of(scenario), prometheus_url=external.prometheus_url,
                                  alertmanager_url=external.alertmanager_url)
     try:
-        wait_for_targets(state.prometheus_url, config.alerts.exporter_job, 2 if external is None else 1)
-        if external is None:
-            wait_until_quiet(state.prometheus_url)
+        warm = _warm_up(state, job, external, interval)
+        say(f"{policy}: the pipeline is warm; its delay here: {warm}")
+        if may_slow_down and (slower := _too_slow(warm, replay.speed, deadlines, "warming up,")) is not None:
+            raise slower
         scheduler = Scheduler(config, redis_client(state.redis_url))
         say(f"{policy}: replaying {replay.until:g} scenario seconds in {replay.real_seconds(replay.until):.0f}s "
             f"(speed {replay.speed:g}, one live job per {replay.volume:.3g})")
@@ -212,35 +294,110 @@ def run_policy_drill(scenario: Scenario, policy: str, replay: Replay, directory:
                                     say=lambda line: say(f"{policy}: {line}")).run()
         time.sleep(SETTLE_EVALUATIONS * interval)
         t0, end = result.load.started_at, time.time()
-        fired = firing_from_prometheus(state.prometheus_url, t0, end, max(QUERY_STEP_S, (end - t0) / MAX_POINTS),
-                                       selector="" if external is None else f'job="{config.alerts.exporter_job}"')
-        delivered = (_delivered_from_log(Path(state.webhook_log)) if external is None
-                     else delivered_from_alertmanager(external.alertmanager_url) if external.alertmanager_url else {})
+        replay_end = t0 + replay.real_seconds(replay.until)
+        selector = "" if external is None else f'job="{job}"'
+        step = max(QUERY_STEP_S, (end - t0) / MAX_POINTS)
+        firing = alert_periods(state.prometheus_url, "firing", t0, end, step, selector)
+        pending = alert_periods(state.prometheus_url, "pending", t0, end, step, selector)
+        if external is None:
+            delivered, delivery_s = _delivered_from_log(Path(state.webhook_log))
+        else:
+            delivered = delivered_from_alertmanager(external.alertmanager_url) if external.alertmanager_url else {}
+            delivery_s = None
+        result.delay = measure(state.prometheus_url, job, t0, replay_end, interval=interval,
+                               load_lag_s=result.load.max_lag_s, delivery_s=delivery_s)
     finally:
         stack.down(state)
-    scenario_s = replay.scenario_seconds
-    # Only what fired within the replay counts; the settling evaluations are for delivery only.
-    fired = {k: (first, min(last, t0 + replay.real_seconds(replay.until))) for k, (first, last) in fired.items()
-             if scenario_s(first - t0) <= replay.until}
-    # Alertmanager may still deliver what fired while the stack was starting, before the replay.
-    delivered = {k: t for k, t in delivered.items() if 0 <= scenario_s(t - t0) <= replay.until}
-    for key in sorted(fired.keys() | delivered.keys() | prediction.keys(),
-                      key=lambda k: (fired.get(k, (float("inf"),))[0], prediction.get(k, float("inf")), k)):
-        first, last = (max(0.0, scenario_s(t - t0)) for t in fired[key]) if key in fired else (None, None)
-        result.alerts.append(DrillAlert(
-            key[0], dict(key[1]), first,
-            None if key not in delivered else max(0.0, scenario_s(delivered[key] - t0)),
-            prediction.get(key), last))
-    result.violations = _violations(scenario, policy, result.alerts)
-    result.disagreements = _disagreements(result.alerts, replay, interval)
-    result.wall_s = time.monotonic() - started
+    _timeline(result, scenario, prediction, t0, firing, pending, delivered)
+    if may_slow_down and _explained_by_delay(result, scenario, prediction):
+        slower = _too_slow(result.delay, replay.speed, deadlines, "replaying,")
+        if slower is not None:
+            raise slower
     return result
 
 
-def _violations(scenario: Scenario, policy: str, alerts: Sequence[DrillAlert]) -> list[str]:
+def _warm_up(state: StackState, job: str, external: External | None, interval: float) -> PipelineDelay:
+    """Wait until Prometheus has scraped every exporter, holds no alert (own stack) and has
+    evaluated its rules since, then for a few more evaluations: the pipeline's gaps over that
+    stretch, before any load."""
+    wait_for_targets(state.prometheus_url, job, 2 if external is None else 1)
+    scraped = time.time()
+    if external is None:
+        wait_until_quiet(state.prometheus_url)
+    wait_until_evaluated(state.prometheus_url, scraped)
+    time.sleep(max(0.0, scraped + WARM_UP_EVALUATIONS * interval - time.time()))
+    return measure(state.prometheus_url, job, scraped, time.time(), interval=interval)
+
+
+def _timeline(result: PolicyDrill, scenario: Scenario, prediction: Prediction, t0: float,
+              firing: Mapping[AlertKey, Periods], pending: Mapping[AlertKey, Periods],
+              delivered: Mapping[AlertKey, float]) -> None:
+    """Fill ``result``'s alerts, violations, disagreements and near misses from the live
+    timeline (epoch s) and the prediction."""
+    replay = result.replay
+
+    def scenario_s(t: float) -> float:
+        return max(0.0, replay.scenario_seconds(t - t0))
+
+    def live_periods(periods: Periods) -> Periods:
+        """In scenario seconds, cut at the replay's end: the settling evaluations are for delivery only."""
+        return [(scenario_s(a), min(scenario_s(b), replay.until)) for a, b in periods if scenario_s(a) <= replay.until]
+
+    fired = {k: p for k, p in ((k, live_periods(v)) for k, v in firing.items()) if p}
+    waiting = {k: live_periods(v) for k, v in pending.items()}
+    # Alertmanager may still deliver what fired while the stack was starting, before the replay.
+    reached = {k: scenario_s(t) for k, t in delivered.items() if 0 <= replay.scenario_seconds(t - t0) <= replay.until}
+    simulated = {_key(a.alert, a.labels): a.first_firing_s for a in prediction.fired}
+    held = {_key(a.alert, a.labels): longest(a.periods) for a in prediction.held}
+    config = scenario_config(scenario, result.policy)
+    for key in sorted(fired.keys() | reached.keys() | simulated.keys(),
+                      key=lambda k: (fired[k][0][0] if k in fired else float("inf"), simulated.get(k, float("inf")), k)):
+        periods = fired.get(key)
+        result.alerts.append(DrillAlert(
+            key[0], dict(key[1]), periods[0][0] if periods else None, reached.get(key), simulated.get(key),
+            periods[-1][1] if periods else None, for_s=for_of(config, key[0], dict(key[1])),
+            live_pending_s=longest(waiting.get(key, [])), simulated_held_s=held.get(key)))
+    expectation = scenario.expect.get(result.policy)
+    if expectation is not None:
+        expectation, result.unchecked = windowed(expectation, replay.until, result.resolution_s, prediction.fired)
+    result.violations = _violations(expectation, result.alerts)
+    result.disagreements, result.near_misses = _disagreements(result.alerts, replay, result.resolution_s)
+
+
+def for_of(config: Config, alert: str, labels: Mapping[str, str]) -> float | None:
+    """The ``for:`` (scenario s) of the rule behind an alert (a per-class alert: its class's)."""
+    for a in every_alert(config):
+        if a.name == alert:
+            variants = [v for v in a.variants if v.queue in (None, labels.get("queue"))]
+            return variants[0].for_seconds if variants else None
+    return None
+
+
+def windowed(expectation: Expectation, until: float, resolution_s: float,
+             simulated: Sequence[FiredAlert]) -> tuple[Expectation, list[str]]:
+    """What of a whole scenario's expectation a replay of its first ``until`` seconds can check,
+    and a line for each part it cannot. A deadline within the replay stands; an alert wanted with
+    a later deadline or none is checked only where the simulation fires it early enough for the
+    live pipeline to follow within the replay; a ``resolved_by`` after the end is dropped."""
+    fire, unchecked = [], []
+    for want in expectation.fire:
+        if want.before is not None and want.before <= until:
+            fire.append(dataclasses.replace(want, resolved_by=None if (want.resolved_by or 0) > until
+                                            else want.resolved_by))
+            continue
+        times = [a.first_firing_s for a in simulated if want.matches(a.alert, a.labels)]
+        if times and min(times) + resolution_s < until:
+            fire.append(dataclasses.replace(want, before=None, resolved_by=None if (want.resolved_by or 0) > until
+                                            else want.resolved_by))
+        else:
+            where = "after" if not times or min(times) >= until else "too near"
+            unchecked.append(f"{want}: the simulation fires it {where} the end of the replay ({human(until)})")
+    return dataclasses.replace(expectation, fire=tuple(fire)), unchecked
+
+
+def _violations(expectation: Expectation | None, alerts: Sequence[DrillAlert]) -> list[str]:
     """The scenario's expectation checked on Prometheus's timeline, and every alert that must fire
     checked on what reached the webhook too."""
-    expectation = scenario.expect.get(policy)
     if expectation is None:
         return []
     live = [Fired(a.alert, a.labels, a.first_firing_s, a.last_firing_s) for a in alerts
@@ -253,20 +410,57 @@ def _violations(scenario: Scenario, policy: str, alerts: Sequence[DrillAlert]) -
     return out
 
 
-def _disagreements(alerts: Sequence[DrillAlert], replay: Replay, interval: float) -> list[str]:
-    """Alerts the live run and the simulation disagree on, leaving out the borderline ones."""
+def _explained_by_delay(result: PolicyDrill, scenario: Scenario, prediction: Prediction) -> bool:
+    """Whether a deadline the simulation meets was missed live by no more than the run's own
+    delay: the speed, not the rules, decided that verdict."""
+    expectation = scenario.expect.get(result.policy)
+    for want in expectation.fire if expectation is not None else ():
+        simulated = [a.first_firing_s for a in prediction.fired if want.matches(a.alert, a.labels)]
+        live = [a.first_firing_s for a in result.alerts
+                if a.first_firing_s is not None and want.matches(a.alert, a.labels)]
+        if want.before is None or not simulated or not live or min(simulated) > want.before:
+            continue
+        if want.before < min(live) <= min(simulated) + result.resolution_s:
+            return True
+    return False
+
+
+def _closeness(a: DrillAlert) -> str:
+    """How close an alert seen on one side came on the other."""
+    of_for = "" if a.for_s is None else f" of the {human(a.for_s)} its for: asks"
+    if a.first_firing_s is not None:
+        paged = "delivered" if a.delivered_s is not None else "never delivered"
+        held = ("its condition never held in the simulation" if a.simulated_held_s is None
+                else f"in the simulation its condition held for {human(a.simulated_held_s)} at most{of_for}")
+        return f"{a} fired only in the drill (at {human(a.first_firing_s)}, {paged}); {held}"
+    assert a.simulated_s is not None
+    pending = ("live it was never pending" if a.live_pending_s is None
+               else f"live it was pending for {human(a.live_pending_s)} at most{of_for}")
+    return f"{a} fired only in the simulation (at {human(a.simulated_s)}); {pending}"
+
+
+def _disagreements(alerts: Sequence[DrillAlert], replay: Replay, resolution_s: float) -> tuple[list[str], list[str]]:
+    """Alerts only one side fired: the real disagreements, and the near misses reported beside them.
+
+    A near miss: first seen in the replay's last tenth, or too late for the other side to catch
+    within the resolution; came within the resolution of its ``for:`` on the other side; or, live
+    only, never delivered (a flicker shorter than Alertmanager's wait, which pages nobody)."""
     cutoff = replay.until * (1 - BORDERLINE_SHARE)
-    lag = replay.scenario_seconds(LAG_EVALUATIONS * interval)
-    out = []
+    real: list[str] = []
+    near: list[str] = []
     for a in alerts:
         if (a.first_firing_s is None) == (a.simulated_s is None):
             continue
-        seen = a.first_firing_s if a.first_firing_s is not None else a.simulated_s
-        live_cutoff = cutoff if a.first_firing_s is not None else min(cutoff, replay.until - lag)
-        if seen is not None and seen < live_cutoff:
-            where = "the drill" if a.first_firing_s is not None else "the simulation"
-            out.append(f"{a} fired only in {where} (at {seen:g}s)")
-    return out
+        if a.first_firing_s is not None:
+            other = a.simulated_held_s
+            close = a.first_firing_s >= cutoff or a.delivered_s is None
+        else:
+            assert a.simulated_s is not None
+            other = a.live_pending_s
+            close = a.simulated_s >= min(cutoff, replay.until - resolution_s)
+        close = close or (other is not None and a.for_s is not None and other + resolution_s >= a.for_s)
+        (near if close else real).append(_closeness(a))
+    return real, near
 
 
 def as_json(scenario: Scenario, drills: Sequence[PolicyDrill]) -> dict[str, Any]:
@@ -274,11 +468,20 @@ def as_json(scenario: Scenario, drills: Sequence[PolicyDrill]) -> dict[str, Any]
         "scenario": scenario.name,
         "policies": {d.policy: {
             "speed": d.replay.speed, "volume": d.replay.volume, "until_s": d.replay.until, "wall_s": round(d.wall_s, 1),
+            "speed_changes": d.speed_changes,
+            "resolution_s": round(d.resolution_s, 1),
+            "pipeline_delay": None if d.delay is None else {
+                "real_s": round(d.delay.real_s, 3), **{k: round(v, 3) if isinstance(v, float) else v
+                                                       for k, v in dataclasses.asdict(d.delay).items()}},
             "alerts": [{"alert": a.alert, "labels": dict(a.labels), "first_firing_s": a.first_firing_s,
                         "last_firing_s": a.last_firing_s, "delivered_s": a.delivered_s,
-                        "simulated_first_firing_s": a.simulated_s} for a in d.alerts],
+                        "simulated_first_firing_s": a.simulated_s, "for_s": a.for_s,
+                        "live_longest_pending_s": a.live_pending_s,
+                        "simulated_longest_held_s": a.simulated_held_s} for a in d.alerts],
             "expectation_violations": d.violations,
             "disagreements_with_simulate": d.disagreements,
+            "near_misses": d.near_misses,
+            "not_checked": d.unchecked,
             "load": {"enqueued": dict(d.load.enqueued), "rejected": dict(d.load.rejected),
                      "max_lag_s": round(d.load.max_lag_s, 3), "retries": d.load.retries},
             "config_changes": [{"at_s": c.at_s, "changes": list(c.changes)} for c in d.load.config_changes],

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from exporter import metrics as m
 from fairness_core.ages import human
 
@@ -80,10 +82,12 @@ def judge(check: FigureCheck, run: PolicyRun, runs: dict[str, PolicyRun]) -> Che
 
 @dataclass(frozen=True)
 class Outcome:
-    """One policy's run and the alerts it fired (None: not evaluated)."""
+    """One policy's run and the alerts it fired (None: not evaluated); ``held``: when asked for,
+    the periods each alert's condition held, ``for:`` or not."""
 
     run: PolicyRun
     alerts: list[FiredAlert] | None
+    held: list[FiredAlert] | None = None
 
     def alert_violations(self, scenario: Scenario) -> list[str] | None:
         """What contradicts the alerts the scenario's ``expect`` names (None: nothing to check)."""
@@ -131,16 +135,31 @@ def _init_worker(scenario: Scenario, rules: Path | None, progress: Any) -> None:
 
 
 def run_policy(scenario: Scenario, policy: str, rules: Path | None,
-               progress: Callable[[float], None] | None = None) -> Outcome:
-    """Simulate one policy and, with a rules file, evaluate its alerts."""
+               progress: Callable[[float], None] | None = None, *, held_rules: Path | None = None) -> Outcome:
+    """Simulate one policy and, with a rules file, evaluate its alerts; with ``held_rules`` (the
+    same rules without their ``for:``, see :func:`without_for`), also when their conditions held."""
     recorder = SeriesRecorder(scenario_config(scenario, policy)) if rules is not None else None
     run = simulate(scenario, policy, observe=recorder.observe if recorder else None, progress=progress,
                    reconfigure=recorder.reconfigure if recorder else None)
     if recorder is None or rules is None:
         return Outcome(run, None)
-    alerts = evaluate(rules, policy, recorder.input_series(), scrape_interval=scenario.scrape_interval,
-                      evaluation_interval=scenario.evaluation_interval, duration=scenario.duration)
-    return Outcome(run, alerts)
+    series = recorder.input_series()
+
+    def fired(rules_file: Path) -> list[FiredAlert]:
+        return evaluate(rules_file, policy, series, scrape_interval=scenario.scrape_interval,
+                        evaluation_interval=scenario.evaluation_interval, duration=scenario.duration)
+
+    return Outcome(run, fired(rules), None if held_rules is None else fired(held_rules))
+
+
+def without_for(rules_text: str) -> str:
+    """A rules file's text with every alert's ``for:`` removed: an alert then fires whenever its
+    condition holds, which shows how close it came to firing."""
+    data = yaml.safe_load(rules_text)
+    for group in data["groups"]:
+        for rule in group.get("rules") or []:
+            rule.pop("for", None)
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def _run_in_worker(policy: str, index: int) -> Outcome:
