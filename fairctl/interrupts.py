@@ -2,7 +2,8 @@
 
 The first SIGINT or SIGTERM raises :class:`Interrupted` (a KeyboardInterrupt, so every ``finally``,
 ``with`` and ``except KeyboardInterrupt`` that cleans up on Ctrl-C cleans up on SIGTERM too) in
-the main thread, and from then on further signals are only noted: the clean-up (stopping a pool,
+the main thread (one that lands in a finaliser, where Python would print the exception and go
+on, is sent again a moment later), and from then on further signals are only noted: the clean-up (stopping a pool,
 a stack, a subprocess) runs to its end, and each of those is bounded in time, so a second Ctrl-C
 neither hangs the run nor cuts the clean-up short. Once the command has unwound,
 :func:`handled` prints the one line that says what happened (and what was stopped, when a command
@@ -12,6 +13,7 @@ process killed by them.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -21,7 +23,18 @@ from types import FrameType
 import typer
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REDELIVER_AFTER_S = 0.01  # a signal that landed in a finaliser is sent again this much later
 WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+
+
+def _in_finaliser(frame: FrameType | None) -> bool:
+    """Whether a signal handler runs inside a ``__del__`` (the garbage collector can run one at
+    any allocation): Python prints an exception raised there and carries on."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 class Interrupted(KeyboardInterrupt):
@@ -67,7 +80,12 @@ def handled() -> Iterator[None]:
     def note(signum: int, _frame: FrameType | None) -> None:
         arrived.append(signum)
 
-    def first(signum: int, _frame: FrameType | None) -> None:
+    def first(signum: int, frame: FrameType | None) -> None:
+        if _in_finaliser(frame):  # raised there, it would be printed and lost, and the run go on
+            again = threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), signum))
+            again.daemon = True
+            again.start()
+            return
         arrived.append(signum)
         for sig in SIGNALS:
             signal.signal(sig, note)
