@@ -245,6 +245,13 @@ class Stack:
                 "--appendfsync", "everysec", "--daemonize", "no"], lambda: redis_answers(ports[sc.REDIS]))
             state.config_changes = apply_config(live)  # before any process of the stack reads it
             state.save()
+            # Prometheus first: it learns its scrape targets some 5 s after it starts (its discovery
+            # updates are throttled), time the other services take to start meanwhile.
+            self._start(state, sc.PROMETHEUS, ports[sc.PROMETHEUS], [
+                binaries["prometheus"], f"--config.file={self.directory / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.directory / 'data/prometheus'}",
+                f"--web.listen-address=127.0.0.1:{ports[sc.PROMETHEUS]}", "--rules.alert.resend-delay=1s"],
+                lambda: _http_ok(f"{state.prometheus_url}/-/ready"))
             self._start(state, sc.WEBHOOK, ports[sc.WEBHOOK], [
                 *fairctl, "stack", "webhook", "--listen", f"127.0.0.1:{ports[sc.WEBHOOK]}", "--log", state.webhook_log],
                 lambda: _http_ok(f"http://127.0.0.1:{ports[sc.WEBHOOK]}/"))
@@ -257,11 +264,6 @@ class Stack:
                 f"--storage.path={self.directory / 'data/alertmanager'}",
                 f"--web.listen-address=127.0.0.1:{ports[sc.ALERTMANAGER]}", "--cluster.listen-address="],
                 lambda: _http_ok(f"{state.alertmanager_url}/-/ready"))
-            self._start(state, sc.PROMETHEUS, ports[sc.PROMETHEUS], [
-                binaries["prometheus"], f"--config.file={self.directory / 'prometheus.yml'}",
-                f"--storage.tsdb.path={self.directory / 'data/prometheus'}",
-                f"--web.listen-address=127.0.0.1:{ports[sc.PROMETHEUS]}", "--rules.alert.resend-delay=1s"],
-                lambda: _http_ok(f"{state.prometheus_url}/-/ready"))
             self._start_pools(state, pools, threads_per_process)
         return state
 

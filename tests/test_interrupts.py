@@ -183,7 +183,7 @@ def test_stack_up_interrupted_while_starting_stops_what_it_started(signum: int, 
     started = _services(tmp_path)
     took, after, below = run.stop_with(signum)
     run.assert_stopped(signum, took, after, below)
-    assert re.search(r"stopped \d+ process\(es\) of the stack under .*: redis, webhook, exporter", after[0]), after
+    assert re.search(r"stopped \d+ process\(es\) of the stack under .*: redis, prometheus, webhook", after[0]), after
     assert {int(str(s["pid"])) for s in started} <= {pid for pid, _ in below}  # and all gone, checked above
     ports = [int(str(s["port"])) for s in started if s["port"] is not None]
     # Every process is gone (above); a port bound for a moment longer (seen once in a hundred
