@@ -304,13 +304,13 @@ def _drill_once(scenario: Scenario, policy: str, replay: Replay, directory: Path
         else:
             delivered = delivered_from_alertmanager(external.alertmanager_url) if external.alertmanager_url else {}
             delivery_s = None
-        result.delay = measure(state.prometheus_url, job, t0, replay_end, interval=interval,
-                               load_lag_s=result.load.max_lag_s, delivery_s=delivery_s)
+        result.delay = delay = measure(state.prometheus_url, job, t0, replay_end, interval=interval,
+                                       load_lag_s=result.load.max_lag_s, delivery_s=delivery_s)
     finally:
         stack.down(state)
     _timeline(result, scenario, prediction, t0, firing, pending, delivered)
     if may_slow_down and _explained_by_delay(result, scenario, prediction):
-        slower = _too_slow(result.delay, replay.speed, deadlines, "replaying,")
+        slower = _too_slow(delay, replay.speed, deadlines, "replaying,")
         if slower is not None:
             raise slower
     return result

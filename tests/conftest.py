@@ -29,20 +29,25 @@ _prefixes = itertools.count()
 # so that no stack starts beside it. The live charge test runs fairctl worker processes through
 # some 20,000 timed jobs; it runs there too, so that neither slows the other.
 STACK_MODULES = frozenset({"test_drill", "test_interrupts", "test_worker_crash", "test_charge_live"})
+# Modules whose tests share no server and may run beside anything: each test is a group of its
+# own, so the two workers share them out (the live drills mostly wait on their replay's clock).
+SPREAD_MODULES = frozenset({"test_drill_live"})
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup``: a module's tests run in one worker, as they
     share its module-scoped servers (and a ``GivenRedis``'s key prefixes count per process); the
-    stack-starting modules share one group, so no two stacks start at once. First of the hooks:
+    stack-starting modules share one group, so no two stacks start at once on the usual ports;
+    the tests of SPREAD_MODULES are a group each. First of the hooks:
     xdist's own reads the groups in the same hook, and one that ran before these marks were set
     saw none, so modules were split over the workers (two set-ups of one module-scoped fixture
     at once, two stacks racing for the compose ports)."""
     for item in items:
         module = getattr(item, "module", None)
         name = module.__name__.rsplit(".", 1)[-1] if module is not None else item.nodeid
-        item.add_marker(pytest.mark.xdist_group("stacks" if name in STACK_MODULES else name))
+        group = "stacks" if name in STACK_MODULES else item.nodeid if name in SPREAD_MODULES else name
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @dataclass(frozen=True)
