@@ -2,8 +2,8 @@
 
 The first SIGINT or SIGTERM raises :class:`Interrupted` (a KeyboardInterrupt, so every ``finally``,
 ``with`` and ``except KeyboardInterrupt`` that cleans up on Ctrl-C cleans up on SIGTERM too) in
-the main thread (one that lands in a finaliser, where Python would print the exception and go
-on, is sent again a moment later), and from then on further signals are only noted: the clean-up (stopping a pool,
+the main thread (one that lands in a finaliser or a garbage collector callback, where Python
+would print the exception and go on, is sent again a moment later), and from then on further signals are only noted: the clean-up (stopping a pool,
 a stack, a subprocess) runs to its end, and each of those is bounded in time, so a second Ctrl-C
 neither hangs the run nor cuts the clean-up short. Once the command has unwound,
 :func:`handled` prints the one line that says what happened (and what was stopped, when a command
@@ -15,26 +15,18 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 import typer
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-REDELIVER_AFTER_S = 0.01  # a signal that landed in a finaliser is sent again this much later
+REDELIVER_AFTER_S = 0.01  # a signal whose exception Python swallowed is sent again this much later
 WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
-
-
-def _in_finaliser(frame: FrameType | None) -> bool:
-    """Whether a signal handler runs inside a ``__del__`` (the garbage collector can run one at
-    any allocation): Python prints an exception raised there and carries on."""
-    while frame is not None:
-        if frame.f_code.co_name == "__del__":
-            return True
-        frame = frame.f_back
-    return False
 
 
 class Interrupted(KeyboardInterrupt):
@@ -80,18 +72,27 @@ def handled() -> Iterator[None]:
     def note(signum: int, _frame: FrameType | None) -> None:
         arrived.append(signum)
 
-    def first(signum: int, frame: FrameType | None) -> None:
-        if _in_finaliser(frame):  # raised there, it would be printed and lost, and the run go on
-            again = threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), signum))
-            again.daemon = True
-            again.start()
-            return
+    def first(signum: int, _frame: FrameType | None) -> None:
         arrived.append(signum)
         for sig in SIGNALS:
             signal.signal(sig, note)
         raise Interrupted(signum)
 
+    def swallowed(unraisable: Any) -> None:
+        """Python's hook for an exception it cannot raise (one from a ``__del__`` or a garbage
+        collector callback, which can run at any allocation): an interruption that landed there
+        would be printed and lost, and the command run on, so it is sent again a moment later."""
+        if not isinstance(unraisable.exc_value, Interrupted):
+            earlier_hook(unraisable)
+            return
+        for sig in SIGNALS:
+            signal.signal(sig, first)
+        again = threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), unraisable.exc_value.signum))
+        again.daemon = True
+        again.start()
+
     previous = {sig: signal.signal(sig, first) for sig in SIGNALS}
+    earlier_hook, sys.unraisablehook = sys.unraisablehook, swallowed
     try:
         yield
     except KeyboardInterrupt as exc:
@@ -101,6 +102,7 @@ def handled() -> Iterator[None]:
         typer.echo(line(exc), err=True)
         raise typer.Exit(exit_code(signal_of(exc))) from None
     finally:
+        sys.unraisablehook = earlier_hook
         if not arrived:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -1,4 +1,5 @@
-"""The Ctrl-C handler in-process: a signal that lands in a finaliser still ends the command."""
+"""The Ctrl-C handler in-process: a signal that lands where Python swallows exceptions (a
+finaliser, a garbage collector callback) still ends the command."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import gc
 import os
 import signal
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import typer
@@ -13,24 +17,46 @@ import typer
 from fairctl.interrupts import handled
 
 
-class SignalledWhileCollected:
-    """Sends SIGINT to its own process as the garbage collector finalises it, as a Ctrl-C that
-    arrives while a collection runs (a load generator allocates a burst's payloads) does."""
+def _signal_here() -> None:
+    """SIGINT to this process, handled while the caller still runs (a Ctrl-C arriving then)."""
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.05)  # the handler runs here
 
+
+class _SignalledWhileFinalised:
     def __del__(self) -> None:
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)  # the handler runs here, inside __del__
+        _signal_here()
 
 
-def test_a_signal_landing_in_a_finaliser_still_interrupts_the_command(capsys: pytest.CaptureFixture[str]) -> None:
-    """Raised inside ``__del__``, the interruption would be printed as "Exception ignored" and the
-    command would run on to its end (a loadgen run exited 0 after its whole replay)."""
+@contextmanager
+def in_a_finaliser() -> Iterator[Callable[[], None]]:
+    yield lambda: _SignalledWhileFinalised() and None
+
+
+@contextmanager
+def in_a_gc_callback() -> Iterator[Callable[[], None]]:
+    fired: list[bool] = []
+
+    def callback(phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start" and not fired:
+            fired.append(True)
+            _signal_here()
+
+    gc.callbacks.append(callback)
+    try:
+        yield gc.collect
+    finally:
+        gc.callbacks.remove(callback)
+
+
+@pytest.mark.parametrize("where", [in_a_finaliser, in_a_gc_callback], ids=["finaliser", "gc-callback"])
+def test_a_signal_where_python_swallows_exceptions_still_interrupts_the_command(where: Any) -> None:
+    """Raised there, the interruption would be printed as "Exception ignored" and the command run
+    on to its end (a fairctl loadgen run exited 0 after its whole replay): it is sent again."""
     finished = False
-    with pytest.raises(typer.Exit) as exit_info:
+    with pytest.raises(typer.Exit) as exit_info, where() as trigger:
         with handled():
-            SignalledWhileCollected()
-            gc.collect()
+            trigger()
             time.sleep(2)  # the signal, sent again, interrupts this
             finished = True
     assert (exit_info.value.exit_code, finished) == (130, False)
-    assert "Exception ignored" not in capsys.readouterr().err
