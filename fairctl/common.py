@@ -28,6 +28,7 @@ from fairness_core import (
     Scheduler,
     TenantLimitReached,
     load_config,
+    open_queue,
     redis_client,
 )
 from fairness_core.config import EXAMPLE_CONFIG, POLICIES
@@ -170,10 +171,11 @@ def connect(config: Config) -> Scheduler:
 
 def connect_queue(config: Config) -> Scheduler | ShardedScheduler:
     """What :func:`connect` gives, or for a sharded config its :class:`ShardedScheduler` (enqueue,
-    pause, resume, the worker and loadgen serve the logical queue)."""
+    pause, resume, the worker and loadgen serve the logical queue): :func:`open_queue`, on a
+    client of :func:`connect`'s checks."""
     if config.redis.shards == 1:
         return connect(config)
-    return ShardedScheduler(config, _client(config))
+    return open_queue(config, _client(config))
 
 
 def _client(config: Config) -> Any:

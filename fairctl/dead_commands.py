@@ -48,8 +48,7 @@ class _Lists:
         opened = connect_queue(cfg)
         self.sharded = isinstance(opened, ShardedScheduler)
         with clear_errors():
-            self.groups: dict[int, Scheduler] = dict(enumerate(
-                opened.shards() if isinstance(opened, ShardedScheduler) else [opened]))
+            self.groups: dict[int, Scheduler] = dict(enumerate(opened.groups()))
 
     def ids(self, ids: list[str] | None, every: bool) -> dict[int, list[str]]:
         """The job ids given, checked, by group (each as its group stores it), or {} for --all;

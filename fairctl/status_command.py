@@ -20,7 +20,7 @@ from fairness_core.merged_snapshot import merged_snapshot, summed_counts
 from fairness_core.sharded import ShardedScheduler
 from fairness_core.snapshot import Snapshot
 
-from .common import ConfigsOption, RedisUrlOption, clear_errors, connect, connect_queue, load_queues
+from .common import ConfigsOption, RedisUrlOption, clear_errors, connect_queue, load_queues
 from .status_view import applied_json, as_json, class_statuses, config_line, memory_line, render
 from .text_table import text_table
 
@@ -78,16 +78,11 @@ class _Queue:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.sharded: ShardedScheduler | None = None
-        if config.redis.shards > 1:
-            queue = connect_queue(config)
-            assert isinstance(queue, ShardedScheduler)
-            self.sharded = queue
-        else:
-            self.group = connect(config)
+        self.queue = connect_queue(config)
+        self.sharded = self.queue if isinstance(self.queue, ShardedScheduler) else None
 
     def shards(self) -> list[Scheduler]:
-        return [self.group] if self.sharded is None else self.sharded.shards()
+        return self.queue.groups()
 
     def snapshots(self) -> list[Snapshot]:
         return [s.snapshot() for s in self.shards()]

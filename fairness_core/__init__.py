@@ -10,12 +10,15 @@ from .jobs import (
 )
 from .memory import EvictionPolicyError, MemoryInfo, RedisMemoryFull
 from .model import Model
+from .queue import Queue, open_queue
 from .scheduler import Scheduler
+from .sharded import ShardedScheduler
 from .snapshot import ClassSnapshot, Snapshot
 
 __all__ = [
     "AppliedConfigUnreadable", "BudgetRejected", "Classification", "ClassSnapshot", "Config", "ConfigConflict",
     "ConfigError", "ConfigRefused", "Enqueued", "EvictionPolicyError", "FairnessError", "Finished", "InvalidJob", "Lease",
-    "MemoryInfo", "Model", "Moves", "Popped", "RedisMemoryFull", "RedisUnavailable", "Scheduler", "Snapshot",
-    "TenantLimitReached", "classify", "load_config", "parse_config", "parse_duration", "redis_client",
+    "MemoryInfo", "Model", "Moves", "Popped", "Queue", "RedisMemoryFull", "RedisUnavailable", "Scheduler",
+    "ShardedScheduler", "Snapshot", "TenantLimitReached", "classify", "load_config", "open_queue", "parse_config",
+    "parse_duration", "redis_client",
 ]

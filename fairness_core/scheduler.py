@@ -16,7 +16,7 @@ import hiredis
 import redis
 
 from .classification import classify
-from .config import Config
+from .config import Config, ConfigError
 from .config_store import (
     NO_MOVES, NO_NAMES, Applied, ConfigConflict, ConfigRefused, Moves, Names, differences, from_stored, shared_text,
 )
@@ -63,6 +63,10 @@ class Scheduler:
     """
 
     def __init__(self, config: Config, client: Any, *, clock: Callable[[], int] | None = None) -> None:
+        if config.redis.shards > 1:  # it would queue into a group no worker of the sharded queue serves
+            raise ConfigError("redis.shards", f"queue group {config.redis.prefix} is sharded {config.redis.shards} ways "
+                                              "and a Scheduler serves one queue group: open the queue with "
+                                              "fairness_core.open_queue(config), which serves every shard")
         self.file_config = config
         self.client = client
         self.keys = Keys(config.redis.prefix)
@@ -466,6 +470,10 @@ class Scheduler:
             raise ValueError(f"{argument}: {exc.args[0]}") from None
 
     # ------------------------------------------------------------------ observing
+
+    def groups(self) -> list[Scheduler]:
+        """The queue groups this queue is made of: this one (a sharded queue's are its shards)."""
+        return [self]
 
     def snapshot(self) -> Snapshot:
         """Counters, depth, in-flight, ages, windowed tenant service and the fairness sample per

@@ -235,12 +235,13 @@ class ShardedScheduler:
                 held.setdefault(f"{node.host}:{node.port}", []).append(index)
         return held
 
-    def shards(self) -> list[Scheduler]:
-        """The schedulers of the shards the layout serves, shard 0 first."""
+    def groups(self) -> list[Scheduler]:
+        """The queue groups this queue is made of: the schedulers of the shards the layout serves,
+        shard 0 first."""
         return [self.shard(i) for i in self.served_shards()]
 
     def _each(self, call: Callable[[Scheduler], T]) -> list[T]:
-        return [call(s) for s in self.shards()]
+        return [call(s) for s in self.groups()]
 
     def reshard(self, shards: int) -> Layout:
         """New jobs go to ``shards`` shards from now on (tenants re-homed by their new hands); the
@@ -321,7 +322,7 @@ class ShardedScheduler:
         fields = [f"depth{SEP}{c}" for c in classes] + [field for field, _, _ in tier_counters(classes, settings)]
         with redis_errors(self.client):
             pipe = self.client.pipeline(transaction=False)
-            for shard in self.shards():
+            for shard in self.groups():
                 pipe.hmget(shard.keys.stats, fields)
                 pipe.smembers(shard.keys.paused)
             replies = pipe.execute()

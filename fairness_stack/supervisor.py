@@ -436,7 +436,12 @@ def apply_config(config: Config) -> list[str]:
     that changed, one line per field (none when it already was). The group's processes follow the
     config applied in Redis, not their file, and a stack's Redis keeps it between runs: without
     this, an edited fairness.yaml would be ignored by the next ``stack up``. StackError with the
-    refusal when the config would leave jobs under a class (or tier) it no longer names."""
+    refusal when the config would leave jobs under a class (or tier) it no longer names, or when
+    it shards the queue (the stack runs one queue group)."""
+    if config.redis.shards > 1:
+        raise StackError(f"{config.source or 'the config'}: redis.shards is {config.redis.shards}, and fairctl stack "
+                         "runs one queue group: drop redis.shards for the stack (docs/deployment.md runs a sharded "
+                         "queue on your own Redis)")
     client = redis_client(config.redis.url)
     try:
         scheduler = Scheduler(config, client)

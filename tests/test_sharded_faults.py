@@ -65,7 +65,7 @@ def sharded_config(tmp_path: Path, url: str, **sections: Any) -> tuple[Path, Con
 def sharded_totals(queue: ShardedScheduler) -> dict[str, int]:
     """tests/support.py's totals, summed over the shards."""
     out: Counter[str] = Counter()
-    for shard in queue.shards():
+    for shard in queue.groups():
         out.update(totals(shard))
     return dict(out)
 
