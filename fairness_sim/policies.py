@@ -206,6 +206,7 @@ def run_policies(scenario: Scenario, policies: Sequence[str], rules: Path | None
 def _kill_workers(pool: ProcessPoolExecutor) -> None:
     """Stop the pool at once: SIGKILL each worker's process group, then reap them."""
     workers = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)  # shutdown() forgets it
     pool.shutdown(wait=False, cancel_futures=True)
     for process in workers:
         try:
@@ -217,7 +218,9 @@ def _kill_workers(pool: ProcessPoolExecutor) -> None:
         process.join(timeout=5)
     # The pool's manager thread sees its workers gone and ends; joined now, the interpreter's exit
     # has nothing left to wake (waking it there races its pipe's close and prints a traceback).
-    pool.shutdown(wait=True)
+    # The first shutdown dropped the pool's reference to it, so a second one would join nothing.
+    if manager is not None:
+        manager.join(timeout=10)
 
 
 def alert_label(alert: FiredAlert) -> str:
