@@ -38,7 +38,7 @@ from fairness_stack.supervisor import Stack, StackState, WorkerPool
 from fairness_stack.webhook import deliveries, epoch
 
 from .alert_evaluation import FiredAlert
-from .drill_timing import PipelineDelay, Room, longest, measure, room, workable_speed
+from .drill_timing import PipelineDelay, Room, first_firing, longest, measure, room, workable_speed
 from .policies import HIDDEN_LABELS, run_policy, without_for
 from .prometheus_query import prometheus_api, rules_evaluated_since
 from .timescale import compress
@@ -349,13 +349,13 @@ def _timeline(result: PolicyDrill, scenario: Scenario, prediction: Prediction, t
     reached = {k: scenario_s(t) for k, t in delivered.items() if 0 <= replay.scenario_seconds(t - t0) <= replay.until}
     simulated = {_key(a.alert, a.labels): a.first_firing_s for a in prediction.fired}
     held = {_key(a.alert, a.labels): longest(a.periods) for a in prediction.held}
-    config = scenario_config(scenario, result.policy)
+    fors = for_durations(scenario_config(scenario, result.policy))
     for key in sorted(fired.keys() | reached.keys() | simulated.keys(),
                       key=lambda k: (fired[k][0][0] if k in fired else float("inf"), simulated.get(k, float("inf")), k)):
-        periods = fired.get(key)
+        periods, labels = fired.get(key), dict(key[1])
         result.alerts.append(DrillAlert(
-            key[0], dict(key[1]), periods[0][0] if periods else None, reached.get(key), simulated.get(key),
-            periods[-1][1] if periods else None, for_s=for_of(config, key[0], dict(key[1])),
+            key[0], labels, periods[0][0] if periods else None, reached.get(key), simulated.get(key),
+            periods[-1][1] if periods else None, for_s=fors.get((key[0], labels.get("queue")), fors.get((key[0], None))),
             live_pending_s=longest(waiting.get(key, [])), simulated_held_s=held.get(key)))
     expectation = scenario.expect.get(result.policy)
     if expectation is not None:
@@ -364,13 +364,9 @@ def _timeline(result: PolicyDrill, scenario: Scenario, prediction: Prediction, t
     result.disagreements, result.near_misses = _disagreements(result.alerts, replay, result.resolution_s)
 
 
-def for_of(config: Config, alert: str, labels: Mapping[str, str]) -> float | None:
-    """The ``for:`` (scenario s) of the rule behind an alert (a per-class alert: its class's)."""
-    for a in every_alert(config):
-        if a.name == alert:
-            variants = [v for v in a.variants if v.queue in (None, labels.get("queue"))]
-            return variants[0].for_seconds if variants else None
-    return None
+def for_durations(config: Config) -> dict[tuple[str, str | None], float]:
+    """Each rule's ``for:`` (scenario s) by alert and class (None: an alert with one rule for all)."""
+    return {(a.name, v.queue): v.for_seconds for a in every_alert(config) for v in a.variants}
 
 
 def windowed(expectation: Expectation, until: float, resolution_s: float,
@@ -381,16 +377,15 @@ def windowed(expectation: Expectation, until: float, resolution_s: float,
     live pipeline to follow within the replay; a ``resolved_by`` after the end is dropped."""
     fire, unchecked = [], []
     for want in expectation.fire:
+        resolved_by = None if (want.resolved_by or 0) > until else want.resolved_by
         if want.before is not None and want.before <= until:
-            fire.append(dataclasses.replace(want, resolved_by=None if (want.resolved_by or 0) > until
-                                            else want.resolved_by))
+            fire.append(dataclasses.replace(want, resolved_by=resolved_by))
             continue
-        times = [a.first_firing_s for a in simulated if want.matches(a.alert, a.labels)]
-        if times and min(times) + resolution_s < until:
-            fire.append(dataclasses.replace(want, before=None, resolved_by=None if (want.resolved_by or 0) > until
-                                            else want.resolved_by))
+        first = first_firing(want, simulated)
+        if first is not None and first + resolution_s < until:
+            fire.append(dataclasses.replace(want, before=None, resolved_by=resolved_by))
         else:
-            where = "after" if not times or min(times) >= until else "too near"
+            where = "after" if first is None or first >= until else "too near"
             unchecked.append(f"{want}: the simulation fires it {where} the end of the replay ({human(until)})")
     return dataclasses.replace(expectation, fire=tuple(fire)), unchecked
 
@@ -415,12 +410,10 @@ def _explained_by_delay(result: PolicyDrill, scenario: Scenario, prediction: Pre
     delay: the speed, not the rules, decided that verdict."""
     expectation = scenario.expect.get(result.policy)
     for want in expectation.fire if expectation is not None else ():
-        simulated = [a.first_firing_s for a in prediction.fired if want.matches(a.alert, a.labels)]
-        live = [a.first_firing_s for a in result.alerts
-                if a.first_firing_s is not None and want.matches(a.alert, a.labels)]
-        if want.before is None or not simulated or not live or min(simulated) > want.before:
+        simulated, live = first_firing(want, prediction.fired), first_firing(want, result.alerts)
+        if want.before is None or simulated is None or live is None or simulated > want.before:
             continue
-        if want.before < min(live) <= min(simulated) + result.resolution_s:
+        if want.before < live <= simulated + result.resolution_s:
             return True
     return False
 

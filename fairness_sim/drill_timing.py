@@ -14,16 +14,17 @@ resolution in scenario time, within which the live firings are held to the simul
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Protocol
 
 from alerts import recording as rec
 from fairness_core.ages import human
 
 from .alert_evaluation import FiredAlert
 from .prometheus_query import Samples, raw_samples
-from .scenario import Expectation
+from .scenario import AlertMatch, Expectation
 
 # The share of a deadline's room the resolution may take when the speed is chosen: the warm-up is
 # measured before the replay loads the machine, which adds to every gap.
@@ -91,6 +92,25 @@ class Room:
         return f"{self.alert} (simulated at {human(self.simulated_s)}, expected within {human(self.before_s)})"
 
 
+class Seen(Protocol):
+    """An alert as a run saw it: a simulated one, or one of a drill's timeline."""
+
+    @property
+    def alert(self) -> str: ...
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+    @property
+    def first_firing_s(self) -> float | None: ...
+
+
+def first_firing(want: AlertMatch, seen: Iterable[Seen]) -> float | None:
+    """The earliest first firing (s) of the alerts ``want`` matches; None when none fired."""
+    return min((a.first_firing_s for a in seen if a.first_firing_s is not None and want.matches(a.alert, a.labels)),
+               default=None)
+
+
 def room(expectation: Expectation | None, predicted: Iterable[FiredAlert], until: float) -> Room | None:
     """The room between each alert the scenario wants fired before a deadline within the first
     ``until`` seconds and its simulated first firing, at its least; None when no deadline applies
@@ -98,12 +118,12 @@ def room(expectation: Expectation | None, predicted: Iterable[FiredAlert], until
     fired = list(predicted)
     best: Room | None = None
     for want in expectation.fire if expectation is not None else ():
-        times = [a.first_firing_s for a in fired if want.matches(a.alert, a.labels)]
-        if want.before is None or want.before > until or not times or min(times) > want.before:
+        simulated = first_firing(want, fired)
+        if want.before is None or want.before > until or simulated is None or simulated > want.before:
             continue
-        left = want.before - min(times)
+        left = want.before - simulated
         if best is None or left < best.seconds:
-            best = Room(left, str(want), min(times), want.before)
+            best = Room(left, str(want), simulated, want.before)
     return best
 
 
