@@ -22,6 +22,9 @@ from fairness_stack.servers import RedisClusterServers, RedisServer
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = ROOT / "fairness.yaml"
 REDIS_URL_VARIABLE = "FAIRCTL_TEST_REDIS_URL"
+# The stem of the tests' key prefixes: a run pointed at a Redis another run also writes to (the
+# cluster tests run suites in a subprocess on their module's cluster) takes a stem of its own.
+PREFIX_STEM_VARIABLE = "FAIRCTL_TEST_PREFIX_STEM"
 _prefixes = itertools.count()
 # Modules whose tests start a whole stack (tests/test_drill.py, tests/test_interrupts.py): a stack
 # prefers the compose ports (6379, 9090, ...), so two at once on one machine would race for them.
@@ -92,7 +95,7 @@ def make_config(**overrides: Any) -> Config:
     import yaml
 
     data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
-    data["redis"]["prefix"] = f"t{next(_prefixes)}"
+    data["redis"]["prefix"] = f"{os.environ.get(PREFIX_STEM_VARIABLE, 't')}{next(_prefixes)}"
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
             data[key] = {**data[key], **value}

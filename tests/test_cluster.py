@@ -23,7 +23,7 @@ from fairness_core import RedisUnavailable, Scheduler, redis_client
 from fairness_core.keys import Keys
 from fairness_stack.servers import RedisClusterServers, RedisServer, free_port
 
-from .conftest import REDIS_URL_VARIABLE, ROOT, make_config
+from .conftest import PREFIX_STEM_VARIABLE, REDIS_URL_VARIABLE, ROOT, make_config
 from .exporter_support import running_exporter, scrape
 from .support import totals, write_config
 
@@ -72,7 +72,8 @@ def prefixes_one_per_master(cluster: RedisClusterServers) -> list[str]:
 
 
 def test_scheduler_and_exporter_suites_pass_on_the_cluster(cluster: RedisClusterServers) -> None:
-    env = {**os.environ, REDIS_URL_VARIABLE: cluster.url, "PYTHONPATH": str(ROOT)}
+    # Prefixes of their own: this module's later tests make t-prefixed groups on the same cluster.
+    env = {**os.environ, REDIS_URL_VARIABLE: cluster.url, PREFIX_STEM_VARIABLE: "s", "PYTHONPATH": str(ROOT)}
     deselect = [arg for test in NOT_ON_A_CLUSTER for arg in ("--deselect", test)]
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *SUITES, *deselect],
                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
