@@ -7,7 +7,8 @@ rendered either as the Go template or, for given labels and values, as the text 
 produce. The generated promtool tests then prove the two renderings agree.
 
 A field is ``value`` (the alert's value), the name of a :class:`Query` (a recorded series read
-for the alert's labels, such as the class's SLO), or otherwise a label of the alert. Formats are
+for the alert's labels, such as the class's SLO, or a label of one, such as the Redis holding a
+shard), or otherwise a label of the alert. Formats are
 Prometheus's ``humanize*`` functions (ported below) and ``urlquery``.
 """
 
@@ -99,10 +100,12 @@ def _numeric(fmt: str | None) -> tuple[str, Callable[[float], str]]:
 @dataclass(frozen=True)
 class Query:
     """A recorded series read at expansion time for the alert's ``labels`` (a threshold, a count):
-    its queue group's and class's by default, as two groups may share class names."""
+    its queue group's and class's by default, as two groups may share class names. With ``label``,
+    the text is that label of the series (an info series' value is always 1), not its value."""
 
     record: str
     labels: tuple[str, ...] = (GROUP, QUEUE)
+    label: str | None = None
 
     def go(self) -> str:
         matchers = ",".join(f"{label}=%q" for label in self.labels)
@@ -121,11 +124,13 @@ class Text:
         if "{{" in self.template or "}}" in self.template:
             raise ValueError(f"literal template braces in {self.template!r}")
         for name, fmt in self.fields():
-            numeric = name == VALUE or name in self.queries
+            numeric = name == VALUE or (name in self.queries and self.queries[name].label is None)
             if numeric and fmt not in FORMATS:
                 raise ValueError(f"${name} needs one of the formats {', '.join(FORMATS)}")
             if not numeric and fmt not in (None, URL):
                 raise ValueError(f"label ${name} takes no format but :{URL}")
+            if name in self.queries and self.queries[name].label is not None and fmt is not None:
+                raise ValueError(f"${name} shows a label of its query and takes no format")
 
     def fields(self) -> list[tuple[str, str | None]]:
         return [(m.group(1), m.group(2)) for m in FIELD.finditer(self.template)]
@@ -142,11 +147,12 @@ class Text:
         if name == VALUE:
             return f"{{{{ $value | {_numeric(fmt)[0]} }}}}"
         if name in self.queries:
-            return (f"{{{{ with {self.queries[name].go()} }}}}"
-                    f"{{{{ . | first | value | {_numeric(fmt)[0]} }}}}{{{{ end }}}}")
+            query = self.queries[name]
+            shown = f'label "{query.label}"' if query.label else f"value | {_numeric(fmt)[0]}"
+            return f"{{{{ with {query.go()} }}}}{{{{ . | first | {shown} }}}}{{{{ end }}}}"
         return f"{{{{ $labels.{name} | urlquery }}}}" if fmt == URL else f"{{{{ $labels.{name} }}}}"
 
-    def render(self, labels: Mapping[str, str], value: float, queried: Mapping[str, float]) -> str:
+    def render(self, labels: Mapping[str, str], value: float, queried: Mapping[str, float | str]) -> str:
         """The text Prometheus produces for an alert with these labels, value and query results."""
 
         def one(match: re.Match[str]) -> str:
@@ -154,7 +160,8 @@ class Text:
             if name == VALUE:
                 return _numeric(fmt)[1](value)
             if name in self.queries:
-                return _numeric(fmt)[1](queried[name])
+                found = queried[name]
+                return found if isinstance(found, str) else _numeric(fmt)[1](found)
             text = labels.get(name, "")
             return quote_plus(text) if fmt == URL else text
 

@@ -5,13 +5,16 @@ deduplicated with ``max without(instance, pod)`` before anything sums it, and co
 per exporter first (a rate across two exporters' interleaved samples would be nonsense). Every
 aggregation keeps unknown labels (``without``, never ``by``) so that one rules file serves several
 deployments told apart by job or cluster labels.
+
+A logical queue is judged as one: its shards' series (told apart by ``shard``) are deduplicated
+each, then folded with :func:`logical` (depths and rates summed, ages the oldest).
 """
 
 from __future__ import annotations
 
 import json
 
-from exporter.metrics import MetricSpec
+from exporter.metrics import SHARD, MetricSpec
 from fairness_core.config import format_duration
 
 EXPORTER_LABELS = ("instance", "pod")
@@ -47,6 +50,12 @@ def dedup(expr: str) -> str:
     return f"max without ({', '.join(EXPORTER_LABELS)}) ({expr})"
 
 
+def logical(aggregation: str, expr: str) -> str:
+    """``expr`` deduplicated, then folded over the shards of each logical queue with ``aggregation``
+    (``sum`` for counts and rates, ``max`` for ages, flags and the config's gauges)."""
+    return f"{aggregation} without ({SHARD}) ({dedup(expr)})"
+
+
 def over_time(function: str, series: str, seconds: float, offset: float | None = None) -> str:
     """``function(series[window])``, optionally ``offset``: the range is per exporter, as it must be."""
     shifted = f" offset {duration(offset)}" if offset else ""
@@ -55,6 +64,11 @@ def over_time(function: str, series: str, seconds: float, offset: float | None =
 
 def deduped_rate(series: str, seconds: float, offset: float | None = None) -> str:
     return dedup(over_time("rate", series, seconds, offset))
+
+
+def logical_rate(series: str, seconds: float, offset: float | None = None) -> str:
+    """The logical queue's rate of a counter: rated per exporter, deduplicated, summed over shards."""
+    return logical("sum", over_time("rate", series, seconds, offset))
 
 
 def share(part: str, label: str) -> str:

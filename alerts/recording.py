@@ -2,8 +2,10 @@
 
 Names follow Prometheus's ``level:metric:operation`` convention under the ``fairctl`` level and
 are built from the metric contract; they carry no window so that dashboards can rely on them
-whatever ``alerts.rate_window`` is. Every raw series is deduplicated across exporters first
-(:func:`alerts.promql.dedup`). Import the name constants; never retype them. The realised shares
+whatever ``alerts.rate_window`` is. Every recording describes a logical queue: each raw series is
+deduplicated across exporters first (:func:`alerts.promql.dedup`), then folded over the queue's
+shards (:func:`alerts.promql.logical`; the operation in the name says how: ``sum``, ``max``, or a
+rate summed). Import the name constants; never retype them. The realised shares
 depend on ``scheduler.charge`` (shares of completions or of worker time): take their names from
 :func:`basis`.
 """
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from exporter import metrics as m
 from fairness_core.config import OVER_BUDGET_REASON, Config
 
-from .promql import dedup, deduped_rate, excluding, over_time, share
+from .promql import dedup, deduped_rate, excluding, logical, logical_rate, over_time, share
 from .supplied import fed, paused_served
 
 LEVEL = "fairctl"
@@ -25,13 +27,16 @@ def _name(spec: m.MetricSpec, operation: str) -> str:
     return f"{LEVEL}:{spec.name.removesuffix('_total')}:{operation}"
 
 
-# Gauges served once per exporter, deduplicated.
-DEDUPED_GAUGES: tuple[m.MetricSpec, ...] = (
-    m.QUEUE_OLDEST_AGE, m.QUEUE_QUIET_OLDEST_AGE, m.QUEUE_DEPTH, m.QUEUE_ACTIVE_TENANTS,
-    m.QUEUE_MAX_AGE, m.QUEUE_WEIGHT_RATIO, m.QUEUE_ARRIVAL_BUDGET, m.QUEUE_PAUSED,
+# Gauges of the logical queue, each folded over the shards as the queue is one: counts summed (a
+# tenant's due jobs of a class sit on one shard, so active tenants add up too), ages the oldest,
+# paused if any shard is, and the config's gauges (the same on every shard) as they are.
+LOGICAL_GAUGES: tuple[tuple[m.MetricSpec, str], ...] = (
+    (m.QUEUE_OLDEST_AGE, "max"), (m.QUEUE_QUIET_OLDEST_AGE, "max"), (m.QUEUE_DEPTH, "sum"),
+    (m.QUEUE_ACTIVE_TENANTS, "sum"), (m.QUEUE_MAX_AGE, "max"), (m.QUEUE_WEIGHT_RATIO, "max"),
+    (m.QUEUE_ARRIVAL_BUDGET, "max"), (m.QUEUE_PAUSED, "max"), (m.UNCONFIGURED_OLDEST_AGE, "max"),
 )
-OLDEST_AGE, QUIET_AGE, DEPTH, ACTIVE_TENANTS, MAX_AGE, WEIGHT_RATIO, ARRIVAL_BUDGET, PAUSED = (
-    _name(spec, "max") for spec in DEDUPED_GAUGES)
+OLDEST_AGE, QUIET_AGE, DEPTH, ACTIVE_TENANTS, MAX_AGE, WEIGHT_RATIO, ARRIVAL_BUDGET, PAUSED, UNCONFIGURED_AGE = (
+    _name(spec, operation) for spec, operation in LOGICAL_GAUGES)
 BACKLOGGED = _name(m.QUEUE_DEPTH, "backlogged")
 PROCESSED_RATE = _name(m.JOBS_PROCESSED, "rate")
 WORKER_RATE = _name(m.QUEUE_WORKER_SECONDS, "rate")
@@ -58,7 +63,7 @@ class Basis:
     rate: str  # recorded per-second rate of ``counter`` per class
     share: str  # each class's part of all of it
     backlogged_share: str  # each backlogged class's part among the backlogged classes
-    tenant_share: str  # a tenant's part of its class's, over exporter.window
+    tenant_share: str  # a tenant's part of its class's over exporter.window, over every shard
     share_noun: str  # "realised {share_noun} against ..."
     served: str  # what is shared out: "of all {served}", "a class's {served}"
     served_for: str  # "{served_for} the backlogged classes"
@@ -113,42 +118,46 @@ def every_recording(config: Config) -> tuple[Recording, ...]:
     window, budget_window = config.alerts.rate_window, config.scheduler.budget_window
     baseline = config.alerts.reason_baseline
     b = basis(config)
-    enqueued_then = deduped_rate(m.JOBS_ENQUEUED.name, budget_window, baseline)
+    enqueued_then = logical_rate(m.JOBS_ENQUEUED.name, budget_window, baseline)
     backlogged_part = f"{WEIGHT_RATIO} * {BACKLOGGED}"
     served_part = f"{b.rate} * {BACKLOGGED}"
     requested = (
         "(\n" + zero_filled(f"sum without ({m.REASON}) ("
-                            f"{deduped_rate(excluding(m.JOBS_ENQUEUED, m.REASON, OVER_BUDGET_REASON), budget_window)})")
-        + f"\n)\n+ {deduped_rate(m.JOBS_DEMOTED.name, budget_window)}"
-        f"\n+ {deduped_rate(m.JOBS_REJECTED.name, budget_window)}"
+                            f"{logical_rate(excluding(m.JOBS_ENQUEUED, m.REASON, OVER_BUDGET_REASON), budget_window)})")
+        + f"\n)\n+ {logical_rate(m.JOBS_DEMOTED.name, budget_window)}"
+        f"\n+ {logical_rate(m.JOBS_REJECTED.name, budget_window)}"
     )
     return (
-        *(Recording(_name(spec, "max"), dedup(spec.name), f"{spec.name}, one value whatever the number of exporters.")
-          for spec in DEDUPED_GAUGES),
+        *(Recording(_name(spec, operation), logical(operation, spec.name),
+                    f"{spec.name} of the logical queue: the {operation} over its shards, one value whatever the "
+                    "number of exporters.")
+          for spec, operation in LOGICAL_GAUGES),
         Recording(
             BACKLOGGED,
-            f"(\n  {dedup(over_time('min_over_time', m.QUEUE_DEPTH.name, window))} > bool 0\n)"
-            + (f"\n* (\n  {dedup(over_time('max_over_time', m.QUEUE_PAUSED.name, window))} == bool 0\n)"
+            f"(\n  {logical('max', over_time('min_over_time', m.QUEUE_DEPTH.name, window) + ' > bool 0')}\n)"
+            + (f"\n* (\n  {logical('max', over_time('max_over_time', m.QUEUE_PAUSED.name, window))} == bool 0\n)"
                if paused_served(config) else ""),
-            "1 when the class had due jobs through the whole window and was never paused in it, else 0.",
+            "1 when the class had due jobs through the whole window (on a shard at least) and was never paused "
+            "in it, else 0.",
         ),
         Recording(
             PROCESSED_RATE,
-            zero_filled(deduped_rate(m.JOBS_PROCESSED.name, window)),
-            "Completions per second per class, rated per exporter then deduplicated.",
+            zero_filled(logical_rate(m.JOBS_PROCESSED.name, window)),
+            "Completions per second per class, rated per exporter, deduplicated, summed over the shards.",
         ),
         Recording(
             WORKER_RATE,
-            zero_filled(deduped_rate(m.QUEUE_WORKER_SECONDS.name, window)),
+            zero_filled(logical_rate(m.QUEUE_WORKER_SECONDS.name, window)),
             "Worker seconds per second per class (about the worker slots its jobs keep busy), whatever "
             "scheduler.charge is.",
         ),
         Recording(b.share, share(b.rate, m.QUEUE), f"Realised share: each class's part of all {b.served}."),
         Recording(
             b.tenant_share,
-            dedup(m.QUEUE_TENANT_SHARE.name),
-            f"The part of its class's {b.served} over exporter.window of each of the class's busiest "
-            f"tenants in that window ({m.QUEUE_TENANT_SHARE.name}, one value whatever the number of exporters).",
+            tenant_share(b.counter, config.exporter.window),
+            f"The part of its class's {b.served} over exporter.window of each of the class's busiest tenants "
+            f"in that window, over every shard: each shard's {m.QUEUE_TENANT_SHARE.name} weighted by what the "
+            "shard served of the class.",
         ),
         Recording(ENTITLED_SHARE, share(backlogged_part, m.QUEUE),
                   f"The share of {b.served} each backlogged class's weight entitles it to among the backlogged classes."),
@@ -159,7 +168,7 @@ def every_recording(config: Config) -> tuple[Recording, ...]:
                   f"demotion: jobs queued for their own reason (not {OVER_BUDGET_REASON!r}), demoted or rejected."),
         Recording(REQUESTED_SHARE, share(REQUESTED_RATE, m.QUEUE),
                   "Each class's share of the arrivals asked for, to compare with its arrival budget."),
-        Recording(ENQUEUED_RATE, deduped_rate(m.JOBS_ENQUEUED.name, budget_window),
+        Recording(ENQUEUED_RATE, logical_rate(m.JOBS_ENQUEUED.name, budget_window),
                   "Arrivals per second by class and classification reason."),
         Recording(REASON_SHARE, share(ENQUEUED_RATE, m.REASON),
                   "Each reason's share of its class's arrivals."),
@@ -170,15 +179,24 @@ def every_recording(config: Config) -> tuple[Recording, ...]:
             "The same share one baseline ago; 0 for a reason that is new in a class that had arrivals then "
             "(a new classification rule), nothing when the class had no arrivals then.",
         ),
-        Recording(REDELIVERED_RATE, deduped_rate(m.JOBS_REDELIVERED.name, window),
+        Recording(REDELIVERED_RATE, logical_rate(m.JOBS_REDELIVERED.name, window),
                   "Expired leases per second per class."),
-        Recording(DEAD_LETTERED, dedup(over_time("increase", m.JOBS_DEAD_LETTERED.name, window)),
+        Recording(DEAD_LETTERED, logical("sum", over_time("increase", m.JOBS_DEAD_LETTERED.name, window)),
                   "Jobs dead-lettered per class over the window."),
-        Recording(REFUSED, dedup(over_time("increase", m.JOBS_REFUSED.name, window)),
+        Recording(REFUSED, logical("sum", over_time("increase", m.JOBS_REFUSED.name, window)),
                   "Arrivals refused at a tenant's admission limit per class over the window."),
         Recording(
             WAIT_P99,
-            f"histogram_quantile(0.99, {deduped_rate(m.JOBS_WAIT.series('_bucket'), window)})",
+            f"histogram_quantile(0.99, {logical_rate(m.JOBS_WAIT.series('_bucket'), window)})",
             "99th percentile of the enqueue-to-lease wait per class over the window.",
         ),
     )
+
+
+def tenant_share(counter: m.MetricSpec, window: float) -> str:
+    """A tenant's share of its class's service over every shard: each shard's share of the tenant
+    (over ``window``, exporter.window) times what that shard served of the class, summed, over
+    what every shard served of it. A tenant outside a shard's top list counts 0 there."""
+    served = deduped_rate(counter.name, window)
+    return (f"sum without ({m.SHARD}) (\n  {dedup(m.QUEUE_TENANT_SHARE.name)}\n  * ignoring ({m.TENANT}) group_left\n"
+            f"  {served}\n)\n  / ignoring ({m.TENANT}) group_left\nsum without ({m.SHARD}) ({served} > 0)")

@@ -9,7 +9,7 @@ and the inversion alert, which is about the most urgent class alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from exporter import metrics as m
@@ -18,7 +18,7 @@ from fairness_core.config import DEFAULT_GRAFANA_URL, ClassConfig, Config
 from . import recording as rec
 from .annotations import Query, Text
 from .layout import GROUP_VAR, OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID
-from .promql import dedup, duration, excluding, number, over_time, quote, selector
+from .promql import dedup, duration, excluding, logical, number, over_time, quote, selector
 from .supplied import fed, paused_served
 
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
@@ -33,6 +33,7 @@ PRIORITY_REASON_SHIFT = "PriorityReasonShift"
 TENANT_DOMINATING_QUEUE = "TenantDominatingQueue"
 QUIET_TENANTS_STARVING = "QuietTenantsStarving"
 QUEUE_STALLED = "QueueStalled"
+QUEUE_SHARD_STALLED = "QueueShardStalled"
 PRIORITY_INVERSION = "PriorityInversion"
 JOBS_REDELIVERED_HIGH = "JobsRedeliveredHigh"
 FAIRNESS_EXPORTER_DOWN = "FairnessExporterDown"
@@ -64,6 +65,7 @@ class Alert:
     summary: Text
     description: Text
     variants: tuple[Variant, ...]
+    of_shards: bool = False  # about one shard of a sharded queue: never for a watched system's queues
 
     def variant(self, queue: str | None = None) -> Variant:
         """The rule serving ``queue``; the only rule of an alert that has one."""
@@ -109,26 +111,46 @@ def unless_paused(config: Config, expr: str, queue: str | None = None) -> str:
 
 
 def unconfigured_jobs() -> str:
-    """Jobs per class the config does not name, every state together."""
-    return f"sum without ({m.STATE}) ({dedup(m.UNCONFIGURED_JOBS.name)})"
+    """Jobs per class the config does not name, every state and shard together."""
+    return f"sum without ({m.STATE}) ({logical('sum', m.UNCONFIGURED_JOBS.name)})"
 
 
 def memory_fill() -> str:
-    """Redis's used memory / maxmemory (nothing when it has no limit)."""
-    return f"{dedup(m.REDIS_MEMORY_USED.name)}\n  / {dedup(m.REDIS_MEMORY_MAX.name + ' > 0')}"
+    """Redis's used memory / maxmemory (nothing when it has no limit), the fullest a shard reads."""
+    return (f"max without ({m.SHARD}) (\n  {dedup(m.REDIS_MEMORY_USED.name)}\n  / "
+            f"{dedup(m.REDIS_MEMORY_MAX.name + ' > 0')}\n)")
 
 
 def may_evict(window: float) -> str:
-    """An evicting policy (with its name), or else keys evicted within ``window``."""
-    unsafe = dedup(excluding(m.REDIS_MEMORY_POLICY, m.POLICY, m.SAFE_POLICY))
-    evicted = dedup(over_time("increase", m.REDIS_EVICTED_KEYS.name, window))
+    """An evicting policy (with its name), or else keys evicted within ``window``, on any shard."""
+    unsafe = logical("max", excluding(m.REDIS_MEMORY_POLICY, m.POLICY, m.SAFE_POLICY))
+    evicted = logical("max", over_time("increase", m.REDIS_EVICTED_KEYS.name, window))
     return f"{unsafe}\n  or\n({evicted} > 0\n  unless on ({JOB})\n{unsafe})"
 
 
+def stalled(config: Config, fold: Callable[[str, str], str]) -> str:
+    """Due jobs through ``alerts.stall_after`` (and at its start), no completion in it, and never
+    paused in it; ``fold`` folds the shards' series: :func:`~alerts.promql.logical` for the logical
+    queue, or one shard's deduplicated series as they are."""
+    stall = config.alerts.stall_after
+    return (f"{fold('sum', over_time('min_over_time', m.QUEUE_DEPTH.name, stall))} > 0\n"
+            f"  and\n{fold('sum', m.QUEUE_DEPTH.name + ' offset ' + duration(stall))} > 0\n"
+            + (f"  unless\n{fold('max', over_time('max_over_time', m.QUEUE_PAUSED.name, stall))} > 0\n"
+               if paused_served(config) else "")
+            + f"  unless\n{fold('sum', over_time('increase', m.JOBS_PROCESSED.name, stall))} > 0")
+
+
+def per_shard(_aggregation: str, expr: str) -> str:
+    """A shard's own series, deduplicated (the ``fold`` of :func:`stalled` that keeps shards apart)."""
+    return dedup(expr)
+
+
 def build_alerts(config: Config) -> tuple[Alert, ...]:
-    """Every alert the config's exporter can feed (alerts.supplied), in the order the docs list them."""
+    """Every alert the config's exporter can feed (alerts.supplied; a watched system's queues have no
+    shards), in the order the docs list them."""
     recordings = rec.expressions(config)
-    return tuple(a for a in every_alert(config) if fed(config, (v.expr for v in a.variants), recordings))
+    return tuple(a for a in every_alert(config) if fed(config, (v.expr for v in a.variants), recordings)
+                 and not (a.of_shards and config.watch is not None))
 
 
 def left_out(config: Config) -> tuple[str, ...]:
@@ -223,16 +245,25 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
         ),
         Alert(
             QUEUE_STALLED,
-            f"a class that is not paused had due jobs for {duration(stall)} and completed none",
+            f"a class that is not paused had due jobs for {duration(stall)} and completed none on any of its shards",
             Text("$queue has due jobs but completes none"),
             Text(f"$queue has had at least $value:number due jobs for {duration(stall)} and completed none, "
                  "and it was not paused."),
-            _one(config, QUEUE_STALLED,
-                 f"{dedup(over_time('min_over_time', m.QUEUE_DEPTH.name, stall))} > 0\n"
-                 f"  and\n{dedup(m.QUEUE_DEPTH.name + ' offset ' + duration(stall))} > 0\n"
-                 + (f"  unless\n{dedup(over_time('max_over_time', m.QUEUE_PAUSED.name, stall))} > 0\n"
-                    if paused_served(config) else "")
-                 + f"  unless\n{dedup(over_time('increase', m.JOBS_PROCESSED.name, stall))} > 0", CRITICAL),
+            _one(config, QUEUE_STALLED, stalled(config, logical), CRITICAL),
+        ),
+        Alert(
+            QUEUE_SHARD_STALLED,
+            f"one shard of a class that is not paused had due jobs for {duration(stall)} and completed none, "
+            "while the class's other shards complete jobs",
+            Text("Shard $shard of $queue has due jobs but completes none"),
+            Text(f"Shard $shard of $queue (on Redis $master) has had at least $value:number due jobs for "
+                 f"{duration(stall)} and completed none, while the class completes jobs on its other shards: "
+                 "the tenants whose jobs sit on this shard wait while the queue looks healthy.",
+                 {"master": Query(m.REDIS_MASTER.name, (m.GROUP, m.SHARD), m.MASTER)}),
+            _one(config, QUEUE_SHARD_STALLED,
+                 f"(\n{stalled(config, per_shard)}\n)\n  unless ignoring ({m.SHARD})\n(\n{stalled(config, logical)}\n)",
+                 CRITICAL),
+            of_shards=True,
         ),
         Alert(
             PRIORITY_INVERSION,
@@ -244,7 +275,7 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
                  "classes' long jobs.", {**SLO, "depth": Query(rec.DEPTH)}),
             (Variant(f"{rec.WAIT_P99}{_class(urgent)} > {rec.MAX_AGE}{_class(urgent)}\n"
                      f"  and\n{rec.DEPTH}{_class(urgent)} <= {a.inversion_max_depth}\n"
-                     f"  unless\n{dedup(over_time('max_over_time', m.QUEUE_PAUSED.name + _class(urgent), a.rate_window))}"
+                     f"  unless\n{logical('max', over_time('max_over_time', m.QUEUE_PAUSED.name + _class(urgent), a.rate_window))}"
                      " > 0",
                      for_seconds(config, PRIORITY_INVERSION), WARNING, urgent),),
         ),
@@ -285,7 +316,7 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
             Text("$value:number jobs sit under $queue, which the applied config does not name (removed or "
                  "renamed without moving its jobs): no worker takes its queued jobs, and the oldest has waited "
                  "$age:duration. Move them to a configured class (fairctl config apply FILE --move OLD=NEW) or "
-                 "put the class back.", {"age": Query(m.UNCONFIGURED_OLDEST_AGE.name)}),
+                 "put the class back.", {"age": Query(rec.UNCONFIGURED_AGE)}),
             _one(config, JOBS_UNDER_UNCONFIGURED_CLASS, f"{unconfigured_jobs()} > 0", WARNING),
         ),
         Alert(

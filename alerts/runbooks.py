@@ -19,7 +19,7 @@ from fairness_core.config import OVER_BUDGET_REASON, Config
 from . import recording as rec
 from . import rules as r
 from .layout import RUNBOOKS_DIR, runbook_file
-from .promql import dedup, deduped_rate, duration, number, over_time, selector
+from .promql import dedup, duration, logical, logical_rate, number, over_time, selector
 
 INDEX = RUNBOOKS_DIR / "README.md"
 
@@ -35,7 +35,8 @@ class Diagnostic:
 def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
     """Every query the runbooks show, by the key the templates use."""
     window = config.alerts.rate_window
-    inflight = dedup(m.QUEUE_INFLIGHT.name)
+    inflight = logical("sum", m.QUEUE_INFLIGHT.name)
+    stall = config.alerts.stall_after
     b = rec.basis(config)
     d = Diagnostic
     return {
@@ -44,11 +45,11 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "quiet_vs_slo": d("Oldest job of the quiet (non-noisy) tenants against the SLO",
                           f"{rec.QUIET_AGE} / {rec.MAX_AGE}"),
         "depth": d("Due jobs per class", rec.DEPTH),
-        "delayed": d("Failed jobs waiting out their retry backoff", dedup(m.QUEUE_DELAYED.name)),
-        "paused": d("Paused classes (1: paused with fairctl pause)", dedup(m.QUEUE_PAUSED.name)),
+        "delayed": d("Failed jobs waiting out their retry backoff", logical("sum", m.QUEUE_DELAYED.name)),
+        "paused": d("Paused classes (1: paused with fairctl pause)", rec.PAUSED),
         "inflight": d("Leased jobs per class: who holds the worker slots", inflight),
         "fleet_busy": d("Leased jobs against the slots the fleet registered (near 1: saturated)",
-                        f"sum without ({m.QUEUE}) ({inflight})\n  / {dedup(m.WORKER_SLOTS.name)}"),
+                        f"sum without ({m.QUEUE}) ({inflight})\n  / {logical('max', m.WORKER_SLOTS.name)}"),
         "throughput": d("Completions per second per class", rec.PROCESSED_RATE),
         "worker_time": d("Worker seconds per second per class (about the worker slots its jobs keep busy)",
                          rec.WORKER_RATE),
@@ -61,8 +62,8 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "requested_vs_budget": d("Share of arrivals asked for against the arrival budget (above 1: over budget)",
                                  f"{rec.REQUESTED_SHARE} / {rec.ARRIVAL_BUDGET}"),
         "demoted": d("Arrivals demoted one class down by the budget, per second",
-                     deduped_rate(m.JOBS_DEMOTED.name, window)),
-        "rejected": d("Arrivals rejected by the budget, per second", deduped_rate(m.JOBS_REJECTED.name, window)),
+                     logical_rate(m.JOBS_DEMOTED.name, window)),
+        "rejected": d("Arrivals rejected by the budget, per second", logical_rate(m.JOBS_REJECTED.name, window)),
         "reason_rate": d("Arrivals per second by class and classification reason: which rule sends what",
                          f"sort_desc({rec.ENQUEUED_RATE})"),
         "reason_shift": d(f"Each reason's share of its class now, minus {duration(config.alerts.reason_baseline)} ago",
@@ -70,28 +71,29 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "top_tenants": d(f"The five tenants with the largest share of their class's {b.served} over "
                          f"{duration(config.exporter.window)}",
                          f"topk(5, {b.tenant_share})"),
-        "noisy": d("Tenants judged noisy per class (more than 10% of its leased jobs)", dedup(m.QUEUE_NOISY_TENANTS.name)),
+        "noisy": d("Tenants judged noisy per class (more than 10% of its leased jobs)",
+                   logical("sum", m.QUEUE_NOISY_TENANTS.name)),
         "active_tenants": d("Tenants with due jobs per class", rec.ACTIVE_TENANTS),
-        "fairness_index": d("Jain's fairness index over the class's backlogged tenants (1: fair; 1/n: one takes all)",
-                            dedup(m.QUEUE_FAIRNESS_INDEX.name)),
+        "fairness_index": d("Jain's fairness index over the class's backlogged tenants, per shard (1: fair; 1/n: one "
+                            "takes all)", dedup(m.QUEUE_FAIRNESS_INDEX.name)),
         "oldest_tenants": d("The ten tenants whose oldest job has waited longest",
                             f"topk(10, {dedup(m.TENANT_OLDEST_AGE.name)})"),
         "wait_p99_vs_slo": d("p99 enqueue-to-lease wait per class against its SLO", f"{rec.WAIT_P99} / {rec.MAX_AGE}"),
-        "completed_lately": d(f"Jobs completed per class over the last {duration(config.alerts.stall_after)}",
-                              dedup(over_time('increase', m.JOBS_PROCESSED.name, config.alerts.stall_after))),
-        "failed": d("Failed attempts per second per class (handlers raising)", deduped_rate(m.JOBS_FAILED.name, window)),
+        "completed_lately": d(f"Jobs completed per class over the last {duration(stall)}",
+                              logical("sum", over_time("increase", m.JOBS_PROCESSED.name, stall))),
+        "failed": d("Failed attempts per second per class (handlers raising)", logical_rate(m.JOBS_FAILED.name, window)),
         "redelivered_vs_completed": d("Expired leases against completions per class",
                                       f"{rec.REDELIVERED_RATE} / {rec.PROCESSED_RATE}"),
-        "dead_letters": d("Jobs in the dead-letter list", dedup(m.DEAD_LETTERS.name)),
+        "dead_letters": d("Jobs in the dead-letter lists", logical("sum", m.DEAD_LETTERS.name)),
         "dead_lettered": d(f"Jobs dead-lettered per class over the last {duration(window)}", rec.DEAD_LETTERED),
         "refused": d(f"Arrivals refused at a tenant's admission limit per class over the last {duration(window)}",
                      rec.REFUSED),
         "paused_since": d("Time each class spent paused over the last day (seconds)",
                           f"count_over_time(({rec.PAUSED} > 0)[1d:1m]) * 60"),
         "unconfigured_jobs": d("Jobs under classes the config does not name, by state (queued: served by no one)",
-                               dedup(m.UNCONFIGURED_JOBS.name)),
+                               logical("sum", m.UNCONFIGURED_JOBS.name)),
         "unconfigured_age": d("Age of the oldest queued job of each class the config does not name",
-                              dedup(m.UNCONFIGURED_OLDEST_AGE.name)),
+                              rec.UNCONFIGURED_AGE),
         "memory_fill": d(f"Redis's used memory against maxmemory (fairctl refuses enqueues at "
                          f"{number(config.redis.memory_headroom)}, redis.memory_headroom)", r.memory_fill()),
         "memory_growth": d(f"How fast Redis's memory grows, bytes per second over {duration(window)}",
@@ -99,6 +101,13 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "policy": d("Redis's maxmemory-policy (fairctl runs only on noeviction)", dedup(m.REDIS_MEMORY_POLICY.name)),
         "evicted": d(f"Keys Redis evicted over the last {duration(window)}",
                      dedup(over_time("increase", m.REDIS_EVICTED_KEYS.name, window))),
+        "shard_depth": d("Due jobs per class on each shard (one shard far above the rest: the outlier)",
+                         dedup(m.QUEUE_DEPTH.name)),
+        "shard_oldest": d("Oldest due job per class on each shard", dedup(m.QUEUE_OLDEST_AGE.name)),
+        "shard_inflight": d("Leased jobs per class on each shard", dedup(m.QUEUE_INFLIGHT.name)),
+        "shard_completed": d(f"Jobs completed per class on each shard over the last {duration(stall)}",
+                             dedup(over_time("increase", m.JOBS_PROCESSED.name, stall))),
+        "shard_master": d("The Redis server holding each shard", dedup(m.REDIS_MASTER.name)),
         "up": d("Which exporter targets Prometheus reaches", selector(r.UP, **{r.JOB: config.alerts.exporter_job})),
         "redis_up": d("Which exporters read Redis (per exporter, not deduplicated)", m.EXPORTER_REDIS_UP.name),
         "scrape_errors": d("Why scrapes could not read Redis (timeout, unavailable, error), per second",

@@ -52,7 +52,7 @@ class Firing:
 
     labels: Mapping[str, str]
     value: float
-    queried: Mapping[str, float] = field(default_factory=dict)
+    queried: Mapping[str, float | str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -136,19 +136,24 @@ class Scenario:
                **labels: str) -> list[Series]:
         """``spec``'s series as ``exporters`` exporters serve it (identical values)."""
         name = spec.series(suffix) if suffix else spec.name
-        return [Series(name, {"job": self.job, "instance": instance, m.GROUP: self.group, **labels}, values)
+        group = labels.get(m.GROUP, self.group)
+        return [Series(name, {"job": self.job, "instance": instance, m.GROUP: group, m.SHARD: group, **labels}, values)
                 for instance in INSTANCES[:exporters]]
 
     def for_minutes(self, alert: str, queue: str | None = None) -> int:
         return minutes(self.alerts[alert].variant(queue).for_seconds)
 
-    def firing(self, alert: str, value: float, queue: str | None = None, queried: Mapping[str, float] | None = None,
+    def firing(self, alert: str, value: float, queue: str | None = None, queried: Mapping[str, float | str] | None = None,
                *, grouped: bool = True, **labels: str) -> Firing:
         """An expected alert: the expression's labels (the group's unless it reads only Prometheus's
         own ``up``) plus the rule's severity."""
         expr_labels = {"job": self.job, **({m.GROUP: self.group} if grouped else {}),
                        **({m.QUEUE: queue} if queue else {}), **labels}
         return Firing({**expr_labels, "severity": self.alerts[alert].variant(queue).severity}, value, queried or {})
+
+    def shard(self, index: int) -> str:
+        """The ``shard`` label of shard ``index`` of a sharded queue (its queue group's name)."""
+        return f"{self.group}.{index}"
 
     def classes(self, count: int) -> list[tuple[str, float]]:
         """``count`` classes as (name, weight ratio among them): the config's most urgent first,
@@ -218,12 +223,39 @@ def _share_below_weight(s: Scenario) -> list[Case]:
         weight = dict(weights)[name]
         return {other: w * (1 - part) / (1 - weight) for other, w in weights if other != name} | {name: part}
 
+    def sharded(weights: Sequence[tuple[str, float]], served: Sequence[Mapping[str, float]]) -> tuple[Series, ...]:
+        """A queue of ``len(served)`` shards: each shard's completions per minute of each class
+        (a class it serves is backlogged there, any other is empty there)."""
+        out: list[Series] = []
+        for index, rates in enumerate(served):
+            shard = s.shard(index)
+            for name, weight in weights:
+                out += s.series(m.QUEUE_DEPTH, flat(1000 if name in rates else 0, end), queue=name, shard=shard)
+                out += s.series(m.QUEUE_PAUSED, flat(0, end), queue=name, shard=shard)
+                out += s.series(m.QUEUE_WEIGHT_RATIO, flat(weight, end), queue=name, shard=shard)
+                out += s.series(s.basis.counter, ramp(rates.get(name, 0), end), queue=name, shard=shard)
+        return tuple(out)
+
     weights = s.classes(max(2, len(s.config.classes)))
     starved, starved_weight = weights[-1]
     starved_share = starved_weight * tolerance / 2
     entitled = {"entitled": starved_weight}
     three = s.classes(max(3, len(s.config.classes)))
     top, top_weight = three[0]
+    (_, mid_weight), (low, low_weight) = three[1], three[-1]
+    # Six shards served exactly by weight fleet-wide (3,600 a minute), but shard 2 holds a twentieth
+    # of the top class's service beside all of the lowest class's flood: on that shard alone the
+    # top class is far below its weight. Judged shard by shard, that paged; the queue is fair.
+    fleet = {name: 3600 * w for name, w in three}
+    odd_one = {top: fleet[top] / 20, three[1][0]: fleet[three[1][0]] / 5, low: fleet[low]}
+    rest = {name: (fleet[name] - odd_one[name]) / 5 for name, _ in three[:2]}
+    uneven = [odd_one if index == 2 else rest for index in range(6)]
+    if odd_one[top] / sum(odd_one.values()) >= tolerance * top_weight:
+        raise ValueError("the uneven shard must be below the tolerance on its own")  # weights this skewed: none
+    # The classes on shards of their own (two each): every shard serves one class, all of its
+    # work, so each shard on its own looks fair; fleet-wide the top class gets half the tolerance.
+    apart = shares(three, top, top_weight * tolerance / 2)
+    separate = [{name: 3600 * apart[name] / 2} for name, _ in three for _ in range(2)]
     return [
         Case(f"every class backlogged, {starved} realises a fraction of its weight: fires for it alone",
              inputs(weights, shares(weights, starved, starved_share)),
@@ -236,6 +268,12 @@ def _share_below_weight(s: Scenario) -> list[Case]:
         # surplus is being reallocated, as it should be.
         Case(f"{top} is empty, so the others realise more than their weights: silent",
              inputs(three, shares(three, top, top_weight * tolerance / 2), empty=top), (Check(end, alert),)),
+        Case(f"six shards, shares exact fleet-wide; shard 2 serves {top} little beside all of {low}'s flood: "
+             "the logical queue is fair, silent", sharded(three, uneven), (Check(end, alert),)),
+        Case(f"each class on shards of its own (each shard fair on its own); fleet-wide {top} gets half the "
+             "tolerance: fires once for the logical queue, naming no shard",
+             sharded(three, separate),
+             (Check(end, alert, (s.firing(alert, apart[top], top, {"entitled": top_weight}),)),)),
     ]
 
 
@@ -326,6 +364,7 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
         """``shares``: each named tenant's share series (the exporter serves one only while the
         tenant is among the class's busiest of the window)."""
         out = s.series(m.QUEUE_ACTIVE_TENANTS, flat(active, end + 20), exporters=exporters, queue=queue)
+        out += s.series(s.basis.counter, ramp(60, end + 20), exporters=exporters, queue=queue)  # what the shares share
         for tenant, values in shares.items():
             out += s.series(m.QUEUE_TENANT_SHARE, values, exporters=exporters, queue=queue, tenant=tenant)
         return tuple(out)
@@ -408,6 +447,38 @@ def _stalled(s: Scenario) -> list[Case]:
              ),
         Case(f"{counted} is paused: silent", tuple(inputs(counted, 1, 0)), (Check(end, alert),)),
         Case(f"{counted} completes a job a minute: silent", tuple(inputs(counted, 0, 1)), (Check(end, alert),)),
+    ]
+
+
+def _shard_stalled(s: Scenario) -> list[Case]:
+    alert = r.QUEUE_SHARD_STALLED
+    stall = minutes(s.config.alerts.stall_after)
+    fire_at = stall + s.for_minutes(alert)
+    end = fire_at + 1
+    queue = s.config.classes[0].name
+    masters = [f"10.0.0.{index + 1}:6379" for index in range(3)]
+
+    def shard(index: int | None, per_minute: float, paused: int = 0) -> list[Series]:
+        """One shard of ``queue`` (None: the unsharded queue, its own shard) with 500 due jobs."""
+        labels = {} if index is None else {m.SHARD: s.shard(index)}
+        out = s.series(m.QUEUE_DEPTH, flat(500, end), queue=queue, **labels)
+        out += s.series(m.QUEUE_PAUSED, flat(paused, end), queue=queue, **labels)
+        out += s.series(m.JOBS_PROCESSED, ramp(per_minute, end, 1234), queue=queue, **labels)
+        return out + s.series(m.REDIS_MASTER, flat(1, end), master=masters[index or 0], **labels)
+
+    stuck = s.firing(alert, 500, queue, {"master": masters[1]}, shard=s.shard(1))
+    return [
+        Case(f"shard 1 of three completes nothing while the others drain: fires for it after "
+             f"{duration(60 * stall)} + for:, naming its Redis; {r.QUEUE_STALLED} stays silent",
+             tuple(shard(0, 60) + shard(1, 0) + shard(2, 60)),
+             (Check(fire_at - 1, alert), Check(fire_at, alert, (stuck,)), Check(fire_at, r.QUEUE_STALLED))),
+        Case(f"every shard stalls: {r.QUEUE_STALLED} fires once for the queue, no shard alert",
+             tuple(shard(0, 0) + shard(1, 0) + shard(2, 0)),
+             (Check(fire_at, alert), Check(fire_at, r.QUEUE_STALLED, (s.firing(r.QUEUE_STALLED, 1500, queue),)))),
+        Case(f"an unsharded queue stalls: {r.QUEUE_STALLED} tells it, no shard alert",
+             tuple(shard(None, 0)), (Check(fire_at, alert),)),
+        Case(f"shard 1 completes nothing while {queue} is paused: silent",
+             tuple(shard(0, 0, 1) + shard(1, 0, 1) + shard(2, 60, 1)), (Check(end, alert),)),
     ]
 
 
@@ -622,12 +693,13 @@ def _redis_down(s: Scenario) -> list[Case]:
     end = s.for_minutes(alert) + 1
 
     def inputs(*values: int) -> tuple[Series, ...]:
-        return tuple(Series(m.EXPORTER_REDIS_UP.name, {"job": s.job, "instance": instance, m.GROUP: s.group},
-                            flat(value, end))
+        return tuple(Series(m.EXPORTER_REDIS_UP.name,
+                            {"job": s.job, "instance": instance, m.GROUP: s.group, m.SHARD: s.group}, flat(value, end))
                      for instance, value in zip(INSTANCES, values))
 
     return [
-        Case("no exporter can read Redis: fires once", inputs(0, 0), (Check(end, alert, (s.firing(alert, 0),)),)),
+        Case("no exporter can read Redis: fires once", inputs(0, 0),
+             (Check(end, alert, (s.firing(alert, 0, shard=s.group),)),)),
         Case("one exporter cannot read Redis, the other can: silent", inputs(0, 1), (Check(end, alert),)),
     ]
 
@@ -650,7 +722,24 @@ def _recording(s: Scenario) -> list[Case]:
     def samples(value: Callable[[str], float]) -> tuple[Sample, ...]:
         return tuple(Sample({"job": s.job, m.GROUP: s.group, m.QUEUE: name}, value(name)) for name, _ in weights)
 
+    # One class over three shards: tenant-1 has half of shard 0's service (60 a minute) and is
+    # outside shard 1's top list (180 a minute); shard 2 serves none of the class.
+    name = weights[0][0]
+    over_shards = [x for index, (depth, age, rate) in enumerate(((5, 30, 60), (7, 90, 180), (0, 0, 0)))
+                   for x in (*s.series(m.QUEUE_DEPTH, flat(depth, end), queue=name, shard=s.shard(index)),
+                             *s.series(m.QUEUE_OLDEST_AGE, flat(age, end), queue=name, shard=s.shard(index)),
+                             *s.series(m.QUEUE_WEIGHT_RATIO, flat(weights[0][1], end), queue=name, shard=s.shard(index)),
+                             *s.series(s.basis.counter, ramp(rate, end), queue=name, shard=s.shard(index)))]
+    over_shards += s.series(m.QUEUE_TENANT_SHARE, flat(0.5, end), queue=name, tenant="tenant-1", shard=s.shard(0))
+    logical = {"job": s.job, m.GROUP: s.group, m.QUEUE: name}
     return [Case(
+        "three shards of one logical queue: depth summed, oldest age the oldest, a tenant's share over every shard",
+        tuple(over_shards), expr_checks=(
+            ExprCheck(end, rec.DEPTH, (Sample(logical, 12),)),
+            ExprCheck(end, rec.OLDEST_AGE, (Sample(logical, 90),)),
+            ExprCheck(end, s.basis.rate, (Sample(logical, 4),)),
+            ExprCheck(end, s.basis.tenant_share, (Sample({**logical, m.TENANT: "tenant-1"}, 0.5 * 60 / 240),)),
+        )), Case(
         "two exporters serve identical series: depth, rates and shares are those of one",
         tuple(series), expr_checks=(
             ExprCheck(end, rec.DEPTH, samples(lambda name: 7)),
@@ -698,6 +787,7 @@ def _every_test_file(config: Config) -> tuple[TestFile, ...]:
         TestFile(r.TENANT_DOMINATING_QUEUE, tuple(_tenant_dominating(s))),
         TestFile(r.QUIET_TENANTS_STARVING, tuple(_quiet_tenants(s))),
         TestFile(r.QUEUE_STALLED, tuple(_stalled(s))),
+        TestFile(r.QUEUE_SHARD_STALLED, tuple(_shard_stalled(s))),
         TestFile(r.PRIORITY_INVERSION, tuple(_inversion(s))),
         TestFile(r.JOBS_REDELIVERED_HIGH, tuple(_redelivered(s))),
         TestFile(r.JOBS_DEAD_LETTERED, tuple(_dead_lettered(s))),

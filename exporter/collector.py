@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from fairness_core import AppliedConfigUnreadable, Config, MemoryInfo, RedisUnavailable, Scheduler, Snapshot, redis_client
+from fairness_core.connection import server_of
 from fairness_core.memory import read_memory
 from fairness_core.version import fairctl_version
 
@@ -74,11 +75,13 @@ def scrape_client(config: Config, url: str | None = None) -> redis.Redis:
 
 @dataclass(frozen=True)
 class Reading:
-    """What one scrape reads from Redis: the scheduler's bookkeeping and INFO memory and stats
-    (None for a stand-in scheduler with no Redis, the simulator's replay)."""
+    """What one scrape reads from Redis: the scheduler's bookkeeping, INFO memory and stats, and
+    the server holding the group's keys (None for a stand-in scheduler with no Redis, the
+    simulator's replay)."""
 
     snapshot: Snapshot
-    memory: MemoryInfo | None
+    memory: MemoryInfo | None = None
+    master: str | None = None
 
 
 class SnapshotTimeout(Exception):
@@ -171,11 +174,11 @@ class ScrapeHealth:
 
 
 class Families:
-    """The families of one scrape of ``group``'s series (every one labelled with it), created on
-    first use, in contract order on output."""
+    """The families of one scrape of a shard's series (every one labelled with its logical queue,
+    ``group``, and its ``shard``), created on first use, in contract order on output."""
 
-    def __init__(self, group: str) -> None:
-        self.group = group
+    def __init__(self, group: str, shard: str) -> None:
+        self.group, self.shard = group, shard
         self._families: dict[m.MetricSpec, Metric] = {}
 
     def _family(self, spec: m.MetricSpec, labels: Mapping[str, str]) -> tuple[Metric, list[str]]:
@@ -184,7 +187,7 @@ class Families:
         family = self._families.get(spec)
         if family is None:
             family = self._families[spec] = spec.family()
-        return family, [self.group, *(labels[name] for name in spec.labels)]
+        return family, [self.group, self.shard, *(labels[name] for name in spec.labels)]
 
     def add(self, spec: m.MetricSpec, value: float, **labels: str) -> None:
         family, values = self._family(spec, labels)
@@ -224,13 +227,18 @@ def add_config(families: Families, config: Config, ratios: Mapping[str, float]) 
 
 
 class FairnessCollector(Collector):
-    """Serves the metric contract for one queue group (one Scheduler).
+    """Serves the metric contract for one queue group (one Scheduler): a shard of the logical
+    queue ``group``, labelled ``shard`` with the group's own name, or (no ``group``) an unsharded
+    queue, its own logical queue.
 
     A real :class:`Scheduler`'s config is read at every scrape; a stand-in (the simulator replays
-    snapshots through one) serves ``config`` and no Redis memory series."""
+    snapshots through one) serves ``config`` and no Redis memory or master series."""
 
-    def __init__(self, config: Config, scheduler: Scheduler, *, version: str | None = None) -> None:
+    def __init__(self, config: Config, scheduler: Scheduler, *, version: str | None = None,
+                 group: str | None = None) -> None:
         self.scheduler = scheduler
+        self.shard = config.redis.prefix
+        self.group = group or self.shard
         self._live = isinstance(scheduler, Scheduler)
         self._given = config
         self.version = version or fairctl_version()
@@ -241,7 +249,10 @@ class FairnessCollector(Collector):
         self._known_reasons: dict[str, list[str]] = {}
 
     def _read(self) -> Reading:
-        return Reading(self.scheduler.snapshot(), read_memory(self.scheduler.client) if self._live else None)
+        if not self._live:
+            return Reading(self.scheduler.snapshot())
+        client = self.scheduler.client
+        return Reading(self.scheduler.snapshot(), read_memory(client), server_of(client, self.scheduler.keys.config))
 
     @property
     def config(self) -> Config:
@@ -262,7 +273,7 @@ class FairnessCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         started = time.monotonic()
         config = self.config
-        families = Families(m.group_of(config))
+        families = Families(self.group, self.shard)
         reading = self._health.read(self._reader, config.exporter.scrape_timeout)
         if reading is not None:
             self._add_snapshot(families, reading.snapshot)
@@ -271,6 +282,8 @@ class FairnessCollector(Collector):
                 families.add(m.CONFIG_VERSION, applied.version, fingerprint=applied.fingerprint)
             if reading.memory is not None:
                 self._add_memory(families, reading.memory)
+            if reading.master is not None:
+                families.add(m.REDIS_MASTER, 1, master=reading.master)
         add_config(families, config, self._weight_ratio)
         self._health.add(families, reading is not None)
         families.add(m.EXPORTER_BUILD_INFO, 1, version=self.version, charge=config.scheduler.charge)

@@ -13,10 +13,14 @@ busiest (or oldest) ``exporter.topk_tenants`` tenants of each class right now: n
 tenant, whose label set would churn as tenants come and go (``rate()`` over a series that appears
 and disappears is wrong), and never a set of tenants chosen by when they first came.
 
-Every series also carries ``group``, the queue group it describes (its ``redis.prefix``), added
-to each family once (:meth:`MetricSpec.family`) rather than listed in every spec: two groups with
-the same class names, scraped under one Prometheus job, stay two series, and every aggregation of
-the rules keeps them apart (they aggregate ``without`` the labels they fold, never ``by``).
+Every series also carries ``group`` and ``shard``, added to each family once
+(:meth:`MetricSpec.family`) rather than listed in every spec. ``group`` names the logical queue
+(the config's ``redis.prefix``), ``shard`` the queue group inside it that the series was read from:
+a sharded queue's shard (``P.3``, or the salted name its layout gave it), or for an unsharded
+queue the group itself, a logical queue of one shard. The rules and dashboards judge the logical
+queue, folding ``shard`` (depth summed, ages the oldest, rates summed), and keep ``shard`` only
+where one shard is the story. Two queues with the same class names, scraped under one Prometheus
+job, stay two queues: every aggregation folds only the labels it names (``without``, never ``by``).
 """
 
 from __future__ import annotations
@@ -28,11 +32,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from fairness_core.config import Config
 from fairness_core.memory import SAFE_POLICY  # noqa: F401 - the rules read the safe policy from the contract
-from fairness_core.sharding import shard_prefix
 from fairness_core.snapshot import WAIT_BUCKETS_S
 
 # Label names.
-GROUP = "group"  # on every series: the queue group (see the module docstring)
+GROUP = "group"  # on every series: the logical queue (see the module docstring)
+SHARD = "shard"  # on every series: the shard (queue group) of the logical queue it was read from
 QUEUE = "queue"
 TENANT = "tenant"
 REASON = "reason"
@@ -41,6 +45,7 @@ STATE = "state"
 POLICY = "policy"
 FINGERPRINT = "fingerprint"
 CHARGE = "charge"
+MASTER = "master"
 
 # The states of queue_unconfigured_jobs.
 UNCONFIGURED_STATES = ("queued", "inflight", "delayed")
@@ -53,10 +58,9 @@ WAIT_BUCKETS = WAIT_BUCKETS_S
 
 
 def group_of(config: Config) -> str:
-    """The ``group`` label of a config's series: its queue group's ``redis.prefix``. Each shard of a
-    sharded group is a queue group of its own; a sharded config names its first shard (where a
-    dashboard opens)."""
-    return config.redis.prefix if config.redis.shards == 1 else shard_prefix(config.redis.prefix, 0)
+    """The ``group`` label of a config's series: the logical queue's name, its ``redis.prefix``
+    (sharded or not; a shard's series carry their own name in ``shard``)."""
+    return config.redis.prefix
 
 
 class Kind(Enum):
@@ -87,8 +91,8 @@ class MetricSpec:
         return self.name.removesuffix("_total") if self.kind is Kind.COUNTER else self.name
 
     def family(self) -> Metric:
-        """A new, empty family for one scrape, labelled ``group`` first, then :attr:`labels`."""
-        return _FAMILIES[self.kind](self.family_name, self.help, labels=[GROUP, *self.labels])
+        """A new, empty family for one scrape, labelled ``group`` and ``shard`` first, then :attr:`labels`."""
+        return _FAMILIES[self.kind](self.family_name, self.help, labels=[GROUP, SHARD, *self.labels])
 
     def series(self, suffix: str) -> str:
         """A histogram's ``_bucket``/``_sum``/``_count`` series, for rules and dashboards."""
@@ -191,6 +195,11 @@ CONFIG_VERSION = _gauge(
     "The version of the applied config this exporter serves, labelled with its fingerprint: every exporter of a "
     "group shows the same one within a scrape of a `fairctl config apply`.")
 
+REDIS_MASTER = _gauge(
+    "fairness_redis_master_info", (MASTER,),
+    "Always 1; the Redis server (host:port) holding the shard's keys, as the client's slot map reads it now "
+    "(on a Redis Cluster, the master of the shard's hash slot).")
+
 # ------------------------------------------------------------------ Redis memory (INFO memory and stats)
 REDIS_MEMORY_USED = _gauge(
     "fairness_redis_memory_used_bytes", (),
@@ -228,7 +237,7 @@ FROM_REDIS: tuple[MetricSpec, ...] = (
     QUEUE_OLDEST_AGE, QUEUE_DEPTH, QUEUE_INFLIGHT, QUEUE_DELAYED, QUEUE_PAUSED, QUEUE_ACTIVE_TENANTS,
     QUEUE_NOISY_TENANTS, QUEUE_QUIET_OLDEST_AGE, QUEUE_FAIRNESS_INDEX, JOBS_ENQUEUED, JOBS_PROCESSED,
     QUEUE_WORKER_SECONDS, JOBS_FAILED, JOBS_REDELIVERED, JOBS_DEAD_LETTERED, JOBS_PROMOTED, JOBS_DEMOTED, JOBS_REJECTED, JOBS_REFUSED, JOBS_WAIT,
-    QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION,
+    QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION, REDIS_MASTER,
     *UNCONFIGURED, *REDIS_MEMORY,
 )
 # Always served.

@@ -164,21 +164,23 @@ def exporter_server(config: Config, scheduler: Scheduler, host: str, port: int, 
     return ExporterServer(make_app(make_registry(config, scheduler), title), host, port, tls=tls)
 
 
-def server_for(configs: Sequence[Config], host: str, port: int, *,
+def server_for(queues: Sequence[tuple[Config, Sequence[Config]]], host: str, port: int, *,
                tls: ssl.SSLContext | None = None) -> ExporterServer:
-    """The sidecar of one config, or of several at once (each read with its own client and
-    budget, every series labelled with its group), not yet started."""
-    collectors = [collector_for(c) for c in configs]
+    """The sidecar of one or several logical queues, each given with its queue groups (itself, or
+    a sharded queue's shards: ``fairctl.common.load_queues``), not yet started. Each group is read
+    with its own client and budget, its series labelled with its queue and its shard."""
+    collectors = [collector_for(group, config.redis.prefix) for config, groups in queues for group in groups]
     collector = collectors[0] if len(collectors) == 1 else GroupsCollector(collectors)
     title = "fairctl exporter: " + "; ".join(
-        f"{f'{c.watch.system} queues' if c.watch is not None else f'queue group {m.group_of(c)}'} "
-        f"({', '.join(c.class_names)})" for c in configs)
+        f"{f'{c.watch.system} queues' if c.watch is not None else f'queue {m.group_of(c)}'} "
+        f"({', '.join(c.class_names)}{f', {len(groups)} shards' if len(groups) > 1 else ''})" for c, groups in queues)
     return ExporterServer(make_app(own_registry(collector), title), host, port, tls=tls)
 
 
-def collector_for(config: Config) -> Collector:
-    """A config's collector: its watched system's, read only (no Scheduler, which would apply a
-    config in that Redis), or its queue group's."""
+def collector_for(config: Config, group: str) -> Collector:
+    """A queue group's collector, its series labelled as a shard of the logical queue ``group``:
+    its watched system's, read only (no Scheduler, which would apply a config in that Redis), or
+    its own queue group's."""
     if config.watch is not None:
         return WatchCollector(config, watch_client(config))
-    return FairnessCollector(config, Scheduler(config, scrape_client(config)))
+    return FairnessCollector(config, Scheduler(config, scrape_client(config)), group=group)

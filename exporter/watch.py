@@ -49,7 +49,7 @@ class WatchCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         started = time.monotonic()
-        families = Families(m.group_of(self.config))
+        families = Families(m.group_of(self.config), m.group_of(self.config))
         reading = self._health.read(self._reader, self.config.exporter.scrape_timeout)
         if reading is not None:
             self._add_reading(families, *reading)

@@ -100,21 +100,17 @@ def load(config_path: Path, redis_url: str | None) -> Config:
 def load_queues(config_paths: list[Path] | None, redis_url: str | None) -> list[tuple[Config, list[Config]]]:
     """The configs of several ``--config`` (default: the one :func:`load` reads), each with
     ``--redis-url`` applied, and each with its queue groups (:func:`groups_of`: itself, or a
-    sharded one's shards); two that share a queue group (the ``group`` label their series would
-    share: ``redis.prefix``, or a shard's name) fail with exit code 2."""
+    sharded one's shards); two that share a queue group (its keys, and the ``shard`` label their
+    series would share: ``redis.prefix``, or a shard's name) fail with exit code 2."""
     configs = [load(path, redis_url) for path in config_paths or [DEFAULT_CONFIG]]
     queues = [(config, groups_of(config)) for config in configs]
     groups = [group_of(group) for _, held in queues for group in held]
-    twice = next((g for g in groups if groups.count(g) > 1), None)
+    names = [group_of(config) for config in configs]  # the ``group`` label: two queues would add up as one
+    twice = next((g for g in (*groups, *names) if groups.count(g) > 1 or names.count(g) > 1), None)
     if twice is not None:
         fail("--config", f"two configs describe queue group {twice} (their redis.prefix): give each group its own "
                          "prefix, and each config once")
     return queues
-
-
-def load_groups(config_paths: list[Path] | None, redis_url: str | None) -> list[Config]:
-    """The queue groups of :func:`load_queues`, a sharded config standing for each of its shards."""
-    return [group for _, held in load_queues(config_paths, redis_url) for group in held]
 
 
 def groups_of(config: Config) -> list[Config]:

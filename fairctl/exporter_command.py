@@ -15,7 +15,7 @@ import typer
 from exporter import metrics as m
 from exporter.server import DEFAULT_PORT, listen_address, server_for, tls_context
 
-from .common import ConfigsOption, RedisUrlOption, fail, load_groups
+from .common import ConfigsOption, RedisUrlOption, fail, load_queues
 
 app = typer.Typer()
 log = logging.getLogger("fairctl.exporter")
@@ -52,7 +52,8 @@ def exporter(
     answer in time with fairness_exporter_redis_up 0, and values come back by themselves when
     Redis does. Several --config serve several queue groups from one exporter, each group read
     with its own client and budget at once."""
-    loaded = load_groups(configs, redis_url)
+    queues = load_queues(configs, redis_url)
+    loaded = [config for config, _ in queues]
     cfg = loaded[0]
     try:  # the config's exporter.listen was checked when it was loaded
         host, port = listen_address(listen if listen is not None else cfg.exporter.listen)
@@ -60,7 +61,7 @@ def exporter(
         fail("--listen", str(exc))
     tls = _tls(tls_cert, tls_key)
     try:
-        server = server_for(loaded, host, port, tls=tls)
+        server = server_for(queues, host, port, tls=tls)
     except ValueError as exc:  # the message never repeats the URL
         fail("watch.url" if any(c.watch is not None and c.watch.url for c in loaded) else "--redis-url", str(exc))
     try:
@@ -68,10 +69,11 @@ def exporter(
     except OSError as exc:
         fail("--listen", f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for c in loaded:
-        watched = f"{c.watch.system}'s queues as group" if c.watch is not None else "queue group"
-        log.info("serving %s for %s %s (%d classes), scrape budget %gs", server.url, watched, m.group_of(c),
-                 len(c.classes), c.exporter.scrape_timeout)
+    for c, groups in queues:
+        watched = f"{c.watch.system}'s queues as group" if c.watch is not None else "queue"
+        shards = f", {len(groups)} shards" if len(groups) > 1 else ""
+        log.info("serving %s for %s %s (%d classes%s), scrape budget %gs", server.url, watched, m.group_of(c),
+                 len(c.classes), shards, c.exporter.scrape_timeout)
     stopping = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:

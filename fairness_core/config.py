@@ -64,6 +64,7 @@ ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
     "TenantDominatingQueue": 900.0,
     "QuietTenantsStarving": 300.0,
     "QueueStalled": 300.0,
+    "QueueShardStalled": 300.0,
     "PriorityInversion": 300.0,
     "JobsRedeliveredHigh": 900.0,
     "FairnessExporterDown": 300.0,

@@ -111,3 +111,12 @@ def describe(client: Any) -> tuple[str, str]:
         return "Redis Cluster", client.get_default_node().name
     kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
     return "Redis", f"{kwargs.get('host', kwargs.get('path', 'redis'))}:{kwargs.get('port', '')}".rstrip(":")
+
+
+def server_of(client: Any, key: str) -> str:
+    """The server (``host:port``) holding ``key``: on a Cluster, the master of its slot as the
+    client's slot map says now (no round trip once the map is known); else the one Redis."""
+    if isinstance(client, ClusterClient):
+        node = client.cluster().get_node_from_key(key)
+        return f"{node.host}:{node.port}"
+    return describe(client)[1]

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from .classification import classify
 from .config import Config
-from .connection import ClusterClient, redis_errors
+from .connection import ClusterClient, redis_errors, server_of
 from .jobs import SEP, Enqueued, Finished, InvalidJob, Lease, Popped, check_tenant, check_tier, decoded, settled
 from .keys import CLASS_PARTS, Keys
 from .scheduler import ApplyOutcome, Scheduler, check_pop
@@ -210,13 +210,13 @@ class ShardedScheduler:
         prefix = self.keys.prefix
         if not isinstance(self.client, ClusterClient):
             return [shard_prefix(prefix, i) for i in shards]
-        cluster = self.client.cluster()
+        client = self.client
 
         def master_of(name: str) -> str:
-            node = cluster.get_node_from_key(Keys(name).config)
-            return f"{node.host}:{node.port}"
+            return server_of(client, Keys(name).config)
 
-        serving = {f"{nodes[0].host}:{nodes[0].port}" for nodes in cluster.nodes_manager.slots_cache.values() if nodes}
+        serving = {f"{nodes[0].host}:{nodes[0].port}"
+                   for nodes in client.cluster().nodes_manager.slots_cache.values() if nodes}
         return place(prefix, shards, placed, master_of, sorted(serving))  # a master without slots takes no shard
 
     def served_shards(self) -> range:
@@ -231,8 +231,7 @@ class ShardedScheduler:
         held: dict[str, list[int]] = {}
         with redis_errors(self.client):
             for index in self.served_shards():
-                node = self.client.cluster().get_node_from_key(self.shard(index).keys.config)
-                held.setdefault(f"{node.host}:{node.port}", []).append(index)
+                held.setdefault(server_of(self.client, self.shard(index).keys.config), []).append(index)
         return held
 
     def groups(self) -> list[Scheduler]:

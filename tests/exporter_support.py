@@ -78,16 +78,17 @@ def parse_grouped(text: str) -> dict[tuple[str, Labels], float]:
 
 
 def parse(text: str) -> dict[tuple[str, Labels], float]:
-    """The samples of one queue group's exporter, keyed without the ``group`` label, which every
-    sample must carry, with one value: a scrape of several groups needs :func:`parse_grouped`."""
+    """The samples of one queue group's exporter, keyed without the ``group`` and ``shard`` labels,
+    which every sample must carry, with one value each: a scrape of several groups or shards needs
+    :func:`parse_grouped`."""
     out: dict[tuple[str, Labels], float] = {}
-    groups = set()
+    places = set()
     for (name, labels), value in parse_grouped(text).items():
-        group = dict(labels).get(m.GROUP)
-        assert group is not None, f"{name}{dict(labels)} has no {m.GROUP} label"
-        groups.add(group)
-        out[(name, tuple(kv for kv in labels if kv[0] != m.GROUP))] = value
-    assert len(groups) <= 1, f"a scrape of several groups ({sorted(groups)}): read it with parse_grouped"
+        where = dict(labels)
+        assert m.GROUP in where and m.SHARD in where, f"{name}{where} lacks a {m.GROUP} or {m.SHARD} label"
+        places.add((where[m.GROUP], where[m.SHARD]))
+        out[(name, tuple(kv for kv in labels if kv[0] not in (m.GROUP, m.SHARD)))] = value
+    assert len(places) <= 1, f"a scrape of several groups or shards ({sorted(places)}): read it with parse_grouped"
     return out
 
 

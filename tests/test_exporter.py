@@ -36,7 +36,7 @@ from fairness_core.worker import Worker
 from fairness_stack.servers import RedisServer, free_port
 
 from .conftest import ROOT, make_config
-from .exporter_support import fetch, promtool_check_metrics, running_exporter, scrape
+from .exporter_support import fetch, parse_grouped, promtool_check_metrics, running_exporter, scrape
 from .support import running, wait_for, write_config
 
 NO_BUDGET = {"budget_min_arrivals": 10**9}  # arrival budgets are not what these tests measure
@@ -179,6 +179,10 @@ def test_configured_classes_with_no_work_report_zero(redis_server: RedisServer) 
     assert got.series(m.JOBS_PROCESSED.name) == {((m.QUEUE, q),): 0 for q in config.class_names}
     assert got.series(m.TENANT_SHARE.name) == {} and got.series(m.TENANT_OLDEST_AGE.name) == {}
     assert got.series(m.QUEUE_TENANT_SHARE.name) == {}
+    # An unsharded queue is a logical queue of one shard, the group itself, on the one Redis.
+    assert got.series(m.REDIS_MASTER.name) == {((m.MASTER, f"127.0.0.1:{redis_server.port}"),): 1}
+    places = {(dict(labels)[m.GROUP], dict(labels)[m.SHARD]) for _, labels in parse_grouped(got.text)}
+    assert places == {(config.redis.prefix, config.redis.prefix)}
 
 
 def test_promtool_finds_nothing_wrong_in_a_scrape_while_workers_run(redis_server: RedisServer) -> None:

@@ -59,7 +59,7 @@ def alerting(config: Config, tmp_path: Path) -> Iterator[tuple[ExporterServer, P
     evaluating the rules ``fairctl generate`` writes for that config."""
     rules = tmp_path / "rules.yml"
     rules.write_text(rules_text(config))
-    with server_for([config], "127.0.0.1", 0) as server, \
+    with server_for([(config, [config])], "127.0.0.1", 0) as server, \
             Prometheus([server.url.split("/")[2]], tmp_path, (rules,)) as prometheus:
         yield server, prometheus
 
