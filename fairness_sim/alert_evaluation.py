@@ -29,6 +29,7 @@ from alerts import promtool
 from exporter import metrics as m
 from exporter.collector import FairnessCollector
 from fairness_core import Config, Scheduler, Snapshot
+from fairness_core.sharded import shard_config
 
 INSTANCE = "simulator:29100"  # the simulated exporter's scrape target
 # Wall-clock figures of the simulating process, not of the simulated system.
@@ -67,6 +68,15 @@ class _Replay:
         return self.current
 
 
+class _Shard:
+    """One shard's collector, labelled as the production exporter labels it, on its replay."""
+
+    def __init__(self, config: Config, shard: int) -> None:
+        self.replay = _Replay()
+        group = config if config.redis.shards == 1 else shard_config(config, shard)
+        self.collector = FairnessCollector(group, cast(Scheduler, self.replay), group=config.redis.prefix)
+
+
 def _series_key(name: str, labels: Mapping[str, str]) -> str:
     inner = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
     return f"{name}{{{inner}}}"
@@ -81,26 +91,32 @@ class SeriesRecorder:
     series; a series missing from a scrape gets a staleness marker, as Prometheus writes."""
 
     def __init__(self, config: Config) -> None:
-        self._replay = _Replay()
-        self._collector = FairnessCollector(config, cast(Scheduler, self._replay))
+        self._shards = self._collectors(config)
         self._values: dict[str, list[float | None]] = {}
         self._keys: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}  # most series recur every scrape
         self._target = {"job": config.alerts.exporter_job, "instance": INSTANCE}  # what the rules select on
         self.scrapes = 0
 
+    @staticmethod
+    def _collectors(config: Config) -> list[_Shard]:
+        """A collector per shard (one for an unsharded queue), as ``fairctl exporter`` serves them."""
+        return [_Shard(config, i) for i in range(config.redis.shards)]
+
     def reconfigure(self, now_ms: int, config: Config) -> None:
         """Serve ``config``'s classes and their weights, SLOs and budgets from the next scrape on,
         as an exporter on an applied config does."""
-        self._collector = FairnessCollector(config, cast(Scheduler, self._replay))
+        self._shards = self._collectors(config)
 
-    def observe(self, now_ms: int, snapshot: Snapshot) -> None:
-        self._replay.current = snapshot
+    def observe(self, now_ms: int, snapshots: Sequence[Snapshot]) -> None:
+        """One scrape of every shard's exporter: ``snapshots``, a snapshot per shard."""
         self._add("up", {}, 1.0)
-        for family in self._collector.collect():
-            if family.name in _NOT_SIMULATED:
-                continue
-            for sample in family.samples:
-                self._add(sample.name, sample.labels, sample.value)
+        for shard, snapshot in zip(self._shards, snapshots, strict=True):
+            shard.replay.current = snapshot
+            for family in shard.collector.collect():
+                if family.name in _NOT_SIMULATED:
+                    continue
+                for sample in family.samples:
+                    self._add(sample.name, sample.labels, sample.value)
         self.scrapes += 1
         for values in self._values.values():
             if len(values) < self.scrapes:

@@ -152,8 +152,12 @@ class ShardedModel:
                 out.setdefault(name, Waiting({})).queues.update(cls.queues)
         return out
 
+    def snapshots(self, now: int) -> list[Snapshot]:
+        """Each shard's snapshot, shard 0 first: what each shard's exporter would read."""
+        return [m.snapshot(now) for m in self.models]
+
     def snapshot(self, now: int) -> Snapshot:
-        return merged_snapshot([m.snapshot(now) for m in self.models])
+        return merged_snapshot(self.snapshots(now))
 
 
 # ------------------------------------------------------------------ figures

@@ -35,6 +35,7 @@ from fairness_core.config import Config
 from fairness_core.config_store import ConfigRefused, differences
 from fairness_core.jobs import BudgetRejected, Lease, TenantLimitReached
 from fairness_core.model import Model
+from fairness_core.merged_snapshot import merged_snapshot
 from fairness_core.snapshot import Snapshot
 from fairness_core.worker import PROMOTE_EVERY_S, REAP_EVERY_S
 
@@ -43,7 +44,8 @@ from .scenario import Backlog, ConfigChange, Scenario, Stream, run_name, run_par
 from .shards import ShardedModel, ShardFigures, shard_figures
 from .worktime import WorkerTime, WorkerTimeResult
 
-Observer = Callable[[int, Snapshot], None]
+# Called at every scrape with each shard's snapshot (one for an unsharded queue).
+Observer = Callable[[int, Sequence[Snapshot]], None]
 Reconfigure = Callable[[int, Config], None]
 Progress = Callable[[float], None]
 
@@ -166,7 +168,8 @@ def _percentile(ordered: Sequence[Any], q: float) -> Any:
 
 class Simulation:
     """One scenario under one policy (``policy/charge`` for a charge basis of ``charges``).
-    ``observe(now_ms, snapshot)`` is called at every scrape; ``progress(fraction)`` as virtual time
+    ``observe(now_ms, snapshots)`` is called at every scrape, with each shard's snapshot (one for an
+    unsharded queue, as its exporters would read them); ``progress(fraction)`` as virtual time
     advances; ``reconfigure(now_ms, config)`` when a config change is applied."""
 
     def __init__(self, scenario: Scenario, policy: str, *, observe: Observer | None = None,
@@ -304,7 +307,8 @@ class Simulation:
             self.reconfigure(now, config)
 
     def _scrape(self, now: int) -> None:
-        snapshot = self.model.snapshot(now)
+        parts = self.model.snapshots(now) if isinstance(self.model, ShardedModel) else [self.model.snapshot(now)]
+        snapshot = parts[0] if len(parts) == 1 else merged_snapshot(parts)
         tl = self.timeline
         tl.times_s.append(now / 1000.0)
         done = sum(self._completed.values()) - sum(self._completed_at_scrape.values())
@@ -326,7 +330,7 @@ class Simulation:
             tl.active_tenants[name].append(view.active_tenants)
         self._completed_at_scrape = Counter(self._completed)
         if self.observe is not None:
-            self.observe(now, snapshot)
+            self.observe(now, parts)
         if self.progress is not None:
             self.progress(now / self.end_ms)
 

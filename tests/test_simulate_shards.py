@@ -1,13 +1,15 @@
 """``fairctl simulate --shards N --hand K``: the sharded queue modelled as N shards of the reference
 model. One shard is today's simulation, output and all; six shards with hands of two keep the class
-shares fleet-wide and serve the flooder's shard-mates like every other tenant; bad layouts exit 2
-naming the option."""
+shares fleet-wide and serve the flooder's shard-mates like every other tenant; the rules, fed each
+shard's series as production exporters serve them, judge the logical queue exactly as they judge
+the shards merged into one; bad layouts exit 2 naming the option."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,16 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
+from alerts.output import rules_text
+from exporter import metrics as m
 from fairctl.cli import app
 from fairness_core.config import Config, load_config
+from fairness_core.merged_snapshot import merged_snapshot
+from fairness_core.snapshot import Snapshot
+from fairness_sim.alert_evaluation import SeriesRecorder, evaluate
+from fairness_sim.scenario import load_scenario
 from fairness_sim.shards import predict
+from fairness_sim.simulator import scenario_config, simulate
 
 from .conftest import EXAMPLE_CONFIG
 from .test_simulate_core import MINI_STORM
@@ -100,6 +109,39 @@ def test_a_sharded_run_reports_the_drift_and_the_flood_cost(tmp_path: Path) -> N
                      r"of its \d+ other tenants", result.stdout), result.stdout
     sharded = json.loads(out.read_text())["policies"]["weighted-fair"]["sharded"]
     assert sharded["shards"] == 6 and sharded["hand"] == 2 and sharded["flood_cost"]["tenant"] == "acme-marketing"
+
+
+def test_the_rules_judge_the_shards_series_as_the_one_queue_they_make(tmp_path: Path) -> None:
+    """The first half hour of the storm on 6 shards, hands of 2, under fifo (where most alerts
+    fire): the rules given each shard's series (group and shard labels, as ``fairctl exporter``
+    serves a sharded queue) fire the same alerts for the logical queue, at the same evaluations,
+    as given the shards' snapshots merged into one queue group's. Only the shard-level alert adds
+    to them, naming a shard."""
+    scenario = dataclasses.replace(load_scenario("marketing-storm").with_shards(6, 2), duration=1800.0)
+    config = scenario_config(scenario, "fifo")
+    one_group = dataclasses.replace(config, redis=dataclasses.replace(config.redis, shards=1, shard_hand=1))
+    shards, merged = SeriesRecorder(config), SeriesRecorder(one_group)
+
+    def observe(now: int, parts: Sequence[Snapshot]) -> None:
+        assert len(parts) == 6
+        shards.observe(now, parts)
+        merged.observe(now, [merged_snapshot(parts)])
+
+    simulate(scenario, "fifo", observe=observe)
+    rules = tmp_path / "rules.yml"
+    rules.write_text(rules_text(config))
+
+    def fired(recorder: SeriesRecorder) -> list[tuple[str, float, dict[str, str]]]:
+        alerts = evaluate(rules, "fifo", recorder.input_series(), scrape_interval=scenario.scrape_interval,
+                          evaluation_interval=scenario.evaluation_interval, duration=scenario.duration)
+        return [(a.alert, a.first_firing_s, dict(a.labels)) for a in alerts]
+
+    by_shard, logical = fired(shards), fired(merged)
+    assert {name for name, _, _ in logical} >= {"QueueStarving", "QueueShareBelowWeight", "TenantDominatingQueue"}
+    assert [a for a in by_shard if a[0] != "QueueShardStalled"] == logical
+    assert all(m.SHARD not in labels for _, _, labels in logical)
+    assert all(labels[m.SHARD].startswith(f"{config.redis.prefix}.") for name, _, labels in by_shard
+               if name == "QueueShardStalled")
 
 
 @pytest.mark.parametrize(
