@@ -71,6 +71,14 @@ def logical_rate(series: str, seconds: float, offset: float | None = None) -> st
     return logical("sum", over_time("rate", series, seconds, offset))
 
 
+def over_shards(share: str, served: str, label: str) -> str:
+    """A share of the logical queue from each shard's ``share`` by ``label`` (a tenant's part of
+    the shard's service), which do not add up: each weighted by what its shard ``served``, summed,
+    over what every shard served. A ``label`` value a shard does not list counts 0 there."""
+    return (f"sum without ({SHARD}) (\n  {share}\n  * ignoring ({label}) group_left\n  {served}\n)\n"
+            f"  / ignoring ({label}) group_left\nsum without ({SHARD}) ({served} > 0)")
+
+
 def share(part: str, label: str) -> str:
     """``part`` divided by its own total over ``label``: the share of each value of ``label``."""
     return f"({part})\n  / ignoring ({label}) group_left\nsum without ({label}) ({part})"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from exporter import metrics as m
 from fairness_core.config import OVER_BUDGET_REASON, Config
 
-from .promql import dedup, deduped_rate, excluding, logical, logical_rate, over_time, share
+from .promql import dedup, deduped_rate, excluding, logical, logical_rate, over_shards, over_time, share
 from .supplied import fed, paused_served
 
 LEVEL = "fairctl"
@@ -195,8 +195,5 @@ def every_recording(config: Config) -> tuple[Recording, ...]:
 
 def tenant_share(counter: m.MetricSpec, window: float) -> str:
     """A tenant's share of its class's service over every shard: each shard's share of the tenant
-    (over ``window``, exporter.window) times what that shard served of the class, summed, over
-    what every shard served of it. A tenant outside a shard's top list counts 0 there."""
-    served = deduped_rate(counter.name, window)
-    return (f"sum without ({m.SHARD}) (\n  {dedup(m.QUEUE_TENANT_SHARE.name)}\n  * ignoring ({m.TENANT}) group_left\n"
-            f"  {served}\n)\n  / ignoring ({m.TENANT}) group_left\nsum without ({m.SHARD}) ({served} > 0)")
+    (over ``window``, exporter.window) weighted by what that shard served of the class."""
+    return over_shards(dedup(m.QUEUE_TENANT_SHARE.name), deduped_rate(counter.name, window), m.TENANT)

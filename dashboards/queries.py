@@ -2,13 +2,15 @@
 variables, so one Prometheus holding several deployments, or several queue groups of one, shows
 the one picked, and no job or group is written here.
 
-Raw series are deduplicated across exporters exactly as the rules do (:func:`alerts.promql.dedup`);
-recording rules already are, and are used wherever one fits.
+A panel shows the logical queue unless it says it is per shard. Raw series are deduplicated across
+exporters and folded over the queue's shards exactly as the rules do (:func:`alerts.promql.logical`);
+recording rules already are, and are used wherever one fits. The per-shard queries keep ``shard``
+(the ``$shard`` variable picks which) and fold the classes instead, one series per shard.
 """
 
 from __future__ import annotations
 
-from alerts.promql import dedup, deduped_rate, quote
+from alerts.promql import dedup, deduped_rate, logical, logical_rate, over_shards, quote
 from exporter import metrics as m
 from exporter.metrics import MetricSpec
 
@@ -17,6 +19,7 @@ from .layout import GROUP_VAR
 JOB = "job"
 JOB_VAR = "job"
 TENANT_VAR = "tenant"
+SHARD_VAR = "shard"
 DATASOURCE_VAR = "datasource"
 # Prometheus's own series of firing/pending alerts: the only name here not from the contract.
 ALERTS = "ALERTS"
@@ -45,21 +48,52 @@ def select(name: str, *matchers: str) -> str:
                                   *matchers)) + "}"
 
 
-def gauge(spec: MetricSpec, *matchers: str) -> str:
-    """A raw gauge, one value whatever the number of exporters."""
-    return dedup(select(spec.name, *matchers))
+def gauge(aggregation: str, spec: MetricSpec, *matchers: str) -> str:
+    """A raw gauge of the logical queue: one value whatever the number of exporters, folded over
+    the shards with ``aggregation`` (``sum`` for counts, ``max`` for ages and flags)."""
+    return logical(aggregation, select(spec.name, *matchers))
 
 
 def rate(series: str, seconds: float, *matchers: str) -> str:
-    """A counter's per-second rate, rated per exporter then deduplicated (like the rules)."""
-    return deduped_rate(select(series, *matchers), seconds)
+    """A counter's per-second rate of the logical queue: rated per exporter, deduplicated and
+    summed over the shards (like the rules)."""
+    return logical_rate(select(series, *matchers), seconds)
 
 
-def quantile(q: float, bucket_series: str, seconds: float) -> str:
-    return f"histogram_quantile({q}, {rate(bucket_series, seconds)})"
+def quantile(q: float, bucket_series: str, seconds: float, *matchers: str) -> str:
+    """A histogram's quantile over the logical queue (the shards' buckets add up)."""
+    return f"histogram_quantile({q}, {rate(bucket_series, seconds, *matchers)})"
+
+
+def tenant_share(counter: MetricSpec, seconds: float, *matchers: str) -> str:
+    """The top tenants' share of the logical queue's service (``counter`` over ``seconds``, the
+    exporter's window). Each shard serves its tenants' shares of its own service, which do not add
+    up: they are weighted by what each shard served, as the recorded per-class shares are."""
+    served = f"sum without ({m.QUEUE}) ({deduped_rate(select(counter.name), seconds)})"
+    return over_shards(dedup(select(m.TENANT_SHARE.name, *matchers)), served, m.TENANT)
+
+
+def shard_gauge(aggregation: str, spec: MetricSpec, *matchers: str) -> str:
+    """A raw gauge of each shard ``$shard`` picks, folded over the classes with ``aggregation``."""
+    return per_shard(aggregation, dedup(shard_select(spec.name, *matchers)))
+
+
+def shard_rate(series: str, seconds: float, *matchers: str) -> str:
+    """A counter's per-second rate on each shard ``$shard`` picks, summed over the classes."""
+    return per_shard("sum", deduped_rate(shard_select(series, *matchers), seconds))
+
+
+def shard_select(name: str, *matchers: str) -> str:
+    """:func:`select` of the shards ``$shard`` picks."""
+    return select(name, re(m.SHARD, var(SHARD_VAR)), *matchers)
+
+
+def per_shard(aggregation: str, expr: str) -> str:
+    """``expr``, which keeps ``shard``, folded over the classes: one series per shard, to lay the
+    shards side by side."""
+    return f"{aggregation} without ({m.QUEUE}) ({expr})"
 
 
 def label_values(series: str, label: str, *matchers: str) -> str:
     """A Grafana template variable query listing ``label``'s values."""
     return f"label_values({select(series, *matchers)}, {label})"
-

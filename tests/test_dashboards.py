@@ -1,6 +1,7 @@
 """The generated dashboards: current with the config, written against the metric contract, parsed
-by Grafana's own dashboard model (grafana-foundation-sdk), laid out on the grid without overlap, and
-importable anywhere (datasource and job are variables, ``__inputs``/``__requires`` present)."""
+by Grafana's own dashboard model (grafana-foundation-sdk), laid out on the grid without overlap,
+importable anywhere (datasource and job are variables, ``__inputs``/``__requires`` present), and
+showing the logical queue: every raw series folded over its shards, but in the per-shard panels."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from dashboards.build import DATASOURCE, GRID_WIDTH, INPUT, overview
 from dashboards.layout import (
     CONTAINER_DASHBOARDS,
     GENERATED_DIR,
+    GROUP_VAR,
     OVERVIEW_UID,
     TENANT_UID,
     dashboard_file,
@@ -37,6 +39,9 @@ from .test_alerts import metric_names
 
 GENERATED = ROOT / GENERATED_DIR
 UIDS = (OVERVIEW_UID, TENANT_UID)
+RAW_SERIES = {spec.name for spec in m.ALL} | {m.JOBS_WAIT.series(s) for s in ("_bucket", "_sum", "_count")}
+SELECTOR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{")
+FOLDING_SHARD = re.compile(rf"without \({m.SHARD}\) \(")
 
 
 def committed(uid: str) -> dict[str, Any]:
@@ -66,6 +71,31 @@ def variable_series(query: str) -> str:
 
 def annotation_queries(data: dict[str, Any]) -> list[str]:
     return [a["expr"] for a in data["annotations"]["list"]]
+
+
+def rows(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Every row's title with the panels under it."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for p in panels(data):
+        if p["type"] == "row":
+            out[p["title"]] = []
+        else:
+            list(out.values())[-1].append(p)
+    return out
+
+
+def unfolded(expr: str) -> set[str]:
+    """The raw series ``expr`` selects outside every aggregation that folds ``shard`` (``... without
+    (shard) (...)``): those it shows per shard."""
+    spans = []
+    for match in FOLDING_SHARD.finditer(expr):
+        end, depth = match.end(), 1
+        while depth:
+            depth += {"(": 1, ")": -1}.get(expr[end], 0)
+            end += 1
+        spans.append((match.end(), end))
+    return {s.group(1) for s in SELECTOR.finditer(expr)
+            if s.group(1) in RAW_SERIES and not any(start <= s.start() < end for start, end in spans)}
 
 
 def test_committed_output_is_what_the_example_config_generates() -> None:
@@ -157,7 +187,7 @@ def test_each_class_has_its_oldest_age_panel_with_its_slo_as_a_threshold_line() 
     config = make_config(classes=classes, classification=[{"class": "c4", "reason": "default"}],
                          alerts={"runbook_url": "https://runbooks.example.com/{alert}"})
     data = json.loads(json.dumps(overview(config).to_json_data(), default=lambda o: o.to_json_data()))
-    oldest = [p for p in panels(data) if p["title"].startswith("Oldest job age")]
+    oldest = [p for p in panels(data) if p["title"].startswith("Oldest job age:")]
     assert [p["title"] for p in oldest] == [f"Oldest job age: c{i}" for i in range(5)]
     for i, p in enumerate(oldest):
         assert p["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]["value"] == 60.0 * (i + 1)
@@ -200,3 +230,42 @@ def test_share_panels_use_the_configured_basis_and_worker_time_is_shown_under_ei
     titles = " ".join(p["title"] + " " + p.get("description", "") for data in boards.values() for p in panels(data)
                       if "share" in p["title"].lower())
     assert basis.served in titles and other.served not in titles
+
+
+def test_the_logical_panels_fold_shard_and_one_row_lays_the_shards_side_by_side() -> None:
+    boards = {uid: committed(uid) for uid in UIDS}
+    shard_var = q.var(q.SHARD_VAR)
+    (row,) = [title for title, cells in rows(boards[OVERVIEW_UID]).items()
+              if any(shard_var in t["expr"] for p in cells for t in p["targets"])]
+    side_by_side = rows(boards[OVERVIEW_UID])[row]
+    targets = [t for p in side_by_side for t in p["targets"]]
+    assert {m.QUEUE_DEPTH.name, m.QUEUE_OLDEST_AGE.name} <= set().union(*(metric_names(t["expr"]) for t in targets))
+    for t in targets:
+        assert t["legendFormat"] == "{{" + m.SHARD + "}}" and shard_var in t["expr"], t
+        assert unfolded(t["expr"]) and not FOLDING_SHARD.search(t["expr"]), t["expr"]
+    logical = [(title, expr) for data in boards.values() for title, expr in panel_queries(data)
+               if title not in {p["title"] for p in side_by_side}]
+    assert any(metric_names(expr) & RAW_SERIES for _, expr in logical)
+    for title, expr in logical:
+        assert shard_var not in expr and not unfolded(expr), (title, expr)
+    (fairness,) = [p for p in panels(boards[OVERVIEW_UID]) if m.QUEUE_FAIRNESS_INDEX.name in str(p.get("targets"))]
+    assert f"min without ({m.SHARD})" in fairness["targets"][0]["expr"] and "shard" in fairness["description"]
+
+
+def test_the_shard_variable_picks_every_shard_of_the_group_by_default() -> None:
+    variables = {v["name"]: v for v in committed(OVERVIEW_UID)["templating"]["list"]}
+    shard = variables[q.SHARD_VAR]
+    assert (shard["multi"], shard["includeAll"], shard["current"]["value"], shard["allValue"]) == \
+           (True, True, "$__all", ".*")
+    assert re.fullmatch(rf"label_values\(.+, {m.SHARD}\)", shard["query"])
+    assert f'{m.GROUP}=~"{q.var(GROUP_VAR)}"' in variable_series(shard["query"])
+    assert list(variables).index(GROUP_VAR) < list(variables).index(q.SHARD_VAR)  # the group's shards
+
+
+def test_a_sharded_queue_opens_on_its_logical_queue_not_a_shard() -> None:
+    config = make_config(redis={"prefix": "shop", "shards": 4})
+    for text in render(config).values():
+        assert "shop.0" not in text
+    for uid in UIDS:
+        variables = {v["name"]: v for v in json.loads(render(config)[dashboard_file(uid)])["templating"]["list"]}
+        assert variables[GROUP_VAR]["current"]["value"] == "shop"
