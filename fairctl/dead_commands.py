@@ -20,7 +20,6 @@ from fairness_core import Scheduler
 from fairness_core.ages import format_age
 from fairness_core.jobs import DeadOutcome, InvalidJob, check_job_id
 from fairness_core.scheduler import DEAD_PAGE
-from fairness_core.sharded import JOB_SEP, ShardedScheduler, split_job_id
 
 from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, connect_queue, fail, load
 from .text_table import text_table
@@ -45,10 +44,9 @@ class _Lists:
         cfg = load(config, redis_url)
         if queue is not None:
             check_classes(cfg, [queue], "--queue")
-        opened = connect_queue(cfg)
-        self.sharded = isinstance(opened, ShardedScheduler)
+        self.queue = connect_queue(cfg)
         with clear_errors():
-            self.groups: dict[int, Scheduler] = dict(enumerate(opened.groups()))
+            self.groups: dict[int, Scheduler] = dict(enumerate(self.queue.groups()))
 
     def ids(self, ids: list[str] | None, every: bool) -> dict[int, list[str]]:
         """The job ids given, checked, by group (each as its group stores it), or {} for --all;
@@ -60,7 +58,7 @@ class _Lists:
         out: dict[int, list[str]] = {}
         for raw in ids or ():
             try:
-                index, own = split_job_id(raw) if self.sharded else (0, raw)
+                index, own = self.queue.locate(raw)
                 out.setdefault(index, []).append(check_job_id(own))
             except InvalidJob as exc:
                 fail("ID", str(exc).removeprefix(f"{exc.field}: "))
@@ -71,7 +69,7 @@ class _Lists:
 
     def shown(self, index: int, job_id: str) -> str:
         """A group's own job id as the user gives it."""
-        return f"{index}{JOB_SEP}{job_id}" if self.sharded else job_id
+        return self.queue.job_id_in(index, job_id)
 
 
 def _record(item: dict[str, Any], now: float, job_id: str) -> dict[str, Any]:

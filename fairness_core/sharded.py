@@ -239,6 +239,15 @@ class ShardedScheduler:
         shard 0 first."""
         return [self.shard(i) for i in self.served_shards()]
 
+    def locate(self, job_id: str) -> tuple[int, str]:
+        """Which of :meth:`groups` holds ``job_id`` (``shard:id``), and the shard's own id;
+        InvalidJob naming ``job id`` for an id of another shape."""
+        return split_job_id(job_id)
+
+    def job_id_in(self, group: int, job_id: str) -> str:
+        """The queue's id (``shard:id``) of the job ``job_id`` of shard ``group``."""
+        return f"{group}{JOB_SEP}{job_id}"
+
     def _each(self, call: Callable[[Scheduler], T]) -> list[T]:
         return [call(s) for s in self.groups()]
 
@@ -343,14 +352,14 @@ class ShardedScheduler:
                user_waiting: bool = False) -> Enqueued:
         index = self.shard_for(task, tenant, tier=tier, user_waiting=user_waiting)
         queued = self.shard(index).submit(task, tenant, payload, tier=tier, user_waiting=user_waiting)
-        return replace(queued, job_id=f"{index}{JOB_SEP}{queued.job_id}")
+        return replace(queued, job_id=self.job_id_in(index, queued.job_id))
 
     def submit_many(self, task: str, tenant: str, payloads: Sequence[Any], *, tier: str | None = None,
                     user_waiting: bool = False) -> list[Enqueued | None]:
         """All to one shard (the tenant's, as for :meth:`submit`), in one pipelined round trip."""
         index = self.shard_for(task, tenant, tier=tier, user_waiting=user_waiting)
         queued = self.shard(index).submit_many(task, tenant, payloads, tier=tier, user_waiting=user_waiting)
-        return [None if q is None else replace(q, job_id=f"{index}{JOB_SEP}{q.job_id}") for q in queued]
+        return [None if q is None else replace(q, job_id=self.job_id_in(index, q.job_id)) for q in queued]
 
     def shard_for(self, task: str, tenant: str, *, tier: str | None = None, user_waiting: bool = False) -> int:
         """The shard a job of ``tenant`` goes to: of its hand, the shard where the tenant already has
@@ -404,7 +413,7 @@ class ShardedScheduler:
             for (n, _), ok in zip(settle, popped.acked):
                 acked[n] = ok
             if popped.leases:
-                leases = [replace(lease, job_id=f"{index}{JOB_SEP}{lease.job_id}") for lease in popped.leases]
+                leases = [replace(lease, job_id=self.job_id_in(index, lease.job_id)) for lease in popped.leases]
                 self.count_served(leases)
                 break
             self.loads()[index].ran_dry(queue)
@@ -480,12 +489,12 @@ class ShardedScheduler:
 
     def _inner(self, item: Lease | Finished) -> tuple[int, Lease | Finished]:
         lease = item.lease if isinstance(item, Finished) else item
-        index, own = split_job_id(lease.job_id)
+        index, own = self.locate(lease.job_id)
         inner = replace(lease, job_id=own)
         return index, (replace(item, lease=inner) if isinstance(item, Finished) else inner)
 
     def _route(self, lease: Lease) -> tuple[Scheduler, Lease]:
-        index, own = split_job_id(lease.job_id)
+        index, own = self.locate(lease.job_id)
         return self.shard(index), replace(lease, job_id=own)
 
     def ack(self, lease: Lease, *, runtime: float | None = None) -> bool:

@@ -498,8 +498,8 @@ def test_status_of_a_sharded_queue_on_a_cluster_names_each_shards_master(
     assert "master" in text.splitlines()[text.splitlines().index("shards:") + 1]
 
 
-def test_one_exporter_serves_every_shard_as_its_own_group(server: RedisServer, tmp_path: Path) -> None:
-    """``fairctl exporter --config sharded.yaml``: each shard's depth under ``group="P.i"``."""
+def test_one_exporter_serves_every_shard_of_the_logical_queue(server: RedisServer, tmp_path: Path) -> None:
+    """``fairctl exporter --config sharded.yaml``: each shard's depth under ``group="P",shard="P.i"``."""
     path, config = write_config(tmp_path, server.url, classes=PLAIN_CLASSES,
                                 redis={"url": server.url, "prefix": make_config().redis.prefix, "shards": 4})
     queue = ShardedScheduler(config, redis_client(server.url))
@@ -508,9 +508,11 @@ def test_one_exporter_serves_every_shard_as_its_own_group(server: RedisServer, t
     expected = {f"{config.redis.prefix}.{i}": load.depth["jobs:low"] for i, load in enumerate(queue.loads(fresh=True))}
     with one_exporter_for_both([], [path], tmp_path) as (target,):
         text = fetch(f"http://{target}/metrics")
-    depth = {dict(labels)[m.GROUP]: v for (name, labels), v in parse_grouped(text).items()
+    depth = {dict(labels)[m.SHARD]: v for (name, labels), v in parse_grouped(text).items()
              if name == m.QUEUE_DEPTH.name and dict(labels)[m.QUEUE] == "jobs:low"}
     assert depth == expected and sum(depth.values()) == sum(range(1, 13))
+    groups = {dict(labels)[m.GROUP] for (_, labels) in parse_grouped(text)}
+    assert groups == {config.redis.prefix}, "every shard's series name the logical queue"
 
 
 def test_a_sharded_group_on_a_cluster_that_does_not_answer_is_named_not_guessed(tmp_path: Path) -> None:
