@@ -39,7 +39,7 @@ from fairness_stack.webhook import deliveries, epoch
 
 from .alert_evaluation import FiredAlert
 from .drill_timing import PipelineDelay, Room, first_firing, longest, measure, room, workable_speed
-from .policies import HIDDEN_LABELS, run_policy, without_for
+from .policies import run_policy, shown_labels, without_for
 from .prometheus_query import prometheus_api, rules_evaluated_since
 from .timescale import compress
 
@@ -123,7 +123,7 @@ class SlowDown(Exception):
 
 
 def _key(alert: str, labels: Mapping[str, str]) -> AlertKey:
-    return alert, tuple(sorted((k, v) for k, v in labels.items() if k not in HIDDEN_LABELS))
+    return alert, tuple(shown_labels(labels))
 
 
 def alert_periods(prometheus_url: str, state: str, start: float, end: float, step: float,

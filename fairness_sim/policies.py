@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,14 @@ from .simulator import PolicyRun, scenario_config, simulate
 # Labels every simulated alert carries alike (the simulated exporter's job and its one queue
 # group), or shown apart.
 HIDDEN_LABELS = {"severity", "job", "instance", m.GROUP}
+
+
+def shown_labels(labels: Mapping[str, str]) -> list[tuple[str, str]]:
+    """An alert's labels as a run's report names it, sorted: without those every alert carries
+    alike, nor the ``shard`` of an unsharded queue (its one shard, the group itself), as a rule
+    that does not fold the shards away keeps it."""
+    one_shard = labels.get(m.SHARD) == labels.get(m.GROUP)
+    return sorted((k, v) for k, v in labels.items() if k not in HIDDEN_LABELS and not (k == m.SHARD and one_shard))
 PROGRESS_EVERY_S = 0.2
 
 
@@ -224,6 +232,6 @@ def _kill_workers(pool: ProcessPoolExecutor) -> None:
 
 
 def alert_label(alert: FiredAlert) -> str:
-    inner = ",".join(f'{k}="{v}"' for k, v in sorted(alert.labels.items()) if k not in HIDDEN_LABELS)
+    inner = ",".join(f'{k}="{v}"' for k, v in shown_labels(alert.labels))
     severity = alert.labels.get("severity")
     return alert.alert + (f"{{{inner}}}" if inner else "") + (f" ({severity})" if severity else "")
