@@ -34,6 +34,7 @@ from functools import partial
 from types import FrameType
 from typing import TypeVar
 
+from .connection import redis_errors
 from .jobs import Finished, Lease, RedisUnavailable
 from .memory import EvictionPolicyError, require_noeviction
 from .scheduler import Scheduler
@@ -149,7 +150,9 @@ def jittered(delay: float) -> float:
 
 
 class _Link:
-    """Whether Redis answered last time: turns a storm of failures into one log line per outage."""
+    """Whether Redis answered last time: turns a storm of failures into one log line per outage,
+    and says it is back only once Redis has answered (a call that needed no Redis proves nothing:
+    a heartbeat with no lease to extend returns while Redis is still away)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -161,8 +164,13 @@ class _Link:
                 self._down_since = time.monotonic()
                 log.warning("%s; backing off and retrying (running jobs continue)", exc)
 
-    def restored(self) -> None:
+    def restored(self, confirm: Callable[[], object]) -> None:
+        """After a call returned: during an outage, ``confirm`` (a Redis command) first."""
         if self._down_since is None:  # the common case, without taking the lock
+            return
+        try:
+            confirm()
+        except RedisUnavailable:
             return
         with self._lock:
             if self._down_since is not None:
@@ -397,9 +405,13 @@ class Worker:
                 until.wait(jittered(delay))
                 delay = min(delay * 2, OUTAGE_MAX_S)
                 continue
-            self._link.restored()
+            self._link.restored(self._ping)
             return result
         return None
+
+    def _ping(self) -> None:
+        with redis_errors(self.scheduler.client):
+            self.scheduler.client.ping()
 
     def _register(self) -> None:
         """The fleet counts leases, not threads, against ``reserved_slots``: a slot holding a

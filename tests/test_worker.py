@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -113,6 +114,7 @@ def test_worker_rides_out_a_redis_restart(tmp_path: Path, caplog: pytest.LogCapt
             server.stop()
             time.sleep(1.5)  # slots, heartbeat and sweeps all hit the outage
             assert thread.is_alive()
+            assert not [r for r in caplog.records if "reachable again" in r.getMessage()], "said while Redis was down"
             server.start()
             wait_for(lambda: totals(scheduler)["processed"] == jobs, 60, "every job after the restart")
         t = totals(scheduler)
@@ -120,6 +122,23 @@ def test_worker_rides_out_a_redis_restart(tmp_path: Path, caplog: pytest.LogCapt
     outage_lines = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
     assert len(outage_lines) == 1, outage_lines
     assert any("reachable again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_call_that_needs_no_redis_does_not_end_an_outage(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A heartbeat with no lease to extend returns while Redis is away: "reachable again" waits
+    for Redis itself to answer, and is said once when it does."""
+    with RedisServer(port=free_port()) as server:
+        worker = Worker(connect(make_config(redis={"url": server.url})), sleep_handlers, concurrency=1)
+        until = threading.Event()
+        caplog.set_level(logging.WARNING, logger="fairness_core.worker")
+        server.stop()
+        assert worker._call(worker.scheduler.snapshot, worker._give_up_after(0.3)) is None  # noticed and logged
+        assert worker._call(lambda: 0, until) == 0
+        assert not [r for r in caplog.records if "reachable again" in r.getMessage()]
+        server.start()
+        assert worker._call(lambda: 0, until) == 0
+        assert worker._call(lambda: 0, until) == 0
+    assert len([r for r in caplog.records if "reachable again" in r.getMessage()]) == 1
 
 
 def test_a_fleet_with_only_reserved_slots_says_so(client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
