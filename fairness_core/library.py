@@ -9,7 +9,9 @@ process never runs another's code. Libraries are loaded on demand: a call that f
 missing (a new config, a restarted Redis without persistence, a Cluster slot that moved) loads it
 and calls again. Loading one prunes the others once more than :data:`KEEP` are loaded: libraries
 are stored with the data (RDB, AOF, replicas), and each config applied would otherwise leave one
-behind. A process whose library was pruned loads it again on its next call.
+behind. A process whose library was pruned loads it again on its next call. Processes prune at
+the same time: a library another one deleted first is gone as wanted, and a call whose library was
+pruned between its load and its call loads it again, a few times, before it gives up.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ NAME_PREFIX = "fairctl_"
 # Libraries kept loaded: enough for the configs a rolling change runs side by side, and a few groups.
 KEEP = 8
 _MISSING = "Function not found"
+_GONE = "Library not found"  # FUNCTION DELETE of a library another process deleted first
+# Loads a call tries when its library keeps being pruned under it by other processes' loads.
+LOAD_TRIES = 3
 
 
 def missing(error: Exception) -> bool:
@@ -49,12 +54,13 @@ class Library:
              args: Sequence[object]) -> Any:
         """``send("FCALL", function, ...)``; when the library is missing, load it on ``node()``
         (the Redis serving the group's slot) and call again."""
-        try:
-            return send("FCALL", function, len(keys), *keys, *args)
-        except redis.ResponseError as exc:
-            if not missing(exc):
-                raise
-        self.load(node())
+        for _ in range(LOAD_TRIES):
+            try:
+                return send("FCALL", function, len(keys), *keys, *args)
+            except redis.ResponseError as exc:
+                if not missing(exc):
+                    raise
+            self.load(node())
         return send("FCALL", function, len(keys), *keys, *args)
 
     def queue(self, pipe: Any, function: str, keys: Sequence[str], args: Sequence[object]) -> None:
@@ -70,4 +76,13 @@ class Library:
             if len(loaded) > KEEP:
                 for name in loaded:
                     if name != self.name:
-                        node.function_delete(name)
+                        _delete(node, name)
+
+
+def _delete(node: Any, name: str) -> None:
+    """Delete a library, unless another process pruning at the same time deleted it first."""
+    try:
+        node.function_delete(name)
+    except redis.ResponseError as exc:
+        if not str(exc).startswith(_GONE):
+            raise

@@ -57,3 +57,45 @@ def test_pipelined_enqueues_load_a_missing_library(client: redis.Redis) -> None:
     queued = s.submit_many("newsletter", "b", [{"n": n} for n in range(5)])
     assert all(job is not None for job in queued)
     assert s.snapshot().classes["jobs:low"].depth == 6
+
+
+class _StaleList:
+    """A Redis whose FUNCTION LIST was read before another process pruned: it lists libraries
+    that are gone by the time this process deletes them."""
+
+    def __init__(self, client: redis.Redis, listed: list[object]) -> None:
+        self.client, self.listed = client, listed
+
+    def function_list(self, **_: object) -> list[object]:
+        return self.listed
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.client, name)
+
+
+def test_two_processes_pruning_at_once_never_fail_a_load(client: redis.Redis) -> None:
+    client.function_flush()
+    first = Scheduler(make_config(), client)
+    others = [reweighted(first, step) for step in range(1, KEEP + 1)]
+    for s in others:
+        s.enqueue("newsletter", "b")
+    # Read with this process's own library loaded (one past KEEP), before the other's prune came.
+    listed = [[b"library_name", name.encode()] for name in sorted(libraries(client) | {first._library.name})]
+    client.function_delete(others[0]._library.name)
+    first._library.load(_StaleList(client, listed))
+    assert first._library.name in libraries(client) and len(libraries(client)) == 1
+
+
+def test_a_call_whose_library_is_pruned_under_it_loads_it_again(client: redis.Redis) -> None:
+    s = Scheduler(make_config(), client)
+    s.enqueue("newsletter", "a")
+    calls = []
+
+    def send(*command: object) -> object:  # another process prunes this library before each of two calls
+        calls.append(command[0])
+        if len(calls) <= 2:
+            client.function_delete(s._library.name)
+        return client.execute_command(*command)
+
+    reply = s._library.call(send, lambda: client, s._library.drain, s._declared, s._argv("snapshot"))
+    assert reply is not None and len(calls) == 3
