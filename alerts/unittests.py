@@ -242,7 +242,7 @@ def _share_below_weight(s: Scenario) -> list[Case]:
     entitled = {"entitled": starved_weight}
     three = s.classes(max(3, len(s.config.classes)))
     top, top_weight = three[0]
-    (_, mid_weight), (low, low_weight) = three[1], three[-1]
+    low = three[-1][0]
     # Six shards served exactly by weight fleet-wide (3,600 a minute), but shard 2 holds a twentieth
     # of the top class's service beside all of the lowest class's flood: on that shard alone the
     # top class is far below its weight. Judged shard by shard, that paged; the queue is fair.

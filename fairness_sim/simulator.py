@@ -34,8 +34,8 @@ from fairness_core.ages import human
 from fairness_core.config import Config
 from fairness_core.config_store import ConfigRefused, differences
 from fairness_core.jobs import BudgetRejected, Lease, TenantLimitReached
-from fairness_core.model import Model
 from fairness_core.merged_snapshot import merged_snapshot
+from fairness_core.model import Model
 from fairness_core.snapshot import Snapshot
 from fairness_core.worker import PROMOTE_EVERY_S, REAP_EVERY_S
 
