@@ -44,6 +44,7 @@ JOBS_UNDER_UNCONFIGURED_CLASS = "JobsUnderUnconfiguredClass"
 REDIS_MEMORY_HIGH = "RedisMemoryHigh"
 REDIS_MAY_EVICT_JOBS = "RedisMayEvictJobs"
 TENANT_AT_LIMIT = "TenantAtLimit"
+QUEUE_STATE_LOST = "QueueStateLost"
 
 SLO = {"slo": Query(rec.MAX_AGE)}
 
@@ -366,6 +367,18 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
                  "(tenants.max_rate), or its tier's tenants.limits. The producer sends faster than its limits "
                  "let in; what it sends meanwhile is lost unless it retries."),
             _one(config, TENANT_AT_LIMIT, f"{rec.REFUSED} > 0", WARNING),
+        ),
+        Alert(
+            QUEUE_STATE_LOST,
+            f"an exporter found its queue group's state reset in the last {window} (its applied config gone or "
+            f"created anew: {m.STATE_RESETS.name}); every job queued or leased in that shard was lost",
+            Text("Shard $shard of queue $group lost its state, and its jobs"),
+            Text(f"The exporters of shard $shard of $group found its state reset (in the last {window}): its applied "
+                 "config is gone or was created anew, and with it every job that was queued, leased or delayed there. "
+                 "Redis restarted without persistence, failed over to an empty replica, or was flushed. Nothing in "
+                 "Redis can bring the jobs back: producers must send them again."),
+            _one(config, QUEUE_STATE_LOST,
+                 f"{dedup(over_time('increase', m.STATE_RESETS.name, a.rate_window))} > 0", CRITICAL),
         ),
     )
 

@@ -108,6 +108,8 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "shard_completed": d(f"Jobs completed per class on each shard over the last {duration(stall)}",
                              dedup(over_time("increase", m.JOBS_PROCESSED.name, stall))),
         "shard_master": d("The Redis server holding each shard", dedup(m.REDIS_MASTER.name)),
+        "state_resets": d(f"Resets of each shard's state found over the last {duration(window)}",
+                          dedup(over_time("increase", m.STATE_RESETS.name, window))),
         "up": d("Which exporter targets Prometheus reaches", selector(r.UP, **{r.JOB: config.alerts.exporter_job})),
         "redis_up": d("Which exporters read Redis (per exporter, not deduplicated)", m.EXPORTER_REDIS_UP.name),
         "scrape_errors": d("Why scrapes could not read Redis (timeout, unavailable, error), per second",

@@ -704,6 +704,28 @@ def _redis_down(s: Scenario) -> list[Case]:
     ]
 
 
+def _state_lost(s: Scenario) -> list[Case]:
+    alert = r.QUEUE_STATE_LOST
+    fire_at, reset_at = 3 + s.for_minutes(alert), 3
+    window = s.window
+    end = reset_at + window + 2
+
+    def resets(values: str, **labels: str) -> list[Series]:
+        return s.series(m.STATE_RESETS, values, exporters=2, **labels)
+
+    lost = f"{flat(0, reset_at - 1)} {flat(1, end - reset_at)}"  # two exporters both see it at minute 3
+    return [
+        Case(f"two exporters find the group's state reset at minute {reset_at}: fires once after for:, naming the "
+             f"shard; resolves {window}m after", tuple(resets(lost)),
+             (Check(fire_at - 1, alert), Check(fire_at, alert, (s.firing(alert, 1, shard=s.group),)),
+              Check(reset_at + window - 1, alert, (s.firing(alert, 1, shard=s.group),)),
+              Check(reset_at + window + 1, alert))),
+        Case("an exporter restarts (its count starts again at 0): silent",
+             tuple(resets(f"{flat(0, reset_at - 1)} stale {flat(0, end - reset_at - 1)}")), (Check(fire_at, alert),)),
+        Case("no reset: silent", tuple(resets(flat(0, end))), (Check(end, alert),)),
+    ]
+
+
 def _recording(s: Scenario) -> list[Case]:
     """Two exporters serving the same queues: every recorded figure counts them once."""
     end = s.window + 1
@@ -798,6 +820,7 @@ def _every_test_file(config: Config) -> tuple[TestFile, ...]:
         TestFile(r.FAIRNESS_EXPORTER_DOWN, tuple(_exporter_down(s))),
         TestFile(r.FAIRNESS_EXPORTER_REDIS_DOWN, tuple(_redis_down(s))),
         TestFile(r.TENANT_AT_LIMIT, tuple(_refused(s))),
+        TestFile(r.QUEUE_STATE_LOST, tuple(_state_lost(s))),
         TestFile("recording", tuple(_recording(s))),
     )
 

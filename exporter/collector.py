@@ -82,6 +82,7 @@ class Reading:
     snapshot: Snapshot
     memory: MemoryInfo | None = None
     master: str | None = None
+    resets: int | None = None  # times the group's state was found reset under this exporter
 
 
 class SnapshotTimeout(Exception):
@@ -251,8 +252,10 @@ class FairnessCollector(Collector):
     def _read(self) -> Reading:
         if not self._live:
             return Reading(self.scheduler.snapshot())
-        client = self.scheduler.client
-        return Reading(self.scheduler.snapshot(), read_memory(client), server_of(client, self.scheduler.keys.config))
+        client, snapshot = self.scheduler.client, self.scheduler.snapshot()
+        self.scheduler.check_state()
+        return Reading(snapshot, read_memory(client), server_of(client, self.scheduler.keys.config),
+                       self.scheduler.resets)
 
     @property
     def config(self) -> Config:
@@ -284,6 +287,8 @@ class FairnessCollector(Collector):
                 self._add_memory(families, reading.memory)
             if reading.master is not None:
                 families.add(m.REDIS_MASTER, 1, master=reading.master)
+            if reading.resets is not None:
+                families.add(m.STATE_RESETS, reading.resets)
         add_config(families, config, self._weight_ratio)
         self._health.add(families, reading is not None)
         families.add(m.EXPORTER_BUILD_INFO, 1, version=self.version, charge=config.scheduler.charge)

@@ -195,6 +195,11 @@ CONFIG_VERSION = _gauge(
     "The version of the applied config this exporter serves, labelled with its fingerprint: every exporter of a "
     "group shows the same one within a scrape of a `fairctl config apply`.")
 
+STATE_RESETS = _counter(
+    "fairness_state_resets_total", (),
+    "Times this exporter found its queue group's state reset under it since it started: the applied config gone "
+    "or created anew (Redis restarted without persistence, a failover to an empty replica, a FLUSHALL), and with "
+    "it every job queued or leased in the group.")
 REDIS_MASTER = _gauge(
     "fairness_redis_master_info", (MASTER,),
     "Always 1; the Redis server (host:port) holding the shard's keys, as the client's slot map reads it now "
@@ -237,8 +242,8 @@ FROM_REDIS: tuple[MetricSpec, ...] = (
     QUEUE_OLDEST_AGE, QUEUE_DEPTH, QUEUE_INFLIGHT, QUEUE_DELAYED, QUEUE_PAUSED, QUEUE_ACTIVE_TENANTS,
     QUEUE_NOISY_TENANTS, QUEUE_QUIET_OLDEST_AGE, QUEUE_FAIRNESS_INDEX, JOBS_ENQUEUED, JOBS_PROCESSED,
     QUEUE_WORKER_SECONDS, JOBS_FAILED, JOBS_REDELIVERED, JOBS_DEAD_LETTERED, JOBS_PROMOTED, JOBS_DEMOTED, JOBS_REJECTED, JOBS_REFUSED, JOBS_WAIT,
-    QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION, REDIS_MASTER,
-    *UNCONFIGURED, *REDIS_MEMORY,
+    QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION, STATE_RESETS,
+    REDIS_MASTER, *UNCONFIGURED, *REDIS_MEMORY,
 )
 # Always served.
 FROM_CONFIG: tuple[MetricSpec, ...] = (QUEUE_WEIGHT_RATIO, QUEUE_MAX_AGE, QUEUE_ARRIVAL_BUDGET)

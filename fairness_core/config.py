@@ -83,6 +83,9 @@ ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
     "RedisMemoryHigh": 60.0,
     # An evicting policy loses jobs silently: a minute, to ride out a scrape or a CONFIG SET typo.
     "RedisMayEvictJobs": 60.0,
+    # A queue group's state lost (reset): a minute; the loss is final, and the counter that tells it
+    # stays raised for alerts.rate_window, so the page goes out once, however long it is held.
+    "QueueStateLost": 60.0,
     # Refusals at a tenant's admission limit: five minutes, so a producer that backs off after a
     # refusal or two is not called stuck, while one that keeps sending into the limit is.
     "TenantAtLimit": 300.0,

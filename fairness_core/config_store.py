@@ -28,6 +28,7 @@ from .jobs import FairnessError
 
 # Fields of the config hash.
 TEXT, MOVES, NAMES, FINGERPRINT, VERSION, APPLIED_MS = "yaml", "moves", "names", "fingerprint", "version", "applied_ms"
+CREATED_MS = "created_ms"  # when the group's state was created: a reset that removes it changes it
 
 
 class ConfigRefused(FairnessError):
@@ -158,6 +159,24 @@ class Applied:
     fingerprint: str
     version: int
     applied_at: float  # seconds since the epoch
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """What a process saw of its group's stored state: when it was created (None: by a release
+    that did not say), and the config version and fingerprint applied to it."""
+
+    created: str | None
+    version: int
+    fingerprint: str
+
+    @staticmethod
+    def of(fields: Mapping[str, str | None]) -> GroupState | None:
+        """The state the stored config hash's fields describe; None when there is none."""
+        found = fields.get(FINGERPRINT)
+        if not found:
+            return None
+        return GroupState(fields.get(CREATED_MS) or None, int(fields.get(VERSION) or 0), found)
 
 
 def from_stored(fields: Mapping[str, str], local: Config) -> Applied:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -18,7 +19,8 @@ import redis
 from .classification import classify
 from .config import Config, ConfigError
 from .config_store import (
-    NO_MOVES, NO_NAMES, Applied, ConfigConflict, ConfigRefused, Moves, Names, differences, from_stored, shared_text,
+    CREATED_MS, FINGERPRINT, NO_MOVES, NO_NAMES, VERSION, Applied, ConfigConflict, ConfigRefused, GroupState, Moves,
+    Names, differences, fingerprint, from_stored, shared_text,
 )
 from .connection import ClusterClient, redis_errors
 from .jobs import (
@@ -40,6 +42,7 @@ DEAD_PAGE = 100
 STALE, DAMAGED = "FAIRCTL_STALE_CONFIG", "FAIRCTL_DAMAGED"
 # Syncs one call may need: more means the applied config changes faster than it can be read.
 SYNC_TRIES = 5
+_UNSEEN = object()  # the group's state before a process first looks
 
 log = logging.getLogger("fairctl.config")
 
@@ -73,6 +76,11 @@ class Scheduler:
         self._clock = clock
         self._declared = self.keys.declared()
         self.applied: Applied | None = None
+        self.resets = 0  # times this process found the group's state reset under it
+        self.reset_at: float | None = None  # when it last did (time.monotonic())
+        self._state: GroupState | None | object = _UNSEEN  # the group's state as last seen (None: gone)
+        self._lost: GroupState | None = None  # the state last lost, while the group has none
+        self._state_lock = threading.Lock()
         self._ran = False  # a script call has run: a sync from now on follows a change, not a start
         self._sync_lock = threading.Lock()
         self._own = threading.local()  # each thread's own connection (_send)
@@ -125,15 +133,16 @@ class Scheduler:
 
     def _sync(self) -> Applied:
         stored = self._stored()
+        self._saw(GroupState.of(stored))
         if not stored:
             try:
                 self._apply_script(self.file_config, NO_MOVES, NO_NAMES.covering(self.file_config), expect="",
                                    rebase=False, check=False)
-                log.info("queue group %s had no applied config: applied %s", self.keys.prefix,
-                         self.file_config.source or "this process's config")
+                self._applied_own(self._lost)
             except ConfigConflict:
                 pass  # another process applied one first: follow it
             stored = self._stored()
+            self._saw(GroupState.of(stored))
         applied = from_stored(stored, self.file_config)
         if applied.fingerprint != self.settings.fingerprint:
             changes = differences(self.config, applied.config) or [
@@ -147,6 +156,47 @@ class Scheduler:
                 log.info("queue group %s: config v%d applied: %s", self.keys.prefix, applied.version, "; ".join(changes))
         self.applied = applied
         return applied
+
+    def check_state(self) -> bool:
+        """Whether the group's state was reset since this process last looked (one HMGET; workers
+        and exporters look every few seconds): see :meth:`_saw`."""
+        with redis_errors(self.client):
+            fields = self.client.hmget(self.keys.config, CREATED_MS, VERSION, FINGERPRINT)
+        return self._saw(GroupState.of(dict(zip((CREATED_MS, VERSION, FINGERPRINT), map(_maybe_text, fields)))))
+
+    def _saw(self, state: GroupState | None) -> bool:
+        """Note what the group's state is now; True, said once at ERROR and counted (:attr:`resets`),
+        when it is gone, or was created anew, since this process last saw it: a Redis restarted
+        without persistence, a failover to an empty replica or a FLUSHALL took every job and
+        lease of the group with it."""
+        with self._state_lock:
+            before, self._state = self._state, state
+            if before is _UNSEEN or before is None or (state is not None and state.created == before.created):
+                return False  # a first look, a loss already told, or the same state
+            self.resets += 1
+            self.reset_at = time.monotonic()
+            self._lost = before
+        log.error("queue group %s lost its state: its applied config v%d is gone, and with it every job queued or "
+                  "leased in the group (Redis restarted without persistence, failed over to an empty replica, or "
+                  "was flushed); producers must send the lost jobs again (see the QueueStateLost runbook)%s",
+                  self.keys.prefix, before.version,
+                  "" if state is None else f"; the group was created anew with config v{state.version}")
+        return True
+
+    def _applied_own(self, lost: GroupState | None) -> None:
+        """Say that this process applied its own config to a group that had none: quietly to a new
+        group, loudly over one whose state was lost (the file may be older than what ran before)."""
+        if lost is None:
+            log.info("queue group %s had no applied config: applied %s", self.keys.prefix, self._file())
+            return
+        same = fingerprint(self.file_config, NO_MOVES, NO_NAMES.covering(self.file_config)) == lost.fingerprint
+        log.error("queue group %s had lost its state: this process applied %s to it%s", self.keys.prefix, self._file(),
+                  ", the same config it ran before" if same else
+                  f", which is not the config v{lost.version} it ran before (fingerprint {lost.fingerprint}): apply "
+                  "the right one with fairctl config apply")
+
+    def _file(self) -> str:
+        return self.file_config.source or "this process's config"
 
     def _stored(self) -> dict[str, str]:
         with redis_errors(self.client):
@@ -645,4 +695,8 @@ def _text(value: bytes | str | int) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8")
     return str(value)
+
+
+def _maybe_text(value: bytes | str | int | None) -> str | None:
+    return None if value is None else _text(value)
 

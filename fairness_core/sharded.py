@@ -558,6 +558,15 @@ class ShardedScheduler:
     def sync(self) -> None:
         self._each(lambda s: s.sync())
 
+    def check_state(self) -> bool:
+        """Whether any shard's state was reset since it was last looked at (each shard looks)."""
+        return any(self._each(lambda s: s.check_state()))
+
+    @property
+    def resets(self) -> int:
+        """Times a shard's state was found reset under this process, over the shards."""
+        return sum(s.resets for s in self.groups())
+
     def apply(self, config: Config, **kwargs: Any) -> list[ApplyOutcome]:
         """``config`` applied to every served shard (each under its own prefix), shard by shard."""
         if config.redis.prefix != self.keys.prefix:

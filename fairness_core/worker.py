@@ -246,6 +246,7 @@ class Worker:
         self._signals = 0
         self._link = _Link()
         self._held: dict[str, Lease] = {}  # leases this worker must heartbeat
+        self._held_since: dict[str, int] = {}  # job id -> the group resets seen when it was leased
         self._held_lock = threading.Lock()
         self._slots: list[threading.Thread] = []
         self._doorbell = Doorbell(concurrency)
@@ -270,6 +271,7 @@ class Worker:
         require_noeviction(self.scheduler.client)
         with self._signal_handlers():
             self._register()
+            self.scheduler.check_state()  # what the group's state is, so that losing it later is told
             log.info("worker %s: %d slots, batch %d, classes %s", self.worker_id, self.concurrency, self.batch,
                      ",".join(self.classes) if self.classes else "all")
             self._warn_if_all_reserved()
@@ -317,6 +319,7 @@ class Worker:
                 self._refused = exc
             self.stop()
             return 0
+        self.scheduler.check_state()  # a reset group is said at ERROR once, and leases it took told apart
         return self.scheduler.reap()
 
     def _warn_if_all_reserved(self) -> None:
@@ -458,6 +461,8 @@ class Worker:
                 continue
             with self._held_lock:
                 self._held.update((lease.job_id, lease) for lease in leases)
+                resets = self.scheduler.resets
+                self._held_since.update((lease.job_id, resets) for lease in leases)
             for lease in leases:
                 finished = None if self._halt.is_set() else self._work(lease)
                 if finished is not None:
@@ -529,6 +534,9 @@ class Worker:
         for lease, ok in zip((f.lease for f in done), acked):
             if ok:
                 self.tally.count(lease.queue, "done")
+            elif ok is False and self._held_since.get(lease.job_id, 0) < self.scheduler.resets:
+                log.warning("job %s finished but its lease was lost with its queue group's state (reset while it ran): "
+                            "it runs again only if its producer sends it again", lease.job_id)
             elif ok is False:
                 # Expired and re-queued (at least once), or acked already by a call whose reply was lost.
                 log.warning("job %s finished but its lease was no longer held; it may run again", lease.job_id)
@@ -543,3 +551,4 @@ class Worker:
     def _release(self, lease: Lease) -> None:
         with self._held_lock:
             self._held.pop(lease.job_id, None)
+            self._held_since.pop(lease.job_id, None)

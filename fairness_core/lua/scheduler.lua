@@ -943,6 +943,10 @@ function ops.apply()
   end
   redis.call('HSET', K_CONFIG, 'yaml', ARGV[5], 'moves', ARGV[6], 'names', ARGV[9], 'fingerprint', cfg.fingerprint,
     'applied_ms', now)
+  -- When the group's state was created: a reset (Redis restarted without persistence, a failover
+  -- to an empty replica, a FLUSHALL) removes it with everything else, and the group created anew
+  -- has another, which is how a process that knew the old one tells.
+  if current == '' then redis.call('HSET', K_CONFIG, 'created_ms', now) end
   local version = redis.call('HINCRBY', K_CONFIG, 'version', 1)
   -- Smooth weighted round-robin restarts from zero: the new weights hold from the first round,
   -- and no class gets a burst to catch up on credit it banked under the old ones.
