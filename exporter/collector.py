@@ -254,7 +254,8 @@ class FairnessCollector(Collector):
             return Reading(self.scheduler.snapshot())
         client, snapshot = self.scheduler.client, self.scheduler.snapshot()
         self.scheduler.check_state()
-        return Reading(snapshot, read_memory(client), server_of(client, self.scheduler.keys.config),
+        key = self.scheduler.keys.config
+        return Reading(snapshot, read_memory(client, key), server_of(client, key),
                        self.scheduler.resets)
 
     @property

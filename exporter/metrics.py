@@ -208,7 +208,7 @@ REDIS_MASTER = _gauge(
 # ------------------------------------------------------------------ Redis memory (INFO memory and stats)
 REDIS_MEMORY_USED = _gauge(
     "fairness_redis_memory_used_bytes", (),
-    "Memory Redis uses (INFO used_memory; on a cluster, the fullest master's).")
+    "Memory Redis uses (INFO used_memory; on a cluster, that of the master holding the shard).")
 REDIS_MEMORY_MAX = _gauge(
     "fairness_redis_memory_max_bytes", (),
     "Redis's maxmemory (0: no limit); fairctl refuses new enqueues at redis.memory_headroom of it.")

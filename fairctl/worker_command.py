@@ -11,8 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from fairness_core.config import ConfigError, parse_duration
-from fairness_core.memory import require_noeviction
-from fairness_core.worker import HandlerRegistry, Worker
+from fairness_core.worker import HandlerRegistry, Worker, require_noeviction_of
 
 from .common import (
     DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, config_file, connect_queue, fail, load,
@@ -100,7 +99,7 @@ def worker(
     if processes > 1:
         scheduler = connect_queue(cfg)
         with clear_errors():  # one clear error here, not one per child
-            require_noeviction(scheduler.client)
+            require_noeviction_of(scheduler)
         args = ["--handlers", handlers, "--concurrency", str(concurrency), "--batch", str(batch), "--prefetch", prefetch,
                 "--grace", str(grace), "--log-every", log_every, "--config", str(config),
                 *(["--classes", classes] if classes else [])]

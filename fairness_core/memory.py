@@ -34,7 +34,7 @@ REFRESH_S = 0.1  # a producer re-reads INFO at most this often: never one INFO p
 
 @dataclass(frozen=True)
 class MemoryInfo:
-    """What INFO says about the Redis (the fullest master of a cluster) the queue group lives on."""
+    """What INFO says about the Redis the queue group lives on (on a cluster, the master holding it)."""
 
     used: int  # bytes, used_memory
     maxmemory: int  # bytes; 0: no limit
@@ -67,12 +67,14 @@ def _info_of(reply: dict[str, Any]) -> MemoryInfo:
                       policy=str(reply["maxmemory_policy"]), evicted_keys=int(reply.get("evicted_keys", 0)))
 
 
-def read_memory(client: Any) -> MemoryInfo:
-    """INFO memory and stats in one round trip. On a cluster every master answers and the fullest
-    one counts (the queue group's slot lives on one of them; the fullest is the safe reading)."""
+def read_memory(client: Any, key: str | None = None) -> MemoryInfo:
+    """INFO memory and stats in one round trip. On a cluster, of the master holding ``key`` (a
+    queue group's: a master that is down, or full, then costs only the groups on it); with no
+    ``key``, every master answers and the fullest counts (the safe reading for the whole cluster)."""
     with redis_errors(client):
         if isinstance(client, (ClusterClient, RedisCluster)):
-            reply = client.info("memory", "stats", target_nodes=RedisCluster.PRIMARIES)
+            nodes = RedisCluster.PRIMARIES if key is None else client.get_node_from_key(key)
+            reply = client.info("memory", "stats", target_nodes=nodes)
         else:
             reply = client.info("memory", "stats")
     if "used_memory" in reply:  # one node answered
@@ -92,9 +94,10 @@ def check_eviction_policy(info: MemoryInfo, where: str) -> None:
             f"'maxmemory-policy {SAFE_POLICY}' in redis.conf so a restart keeps it)")
 
 
-def require_noeviction(client: Any) -> MemoryInfo:
-    """Read INFO and refuse an evicting policy: what a worker does at start and at every reap tick."""
-    info = read_memory(client)
+def require_noeviction(client: Any, key: str | None = None) -> MemoryInfo:
+    """Read INFO (of the Redis holding ``key``, see :func:`read_memory`) and refuse an evicting
+    policy: what a worker does for each queue group it serves at start and at every reap tick."""
+    info = read_memory(client, key)
     check_eviction_policy(info, describe(client)[1])
     return info
 
@@ -108,9 +111,10 @@ class MemoryGuard:
 
     Thread-safe: the slot threads of a worker and a producer's threads share one guard."""
 
-    def __init__(self, client: Any, headroom: float, *, refresh: float = REFRESH_S,
+    def __init__(self, client: Any, headroom: float, *, key: str | None = None, refresh: float = REFRESH_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
+        self.key = key  # the queue group's: on a cluster only its master is read
         self.headroom = headroom
         self.refresh = refresh
         self.clock = clock
@@ -125,7 +129,7 @@ class MemoryGuard:
         with self._lock:
             now = self.clock()
             if fresh or self._info is None or now - self._read_at >= self.refresh:
-                self._info, self._read_at = read_memory(self.client), now
+                self._info, self._read_at = read_memory(self.client, self.key), now
             return self._info
 
     def ensure_policy(self) -> None:

@@ -86,7 +86,7 @@ class Scheduler:
         self._own = threading.local()  # each thread's own connection (_send)
         self._compile(config, NO_MOVES)
         # Enqueues refused near maxmemory; every process that changes the queues refuses an evicting Redis.
-        self.memory = MemoryGuard(client, config.redis.memory_headroom)
+        self.memory = MemoryGuard(client, config.redis.memory_headroom, key=self.keys.config)
 
     def _compile(self, config: Config, moves: Moves, names: Names | None = None) -> None:
         """Run ``config`` with ``moves`` and ``names`` (None: a new group's) from now on. Enqueues

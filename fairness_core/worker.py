@@ -144,6 +144,13 @@ class Doorbell:
                 due = min(due or math.inf, time.monotonic() + got)
 
 
+def require_noeviction_of(queue: Scheduler | ShardedScheduler) -> None:
+    """Refuse an evicting policy on the Redis of each queue group ``queue`` serves (on a cluster,
+    each group's own master: one master down stops the check only for the groups on it)."""
+    for group in queue.groups():
+        require_noeviction(group.client, group.keys.config)
+
+
 def jittered(delay: float) -> float:
     """Spread retries of many threads and processes so they do not hit Redis in lockstep."""
     return delay * random.uniform(0.5, 1.0)
@@ -268,7 +275,7 @@ class Worker:
         fail loudly); outages after that are ridden out. Raises :class:`EvictionPolicyError` at
         start, or after stopping, when Redis may evict keys (see the module docstring).
         """
-        require_noeviction(self.scheduler.client)
+        require_noeviction_of(self.scheduler)
         with self._signal_handlers():
             self._register()
             self.scheduler.check_state()  # what the group's state is, so that losing it later is told
@@ -312,7 +319,7 @@ class Worker:
         """The reap tick, after re-reading the eviction policy: a policy changed to an evicting one
         stops the worker (loudly) instead of letting Redis drop the jobs it is working on."""
         try:
-            require_noeviction(self.scheduler.client)
+            require_noeviction_of(self.scheduler)
         except EvictionPolicyError as exc:
             if self._refused is None:
                 log.error("%s; stopping this worker", exc)

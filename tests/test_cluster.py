@@ -21,6 +21,7 @@ from exporter import metrics as m
 from fairctl.cli import app
 from fairness_core import RedisUnavailable, Scheduler, redis_client
 from fairness_core.keys import Keys
+from fairness_core.worker import require_noeviction_of
 from fairness_stack.servers import RedisClusterServers, RedisServer, free_port
 
 from .conftest import PREFIX_STEM_VARIABLE, REDIS_URL_VARIABLE, ROOT, make_config
@@ -160,3 +161,27 @@ def test_bad_cluster_urls_are_refused_without_quoting_them(url: str, message: st
     with pytest.raises(ValueError, match=message) as err:
         redis_client(url)
     assert "7000" not in str(err.value)
+
+
+def test_a_dead_master_refuses_enqueues_only_to_the_groups_on_it() -> None:
+    """With ``cluster-require-full-coverage no`` the live masters keep serving their slots when one
+    dies; fairctl's memory and eviction checks read each group's own master, so the groups on
+    the live masters keep taking jobs and only the dead master's group is refused."""
+    with RedisClusterServers(3) as cluster:
+        for node in cluster.nodes:
+            with node_client(node) as conn:
+                conn.config_set("cluster-require-full-coverage", "no")
+        groups = [Scheduler(make_config(redis={"url": cluster.url, "prefix": p}), redis_client(cluster.url))
+                  for p in prefixes_one_per_master(cluster)]
+        for group in groups:
+            group.enqueue("newsletter", "before")
+        victim = next(node for node in cluster.nodes if node.port == owner(cluster, groups[-1].keys.base))
+        victim.stop(kill=True)
+        time.sleep(RedisClusterServers.NODE_TIMEOUT_MS / 1000 * 1.5)  # the others mark it failed
+        for group in groups[:-1]:
+            group.memory.read(fresh=True)
+            group.enqueue("newsletter", "after")
+            require_noeviction_of(group)
+            assert totals(group)["depth"] == 2
+        with pytest.raises(RedisUnavailable):
+            groups[-1].memory.read(fresh=True)
