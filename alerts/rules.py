@@ -47,6 +47,8 @@ TENANT_AT_LIMIT = "TenantAtLimit"
 QUEUE_STATE_LOST = "QueueStateLost"
 
 SLO = {"slo": Query(rec.MAX_AGE)}
+# The Redis server holding the alert's shard, as its exporter last read the slot map.
+MASTER = {"master": Query(m.REDIS_MASTER.name, (m.GROUP, m.SHARD), m.MASTER)}
 
 
 @dataclass(frozen=True)
@@ -259,8 +261,7 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
             Text("Shard $shard of $queue has due jobs but completes none"),
             Text(f"Shard $shard of $queue (on Redis $master) has had at least $value:number due jobs for "
                  f"{duration(stall)} and completed none, while the class completes jobs on its other shards: "
-                 "the tenants whose jobs sit on this shard wait while the queue looks healthy.",
-                 {"master": Query(m.REDIS_MASTER.name, (m.GROUP, m.SHARD), m.MASTER)}),
+                 "the tenants whose jobs sit on this shard wait while the queue looks healthy.", MASTER),
             _one(config, QUEUE_SHARD_STALLED,
                  f"(\n{stalled(config, per_shard)}\n)\n  unless ignoring ({m.SHARD})\n(\n{stalled(config, logical)}\n)",
                  CRITICAL),
@@ -350,10 +351,11 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
         ),
         Alert(
             FAIRNESS_EXPORTER_REDIS_DOWN,
-            "no exporter can read the scheduler's bookkeeping from Redis",
+            "no exporter can read the scheduler's bookkeeping of a shard from Redis",
             Text("The fairctl exporters cannot read Redis"),
-            Text(f"No exporter of job $job has read the queues from Redis ({m.EXPORTER_REDIS_UP.name} 0 "
-                 "everywhere): Redis is down or too slow, and the queue alerts cannot fire."),
+            Text(f"No exporter of job $job has read shard $shard of queue $group from its Redis, $master "
+                 f"({m.EXPORTER_REDIS_UP.name} 0 everywhere): that Redis is down or too slow, and the queue alerts "
+                 "cannot see the jobs on it.", MASTER),
             _one(config, FAIRNESS_EXPORTER_REDIS_DOWN, f"{dedup(m.EXPORTER_REDIS_UP.name)} == 0", CRITICAL),
         ),
         Alert(

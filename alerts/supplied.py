@@ -19,7 +19,7 @@ from fairness_core.config import Config
 _NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 # Histogram series carry a suffix on the family's name.
 _SUFFIXES = ("_bucket", "_sum", "_count")
-_ALWAYS = frozenset(spec.name for spec in (*m.FROM_CONFIG, *m.EXPORTER_HEALTH))
+_ALWAYS = frozenset(spec.name for spec in (*m.WHERE, *m.FROM_CONFIG, *m.EXPORTER_HEALTH))
 _SERIES = {spec.name + suffix: spec.name for spec in m.ALL for suffix in ("", *_SUFFIXES)}
 
 

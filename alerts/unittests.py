@@ -692,14 +692,18 @@ def _redis_down(s: Scenario) -> list[Case]:
     alert = r.FAIRNESS_EXPORTER_REDIS_DOWN
     end = s.for_minutes(alert) + 1
 
+    master = "10.0.0.1:6379"
+
     def inputs(*values: int) -> tuple[Series, ...]:
-        return tuple(Series(m.EXPORTER_REDIS_UP.name,
-                            {"job": s.job, "instance": instance, m.GROUP: s.group, m.SHARD: s.group}, flat(value, end))
-                     for instance, value in zip(INSTANCES, values))
+        """Each exporter's redis_up, and the master both last read from the slot map."""
+        where = {"job": s.job, m.GROUP: s.group, m.SHARD: s.group}
+        return tuple(x for instance, value in zip(INSTANCES, values) for x in (
+            Series(m.EXPORTER_REDIS_UP.name, {**where, "instance": instance}, flat(value, end)),
+            Series(m.REDIS_MASTER.name, {**where, "instance": instance, m.MASTER: master}, flat(1, end))))
 
     return [
-        Case("no exporter can read Redis: fires once", inputs(0, 0),
-             (Check(end, alert, (s.firing(alert, 0, shard=s.group),)),)),
+        Case("no exporter can read Redis: fires once, naming the Redis", inputs(0, 0),
+             (Check(end, alert, (s.firing(alert, 0, None, {"master": master}, shard=s.group),)),)),
         Case("one exporter cannot read Redis, the other can: silent", inputs(0, 1), (Check(end, alert),)),
     ]
 

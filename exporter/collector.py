@@ -248,6 +248,7 @@ class FairnessCollector(Collector):
         self._derived_from: Config | None = None
         self._weight_ratio: dict[str, float] = {}
         self._known_reasons: dict[str, list[str]] = {}
+        self._master: str | None = None  # the Redis holding the group's keys, as last read
 
     def _read(self) -> Reading:
         if not self._live:
@@ -287,9 +288,11 @@ class FairnessCollector(Collector):
             if reading.memory is not None:
                 self._add_memory(families, reading.memory)
             if reading.master is not None:
-                families.add(m.REDIS_MASTER, 1, master=reading.master)
+                self._master = reading.master
             if reading.resets is not None:
                 families.add(m.STATE_RESETS, reading.resets)
+        if self._master is not None:  # the last one read, also while it cannot be read: the alerts name it
+            families.add(m.REDIS_MASTER, 1, master=self._master)
         add_config(families, config, self._weight_ratio)
         self._health.add(families, reading is not None)
         families.add(m.EXPORTER_BUILD_INFO, 1, version=self.version, charge=config.scheduler.charge)

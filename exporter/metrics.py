@@ -202,8 +202,8 @@ STATE_RESETS = _counter(
     "it every job queued or leased in the group.")
 REDIS_MASTER = _gauge(
     "fairness_redis_master_info", (MASTER,),
-    "Always 1; the Redis server (host:port) holding the shard's keys, as the client's slot map reads it now "
-    "(on a Redis Cluster, the master of the shard's hash slot).")
+    "Always 1; the Redis server (host:port) holding the shard's keys, as the client's slot map last read it "
+    "(on a Redis Cluster, the master of the shard's hash slot); served on while that Redis cannot be read.")
 
 # ------------------------------------------------------------------ Redis memory (INFO memory and stats)
 REDIS_MEMORY_USED = _gauge(
@@ -243,11 +243,14 @@ FROM_REDIS: tuple[MetricSpec, ...] = (
     QUEUE_NOISY_TENANTS, QUEUE_QUIET_OLDEST_AGE, QUEUE_FAIRNESS_INDEX, JOBS_ENQUEUED, JOBS_PROCESSED,
     QUEUE_WORKER_SECONDS, JOBS_FAILED, JOBS_REDELIVERED, JOBS_DEAD_LETTERED, JOBS_PROMOTED, JOBS_DEMOTED, JOBS_REJECTED, JOBS_REFUSED, JOBS_WAIT,
     QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION, STATE_RESETS,
-    REDIS_MASTER, *UNCONFIGURED, *REDIS_MEMORY,
+    *UNCONFIGURED, *REDIS_MEMORY,
 )
+# Served once known, and on while Redis cannot be read: where the shard's Redis is, which the
+# alerts about a Redis that cannot be read name.
+WHERE: tuple[MetricSpec, ...] = (REDIS_MASTER,)
 # Always served.
 FROM_CONFIG: tuple[MetricSpec, ...] = (QUEUE_WEIGHT_RATIO, QUEUE_MAX_AGE, QUEUE_ARRIVAL_BUDGET)
 EXPORTER_HEALTH: tuple[MetricSpec, ...] = (
     EXPORTER_REDIS_UP, EXPORTER_SCRAPE_DURATION, EXPORTER_SCRAPE_ERRORS, EXPORTER_BUILD_INFO,
 )
-ALL: tuple[MetricSpec, ...] = FROM_REDIS + FROM_CONFIG + EXPORTER_HEALTH
+ALL: tuple[MetricSpec, ...] = FROM_REDIS + WHERE + FROM_CONFIG + EXPORTER_HEALTH

@@ -12,6 +12,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from fairness_core import Config
+from fairness_core.connection import server_of
 from fairness_core.version import fairctl_version
 
 from . import metrics as m
@@ -45,7 +46,7 @@ class WatchCollector(Collector):
         return now, self.source.read(self.client, now)
 
     def describe(self) -> Iterator[Metric]:
-        return (spec.family() for spec in (*self._specs, *m.FROM_CONFIG, *m.EXPORTER_HEALTH))
+        return (spec.family() for spec in (*self._specs, *m.WHERE, *m.FROM_CONFIG, *m.EXPORTER_HEALTH))
 
     def collect(self) -> Iterator[Metric]:
         started = time.monotonic()
@@ -53,6 +54,7 @@ class WatchCollector(Collector):
         reading = self._health.read(self._reader, self.config.exporter.scrape_timeout)
         if reading is not None:
             self._add_reading(families, *reading)
+        families.add(m.REDIS_MASTER, 1, master=server_of(self.client, ""))
         add_config(families, self.config, self._ratios)
         self._health.add(families, reading is not None)
         families.add(m.EXPORTER_BUILD_INFO, 1, version=fairctl_version(), charge=self.config.scheduler.charge)

@@ -18,14 +18,17 @@ from redis.crc import key_slot
 from typer.testing import CliRunner
 
 from exporter import metrics as m
+from exporter.server import server_for
 from fairctl.cli import app
+from fairctl.common import groups_of
 from fairness_core import RedisUnavailable, Scheduler, redis_client
 from fairness_core.keys import Keys
+from fairness_core.sharded import ShardedScheduler
 from fairness_core.worker import require_noeviction_of
 from fairness_stack.servers import RedisClusterServers, RedisServer, free_port
 
 from .conftest import PREFIX_STEM_VARIABLE, REDIS_URL_VARIABLE, ROOT, make_config
-from .exporter_support import running_exporter, scrape
+from .exporter_support import fetch, parse_grouped, running_exporter, scrape
 from .support import totals, write_config
 
 pytestmark = pytest.mark.slow
@@ -163,21 +166,31 @@ def test_bad_cluster_urls_are_refused_without_quoting_them(url: str, message: st
     assert "7000" not in str(err.value)
 
 
+def partial_coverage(cluster: RedisClusterServers) -> RedisClusterServers:
+    """``cluster-require-full-coverage no`` on every node: the live masters keep serving their
+    slots when one dies (by default the whole cluster refuses every command then)."""
+    for node in cluster.nodes:
+        with node_client(node) as conn:
+            conn.config_set("cluster-require-full-coverage", "no")
+    return cluster
+
+
+def kill(cluster: RedisClusterServers, port: int) -> None:
+    """SIGKILL the master on ``port``, and wait until the others have marked it failed."""
+    next(node for node in cluster.nodes if node.port == port).stop(kill=True)
+    time.sleep(RedisClusterServers.NODE_TIMEOUT_MS / 1000 * 1.5)
+
+
 def test_a_dead_master_refuses_enqueues_only_to_the_groups_on_it() -> None:
-    """With ``cluster-require-full-coverage no`` the live masters keep serving their slots when one
-    dies; fairctl's memory and eviction checks read each group's own master, so the groups on
-    the live masters keep taking jobs and only the dead master's group is refused."""
+    """fairctl's memory and eviction checks read each group's own master, so when one master dies
+    the groups on the live masters keep taking jobs and only the dead master's group is refused."""
     with RedisClusterServers(3) as cluster:
-        for node in cluster.nodes:
-            with node_client(node) as conn:
-                conn.config_set("cluster-require-full-coverage", "no")
+        partial_coverage(cluster)
         groups = [Scheduler(make_config(redis={"url": cluster.url, "prefix": p}), redis_client(cluster.url))
                   for p in prefixes_one_per_master(cluster)]
         for group in groups:
             group.enqueue("newsletter", "before")
-        victim = next(node for node in cluster.nodes if node.port == owner(cluster, groups[-1].keys.base))
-        victim.stop(kill=True)
-        time.sleep(RedisClusterServers.NODE_TIMEOUT_MS / 1000 * 1.5)  # the others mark it failed
+        kill(cluster, owner(cluster, groups[-1].keys.base))
         for group in groups[:-1]:
             group.memory.read(fresh=True)
             group.enqueue("newsletter", "after")
@@ -185,3 +198,33 @@ def test_a_dead_master_refuses_enqueues_only_to_the_groups_on_it() -> None:
             assert totals(group)["depth"] == 2
         with pytest.raises(RedisUnavailable):
             groups[-1].memory.read(fresh=True)
+
+
+def test_the_exporter_serves_every_shard_it_can_read_when_a_master_dies(tmp_path: Path) -> None:
+    """One exporter of a 6-shard queue on 3 masters: when one master dies, the other 4 shards'
+    series go on (read up, depths), the dead master's 2 shards answer redis_up 0 within the
+    scrape, and every shard still names its master (which the alert about it reads)."""
+    with RedisClusterServers(3) as cluster:
+        partial_coverage(cluster)
+        _, config = write_config(tmp_path, cluster.url, redis={"url": cluster.url, "shards": 6},
+                                 exporter={"scrape_timeout": "1s"})
+        queue = ShardedScheduler(config, redis_client(cluster.url))
+        for tenant in range(60):
+            queue.submit("newsletter", f"shop-{tenant}")
+        masters = queue.masters()
+        (victim, dead), = [(address, shards) for address, shards in masters.items()][:1]
+        names = queue.layout().prefixes
+        depths = {names[i]: load.depth["jobs:low"] for i, load in enumerate(queue.loads(fresh=True))}
+        with server_for([(config, groups_of(config))], "127.0.0.1", 0) as exporter:
+            fetch(exporter.url)
+            kill(cluster, int(victim.rsplit(":", 1)[1]))
+            scraped = parse_grouped(fetch(exporter.url))
+
+    def by_shard(name: str, **labels: str) -> dict[str, float]:
+        return {dict(got)[m.SHARD]: value for (series, got), value in scraped.items()
+                if series == name and all(dict(got).get(k) == v for k, v in labels.items())}
+
+    live = {names[i] for i in range(6)} - {names[i] for i in dead}
+    assert by_shard(m.EXPORTER_REDIS_UP.name) == {names[i]: 0.0 if i in dead else 1.0 for i in range(6)}
+    assert by_shard(m.QUEUE_DEPTH.name, queue="jobs:low") == {name: depths[name] for name in live}
+    assert {dict(got)[m.MASTER] for (series, got) in scraped if series == m.REDIS_MASTER.name} == set(masters)
