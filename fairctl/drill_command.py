@@ -97,7 +97,7 @@ def render(drills: list[PolicyDrill], scenario: Scenario) -> str:
                      f"{r.volume:.3g} ({sum(d.load.enqueued.values()):,} live jobs; {d.wall_s:.0f}s)")
         lines += [f"  {c}" for c in d.speed_changes]
         if d.delay is not None:
-            lines.append(f"  resolution {human(d.resolution_s)}: the live pipeline's delay here, {d.delay}")
+            lines.append(f"  resolution {human(d.shown_resolution_s)}: the live pipeline's delay here, {d.delay}")
         lines += [f"  {c}" for c in d.load.config_changes]
         rows = [("alert", "first firing", "delivered", "simulate")]
         rows += [(str(a), *("-" if t is None else human(t) for t in (a.first_firing_s, a.delivered_s, a.simulated_s)))

@@ -104,6 +104,12 @@ class PolicyDrill:
         """How much later than the simulation the live pipeline can fire, in scenario seconds."""
         return 0.0 if self.delay is None else self.replay.scenario_seconds(self.delay.real_s)
 
+    @property
+    def shown_resolution_s(self) -> float:
+        """The resolution as the report and the JSON both give it (to a tenth of a second, so the
+        text never reads a second off the JSON where a whole second is crossed)."""
+        return round(self.resolution_s, 1)
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -462,7 +468,7 @@ def as_json(scenario: Scenario, drills: Sequence[PolicyDrill]) -> dict[str, Any]
         "policies": {d.policy: {
             "speed": d.replay.speed, "volume": d.replay.volume, "until_s": d.replay.until, "wall_s": round(d.wall_s, 1),
             "speed_changes": d.speed_changes,
-            "resolution_s": round(d.resolution_s, 1),
+            "resolution_s": d.shown_resolution_s,
             "pipeline_delay": None if d.delay is None else {
                 "real_s": round(d.delay.real_s, 3), **{k: round(v, 3) if isinstance(v, float) else v
                                                        for k, v in dataclasses.asdict(d.delay).items()}},
