@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -77,7 +76,6 @@ class Scheduler:
         self._declared = self.keys.declared()
         self.applied: Applied | None = None
         self.resets = 0  # times this process found the group's state reset under it
-        self.reset_at: float | None = None  # when it last did (time.monotonic())
         self._state: GroupState | None | object = _UNSEEN  # the group's state as last seen (None: gone)
         self._lost: GroupState | None = None  # the state last lost, while the group has none
         self._state_lock = threading.Lock()
@@ -138,7 +136,7 @@ class Scheduler:
             try:
                 self._apply_script(self.file_config, NO_MOVES, NO_NAMES.covering(self.file_config), expect="",
                                    rebase=False, check=False)
-                self._applied_own(self._lost)
+                self._applied_own()
             except ConfigConflict:
                 pass  # another process applied one first: follow it
             stored = self._stored()
@@ -174,7 +172,6 @@ class Scheduler:
             if before is _UNSEEN or before is None or (state is not None and state.created == before.created):
                 return False  # a first look, a loss already told, or the same state
             self.resets += 1
-            self.reset_at = time.monotonic()
             self._lost = before
         log.error("queue group %s lost its state: its applied config v%d is gone, and with it every job queued or "
                   "leased in the group (Redis restarted without persistence, failed over to an empty replica, or "
@@ -183,9 +180,10 @@ class Scheduler:
                   "" if state is None else f"; the group was created anew with config v{state.version}")
         return True
 
-    def _applied_own(self, lost: GroupState | None) -> None:
+    def _applied_own(self) -> None:
         """Say that this process applied its own config to a group that had none: quietly to a new
         group, loudly over one whose state was lost (the file may be older than what ran before)."""
+        lost = self._lost
         if lost is None:
             log.info("queue group %s had no applied config: applied %s", self.keys.prefix, self._file())
             return

@@ -564,8 +564,10 @@ class ShardedScheduler:
 
     @property
     def resets(self) -> int:
-        """Times a shard's state was found reset under this process, over the shards."""
-        return sum(s.resets for s in self.groups())
+        """Times a shard's state was found reset under this process, over the shards it has made
+        (no layout read: a worker reads this at every pop)."""
+        with self._lock:
+            return sum(s.resets for s in self._schedulers.values())
 
     def apply(self, config: Config, **kwargs: Any) -> list[ApplyOutcome]:
         """``config`` applied to every served shard (each under its own prefix), shard by shard."""

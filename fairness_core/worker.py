@@ -34,7 +34,7 @@ from functools import partial
 from types import FrameType
 from typing import TypeVar
 
-from .connection import redis_errors
+from .connection import redis_errors, server_of
 from .jobs import Finished, Lease, RedisUnavailable
 from .memory import EvictionPolicyError, require_noeviction
 from .scheduler import Scheduler
@@ -146,8 +146,10 @@ class Doorbell:
 
 def require_noeviction_of(queue: Scheduler | ShardedScheduler) -> None:
     """Refuse an evicting policy on the Redis of each queue group ``queue`` serves (on a cluster,
-    each group's own master: one master down stops the check only for the groups on it)."""
-    for group in queue.groups():
+    each group's own master, once however many of its shards it holds: one master down stops the
+    check only for the groups on it)."""
+    by_master = {server_of(group.client, group.keys.config): group for group in queue.groups()}
+    for group in by_master.values():
         require_noeviction(group.client, group.keys.config)
 
 
