@@ -143,9 +143,15 @@ def shared_text(config: Config) -> str:
 
 def fingerprint(config: Config, moves: Moves = NO_MOVES, names: Names = NO_NAMES) -> str:
     """What every script checks: equal fingerprints, equal policy (and equal codes for names). A
-    group applied before names had codes has none, and keeps the fingerprint it was applied with."""
+    group applied before names had codes has none, and keeps the fingerprint it was applied with.
+    The group's name (``redis.prefix``) is not part of it: the shards of a sharded queue, and any
+    groups running one config, have one fingerprint, so one compiled script (one function library
+    on their Redis) and one value for the exporter's config series. A group applied by a release
+    that counted the name keeps the fingerprint stored with it until its next apply."""
+    data = shared_data(config)
+    data["redis"].pop("prefix", None)
     coded = "\n" + names.text() if names.names else ""
-    digest = hashlib.sha256((shared_text(config) + "\n" + moves.text() + coded).encode("utf-8")).hexdigest()
+    digest = hashlib.sha256((yaml_text(data) + "\n" + moves.text() + coded).encode("utf-8")).hexdigest()
     return digest[:16]
 
 

@@ -86,12 +86,12 @@ class Scheduler:
         # Enqueues refused near maxmemory; every process that changes the queues refuses an evicting Redis.
         self.memory = MemoryGuard(client, config.redis.memory_headroom, key=self.keys.config)
 
-    def _compile(self, config: Config, moves: Moves, names: Names | None = None) -> None:
-        """Run ``config`` with ``moves`` and ``names`` (None: a new group's) from now on. Enqueues
-        go through a function Redis refuses at maxmemory; everything that drains the queue through
-        one it runs all the same."""
+    def _compile(self, config: Config, moves: Moves, names: Names | None = None, stored: str | None = None) -> None:
+        """Run ``config`` with ``moves`` and ``names`` (None: a new group's) from now on, under the
+        fingerprint ``stored`` with it (None: its own). Enqueues go through a function Redis
+        refuses at maxmemory; everything that drains the queue through one it runs all the same."""
         self.config, self.moves = config, moves
-        self.settings = derive(config, moves, names)
+        self.settings = derive(config, moves, names, stored)
         self._library = Library(script_source(self.settings))
 
     def _argv(self, op: object, *args: object) -> list[object]:
@@ -143,15 +143,17 @@ class Scheduler:
             self._saw(GroupState.of(stored))
         applied = from_stored(stored, self.file_config)
         if applied.fingerprint != self.settings.fingerprint:
-            changes = differences(self.config, applied.config) or [
-                f"moves: {applied.moves.text()}; names: {applied.names.text() or 'none'}"]
-            self._compile(applied.config, applied.moves, applied.names)
+            changes = differences(self.config, applied.config)
+            self._compile(applied.config, applied.moves, applied.names, applied.fingerprint)
             if not self._ran and self.applied is None:
-                log.warning("following the applied config v%d of queue group %s, which differs from %s: %s",
-                            applied.version, self.keys.prefix, self.file_config.source or "this process's config",
-                            "; ".join(changes))
+                # Only what the file says differently: the moves and names a group records, and a
+                # fingerprint an earlier release stored, are no difference a user made.
+                if changes:
+                    log.warning("following the applied config v%d of queue group %s, which differs from %s: %s",
+                                applied.version, self.keys.prefix, self._file(), "; ".join(changes))
             else:
-                log.info("queue group %s: config v%d applied: %s", self.keys.prefix, applied.version, "; ".join(changes))
+                log.info("queue group %s: config v%d applied: %s", self.keys.prefix, applied.version,
+                         "; ".join(changes) or f"moves: {applied.moves.text() or 'none'}")
         self.applied = applied
         return applied
 

@@ -94,9 +94,11 @@ def recorded_cost(tier: str) -> int | None:
     return int(tier) if re.fullmatch(r"[0-9]+", tier) else None
 
 
-def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None) -> Settings:
+def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, stored: str | None = None) -> Settings:
     """The settings of ``config`` applied with ``moves`` and ``names`` (None: those a new group
-    applying ``config`` gets); the one place a policy value is derived from the config."""
+    applying ``config`` gets); the one place a policy value is derived from the config.
+    ``stored``: the fingerprint its group stored with it, which the script must match (one an
+    earlier release computed may differ from this release's for the same config)."""
     names = NO_NAMES.covering(config) if names is None else names
     classes, exp = config.classes, config.exporter
     tenants = config.tenants
@@ -129,7 +131,7 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None) 
         rate_allowed={tier: round(rate * tenants.rate_window, 9) for tier, rate in rates.items()},
         rate_window_ms=int(tenants.rate_window * 1000),
         has_rate=any(rates.values()),
-        fingerprint=fingerprint(config, moves, names),
+        fingerprint=stored or fingerprint(config, moves, names),
         moves=tuple(sorted(moves.classes.items())),
         moved=dict(moves.classes),
         tier_moved=dict(moves.tiers),
