@@ -103,12 +103,17 @@ def test_a_deadline_with_too_little_room_lowers_the_speed_and_says_why(tmp_path:
                               "--until", "8m")
     assert run.returncode == 0, run.stdout + run.stderr
     fifo = policies["fifo"]
-    (change,) = fifo["speed_changes"]
-    assert change.startswith(f"speed {DEFAULT_SPEED} -> {fifo['speed']:g}: warming up, the live pipeline took up to ")
-    assert 'QueueStarving{queue="jobs:high"} (simulated at 2m15s, expected within 5m30s)' in change
+    # The warm-up lowers the speed; on a machine busier still, the next warm-up or the replay's
+    # own delay may lower it once more (and says so the same way).
+    first, *later = fifo["speed_changes"]
+    assert first.startswith(f"speed {DEFAULT_SPEED} -> ") and ": warming up, the live pipeline took up to " in first
+    assert all(", the live pipeline took up to " in change for change in later), later
+    assert (later or [first])[-1].startswith("speed ") and f" -> {fifo['speed']:g}: " in (later or [first])[-1]
+    for change in (first, *later):
+        assert 'QueueStarving{queue="jobs:high"} (simulated at 2m15s, expected within 5m30s)' in change
+        assert f"  {change}\n" in run.stdout and f"drill: fifo: {change}" in run.stderr
     # At most 0.8 of the 3m15s room over a delay of at least 3 intervals of 1s.
     assert fifo["speed"] <= 0.8 * (330 - 135) / 3
-    assert f"  {change}\n" in run.stdout and f"drill: fifo: {change}" in run.stderr
     assert _first(fifo, "QueueStarving", "jobs:high")["first_firing_s"] <= 330
 
 
