@@ -16,9 +16,12 @@ import typer
 from fairness_core import Config, ConfigError, Scheduler, load_config
 from fairness_core.ages import format_age
 from fairness_core.config_store import Applied, ConfigConflict, ConfigRefused, Moves, differences, shared_text
+from fairness_core.scheduler import ApplyOutcome
+from fairness_core.sharded import ApplyLost, GroupBusy, GroupConfig, PartlyApplied, ShardedScheduler
 
 from .common import (
-    DEFAULT_CONFIG, ConfigOption, RedisUrlOption, clear_errors, connect, fail, groups_of, load, with_redis_url,
+    DEFAULT_CONFIG, ConfigOption, RedisUrlOption, clear_errors, connect, connect_queue, fail, groups_of, load,
+    with_redis_url,
 )
 
 app = typer.Typer(help="Show, compare and apply the config a queue group runs: it lives in the group's Redis, "
@@ -144,8 +147,13 @@ def apply(
     They move keeping their ids and ages; leased ones and retries go to NEW when they come back.
     Likewise a tier FILE drops that is still some queued tenant's needs --move-tier OLD=NEW.
     If someone else applies between the diff printed here and the apply, nothing is applied
-    (exit 1): read the diff again and retry. A sharded group (redis.shards) is applied shard by
-    shard, each atomically; show and diff list every shard."""
+    (exit 1, naming the config that won): read the diff again and retry.
+
+    A sharded group (redis.shards) is applied to every shard it serves, each atomically, one
+    apply or re-shard of the group at a time: one under way is waited for (briefly, then exit 1
+    naming it), and the shards a re-shard adds get the config too. Show and diff list every
+    shard. An apply stopped part way (its process died, or a shard refused it) leaves the shards
+    on two configs (exit 1 naming them): apply again to make them one."""
     moves = Moves(classes=_moves(move, "--move"), tiers=_moves(move_tier, "--move-tier"))
     new = _load_file(file, redis_url)
     try:
@@ -153,25 +161,63 @@ def apply(
     except ValueError as exc:  # "--move OLD=NEW: why"
         option, _, why = str(exc).partition(": ")
         fail(option, why)
-    for group in groups_of(new):
-        _apply_one(group, moves, file, dry_run)
+    if new.redis.shards > 1:
+        _apply_sharded(new, moves, file, dry_run)
+    else:
+        _apply_one(new, moves, file, dry_run)
 
 
 def _apply_one(new: Config, moves: Moves, file: Path, dry_run: bool) -> None:
     scheduler = connect(new)
     applied = _read(scheduler)
-    changed = _show_diff(applied, new, file)
-    if dry_run:
-        typer.echo("dry run: nothing applied (a refusal is only known at apply, which changes nothing if refused)")
-        return
-    if not changed and not moves.classes and not moves.tiers:
-        typer.echo("nothing to apply")
+    if not _worth_applying([_show_diff(applied, new, file)], moves, dry_run):
         return
     try:
         with clear_errors():
             outcome = scheduler.apply(new, moves=moves, expect=applied.fingerprint if applied else "")
-    except (ConfigRefused, ConfigConflict) as exc:
+    except ConfigRefused as exc:
         fail("FILE", str(exc), code=1)
-    typer.echo(f"applied v{outcome.version} to queue group {new.redis.prefix} (fingerprint {outcome.fingerprint}); "
-               f"moved {outcome.moved} job(s)" + (f" ({_moves_text(moves)})" if moves.classes or moves.tiers else ""))
+    except ConfigConflict as exc:
+        won = _read(scheduler)  # the config that came between
+        lost = ApplyLost(new.redis.prefix, GroupConfig(won.version, won.fingerprint)) if won else exc
+        fail("FILE", str(lost), code=1)
+    _say_applied(new.redis.prefix, outcome, moves)
     typer.echo("running processes of the group follow it within their next call")
+
+
+def _apply_sharded(new: Config, moves: Moves, file: Path, dry_run: bool) -> None:
+    """The diff of every shard the group serves, then one apply of the group: every shard, or
+    (another apply having come between) none."""
+    queue = connect_queue(new)
+    assert isinstance(queue, ShardedScheduler)
+    with clear_errors():
+        seen = queue.applied_group()  # before the shards: an apply that ends after this read wins
+        changed = [_show_diff(_read(shard), shard.file_config, file) for shard in queue.groups()]
+    if not _worth_applying(changed, moves, dry_run):
+        return
+    try:
+        with clear_errors():
+            done = queue.apply(new, moves=moves, expect=seen.fingerprint if seen else "")
+    except (ConfigRefused, ConfigConflict, GroupBusy, PartlyApplied) as exc:
+        fail("FILE", str(exc), code=1)
+    for prefix, outcome in done.shards.items():
+        _say_applied(prefix, outcome, moves)
+    typer.echo(f"queue group {new.redis.prefix}: all {len(done.shards)} shards run config v{done.group.version} "
+               f"(group fingerprint {done.group.fingerprint}); running processes follow it within their next call")
+
+
+def _worth_applying(changed: list[bool], moves: Moves, dry_run: bool) -> bool:
+    """Whether to go on to the apply once the diffs are printed (``changed``: whether each
+    differs); a dry run, or a config applied already with no moves, says why not."""
+    if dry_run:
+        typer.echo("dry run: nothing applied (a refusal is only known at apply, which changes nothing if refused)")
+        return False
+    if not any(changed) and not moves.classes and not moves.tiers:
+        typer.echo("nothing to apply")
+        return False
+    return True
+
+
+def _say_applied(prefix: str, outcome: ApplyOutcome, moves: Moves) -> None:
+    typer.echo(f"applied v{outcome.version} to queue group {prefix} (fingerprint {outcome.fingerprint}); "
+               f"moved {outcome.moved} job(s)" + (f" ({_moves_text(moves)})" if moves.classes or moves.tiers else ""))

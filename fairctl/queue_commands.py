@@ -12,7 +12,7 @@ import typer
 
 from fairness_core import Config, Enqueued
 from fairness_core.config import MAX_SHARDS
-from fairness_core.sharded import ShardedScheduler
+from fairness_core.sharded import GroupBusy, LayoutConflict, ShardedScheduler
 
 from .common import (
     DEFAULT_CONFIG,
@@ -131,18 +131,24 @@ def reshard(
     queued stay where they are and are served there, since workers serve every shard that may hold
     jobs: nothing is moved, lost or run twice. After shrinking, --settle stops serving the shards
     left behind once they are empty. Without --to or --settle, prints the layout. Set redis.shards
-    in the config file to the new count too, for the processes started from it later."""
+    in the config file to the new count too, for the processes started from it later.
+
+    A re-shard and the group's config applies take turns: one under way is waited for (briefly,
+    then exit 1 naming it), and the shards added get the config last applied."""
     cfg = load(config, redis_url)
     if cfg.redis.shards == 1:
         fail("--config", f"queue group {cfg.redis.prefix} is not sharded (redis.shards is 1); a sharded group is "
                          "a new one (its shards are the queue groups PREFIX.0, PREFIX.1, ...)")
     scheduler = connect_queue(cfg)
     assert isinstance(scheduler, ShardedScheduler)
-    with clear_errors():
-        before = scheduler.layout(fresh=True)
-        layout = scheduler.reshard(to) if to is not None else before
-        layout = scheduler.settle() if settle else layout
-        masters = scheduler.masters()
+    try:
+        with clear_errors():
+            before = scheduler.layout(fresh=True)
+            layout = scheduler.reshard(to) if to is not None else before
+            layout = scheduler.settle() if settle else layout
+            masters = scheduler.masters()
+    except (GroupBusy, LayoutConflict) as exc:
+        fail("--to" if to is not None else "--settle", str(exc), code=1)
     left = f"; shards {layout.shards}..{layout.serve - 1} still served until empty" if layout.serve > layout.shards else ""
     change = f" (was {before.shards}, serving {before.serve})" if layout != before else ""
     typer.echo(f"queue group {cfg.redis.prefix}: new jobs go to {layout.shards} shards{change}{left}; layout v{layout.version}")

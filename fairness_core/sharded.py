@@ -22,6 +22,11 @@ the N groups one queue is here:
 - **Re-sharding** (:meth:`ShardedScheduler.reshard`) changes where new jobs go; the jobs already
   queued stay where they are and are served there, since workers serve every shard that may hold
   jobs (the layout's ``serve``), so nothing is moved, lost or run twice.
+- **Applies and re-shards take turns** under a claim in the layout (:meth:`ShardedScheduler.apply`):
+  each one reads the layout after claiming it, so every shard, the ones a re-shard adds too, ends
+  on the group's last applied config, and an apply that read the group's config before another
+  one was applied is refused, naming the one that won. A claim whose holder died lapses after
+  :data:`CLAIM_TTL_MS`; the shards it left on two configs stay so until an apply reaches them all.
 
 The choices read a view of every shard's queued jobs and tenants per class and tier, at most
 :data:`VIEW_TTL_S` old: two commands per shard, pipelined across the masters.
@@ -29,17 +34,33 @@ The choices read a view of every shard's queued jobs and tenants per class and t
 
 from __future__ import annotations
 
+import os
 import random
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from .classification import classify
 from .config import Config
+from .config_store import NO_MOVES, Applied, ConfigConflict, ConfigRefused, Moves, fingerprint
 from .connection import ClusterClient, redis_errors, server_of
-from .jobs import SEP, Enqueued, Finished, InvalidJob, Lease, Popped, check_tenant, check_tier, decoded, settled
+from .jobs import (
+    SEP,
+    Enqueued,
+    FairnessError,
+    Finished,
+    InvalidJob,
+    Lease,
+    Popped,
+    check_tenant,
+    check_tier,
+    decoded,
+    settled,
+)
 from .keys import CLASS_PARTS, Keys
 from .scheduler import ApplyOutcome, Scheduler, check_pop
 from .settings import Settings
@@ -50,12 +71,16 @@ LAYOUT_TTL_S = 1.0  # how often a process re-reads the layout (where new jobs go
 IDLE_POLL_S = 0.1  # an idle worker looks for work on every shard this often
 JOB_SEP = ":"  # a sharded job id: shard, JOB_SEP, the shard's own id
 WEIGHTED = ("weighted", "weighted-fair")
+CLAIM_TTL_MS = 60_000  # a claim on the layout lapses this long after it was taken or renewed: its holder died
+CLAIM_WAIT_S = 10.0  # how long an apply or a re-shard waits for another's claim (one takes well under a second)
+CLAIM_POLL_S = 0.02  # how often a waiting one asks again
 T = TypeVar("T")
 
 # Creates the layout on first use (from the config's redis.shards) and returns it; one call, so two
-# processes starting a group at once agree on one layout.
+# processes starting a group at once agree on one layout. A hash with no shards (only a claim, taken
+# as the layout was deleted) has none yet.
 _LAYOUT_CREATE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('HEXISTS', KEYS[1], 'shards') == 0 then
   local now = redis.call('TIME')
   redis.call('HSET', KEYS[1], 'shards', ARGV[1], 'serve', ARGV[1], 'version', 1,
              'changed_ms', now[1] * 1000 + math.floor(now[2] / 1000), 'prefixes', ARGV[2])
@@ -66,10 +91,13 @@ LAYOUT_FIELDS = ("shards", "serve", "version", "changed_ms", "prefixes")
 PREFIX_SEP = ","  # between the shards' names in the layout (no name can hold one)
 # Re-shards to ARGV[1] shards, or with ARGV[1] = '' settles: serve drops to shards (the caller has
 # checked that the shards beyond are empty). ARGV[2]: the version the caller read (a conflict
-# returns the layout unchanged); ARGV[3]: every shard's name, with the new ones'.
+# returns the layout unchanged, 0); ARGV[3]: every shard's name, with the new ones'; ARGV[4]: the
+# claim a re-shard holds (-1 when it lapsed and another took it), '' for a settle, which takes none
+# (it only stops serving empty shards, which no apply needs to reach).
 _LAYOUT_CHANGE = """
 local shards, serve, version = unpack(redis.call('HMGET', KEYS[1], 'shards', 'serve', 'version'))
 if tostring(version) ~= ARGV[2] then return 0 end
+if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'claim') ~= ARGV[4] then return -1 end
 local now = redis.call('TIME')
 local to = ARGV[1] == '' and tonumber(shards) or tonumber(ARGV[1])
 local keep = ARGV[1] == '' and to or math.max(tonumber(serve), to)
@@ -77,10 +105,70 @@ redis.call('HSET', KEYS[1], 'shards', to, 'serve', keep, 'version', tonumber(ver
            'changed_ms', now[1] * 1000 + math.floor(now[2] / 1000), 'prefixes', ARGV[3])
 return 1
 """
+# Claims the layout for ARGV[1] (an apply or a re-shard) for ARGV[2] ms of Redis time, unless
+# another holds a claim that has not lapsed; with ARGV[3] = '1', renews a claim ARGV[1] still holds
+# (and takes none it lost). Returns {1, version, fingerprint} (the group's config as its last apply
+# recorded it, '' before the first) or {0, holder ('' for none), ms until its claim lapses}.
+_LAYOUT_CLAIM = """
+local holder, till, version, found = unpack(redis.call('HMGET', KEYS[1], 'claim', 'claim_until_ms',
+                                                       'config_version', 'config_fingerprint'))
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local left = holder and math.max(0, tonumber(till) - now) or 0
+if holder ~= ARGV[1] and (left > 0 or ARGV[3] == '1') then return {0, holder or '', left} end
+redis.call('HSET', KEYS[1], 'claim', ARGV[1], 'claim_until_ms', now + tonumber(ARGV[2]))
+return {1, version or '', found or ''}
+"""
+# Ends ARGV[1]'s claim; with ARGV[2] (a version) and ARGV[3] (a fingerprint), records them as the
+# group's applied config in the same step. 0 when ARGV[1] no longer holds it (it lapsed, and
+# another took it).
+_LAYOUT_RELEASE = """
+if redis.call('HGET', KEYS[1], 'claim') ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'config_version', ARGV[2], 'config_fingerprint', ARGV[3]) end
+redis.call('HDEL', KEYS[1], 'claim', 'claim_until_ms')
+return 1
+"""
+GROUP_CONFIG_FIELDS = ("config_version", "config_fingerprint")
 
 
 class LayoutConflict(RuntimeError):
     """The layout changed between reading it and changing it."""
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """A sharded group's applied config as its last apply recorded it: shard 0's version, and the
+    fingerprint of the config as the group's (:func:`group_fingerprint`, the same on every shard)."""
+
+    version: int
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class ShardedApply:
+    """What :meth:`ShardedScheduler.apply` did: the group's config now, and each shard's apply by
+    the shard's name, shard 0 first."""
+
+    group: GroupConfig
+    shards: Mapping[str, ApplyOutcome]
+
+
+class GroupBusy(FairnessError):
+    """Another apply or re-shard of the group held its claim longer than :data:`CLAIM_WAIT_S`."""
+
+
+class ApplyLost(ConfigConflict):
+    """Another apply came between reading the group's config and applying a new one: it won."""
+
+    def __init__(self, prefix: str, won: GroupConfig) -> None:
+        self.won = won
+        super().__init__(f"another apply won: config v{won.version} (fingerprint {won.fingerprint}) is applied to "
+                         f"queue group {prefix}; run `fairctl config diff` and apply again")
+
+
+class PartlyApplied(FairnessError):
+    """An apply that stopped after some shards took the config: the group runs two configs until
+    an apply reaches every shard."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +216,20 @@ def tenant_weights(counts: Mapping[str, Any], classes: Sequence[str], settings: 
     for field, c, tier in tier_counters(classes, settings):
         out[c] += int(counts.get(field) or 0) * settings.tier_weight(tier)
     return out
+
+
+def group_fingerprint(applied: Applied, group: str) -> str:
+    """The fingerprint of a shard's applied config as its logical queue's, ``group``: the shard's
+    own name put back to the group's, and the names its jobs store as codes left out (each shard
+    lists them in the order its own history gave them). Every shard running one config shows the
+    same one; a shard an apply did not reach shows another."""
+    config = applied.config
+    return fingerprint(replace(config, redis=replace(config.redis, prefix=group)), applied.moves)
+
+
+def _recorded(version: bytes | str | None, found: bytes | str | None) -> GroupConfig | None:
+    """The group's config from the layout's fields; None before its first apply."""
+    return GroupConfig(int(version), decoded(found)) if version and found else None
 
 
 def shard_config(config: Config, shard: int, prefix: str | None = None) -> Config:
@@ -254,21 +356,27 @@ class ShardedScheduler:
     def reshard(self, shards: int) -> Layout:
         """New jobs go to ``shards`` shards from now on (tenants re-homed by their new hands); the
         shards that held jobs stay served until :meth:`settle` finds them empty. A new shard gets
-        the group's applied config (shard 0's) before any job can reach it."""
+        the group's applied config (shard 0's) before any job can reach it. Under the group's claim
+        (:meth:`apply`): an apply under way is waited for, and its config is the one the new
+        shards get; GroupBusy when it takes longer than :data:`CLAIM_WAIT_S`."""
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
             raise ValueError(f"shards: expected a whole number of at least 1, got {shards!r}")
-        before = self.layout(fresh=True)
-        with redis_errors(self.client):
-            names = [*before.prefixes, *self._placed(range(len(before.prefixes), shards), before.prefixes)]
-        applied = self.shard(0).read_applied()
-        added = [self._scheduler(index, names[index]) for index in range(before.serve, shards)]
-        for shard in added:
-            if applied is not None:  # also over a config left from when the shard was served before
-                shard.apply(replace(applied.config, redis=replace(applied.config.redis, prefix=shard.keys.prefix)),
-                            moves=applied.moves)
-        self._copy_paused(added)  # before any job can reach them
-        self._change_layout(str(shards), before, names)
-        self._copy_paused(added)  # and a pause or resume that went shard by shard meanwhile
+        token, _ = self._claim("a re-shard")
+        try:
+            before = self.layout(fresh=True)
+            with redis_errors(self.client):
+                names = [*before.prefixes, *self._placed(range(len(before.prefixes), shards), before.prefixes)]
+            applied = self.shard(0).read_applied()
+            added = [self._scheduler(index, names[index]) for index in range(before.serve, shards)]
+            for shard in added:
+                if applied is not None:  # also over a config left from when the shard was served before
+                    shard.apply(replace(applied.config, redis=replace(applied.config.redis, prefix=shard.keys.prefix)),
+                                moves=applied.moves)
+            self._copy_paused(added)  # before any job can reach them
+            self._change_layout(str(shards), before, names, token)
+            self._copy_paused(added)  # and a pause or resume that went shard by shard meanwhile
+        finally:
+            self._release(token)
         return self.layout(fresh=True)
 
     def _copy_paused(self, shards: Sequence[Scheduler]) -> None:
@@ -308,9 +416,13 @@ class ShardedScheduler:
         counted = ("depth" + SEP, "inflight" + SEP, "delayed" + SEP)
         return any(decoded(k).startswith(counted) and int(v) != 0 for k, v in stats.items())
 
-    def _change_layout(self, to: str, seen: Layout, names: Sequence[str]) -> None:
+    def _change_layout(self, to: str, seen: Layout, names: Sequence[str], claim: str = "") -> None:
         with redis_errors(self.client):
-            changed = self.client.eval(_LAYOUT_CHANGE, 1, self.keys.layout, to, seen.version, PREFIX_SEP.join(names))
+            changed = self.client.eval(_LAYOUT_CHANGE, 1, self.keys.layout, to, seen.version, PREFIX_SEP.join(names),
+                                       claim)
+        if changed == -1:
+            raise LayoutConflict(f"the claim on the layout of {self.keys.prefix} lapsed (held over "
+                                 f"{CLAIM_TTL_MS // 1000}s) and another apply or re-shard took it; run this again")
         if not changed:
             raise LayoutConflict(f"the layout of {self.keys.prefix} changed since it was read; read it again and retry")
 
@@ -569,9 +681,85 @@ class ShardedScheduler:
         with self._lock:
             return sum(s.resets for s in self._schedulers.values())
 
-    def apply(self, config: Config, **kwargs: Any) -> list[ApplyOutcome]:
-        """``config`` applied to every served shard (each under its own prefix), shard by shard."""
+    # ------------------------------------------------------------------ applies: one group, one config
+
+    def apply(self, config: Config, *, moves: Moves = NO_MOVES, expect: str | None = None) -> ShardedApply:
+        """``config`` applied to every shard the layout serves, each under its own name and
+        atomically, under the group's claim: applies and re-shards take turns, and each reads the
+        layout once it holds the claim, so every shard (the ones a re-shard adds too) ends on the
+        last config applied. ``expect``: the fingerprint of :meth:`applied_group` the caller saw
+        ('' for none); ApplyLost, naming the config that won, when another apply came between.
+        GroupBusy when another holds the claim longer than :data:`CLAIM_WAIT_S`. ConfigRefused,
+        changing nothing, when shard 0 refuses ``config``; PartlyApplied when a later shard does,
+        or the claim lapsed part way: the shards before it run ``config``."""
         if config.redis.prefix != self.keys.prefix:
             raise ValueError(f"redis.prefix: {config.redis.prefix!r} is another queue group than {self.keys.prefix!r}")
-        names = self.layout().prefixes
-        return [self.shard(i).apply(shard_config(config, i, names[i]), **kwargs) for i in self.served_shards()]
+        token, seen = self._claim("an apply")
+        done: dict[str, ApplyOutcome] = {}
+        record: GroupConfig | None = None
+        try:
+            if expect is not None and expect != (seen.fingerprint if seen else ""):
+                if seen is None:
+                    raise ConfigConflict(f"the config recorded for queue group {self.keys.prefix} is gone (was its "
+                                         "layout deleted?); run `fairctl config diff` and apply again")
+                raise ApplyLost(self.keys.prefix, seen)
+            layout = self.layout(fresh=True)
+            for index, name in enumerate(layout.prefixes[:layout.serve]):
+                if done and not self._renew(token):
+                    raise self._partly(done, f"the claim on the group lapsed (held over {CLAIM_TTL_MS // 1000}s) "
+                                             "and another apply or re-shard took it")
+                try:
+                    done[name] = self._scheduler(index, name).apply(shard_config(config, index, name), moves=moves)
+                except ConfigRefused as exc:
+                    if not done:
+                        raise
+                    raise self._partly(done, f"shard {index} refused it ({exc})") from exc
+            first = self._scheduler(0, layout.prefixes[0])
+            record = GroupConfig(done[layout.prefixes[0]].version,
+                                 group_fingerprint(first.applied or first.sync(), self.keys.prefix))
+        finally:
+            released = self._release(token, record)
+        if not released:
+            raise self._partly(done, "the claim on the group lapsed before the apply ended, and another apply or "
+                                     "re-shard took it")
+        return ShardedApply(record, done)
+
+    def applied_group(self) -> GroupConfig | None:
+        """The group's config as its last apply recorded it; None before the first (a new group's
+        shards start on the config of the first process that serves them)."""
+        with redis_errors(self.client):
+            return _recorded(*self.client.hmget(self.keys.layout, GROUP_CONFIG_FIELDS))
+
+    def _claim(self, what: str) -> tuple[str, GroupConfig | None]:
+        """Claim the group for ``what`` (an apply or a re-shard), waiting while another holds it, up
+        to :data:`CLAIM_WAIT_S` (GroupBusy naming the holder); the claim's token, which names who
+        holds it for whoever waits, and the group's config as recorded now."""
+        self.layout(fresh=True)  # the claim is a field of the layout, which is made on first use
+        token = f"{what} from {socket.gethostname()} pid {os.getpid()} ({uuid.uuid4().hex[:8]})"
+        deadline = time.monotonic() + CLAIM_WAIT_S
+        while True:
+            with redis_errors(self.client):
+                got, first, second = self.client.eval(_LAYOUT_CLAIM, 1, self.keys.layout, token, CLAIM_TTL_MS, "")
+            if got:
+                return token, _recorded(first, second)
+            if time.monotonic() >= deadline:
+                raise GroupBusy(f"queue group {self.keys.prefix} is being changed by {decoded(first)}, still after "
+                                f"{CLAIM_WAIT_S:g}s (if its process died, its claim lapses in "
+                                f"{int(second) / 1000:.0f}s): run this again once it is done")
+            time.sleep(CLAIM_POLL_S)
+
+    def _renew(self, token: str) -> bool:
+        """Whether ``token`` still held the group's claim, now renewed for another :data:`CLAIM_TTL_MS`."""
+        with redis_errors(self.client):
+            return bool(self.client.eval(_LAYOUT_CLAIM, 1, self.keys.layout, token, CLAIM_TTL_MS, "1")[0])
+
+    def _release(self, token: str, record: GroupConfig | None = None) -> bool:
+        """End ``token``'s claim, recording ``record`` as the group's config; whether it still held it."""
+        version, found = ("", "") if record is None else (record.version, record.fingerprint)
+        with redis_errors(self.client):
+            return bool(self.client.eval(_LAYOUT_RELEASE, 1, self.keys.layout, token, version, found))
+
+    def _partly(self, done: Mapping[str, ApplyOutcome], why: str) -> PartlyApplied:
+        return PartlyApplied(f"the apply stopped part way: {why}. Shards {', '.join(done)} of queue group "
+                             f"{self.keys.prefix} run the new config and the others their old one until an apply "
+                             "reaches every shard: apply again once the cause is fixed")

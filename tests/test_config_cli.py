@@ -153,7 +153,8 @@ def test_removed_tier_is_refused_until_moved(config_a: Path, client: redis.Redis
 
 def test_an_apply_between_the_diff_and_the_apply_wins(config_a: Path, client: redis.Redis,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """The diff shown is the one applied, or nothing is: another apply in between is a conflict."""
+    """The diff shown is the one applied, or nothing is: another apply in between is a conflict,
+    and the loser names the config that won."""
     config = load_config(config_a)
     Scheduler(config, client).sync()
     heavier = variant(config_a, "heavier.yaml", reweighted)
@@ -161,11 +162,17 @@ def test_an_apply_between_the_diff_and_the_apply_wins(config_a: Path, client: re
 
     def read_then_someone_applies(scheduler: Scheduler) -> Applied | None:
         seen = read(scheduler)
-        Scheduler(config, client).apply(load_config(variant(config_a, "theirs.yaml", lambda d: d["classes"][1].update(weight=25))))
+        if seen is not None and seen.version == 1:  # once, between the diff and the apply
+            theirs = variant(config_a, "theirs.yaml", lambda d: d["classes"][1].update(weight=25))
+            Scheduler(config, client).apply(load_config(theirs))
         return seen
 
     monkeypatch.setattr(config_commands, "_read", read_then_someone_applies)
     lost = invoke("config", "apply", heavier)
-    assert lost.exit_code == 1 and "changed since it was read" in lost.stderr
+    assert lost.exit_code == 1, lost.output
+    won = Scheduler(config, client).read_applied()
+    assert won is not None and won.version == 2
+    assert (f"another apply won: config v2 (fingerprint {won.fingerprint}) is applied to queue group "
+            f"{config.redis.prefix}; run `fairctl config diff` and apply again") in lost.stderr
     now = Scheduler(config, client).sync().config
     assert (now.classes[0].weight, now.classes[1].weight) == (70, 25)  # theirs, not ours
