@@ -45,6 +45,7 @@ REDIS_MEMORY_HIGH = "RedisMemoryHigh"
 REDIS_MAY_EVICT_JOBS = "RedisMayEvictJobs"
 TENANT_AT_LIMIT = "TenantAtLimit"
 QUEUE_STATE_LOST = "QueueStateLost"
+QUEUE_CONFIG_SPLIT = "QueueConfigSplit"
 
 SLO = {"slo": Query(rec.MAX_AGE)}
 # The Redis server holding the alert's shard, as its exporter last read the slot map.
@@ -141,6 +142,12 @@ def stalled(config: Config, fold: Callable[[str, str], str]) -> str:
             + (f"  unless\n{fold('max', over_time('max_over_time', m.QUEUE_PAUSED.name, stall))} > 0\n"
                if paused_served(config) else "")
             + f"  unless\n{fold('sum', over_time('increase', m.JOBS_PROCESSED.name, stall))} > 0")
+
+
+def configs_run() -> str:
+    """How many configs the shards of each logical queue run: its shards' fingerprints as the
+    queue's (each shard deduplicated over its exporters), counted once each."""
+    return f"count without ({m.FINGERPRINT}) (\n  count without ({m.SHARD}) ({dedup(m.GROUP_CONFIG.name)})\n)"
 
 
 def per_shard(_aggregation: str, expr: str) -> str:
@@ -381,6 +388,18 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
                  "Redis can bring the jobs back: producers must send them again."),
             _one(config, QUEUE_STATE_LOST,
                  f"{dedup(over_time('increase', m.STATE_RESETS.name, a.rate_window))} > 0", CRITICAL),
+        ),
+        Alert(
+            QUEUE_CONFIG_SPLIT,
+            f"the shards of a sharded queue run different configs ({m.GROUP_CONFIG.name}): an apply stopped part "
+            "way (its process died, a shard refused the config or its Redis went away), where one takes well "
+            "under a second",
+            Text("The shards of queue $group run $value:number different configs"),
+            Text("The shards of $group run $value:number different configs: an apply stopped part way (its process "
+                 "died, a shard refused the config, or its Redis went away). Each shard schedules by its own, so the "
+                 "queue's weights, SLOs and limits are not the ones applied. Apply the config again (fairctl config "
+                 "apply FILE): it reaches every shard."),
+            _one(config, QUEUE_CONFIG_SPLIT, f"{configs_run()} > 1", WARNING),
         ),
     )
 

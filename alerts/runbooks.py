@@ -110,6 +110,10 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "shard_master": d("The Redis server holding each shard", dedup(m.REDIS_MASTER.name)),
         "state_resets": d(f"Resets of each shard's state found over the last {duration(window)}",
                           dedup(over_time("increase", m.STATE_RESETS.name, window))),
+        "shard_configs": d("The config each shard runs, by its fingerprint as the queue's (one per queue when they "
+                           "agree)", dedup(m.GROUP_CONFIG.name)),
+        "shard_config_versions": d("The applied config's version on each shard (each shard counts its own applies, "
+                                   "and a shard a re-shard added starts again at 1)", dedup(m.CONFIG_VERSION.name)),
         "up": d("Which exporter targets Prometheus reaches", selector(r.UP, **{r.JOB: config.alerts.exporter_job})),
         "redis_up": d("Which exporters read Redis (per exporter, not deduplicated)", m.EXPORTER_REDIS_UP.name),
         "scrape_errors": d("Why scrapes could not read Redis (timeout, unavailable, error), per second",

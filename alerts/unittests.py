@@ -730,6 +730,42 @@ def _state_lost(s: Scenario) -> list[Case]:
     ]
 
 
+def _config_split(s: Scenario) -> list[Case]:
+    alert = r.QUEUE_CONFIG_SPLIT
+    applied_at = 2
+    fire_at = applied_at + s.for_minutes(alert)
+    end = fire_at + 2
+    old, new = "0123456789abcdef", "fedcba9876543210"  # fingerprints as the group's
+
+    def shard(index: int | None, changed_at: int | None, exporters: int = 2) -> list[Series]:
+        """A shard's config (None: the unsharded queue, its own shard): ``old``, then ``new`` from
+        minute ``changed_at`` (None: never), the old series going stale as an exporter drops it."""
+        labels = {} if index is None else {m.SHARD: s.shard(index)}
+        if changed_at is None:
+            return s.series(m.GROUP_CONFIG, flat(1, end), exporters=exporters, fingerprint=old, **labels)
+        return (s.series(m.GROUP_CONFIG, f"{flat(1, changed_at - 1)} stale", exporters=exporters, fingerprint=old,
+                         **labels)
+                + s.series(m.GROUP_CONFIG, f"_x{changed_at} {flat(1, end - changed_at)}", exporters=exporters,
+                           fingerprint=new, **labels))
+
+    lagging = applied_at + s.for_minutes(alert) - 1  # split for one evaluation less than for:
+    return [
+        Case(f"shards 0 and 1 of three take a new config at minute {applied_at} and shard 2 never does (the apply's "
+             "process died): fires after for:, once for the queue",
+             tuple(shard(0, applied_at) + shard(1, applied_at) + shard(2, None)),
+             (Check(fire_at - 1, alert), Check(fire_at, alert, (s.firing(alert, 2),)),
+              Check(end, alert, (s.firing(alert, 2),)))),
+        Case(f"shard 2 takes it {lagging - applied_at}m after the others (sooner than for:): silent",
+             tuple(shard(0, applied_at) + shard(1, applied_at) + shard(2, lagging)),
+             tuple(Check(t, alert) for t in range(applied_at, end + 1))),
+        Case("an unsharded queue changes config, one exporter a minute after the other: silent",
+             tuple(shard(None, applied_at, exporters=1)
+                   + [replace(x, labels={**x.labels, "instance": INSTANCES[1]})
+                      for x in shard(None, applied_at + 1, exporters=1)]),
+             tuple(Check(t, alert) for t in range(applied_at, end + 1))),
+    ]
+
+
 def _recording(s: Scenario) -> list[Case]:
     """Two exporters serving the same queues: every recorded figure counts them once."""
     end = s.window + 1
@@ -825,6 +861,7 @@ def _every_test_file(config: Config) -> tuple[TestFile, ...]:
         TestFile(r.FAIRNESS_EXPORTER_REDIS_DOWN, tuple(_redis_down(s))),
         TestFile(r.TENANT_AT_LIMIT, tuple(_refused(s))),
         TestFile(r.QUEUE_STATE_LOST, tuple(_state_lost(s))),
+        TestFile(r.QUEUE_CONFIG_SPLIT, tuple(_config_split(s))),
         TestFile("recording", tuple(_recording(s))),
     )
 

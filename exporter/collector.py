@@ -35,8 +35,10 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from fairness_core import AppliedConfigUnreadable, Config, MemoryInfo, RedisUnavailable, Scheduler, Snapshot, redis_client
+from fairness_core.config_store import Applied
 from fairness_core.connection import server_of
 from fairness_core.memory import read_memory
+from fairness_core.sharded import group_fingerprint
 from fairness_core.version import fairctl_version
 
 from . import metrics as m
@@ -249,6 +251,7 @@ class FairnessCollector(Collector):
         self._weight_ratio: dict[str, float] = {}
         self._known_reasons: dict[str, list[str]] = {}
         self._master: str | None = None  # the Redis holding the group's keys, as last read
+        self._grouped: tuple[Applied, str] | None = None  # the applied config, and its fingerprint as the group's
 
     def _read(self) -> Reading:
         if not self._live:
@@ -271,6 +274,12 @@ class FairnessCollector(Collector):
             self._derived_from = config
         return config
 
+    def _group_fingerprint(self, applied: Applied) -> str:
+        """``applied``'s fingerprint as the logical queue's, worked out once per applied config."""
+        if self._grouped is None or self._grouped[0] is not applied:
+            self._grouped = (applied, group_fingerprint(applied, self.group))
+        return self._grouped[1]
+
     def describe(self) -> Iterator[Metric]:
         """The contract's families, without reading Redis (the registry calls this on register)."""
         return (spec.family() for spec in m.ALL)
@@ -285,6 +294,7 @@ class FairnessCollector(Collector):
             if self._live:  # the simulator's stand-in has no applied config
                 applied = self.scheduler.applied or self.scheduler.sync()  # read once; a change syncs again
                 families.add(m.CONFIG_VERSION, applied.version, fingerprint=applied.fingerprint)
+                families.add(m.GROUP_CONFIG, 1, fingerprint=self._group_fingerprint(applied))
             if reading.memory is not None:
                 self._add_memory(families, reading.memory)
             if reading.master is not None:

@@ -194,6 +194,11 @@ CONFIG_VERSION = _gauge(
     "fairness_config_version", (FINGERPRINT,),
     "The version of the applied config this exporter serves, labelled with its fingerprint: every exporter of a "
     "group shows the same one within a scrape of a `fairctl config apply`.")
+GROUP_CONFIG = _gauge(
+    "fairness_group_config_info", (FINGERPRINT,),
+    "Always 1; the fingerprint of the applied config as its logical queue's (the shard's own name, and the codes "
+    "of the names its jobs store, left out): every shard of a sharded queue shows the same one once an apply "
+    "reached them all, and a shard an apply stopped short of shows another.")
 
 STATE_RESETS = _counter(
     "fairness_state_resets_total", (),
@@ -242,8 +247,8 @@ FROM_REDIS: tuple[MetricSpec, ...] = (
     QUEUE_OLDEST_AGE, QUEUE_DEPTH, QUEUE_INFLIGHT, QUEUE_DELAYED, QUEUE_PAUSED, QUEUE_ACTIVE_TENANTS,
     QUEUE_NOISY_TENANTS, QUEUE_QUIET_OLDEST_AGE, QUEUE_FAIRNESS_INDEX, JOBS_ENQUEUED, JOBS_PROCESSED,
     QUEUE_WORKER_SECONDS, JOBS_FAILED, JOBS_REDELIVERED, JOBS_DEAD_LETTERED, JOBS_PROMOTED, JOBS_DEMOTED, JOBS_REJECTED, JOBS_REFUSED, JOBS_WAIT,
-    QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION, STATE_RESETS,
-    *UNCONFIGURED, *REDIS_MEMORY,
+    QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION, GROUP_CONFIG,
+    STATE_RESETS, *UNCONFIGURED, *REDIS_MEMORY,
 )
 # Served once known, and on while Redis cannot be read: where the shard's Redis is, which the
 # alerts about a Redis that cannot be read name.

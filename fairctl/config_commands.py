@@ -153,7 +153,7 @@ def apply(
     apply or re-shard of the group at a time: one under way is waited for (briefly, then exit 1
     naming it), and the shards a re-shard adds get the config too. Show and diff list every
     shard. An apply stopped part way (its process died, or a shard refused it) leaves the shards
-    on two configs (exit 1 naming them): apply again to make them one."""
+    on two configs (exit 1 naming them; the QueueConfigSplit alert): apply again to make them one."""
     moves = Moves(classes=_moves(move, "--move"), tiers=_moves(move_tier, "--move-tier"))
     new = _load_file(file, redis_url)
     try:

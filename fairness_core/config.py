@@ -86,6 +86,10 @@ ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
     # A queue group's state lost (reset): a minute; the loss is final, and the counter that tells it
     # stays raised for alerts.rate_window, so the page goes out once, however long it is held.
     "QueueStateLost": 60.0,
+    # The shards of a sharded queue on different configs: two minutes. An apply reaches every shard
+    # within a second and every exporter sees it within a scrape, so a split that lasts is one an
+    # apply left half done.
+    "QueueConfigSplit": 120.0,
     # Refusals at a tenant's admission limit: five minutes, so a producer that backs off after a
     # refusal or two is not called stuck, while one that keeps sending into the limit is.
     "TenantAtLimit": 300.0,

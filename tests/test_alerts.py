@@ -35,7 +35,7 @@ DOCUMENTED_ALERTS = (
     "QueueStarving", "QueueShareBelowWeight", "PriorityMixDrift", "PriorityReasonShift", "TenantDominatingQueue",
     "QuietTenantsStarving", "QueueStalled", "QueueShardStalled", "PriorityInversion", "JobsRedeliveredHigh", "JobsDeadLettered",
     "QueuePaused", "JobsUnderUnconfiguredClass", "RedisMemoryHigh", "RedisMayEvictJobs", "FairnessExporterDown",
-    "FairnessExporterRedisDown", "TenantAtLimit", "QueueStateLost",
+    "FairnessExporterRedisDown", "TenantAtLimit", "QueueStateLost", "QueueConfigSplit",
 )
 ANNOTATIONS = {"summary", "description", "runbook_url", "dashboard_url"}
 

@@ -116,9 +116,11 @@ def test_every_family_of_a_busy_scrape_is_in_the_contract_and_promtool_accepts_o
     histogram = {m.JOBS_WAIT.series(s) for s in ("_bucket", "_sum", "_count")}
     assert scrape.names() <= families | histogram
     # Classes the config does not name, Redis's memory and the applied config's version come from a
-    # real Scheduler: tests/test_unconfigured_exporter.py, test_memory_live.py, test_applied_config_live.py;
-    # the Redis holding the group, tests/test_exporter.py.
-    unserved = {spec.name for spec in (*m.UNCONFIGURED, *m.REDIS_MEMORY, m.CONFIG_VERSION, m.REDIS_MASTER, m.STATE_RESETS)}
+    # real Scheduler: tests/test_unconfigured_exporter.py, test_memory_live.py, test_applied_config_live.py
+    # (and its fingerprint as the group's, test_sharded_applies.py); the Redis holding the group,
+    # tests/test_exporter.py.
+    unserved = {spec.name for spec in (*m.UNCONFIGURED, *m.REDIS_MEMORY, m.CONFIG_VERSION, m.GROUP_CONFIG,
+                                       m.REDIS_MASTER, m.STATE_RESETS)}
     assert scrape.names() >= (families - {m.JOBS_WAIT.name} - unserved) | histogram
     assert scrape.value(m.QUEUE_PAUSED.name, queue="jobs:high") == 1
     assert scrape.value(m.QUEUE_NOISY_TENANTS.name, queue="jobs:high") == 1

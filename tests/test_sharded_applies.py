@@ -1,7 +1,7 @@
 """A sharded queue's config applies are all or nothing: two ``fairctl config apply`` at once, and an
 apply during ``fairctl reshard``, end with every shard on one config, and each command's exit code
 and words say what happened (the loser names the config that won). An apply stopped part way
-says so, and the next apply heals the split.
+leaves a split that the exporter serves (``fairness_group_config_info``) and the next apply heals.
 
 Each race runs the CLI's own command functions from two threads, 50 times, with up to 30 ms
 between their starts, on one redis-server. The groups are small (3 shards, grown to 4): an apply
@@ -23,8 +23,10 @@ import redis
 import typer
 import yaml
 
+from exporter import metrics as m
+from exporter.collector import FairnessCollector
 from fairctl import config_commands, queue_commands
-from fairness_core import load_config
+from fairness_core import Scheduler, load_config
 from fairness_core import sharded as sharded_module
 from fairness_core.sharded import _LAYOUT_CLAIM, _LAYOUT_RELEASE, GroupConfig, ShardedScheduler, group_fingerprint
 from fairness_stack.servers import RedisServer
@@ -241,10 +243,23 @@ def test_a_claim_held_too_long_fails_naming_its_holder_and_a_dead_ones_lapses(
     assert shard_weights(queue) == [60] * SHARDS
 
 
-def test_an_apply_a_shard_refuses_part_way_is_said_and_healed(
+def group_fingerprints(queue: ShardedScheduler) -> list[str]:
+    """``fairness_group_config_info`` as an exporter of each served shard serves it."""
+    out = []
+    for shard in queue.groups():
+        collector = FairnessCollector(shard.file_config, Scheduler(shard.file_config, queue.client),
+                                      group=queue.keys.prefix)
+        served = [s.labels for family in collector.collect() for s in family.samples if s.name == m.GROUP_CONFIG.name]
+        assert len(served) == 1 and served[0][m.SHARD] == shard.keys.prefix and served[0][m.GROUP] == queue.keys.prefix
+        out.append(served[0][m.FINGERPRINT])
+    return out
+
+
+def test_an_apply_a_shard_refuses_part_way_is_said_served_as_a_split_and_healed(
         redis_server: RedisServer, client: redis.Redis, tmp_path: Path, said: Callable[[], Said]) -> None:
     base, queue = group(client, redis_server.url, tmp_path)
     prefix = queue.keys.prefix
+    assert len(set(group_fingerprints(queue))) == 1
     queue.shard(2).enqueue("newsletter", "acme")  # jobs:low holds a job on shard 2 alone
     data = yaml.safe_load(base.read_text())
     data["classes"] = [c for c in data["classes"] if c["name"] != "jobs:low"]
@@ -258,13 +273,13 @@ def test_an_apply_a_shard_refuses_part_way_is_said_and_healed(
     assert ("the apply stopped part way: shard 2 refused it (config not applied: class 'jobs:low' still holds "
             "1 job(s)") in stopped.err[-1]
     assert f"Shards {prefix}.0, {prefix}.1 of queue group {prefix} run the new config" in stopped.err[-1]
-    assert [a.config.class_names for a in (shard.read_applied() for shard in queue.groups()) if a] == [
-        ("jobs:high", "jobs:medium")] * 2 + [("jobs:high", "jobs:medium", "jobs:low")]
+    served = group_fingerprints(queue)  # what the QueueConfigSplit alert reads
+    assert served[0] == served[1] != served[2]
 
     healed = run(lambda: config_commands.apply(without_low, move=["jobs:low=jobs:medium"], move_tier=None,
                                                dry_run=False, redis_url=None), said)
     assert healed.code == 0, healed
     assert "moved 1 job(s) (jobs:low -> jobs:medium)" in "\n".join(healed.out)
-    assert shard_weights(queue) == [70] * SHARDS
+    assert len(set(group_fingerprints(queue))) == 1
     assert queue.applied_group() == GroupConfig(*claimed(healed))
 
