@@ -204,9 +204,10 @@ class DeadOutcome:
 @dataclass(frozen=True)
 class Popped:
     """What ``ack_and_pop`` did: for each lease given, whether its ack counted (False: the lease
-    had expired, as with ``ack``), and the newly leased jobs."""
+    had expired, as with ``ack``; None: not sent, as its shard of a sharded queue did not answer,
+    for the caller to send again), and the newly leased jobs."""
 
-    acked: list[bool]
+    acked: list[bool | None]
     leases: list[Lease]
 
 

@@ -34,6 +34,7 @@ The choices read a view of every shard's queued jobs and tenants per class and t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -42,6 +43,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, TypeVar
 
 from .classification import classify
@@ -56,6 +58,7 @@ from .jobs import (
     InvalidJob,
     Lease,
     Popped,
+    RedisUnavailable,
     check_tenant,
     check_tier,
     decoded,
@@ -64,6 +67,7 @@ from .jobs import (
 from .keys import CLASS_PARTS, Keys
 from .scheduler import ApplyOutcome, Scheduler, check_pop
 from .settings import Settings
+from .shard_health import ShardHealth
 from .sharding import hand, place, shard_prefix
 
 VIEW_TTL_S = 0.1  # how old a view of the shards' backlogs a pop may choose from
@@ -276,6 +280,7 @@ class ShardedScheduler:
         self._random = random.Random(seed)  # where each shard joins this process's rotations
         self._credit: dict[str | None, dict[int, float]] = {}  # the rotations, per class (None: any class)
         self._account = threading.Lock()  # the class weights' account, shared by a worker's slots
+        self.health = ShardHealth(self.shard)  # the shards that do not answer, left out for a while
 
     # ------------------------------------------------------------------ shards and layout
 
@@ -294,17 +299,28 @@ class ShardedScheduler:
         with none yet gets one: the config's redis.shards, each shard placed (:meth:`_placed`)."""
         now = time.monotonic()
         if fresh or self._layout is None or now - self._layout[0] > LAYOUT_TTL_S:
-            with redis_errors(self.client):
-                stored = self.client.hmget(self.keys.layout, LAYOUT_FIELDS)
-                if stored[0] is None:
-                    shards = self.file_config.redis.shards
-                    names = PREFIX_SEP.join(self._placed(range(shards), ()))
-                    self.client.eval(_LAYOUT_CREATE, 1, self.keys.layout, shards, names)
-                    stored = self.client.hmget(self.keys.layout, LAYOUT_FIELDS)
+            try:
+                stored = self._read_layout()
+            except RedisUnavailable:
+                if fresh or self._layout is None:
+                    raise
+                # The layout's master is down: the shards on the others go on where they were.
+                self._layout = (now, self._layout[1])
+                return self._layout[1]
             shards, serve, version, changed, names = stored
             self._layout = (now, Layout(int(shards), int(serve), int(version), int(changed),
                                         tuple(decoded(names).split(PREFIX_SEP))))
         return self._layout[1]
+
+    def _read_layout(self) -> list[Any]:
+        with redis_errors(self.client):
+            stored = self.client.hmget(self.keys.layout, LAYOUT_FIELDS)
+            if stored[0] is None:
+                shards = self.file_config.redis.shards
+                names = PREFIX_SEP.join(self._placed(range(shards), ()))
+                self.client.eval(_LAYOUT_CREATE, 1, self.keys.layout, shards, names)
+                stored = self.client.hmget(self.keys.layout, LAYOUT_FIELDS)
+        return list(stored)
 
     def _placed(self, shards: range, placed: Sequence[str]) -> list[str]:
         """Names for new ``shards``: on a Cluster, each on a master with the fewest of the group's
@@ -352,6 +368,11 @@ class ShardedScheduler:
 
     def _each(self, call: Callable[[Scheduler], T]) -> list[T]:
         return [call(s) for s in self.groups()]
+
+    def _each_live(self, call: Callable[[Scheduler], T]) -> list[T]:
+        """``call`` on each served shard that answers (sweeps, registration: a dead shard's turn
+        comes when it is back); RedisUnavailable only when none does."""
+        return self.health.each(self.served_shards(), lambda i: call(self.shard(i)))
 
     def reshard(self, shards: int) -> Layout:
         """New jobs go to ``shards`` shards from now on (tenants re-homed by their new hands); the
@@ -437,17 +458,20 @@ class ShardedScheduler:
         return view[1]
 
     def _read_loads(self) -> list[ShardLoad]:
+        """One pipeline per master; a shard that does not answer shows no work until it does."""
         classes = self.shard(0).config.class_names
         settings = self.shard(0).settings
         fields = [f"depth{SEP}{c}" for c in classes] + [field for field, _, _ in tier_counters(classes, settings)]
-        with redis_errors(self.client):
-            pipe = self.client.pipeline(transaction=False)
-            for shard in self.groups():
-                pipe.hmget(shard.keys.stats, fields)
-                pipe.smembers(shard.keys.paused)
-            replies = pipe.execute()
+
+        def read(pipe: Any, shard: Scheduler) -> None:
+            pipe.hmget(shard.keys.stats, fields)
+            pipe.smembers(shard.keys.paused)
+
+        served = self.served_shards()
+        replies = self.health.read(served, read, per_shard=2)
         loads = []
-        for counted, paused in zip(replies[::2], replies[1::2]):
+        for index in served:
+            counted, paused = replies.get(index, ([None] * len(fields), []))
             counts = dict(zip(fields, counted))
             loads.append(ShardLoad(depth={c: int(counts[f"depth{SEP}{c}"] or 0) for c in classes},
                                    tenant_weight=tenant_weights(counts, classes, settings),
@@ -462,36 +486,54 @@ class ShardedScheduler:
 
     def submit(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
                user_waiting: bool = False) -> Enqueued:
-        index = self.shard_for(task, tenant, tier=tier, user_waiting=user_waiting)
-        queued = self.shard(index).submit(task, tenant, payload, tier=tier, user_waiting=user_waiting)
+        index, queued = self._to_hand(task, tenant, tier, user_waiting,
+                                      lambda s: s.submit(task, tenant, payload, tier=tier, user_waiting=user_waiting))
         return replace(queued, job_id=self.job_id_in(index, queued.job_id))
 
     def submit_many(self, task: str, tenant: str, payloads: Sequence[Any], *, tier: str | None = None,
                     user_waiting: bool = False) -> list[Enqueued | None]:
         """All to one shard (the tenant's, as for :meth:`submit`), in one pipelined round trip."""
-        index = self.shard_for(task, tenant, tier=tier, user_waiting=user_waiting)
-        queued = self.shard(index).submit_many(task, tenant, payloads, tier=tier, user_waiting=user_waiting)
+        index, queued = self._to_hand(task, tenant, tier, user_waiting,
+                                      lambda s: s.submit_many(task, tenant, payloads, tier=tier,
+                                                              user_waiting=user_waiting))
         return [None if q is None else replace(q, job_id=self.job_id_in(index, q.job_id)) for q in queued]
 
+    def _to_hand(self, task: str, tenant: str, tier: str | None, user_waiting: bool,
+                 send: Callable[[Scheduler], T]) -> tuple[int, T]:
+        """``send`` to the shard :meth:`shard_for` chooses; when that shard does not answer, to the
+        next of the tenant's hand that does (the tenant's jobs then sit on two shards, each in
+        its order). RedisUnavailable naming the hand's shards and masters when none answers."""
+        while True:
+            index = self.shard_for(task, tenant, tier=tier, user_waiting=user_waiting)
+            try:
+                return index, self.health.call(index, lambda: send(self.shard(index)))
+            except RedisUnavailable:
+                if not any(self.health.usable(i) for i in self._hand(tenant)):
+                    raise self.health.unavailable(self._hand(tenant), []) from None
+
+    def _hand(self, tenant: str) -> tuple[int, ...]:
+        layout = self.layout()
+        return hand(tenant, layout.shards, min(self.file_config.redis.shard_hand, layout.shards))
+
     def shard_for(self, task: str, tenant: str, *, tier: str | None = None, user_waiting: bool = False) -> int:
-        """The shard a job of ``tenant`` goes to: of its hand, the shard where the tenant already has
-        jobs of the class queued, else the one whose class is least backlogged (first in the hand
-        on a tie). A hand of one costs no read."""
+        """The shard a job of ``tenant`` goes to: of its hand's shards that answer, the one where
+        the tenant already has jobs of the class queued, else the one whose class is least
+        backlogged (first in the hand on a tie). A hand of one costs no read. RedisUnavailable,
+        naming each shard of the hand and its master, when none of them answers."""
         config = self.shard(0).config
         tenant = check_tenant(tenant, config)
-        layout = self.layout()
-        dealt = hand(tenant, layout.shards, min(self.file_config.redis.shard_hand, layout.shards))
+        dealt = self._hand(tenant)
         if len(dealt) == 1:
             return dealt[0]
         queue = classify(config, task, tier=check_tier(tier, config), user_waiting=user_waiting).queue
-        with redis_errors(self.client):
-            pipe = self.client.pipeline(transaction=False)
-            for i in dealt:
-                keys = self.shard(i).keys
-                pipe.zscore(keys.class_key(queue, CLASS_PARTS["backlog"]), tenant)
-                pipe.hget(keys.stats, f"depth{SEP}{queue}")
-            replies = pipe.execute()
-        return choose_shard(dealt, [bool(r) for r in replies[::2]], [int(r or 0) for r in replies[1::2]])
+
+        def read(pipe: Any, shard: Scheduler) -> None:
+            pipe.zscore(shard.keys.class_key(queue, CLASS_PARTS["backlog"]), tenant)
+            pipe.hget(shard.keys.stats, f"depth{SEP}{queue}")
+
+        replies = self.health.read(dealt, read, per_shard=2)
+        live = [i for i in dealt if i in replies]
+        return choose_shard(live, [bool(replies[i][0]) for i in live], [int(replies[i][1] or 0) for i in live])
 
     # ------------------------------------------------------------------ consuming
 
@@ -508,20 +550,27 @@ class ShardedScheduler:
         for n, item in enumerate(done):
             index, inner = self._inner(item)
             by_shard.setdefault(index, []).append((n, inner))
-        acked = [False] * len(done)
+        acked: list[bool | None] = [None] * len(done)
         leases: list[Lease] = []
         # Popping from the shard of a done lease lets its ack ride along, when the rotation allows.
         choices = list(self.choices(classes, prefer=next(iter(by_shard), None)))
         # The done leases of other shards than the first pop's are settled first: a failure there
-        # then leaves nothing popped (and so nothing leased that the caller never hears of).
+        # then leaves nothing popped (and so nothing leased that the caller never hears of). A
+        # shard that does not answer keeps its acks unsent (None) for the caller to send again.
         for index in [i for i in by_shard if not choices or i != choices[0][0]]:
             for n, item in by_shard.pop(index):
                 lease, runtime = settled(item)
-                acked[n] = self.shard(index).ack(lease, runtime=runtime)
+                if self.health.usable(index):
+                    with contextlib.suppress(RedisUnavailable):
+                        acked[n] = self.health.call(index, partial(self.shard(index).ack, lease, runtime=runtime))
         for index, queue in choices:
             settle = by_shard.pop(index, [])
-            popped = self.shard(index).ack_and_pop([item for _, item in settle], max_jobs,
-                                                   classes=None if queue is None else [queue])
+            try:
+                popped = self.health.call(index, partial(self.shard(index).ack_and_pop, [item for _, item in settle],
+                                                         max_jobs, classes=None if queue is None else [queue]))
+            except RedisUnavailable:
+                self.loads()[index].ran_dry(None)
+                continue
             for (n, _), ok in zip(settle, popped.acked):
                 acked[n] = ok
             if popped.leases:
@@ -642,21 +691,22 @@ class ShardedScheduler:
     # ------------------------------------------------------------------ sweeps, registration, control
 
     def reap(self, limit: int = 1000) -> int:
-        return sum(self._each(lambda s: s.reap(limit)))
+        return sum(self._each_live(lambda s: s.reap(limit)))
 
     def promote_overdue(self, limit: int = 1000) -> int:
-        return sum(self._each(lambda s: s.promote_overdue(limit)))
+        return sum(self._each_live(lambda s: s.promote_overdue(limit)))
 
     def move_pending(self, limit: int = 1000) -> int:
-        return sum(self._each(lambda s: s.move_pending(limit)))
+        return sum(self._each_live(lambda s: s.move_pending(limit)))
 
     def register_worker(self, worker_id: str, slots: int, ttl: float) -> None:
-        """On every served shard: a worker serves them all, and each shard's reserved capacity
-        counts the fleet's slots."""
-        self._each(lambda s: s.register_worker(worker_id, slots, ttl))
+        """On every served shard that answers: a worker serves them all, and each shard's reserved
+        capacity counts the fleet's slots (a dead shard's registration comes with the next
+        heartbeat after it is back)."""
+        self._each_live(lambda s: s.register_worker(worker_id, slots, ttl))
 
     def unregister_worker(self, worker_id: str) -> None:
-        self._each(lambda s: s.unregister_worker(worker_id))
+        self._each_live(lambda s: s.unregister_worker(worker_id))
 
     def fleet_slots(self) -> int:
         return self.shard(0).fleet_slots()
@@ -671,8 +721,9 @@ class ShardedScheduler:
         self._each(lambda s: s.sync())
 
     def check_state(self) -> bool:
-        """Whether any shard's state was reset since it was last looked at (each shard looks)."""
-        return any(self._each(lambda s: s.check_state()))
+        """Whether any shard's state was reset since it was last looked at (each shard that answers
+        looks)."""
+        return any(self._each_live(lambda s: s.check_state()))
 
     @property
     def resets(self) -> int:

@@ -149,8 +149,14 @@ def require_noeviction_of(queue: Scheduler | ShardedScheduler) -> None:
     each group's own master, once however many of its shards it holds: one master down stops the
     check only for the groups on it)."""
     by_master = {server_of(group.client, group.keys.config): group for group in queue.groups()}
+    unreachable: list[RedisUnavailable] = []
     for group in by_master.values():
-        require_noeviction(group.client, group.keys.config)
+        try:
+            require_noeviction(group.client, group.keys.config)
+        except RedisUnavailable as exc:  # a master that does not answer has nothing to evict now
+            unreachable.append(exc)
+    if len(unreachable) == len(by_master):
+        raise unreachable[0]
 
 
 def jittered(delay: float) -> float:
@@ -437,10 +443,16 @@ class Worker:
             return self._held.get(lease.job_id) == lease
 
     def _heartbeat(self) -> None:
+        """Extend every held lease; one whose Redis (a shard of a sharded queue) does not answer
+        is skipped, and the others extended all the same."""
         with self._held_lock:
             leases = list(self._held.values())
         for lease in leases:
-            if not self.scheduler.extend(lease) and self._holds(lease):
+            try:
+                held = self.scheduler.extend(lease)
+            except RedisUnavailable:
+                continue
+            if not held and self._holds(lease):
                 log.warning("lease of job %s expired while running; it will be delivered again", lease.job_id)
                 self._release(lease)
 
@@ -463,7 +475,7 @@ class Worker:
             if popped is None:
                 break
             self._settled(done, popped.acked)
-            done = []
+            done = [finished for finished, ok in zip(done, popped.acked) if ok is None]  # sent again next pop
             leases = popped.leases
             if not leases:
                 self._doorbell.wait(self._stopping)
@@ -481,6 +493,7 @@ class Worker:
         for finished in done:
             ack = partial(self.scheduler.ack, finished.lease, runtime=finished.runtime)
             self._settled([finished], [self._call(ack, self._halt)])
+            self._release(finished.lease)
 
     def _lease_ahead(self) -> int:
         """Jobs a slot leases per pop: ``batch``, but no more than it expects to finish within
@@ -539,14 +552,17 @@ class Worker:
         return None, time.monotonic() - started
 
     def _settled(self, done: Sequence[Finished], acked: Sequence[bool | None]) -> None:
-        """Stop heartbeating acked leases; say so when an ack came too late (None: never sent)."""
+        """Stop heartbeating settled leases; say so when an ack came too late. An ack not sent
+        (None: its shard did not answer) keeps its lease held, for the next call to send."""
         for lease, ok in zip((f.lease for f in done), acked):
+            if ok is None:
+                continue
             if ok:
                 self.tally.count(lease.queue, "done")
-            elif ok is False and self._held_since.get(lease.job_id, 0) < self.scheduler.resets:
+            elif self._held_since.get(lease.job_id, 0) < self.scheduler.resets:
                 log.warning("job %s finished but its lease was lost with its queue group's state (reset while it ran): "
                             "it runs again only if its producer sends it again", lease.job_id)
-            elif ok is False:
+            else:
                 # Expired and re-queued (at least once), or acked already by a call whose reply was lost.
                 log.warning("job %s finished but its lease was no longer held; it may run again", lease.job_id)
             self._release(lease)

@@ -200,10 +200,15 @@ def test_a_dead_master_refuses_enqueues_only_to_the_groups_on_it() -> None:
             groups[-1].memory.read(fresh=True)
 
 
-def test_the_exporter_serves_every_shard_it_can_read_when_a_master_dies(tmp_path: Path) -> None:
-    """One exporter of a 6-shard queue on 3 masters: when one master dies, the other 4 shards'
-    series go on (read up, depths), the dead master's 2 shards answer redis_up 0 within the
-    scrape, and every shard still names its master (which the alert about it reads)."""
+def test_a_dead_master_costs_only_its_shards_to_producers_workers_and_the_exporter(tmp_path: Path) -> None:
+    """A 6-shard queue on 3 masters, one of which dies (the one holding the layout too):
+    - a worker's pops go on serving the 4 live shards, each of their jobs once; a finished lease
+      of a dead shard is not acked (None, sent again later) and does not stop the pop;
+    - a tenant with a live shard in its hand is queued there; one whose whole hand is dead is
+      refused, naming its shards and their master;
+    - one exporter serves the 4 live shards' series (read up, depths), the dead master's 2
+      shards answer redis_up 0 within the scrape, and every shard still names its master (which
+      the alert about it reads)."""
     with RedisClusterServers(3) as cluster:
         partial_coverage(cluster)
         _, config = write_config(tmp_path, cluster.url, redis={"url": cluster.url, "shards": 6},
@@ -212,13 +217,30 @@ def test_the_exporter_serves_every_shard_it_can_read_when_a_master_dies(tmp_path
         for tenant in range(60):
             queue.submit("newsletter", f"shop-{tenant}")
         masters = queue.masters()
-        (victim, dead), = [(address, shards) for address, shards in masters.items()][:1]
+        victim = owner(cluster, queue.keys.layout)
+        dead = masters[f"127.0.0.1:{victim}"]
         names = queue.layout().prefixes
+        # A lease of a dead shard, finished when its master dies (pops before it: the live shards' jobs
+        # they took are not counted below, as the depths are read after).
+        held = next(lease for lease in iter(lambda: queue.pop(1)[0], None) if queue.locate(lease.job_id)[0] in dead)
         depths = {names[i]: load.depth["jobs:low"] for i, load in enumerate(queue.loads(fresh=True))}
         with server_for([(config, groups_of(config))], "127.0.0.1", 0) as exporter:
             fetch(exporter.url)
-            kill(cluster, int(victim.rsplit(":", 1)[1]))
+            kill(cluster, victim)
             scraped = parse_grouped(fetch(exporter.url))
+        live_jobs = sum(depths[names[i]] for i in range(6) if i not in dead)
+        first = queue.ack_and_pop([held], 1)
+        assert first.acked == [None] and len(first.leases) == 1
+        served = first.leases + [lease for _ in range(live_jobs + 5) for lease in queue.pop(1)]
+        assert len(served) == len({lease.job_id for lease in served}) == live_jobs
+        assert not {queue.locate(lease.job_id)[0] for lease in served} & set(dead)
+        spared = next(f"t{n}" for n in itertools.count() if not set(queue._hand(f"t{n}")) <= set(dead)
+                      and set(queue._hand(f"t{n}")) & set(dead))
+        assert queue.locate(queue.enqueue("newsletter", spared))[0] not in dead
+        doomed = next(f"t{n}" for n in itertools.count() if set(queue._hand(f"t{n}")) == set(dead))
+        with pytest.raises(RedisUnavailable) as refused:
+            queue.enqueue("newsletter", doomed)
+        assert all(f"{names[i]} on 127.0.0.1:{victim}" in str(refused.value) for i in dead), refused.value
 
     def by_shard(name: str, **labels: str) -> dict[str, float]:
         return {dict(got)[m.SHARD]: value for (series, got), value in scraped.items()

@@ -243,3 +243,64 @@ def test_leases_popped_from_one_shard_reach_the_caller_when_an_ack_on_another_fa
     assert leased == len(taken), (
         f"shard {up} leased {leased} job(s) in the call, the caller got {len(taken)}: the job ({waiting}) is held "
         "by nobody until its lease expires, and is then redelivered without having run")
+
+
+def live_processed(queue: ShardedScheduler, shards: list[int]) -> int:
+    return sum(totals(queue.shard(index))["processed"] for index in shards)
+
+
+def test_a_dead_master_stops_only_its_shards_and_they_finish_after_its_restart(
+        cluster: RedisClusterServers, tmp_path: Path) -> None:
+    """With ``cluster-require-full-coverage no``, a master SIGKILLed under load costs only its
+    shards: the workers (the same processes) keep completing the other shards' jobs at no less
+    than half their rate before the kill, and a tenant with a live shard in its hand is queued.
+    Restarted from its AOF, its shards' jobs complete too, each once but for counted redeliveries."""
+    for node in cluster.nodes:
+        with redis.Redis(port=node.port) as conn:
+            conn.config_set("cluster-require-full-coverage", "no")
+    path, config = sharded_config(tmp_path, cluster.url, scheduler=NO_BUDGET)
+    queue = ShardedScheduler(config, redis_client(cluster.url))
+    victim, on_victim = victim_of(cluster, queue)
+    live = [index for index in range(SHARDS) if index not in on_victim]
+    with RedisServer() as records:
+        logs = [tmp_path / f"worker-{i}.log" for i in range(2)]
+        workers = [spawn_worker(path, log, "record", records.url, *WORKER_ARGS, "--log-every", "1s") for log in logs]
+        try:
+            wait_for(lambda: all(": last " in log.read_text() for log in logs), 60, "the workers to start")
+            backlog = [{"service_s": 0.01}] * 200
+            ids = {queued.job_id for tenant, tier in TENANTS for task in TASKS
+                   for queued in queue.submit_many(task, tenant, backlog, tier=tier) if queued is not None}
+            wait_for(lambda: sum(totals(queue.shard(index))["inflight"] for index in on_victim) > 0, 60,
+                     "leases held on the master's shards")
+            before = live_processed(queue, live)
+            time.sleep(3.0)
+            rate_before = (live_processed(queue, live) - before) / 3.0
+            victim.stop(kill=True)
+            time.sleep(2.0)  # the workers find the shards that do not answer
+            during = live_processed(queue, live)
+            time.sleep(6.0)
+            rate_during = (live_processed(queue, live) - during) / 6.0
+            assert all(p.poll() is None for p in workers), "the workers ride the outage out"
+            spared = next(f"spared-{n}" for n in range(1000) if set(queue._hand(f"spared-{n}")) - set(on_victim))
+            ids.add(queue.enqueue("newsletter", spared))
+            victim.start()
+            wait_for(lambda: cluster_ok(cluster), 60, "the restarted master to rejoin")
+            wait_for(lambda: sum(sharded_totals(queue)[n] for n in ("depth", "inflight", "delayed")) == 0, 120,
+                     "the workers to drain every shard")
+            with redis_client(records.url) as conn:
+                deliveries = recorded(conn, "record")
+            t = sharded_totals(queue)
+        finally:
+            stop_all(workers)
+            for node in cluster.nodes:
+                with redis.Redis(port=node.port) as conn:
+                    conn.config_set("cluster-require-full-coverage", "yes")
+    wait_for(lambda: cluster_ok(cluster), 60, "the cluster to be whole again")
+    assert rate_during >= 0.5 * rate_before, (rate_before, rate_during)
+    assert ids <= set(deliveries), f"{len(ids - set(deliveries))} jobs were lost"
+    check_redeliveries(deliveries, t["redelivered"])
+    for log in map(Path.read_text, logs):
+        assert "does not answer" in log and "answers again" in log, log[-2000:]
+    print(f"\nmaster :{victim.port} (shards {on_victim} of {SHARDS}) killed: the live shards completed "
+          f"{rate_before:.0f} jobs/s before, {rate_during:.0f} jobs/s during; {len(ids)} jobs all completed, "
+          f"{t['redelivered']} redeliveries")
