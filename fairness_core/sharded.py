@@ -47,7 +47,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from .classification import classify
-from .config import Config
+from .config import MAX_SHARDS, Config
 from .config_store import NO_MOVES, Applied, ConfigConflict, ConfigRefused, Moves, fingerprint
 from .connection import ClusterClient, redis_errors, server_of
 from .jobs import (
@@ -380,8 +380,8 @@ class ShardedScheduler:
         the group's applied config (shard 0's) before any job can reach it. Under the group's claim
         (:meth:`apply`): an apply under way is waited for, and its config is the one the new
         shards get; GroupBusy when it takes longer than :data:`CLAIM_WAIT_S`."""
-        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-            raise ValueError(f"shards: expected a whole number of at least 1, got {shards!r}")
+        if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+            raise ValueError(f"shards: expected a whole number from 1 to {MAX_SHARDS}, got {shards!r}")
         token, _ = self._claim("a re-shard")
         try:
             before = self.layout(fresh=True)
