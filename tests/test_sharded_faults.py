@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from contextlib import contextmanager
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +85,27 @@ def victim_of(cluster: RedisClusterServers, queue: ShardedScheduler) -> tuple[Re
     return victim, on_victim
 
 
+@contextmanager
+def backlogged(queue: ShardedScheduler, path: Path, records_url: str, tmp_path: Path,
+               each: int) -> Iterator[tuple[list[subprocess.Popen[bytes]], list[Path], set[str]]]:
+    """Two workers started (recording outside the cluster: the recording is the test's, not under
+    the fault), then ``each`` jobs of 10 ms per tenant and task queued: leases are held on every
+    shard when a master dies. Yields the workers, their logs and the job ids; stops the workers."""
+    logs = [tmp_path / f"worker-{i}.log" for i in range(2)]
+    # A summary line every second: a worker that wrote one is past its start, which refuses a
+    # Redis that is down (a worker still starting when the master dies exits, as it should).
+    workers = [spawn_worker(path, log, "record", records_url, *WORKER_ARGS, "--log-every", "1s") for log in logs]
+    try:
+        wait_for(lambda: all(": last " in log.read_text() for log in logs), 60, "the workers to start")
+        backlog = [{"service_s": 0.01}] * each
+        ids = {queued.job_id for tenant, tier in TENANTS for task in TASKS
+               for queued in queue.submit_many(task, tenant, backlog, tier=tier) if queued is not None}
+        assert len(ids) == len(TENANTS) * len(TASKS) * each
+        yield workers, logs, ids
+    finally:
+        stop_all(workers)
+
+
 def aof_loads(node: RedisServer) -> int:
     """How often the node's redis-server started from its append-only file (its log says)."""
     return (node.directory / "redis.log").read_text().count("DB loaded from append only file")
@@ -141,42 +163,29 @@ def test_a_master_killed_and_restarted_from_its_aof_keeps_the_jobs_of_its_shards
     path, config = sharded_config(tmp_path, cluster.url, scheduler=NO_BUDGET)
     queue = ShardedScheduler(config, redis_client(cluster.url))
     victim, on_victim = victim_of(cluster, queue)
-    # The deliveries are recorded outside the cluster: the recording is the test's, not under the fault.
-    with RedisServer() as records:
-        logs = [tmp_path / f"worker-{i}.log" for i in range(2)]
-        # A summary line every second: a worker that wrote one is past its start, which refuses a
-        # Redis that is down (a worker still starting when the master dies exits, as it should).
-        workers = [spawn_worker(path, log, "record", records.url, *WORKER_ARGS, "--log-every", "1s") for log in logs]
-        try:
-            wait_for(lambda: all(": last " in log.read_text() for log in logs), 60, "the workers to start")
-            # A backlog on every shard, of jobs that take 10 ms: leases are held when the master dies.
-            backlog = [{"service_s": 0.01}] * 60
-            ids = {queued.job_id for tenant, tier in TENANTS for task in TASKS
-                   for queued in queue.submit_many(task, tenant, backlog, tier=tier) if queued is not None}
-            assert len(ids) == len(TENANTS) * len(TASKS) * len(backlog)
-            with Producer(ShardedScheduler(config, redis_client(cluster.url))) as produced:
-                wait_for(lambda: sharded_totals(queue)["processed"] >= 300
-                         and sum(totals(queue.shard(index))["inflight"] for index in on_victim) > 0, 60,
-                         "workers to make progress and hold leases on the master's shards")
-                at_kill = {index: totals(queue.shard(index)) for index in on_victim}
-                held = {job for job in ids | produced.acknowledged.copy() if shard_of(job) in on_victim}
-                loads_before = aof_loads(victim)
-                victim.stop(kill=True)
-                time.sleep(3.0)  # past the cluster's node timeout: the others mark the master failed
-                assert all(p.poll() is None for p in workers), "the workers ride the outage out"
-                victim.start()
-                assert aof_loads(victim) == loads_before + 1, "the master came back from its AOF"
-                acknowledged_at_restart = len(produced.acknowledged)
-                wait_for(lambda: len(produced.acknowledged) >= acknowledged_at_restart + 500, 60,
-                         "enqueues to resume")
-            wait_for(lambda: sum(sharded_totals(queue)[n] for n in ("depth", "inflight", "delayed")) == 0, 120,
-                     "the workers to drain every shard")
-            assert all(p.poll() is None for p in workers), "the same processes recovered: no crash loop"
-            with redis_client(records.url) as conn:
-                deliveries = recorded(conn, "record")
-            t = sharded_totals(queue)
-        finally:
-            stop_all(workers)
+    with RedisServer() as records, backlogged(queue, path, records.url, tmp_path, 60) as (workers, logs, ids):
+        with Producer(ShardedScheduler(config, redis_client(cluster.url))) as produced:
+            wait_for(lambda: sharded_totals(queue)["processed"] >= 300
+                     and sum(totals(queue.shard(index))["inflight"] for index in on_victim) > 0, 60,
+                     "workers to make progress and hold leases on the master's shards")
+            at_kill = {index: totals(queue.shard(index)) for index in on_victim}
+            held = {job for job in ids | produced.acknowledged.copy() if shard_of(job) in on_victim}
+            loads_before = aof_loads(victim)
+            victim.stop(kill=True)
+            time.sleep(3.0)  # past the cluster's node timeout: the others mark the master failed
+            assert all(p.poll() is None for p in workers), "the workers ride the outage out"
+            victim.start()
+            assert aof_loads(victim) == loads_before + 1, "the master came back from its AOF"
+            wait_for(lambda: cluster_ok(cluster), 60, "the restarted master to rejoin")
+            acknowledged_at_restart = len(produced.acknowledged)
+            wait_for(lambda: len(produced.acknowledged) >= acknowledged_at_restart + 500, 60,
+                     "enqueues to resume")
+        wait_for(lambda: sum(sharded_totals(queue)[n] for n in ("depth", "inflight", "delayed")) == 0, 120,
+                 "the workers to drain every shard")
+        assert all(p.poll() is None for p in workers), "the same processes recovered: no crash loop"
+        with redis_client(records.url) as conn:
+            deliveries = recorded(conn, "record")
+        t = sharded_totals(queue)
     wait_for(lambda: cluster_ok(cluster), 60, "the cluster to be whole again")
     acknowledged = ids | produced.acknowledged
     assert produced.refused, "the outage refused enqueues"
@@ -262,14 +271,8 @@ def test_a_dead_master_stops_only_its_shards_and_they_finish_after_its_restart(
     queue = ShardedScheduler(config, redis_client(cluster.url))
     victim, on_victim = victim_of(cluster, queue)
     live = [index for index in range(SHARDS) if index not in on_victim]
-    with RedisServer() as records:
-        logs = [tmp_path / f"worker-{i}.log" for i in range(2)]
-        workers = [spawn_worker(path, log, "record", records.url, *WORKER_ARGS, "--log-every", "1s") for log in logs]
-        try:
-            wait_for(lambda: all(": last " in log.read_text() for log in logs), 60, "the workers to start")
-            backlog = [{"service_s": 0.01}] * 200
-            ids = {queued.job_id for tenant, tier in TENANTS for task in TASKS
-                   for queued in queue.submit_many(task, tenant, backlog, tier=tier) if queued is not None}
+    try:
+        with RedisServer() as records, backlogged(queue, path, records.url, tmp_path, 200) as (workers, logs, ids):
             wait_for(lambda: sum(totals(queue.shard(index))["inflight"] for index in on_victim) > 0, 60,
                      "leases held on the master's shards")
             before = live_processed(queue, live)
@@ -290,11 +293,10 @@ def test_a_dead_master_stops_only_its_shards_and_they_finish_after_its_restart(
             with redis_client(records.url) as conn:
                 deliveries = recorded(conn, "record")
             t = sharded_totals(queue)
-        finally:
-            stop_all(workers)
-            for node in cluster.nodes:
-                with redis.Redis(port=node.port) as conn:
-                    conn.config_set("cluster-require-full-coverage", "yes")
+    finally:
+        for node in cluster.nodes:
+            with redis.Redis(port=node.port) as conn:
+                conn.config_set("cluster-require-full-coverage", "yes")
     wait_for(lambda: cluster_ok(cluster), 60, "the cluster to be whole again")
     assert rate_during >= 0.5 * rate_before, (rate_before, rate_during)
     assert ids <= set(deliveries), f"{len(ids - set(deliveries))} jobs were lost"
