@@ -147,7 +147,7 @@ def test_the_rules_judge_the_shards_series_as_the_one_queue_they_make(tmp_path: 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--shards", "0"], "fairctl: error: --shards: expected 1 to 256 shards, got 0"),
+        (["--shards", "0"], "fairctl: error: --shards: expected 1 to 64 shards, got 0"),
         (["--shards", "4", "--hand", "5"], "fairctl: error: --hand: expected a hand of 1 to 4 shards (--shards 4), got 5"),
         (["--hand", "2"], "fairctl: error: --hand: expected a hand of 1 to 1 shards (--shards 1), got 2"),
         (["--shards", "3", "--hand", "0"], "fairctl: error: --hand: expected a hand of 1 to 3 shards"),
