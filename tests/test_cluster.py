@@ -17,6 +17,9 @@ import redis
 from redis.crc import key_slot
 from typer.testing import CliRunner
 
+from alerts.output import rules_text
+from alerts.promql import selector
+from alerts.rules import FAIRNESS_EXPORTER_REDIS_DOWN
 from exporter import metrics as m
 from exporter.server import server_for
 from fairctl.cli import app
@@ -28,8 +31,8 @@ from fairness_core.worker import require_noeviction_of
 from fairness_stack.servers import RedisClusterServers, RedisServer, free_port
 
 from .conftest import PREFIX_STEM_VARIABLE, REDIS_URL_VARIABLE, ROOT, make_config
-from .exporter_support import fetch, parse_grouped, running_exporter, scrape
-from .support import totals, write_config
+from .exporter_support import Prometheus, fetch, parse_grouped, running_exporter, scrape
+from .support import totals, wait_for, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -207,12 +210,13 @@ def test_a_dead_master_costs_only_its_shards_to_producers_workers_and_the_export
     - a tenant with a live shard in its hand is queued there; one whose whole hand is dead is
       refused, naming its shards and their master;
     - one exporter serves the 4 live shards' series (read up, depths), the dead master's 2
-      shards answer redis_up 0 within the scrape, and every shard still names its master (which
-      the alert about it reads)."""
+      shards answer redis_up 0 within the scrape, and every shard still names its master; a real
+      Prometheus fires FairnessExporterRedisDown for each dead shard, naming the master."""
     with RedisClusterServers(3) as cluster:
         partial_coverage(cluster)
         _, config = write_config(tmp_path, cluster.url, redis={"url": cluster.url, "shards": 6},
-                                 exporter={"scrape_timeout": "1s"})
+                                 exporter={"scrape_timeout": "800ms"},
+                                 alerts={"for": {FAIRNESS_EXPORTER_REDIS_DOWN: "2s"}})
         queue = ShardedScheduler(config, redis_client(cluster.url))
         for tenant in range(60):
             queue.submit("newsletter", f"shop-{tenant}")
@@ -224,10 +228,21 @@ def test_a_dead_master_costs_only_its_shards_to_producers_workers_and_the_export
         # they took are not counted below, as the depths are read after).
         held = next(lease for lease in iter(lambda: queue.pop(1)[0], None) if queue.locate(lease.job_id)[0] in dead)
         depths = {names[i]: load.depth["jobs:low"] for i, load in enumerate(queue.loads(fresh=True))}
-        with server_for([(config, groups_of(config))], "127.0.0.1", 0) as exporter:
-            fetch(exporter.url)
+        rules = tmp_path / "rules.yml"
+        rules.write_text(rules_text(config))
+        with server_for([(config, groups_of(config))], "127.0.0.1", 0) as exporter, \
+                Prometheus([f"127.0.0.1:{exporter.port}"], tmp_path, (rules,)) as prometheus:
+            up = selector(m.EXPORTER_REDIS_UP.name, **{m.GROUP: config.redis.prefix})
+            wait_for(lambda: len(prometheus.query(up)) == 6, 30, "Prometheus to scrape every shard")
             kill(cluster, victim)
             scraped = parse_grouped(fetch(exporter.url))
+            firing = selector("ALERTS", alertname=FAIRNESS_EXPORTER_REDIS_DOWN, alertstate="firing")
+            wait_for(lambda: len(prometheus.query(firing)) == len(dead), 30, "the alert for each dead shard")
+            paged = {alert["labels"][m.SHARD]: alert["annotations"]["description"]
+                     for alert in prometheus.api("alerts", {})["alerts"]
+                     if alert["labels"]["alertname"] == FAIRNESS_EXPORTER_REDIS_DOWN and alert["state"] == "firing"}
+        assert set(paged) == {names[i] for i in dead}, paged
+        assert all(f"from its Redis, 127.0.0.1:{victim} " in text for text in paged.values()), paged
         live_jobs = sum(depths[names[i]] for i in range(6) if i not in dead)
         first = queue.ack_and_pop([held], 1)
         assert first.acked == [None] and len(first.leases) == 1
