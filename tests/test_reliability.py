@@ -37,6 +37,9 @@ TASKS = ("password_reset", "order_confirmation", "newsletter")
 NO_BUDGET = {"budget_min_arrivals": 10**9}
 
 
+PRODUCED_TENANTS = tuple(f"tenant-{i}" for i in range(11))
+
+
 class Producer:
     """Enqueues in a thread until stopped. ``acknowledged`` holds the ids of every enqueue that
     returned; ``refused`` the messages of those that raised RedisUnavailable (none of them may be
@@ -53,7 +56,7 @@ class Producer:
         i = 0
         while not self._stop.is_set():
             try:
-                self.acknowledged.add(self.scheduler.enqueue(TASKS[i % 3], f"tenant-{i % 11}"))
+                self.acknowledged.add(self.scheduler.enqueue(TASKS[i % 3], PRODUCED_TENANTS[i % len(PRODUCED_TENANTS)]))
             except RedisUnavailable as exc:
                 self.refused.append(str(exc))
                 self._stop.wait(0.05)
