@@ -23,7 +23,7 @@ from fairness_sim.scenario import DEFAULT_SCENARIO, load_scenario
 from fairness_sim.simulator import simulate
 from fairness_stack.servers import RedisServer
 
-from . import admission, charge, e2e, memory, peers, pickup, script_latency, sharded, throughput
+from . import admission, charge, e2e, memory, peers, pickup, script_latency, sharded, startup, throughput
 from .exporter_scrape import scrape
 from .harness import Row, alternate, log, machine, per_second, server_us
 from .load import PAYLOAD_BYTES, fill, scheduler, work_some
@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         log("an interactive job's wait under a bulk flood, --batch 1 and 10")
         rows.append(pickup.prefetch_row(server.url, sizes.concurrency, sizes.flood_samples, min(3, sizes.repeats)))
     rows.append(storm_row(sizes))
+    rows += startup.rows(sizes.repeats)
     rows.sort(key=lambda row: (int(row.number.rstrip("abcdefghijklmnopqrstuvwxyz")), row.number))  # 9b before 10
     write_report(args.out, rows, where, args.preset, sizes.repeats, time.monotonic() - started)
     log(f"wrote {args.out} in {time.monotonic() - started:.0f} s")
