@@ -11,10 +11,14 @@ it reaches a review.
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 from .conftest import ROOT
 
+STDLIB = frozenset(sys.stdlib_module_names)
 LAYERS = ("fairness_core", "exporter", "alerts", "dashboards", "fairness_stack", "fairness_sim", "fairctl", "benchmarks")
 
 
@@ -102,3 +106,73 @@ def test_the_checks_see_an_upward_import_and_a_circle(tmp_path: Path) -> None:
     edges = {"fairness_stack.probe": imported("fairness_stack.probe", probe, set(modules()))}
     assert upward_imports(edges) == ["fairness_stack.probe imports fairctl.cli"]
     assert circles({"fairctl.a": {"fairctl.b"}, "fairctl.b": {"fairctl.a"}}) == ["fairctl.a -> fairctl.b -> fairctl.a"]
+
+
+# What the worker and the exporter sidecar run: their commands, and the library classes an app
+# embeds instead. The base install has none of the operator's drawing and rendering stack.
+LEAN_ROLES = ("fairctl.worker_command", "fairctl.exporter_command", "fairness_core.worker", "exporter.server")
+OPERATOR_ONLY = ("matplotlib", "grafanalib", "jinja2")
+# `import fairness_core` loads at most this many modules beyond what its own dependencies load
+# (27 when set: 23 of its own and 4 of the standard library).
+CORE_IMPORT_BUDGET = 30
+CORE_DEPENDENCIES = ("redis", "hiredis", "yaml", "sortedcontainers")
+
+
+def third_party(path: Path) -> set[str]:
+    """The top-level names of everything ``path`` imports that is neither the tree's nor relative."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out - set(LAYERS)
+
+
+def reached(roots: tuple[str, ...], edges: dict[str, set[str]]) -> set[str]:
+    """Every module of the tree that importing ``roots`` may import, deferred imports included."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+            todo.extend([*edges.get(name, ()), *(p for p in parents if p in edges)])
+    return seen
+
+
+def test_the_worker_and_the_exporter_never_import_the_operators_stack() -> None:
+    """Read from the source, deferred imports included: not even a rare path of the worker or the
+    exporter reaches matplotlib, grafanalib or jinja2, which only the operator's extras install."""
+    found = modules()
+    heavy = sorted(f"{name} imports {lib}" for name in reached(LEAN_ROLES, graph())
+                   for lib in third_party(found[name]) & set(OPERATOR_ONLY))
+    assert not heavy, "the worker or the exporter would need an operator's extra:\n" + "\n".join(heavy)
+
+
+def loaded_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running ``code``."""
+    listing = subprocess.run([sys.executable, "-c", f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"],
+                             capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    return set(json.loads(listing))
+
+
+def test_import_fairness_core_stays_within_its_budget() -> None:
+    """A producer that imports the core pays for the core and its four dependencies, nothing else:
+    no other layer, no operator's library, and few modules of its own."""
+    beyond = loaded_after("import fairness_core") - loaded_after(f"import {', '.join(CORE_DEPENDENCIES)}")
+    foreign = sorted(m for m in beyond if m.split(".")[0] != "fairness_core" and m.split(".")[0] not in STDLIB)
+    assert not foreign, f"import fairness_core loads modules of other packages: {foreign}"
+    assert len(beyond) <= CORE_IMPORT_BUDGET, (
+        f"import fairness_core loads {len(beyond)} modules beyond its dependencies' (budget {CORE_IMPORT_BUDGET}): "
+        f"{sorted(beyond)}")
+
+
+def test_the_lean_check_follows_deferred_imports_to_a_library(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("def chart() -> None:\n    import matplotlib.pyplot\n    from jinja2 import Template\n",
+                     encoding="utf-8")
+    assert third_party(probe) == {"matplotlib", "jinja2"}
+    edges = {"fairctl.a": {"exporter.b"}, "exporter.b": {"alerts.c"}, "alerts.c": set(), "alerts": set()}
+    assert reached(("fairctl.a",), edges) == {"fairctl.a", "exporter.b", "alerts.c", "alerts"}
