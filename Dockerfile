@@ -1,7 +1,11 @@
-# The fairctl image of compose/docker-compose.yml and deploy/kubernetes/: every fairctl command
-# (worker, exporter, loadgen, stack webhook ...), run as an unprivileged user.
-#   docker build -t fairctl:0.1.0 .
-FROM python:3.11-slim
+# The fairctl images, one per role, from this one file (docs/deployment.md measures each):
+#   docker build --target runtime -t fairctl:0.1.0 .            the worker and the exporter sidecar
+#   docker build --target operator -t fairctl-operator:0.1.0 .  every command: loadgen, drills, generate,
+#                                                                the stack's webhook receiver
+# Both run as an unprivileged user. runtime is the base install, with nothing that draws or renders;
+# operator adds the `all` extra (the report's charts, the rule and dashboard generators, the
+# loadgen clients of Celery, RQ and BullMQ).
+FROM python:3.11-slim AS runtime
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
@@ -16,3 +20,8 @@ RUN pip install . \
 USER 10001
 ENTRYPOINT ["fairctl"]
 CMD ["--help"]
+
+FROM runtime AS operator
+USER 0
+RUN pip install '.[all]'
+USER 10001

@@ -17,6 +17,12 @@ CONFIG_FILE = CONFIG_DIR / "fairness.yaml"
 SCRAPE_INTERVAL_S = 15.0
 
 
-def image() -> str:
-    """The image the repository's Dockerfile builds, tagged with the installed version."""
-    return f"fairctl:{fairctl_version()}"
+# The Dockerfile's targets: what each role's image installs.
+RUNTIME, OPERATOR = "runtime", "operator"
+IMAGE_NAMES = {RUNTIME: "fairctl", OPERATOR: "fairctl-operator"}
+
+
+def image(target: str = RUNTIME) -> str:
+    """The image the repository's Dockerfile builds for ``target``, tagged with the installed
+    version: the worker and the exporter run ``runtime``, the operator's tools ``operator``."""
+    return f"{IMAGE_NAMES[target]}:{fairctl_version()}"

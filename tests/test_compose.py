@@ -27,7 +27,7 @@ from fairness_stack.compose import (
     PROMETHEUS_FILE,
     address,
 )
-from fairness_stack.containers import CONFIG_FILE, SCRAPE_INTERVAL_S, image
+from fairness_stack.containers import CONFIG_FILE, OPERATOR, RUNTIME, SCRAPE_INTERVAL_S, image
 from fairness_stack.servers import find_binary, free_port, stop_process
 
 from .conftest import ROOT
@@ -92,17 +92,25 @@ def test_every_bind_mount_exists_in_the_repository(service: str) -> None:
         assert source.exists(), f"{service} mounts {source} at {target}, which does not exist"
 
 
-def test_the_fairctl_services_build_the_repositorys_image() -> None:
+def test_the_fairctl_services_build_the_repositorys_image_of_their_role() -> None:
+    """The worker and the exporters run the runtime image, the base install; only the operator's
+    tools (the load generator, the webhook receiver) run the operator image with every extra."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    stages = {line.split()[-1]: line for line in dockerfile.splitlines() if line.startswith("FROM ")}
+    assert stages == {RUNTIME: f"FROM python:3.11-slim AS {RUNTIME}", OPERATOR: f"FROM {RUNTIME} AS {OPERATOR}"}
+    runtime_part, operator_part = dockerfile.split(stages[OPERATOR])
+    assert "RUN pip install . " in runtime_part and "[" not in runtime_part.split("RUN pip install")[1].split("\n")[0]
+    assert "RUN pip install '.[all]'" in operator_part
+    assert 'ENTRYPOINT ["fairctl"]' in runtime_part
+    for part in (runtime_part, operator_part):
+        users = [line.split()[1] for line in part.splitlines() if line.startswith("USER ")]
+        assert users and users[-1].isdigit() and users[-1] != "0", "each image runs as a numeric non-root user"
     for name in FAIRCTL_SERVICES:
         build = SERVICES[name]["build"]
         context = (COMPOSE_DIR / build["context"]).resolve()
         assert context == ROOT and (context / build["dockerfile"]).is_file()
-        assert SERVICES[name]["image"] == image()
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "FROM python:3.11-slim" in dockerfile and "RUN pip install ." in dockerfile
-    assert 'ENTRYPOINT ["fairctl"]' in dockerfile
-    users = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("USER ")]
-    assert users and users[-1].isdigit() and users[-1] != "0", "the image runs as a numeric non-root user"
+        target = RUNTIME if command_of(name)[0] in ("worker", "exporter") else OPERATOR
+        assert build["target"] == target and SERVICES[name]["image"] == image(target), name
 
 
 def test_every_image_is_pinned_to_a_version() -> None:
