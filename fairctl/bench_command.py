@@ -21,14 +21,13 @@ import threading
 from pathlib import Path
 from typing import IO
 
-import typer
+import click
+from click.exceptions import Exit
 
 from .interrupts import signal_of
 
 ROOT = Path(__file__).resolve().parent.parent
 FORWARD_GRACE_S = 1.0
-
-app = typer.Typer()
 
 
 def _pass_through(stream: IO[str], muted: threading.Event) -> None:
@@ -57,13 +56,14 @@ def _stop_group(suite: subprocess.Popen[str], signum: int) -> None:
     suite.wait()
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
-def bench(ctx: typer.Context) -> None:
+@click.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
+@click.pass_context
+def bench(ctx: click.Context) -> None:
     """Measure the scheduler, exporter and simulator against raw LPOP and against RQ and BullMQ;
     writes BENCHMARKS.md (arguments as for `python -m benchmarks`, see `fairctl bench --help`)."""
     if not (ROOT / "benchmarks" / "__main__.py").exists():
-        typer.echo(f"fairctl: error: bench: needs a source checkout of fairctl (no benchmarks/ in {ROOT})", err=True)
-        raise typer.Exit(2)
+        click.echo(f"fairctl: error: bench: needs a source checkout of fairctl (no benchmarks/ in {ROOT})", err=True)
+        raise Exit(2)
     # The suite's output passes through this process line by line, so it reads as this command's.
     suite = subprocess.Popen([sys.executable, "-m", "benchmarks", *ctx.args], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
@@ -73,7 +73,7 @@ def bench(ctx: typer.Context) -> None:
     errors.start()
     try:
         for line in suite.stdout:
-            typer.echo(line, nl=False)
+            click.echo(line, nl=False)
         suite.wait()
     except KeyboardInterrupt as exc:
         muted.set()
@@ -82,4 +82,4 @@ def bench(ctx: typer.Context) -> None:
     finally:
         errors.join(timeout=FORWARD_GRACE_S)
         suite.stdout.close()
-    raise typer.Exit(suite.returncode)
+    raise Exit(suite.returncode)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Annotated, Optional
 
-import typer
+import click
+from click.exceptions import Exit
 
 from alerts import promtool
 from alerts.layout import RULES_FILE, TESTS_DIR
@@ -16,27 +16,27 @@ from alerts.weights import notes, table_rows, weights_report
 from fairness_core import Config
 from fairness_core.generated import plan, write
 
-from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
+from .common import clear_errors, config_option, fail, load
 from .text_table import text_table
 
-app = typer.Typer()
-
-SlotsOption = Annotated[Optional[int], typer.Option(
-    "--slots", metavar="N", min=1, show_default=False,
-    help="Worker slots of the fleet (jobs run at once); default alerts.worker_slots from the config.")]
+slots_option = click.option(
+    "--slots", metavar="N", type=click.IntRange(min=1), show_default=False,
+    help="Worker slots of the fleet (jobs run at once); default alerts.worker_slots from the config.")
 
 
 def _weights(cfg: Config, slots: int | None) -> list[str]:
     report = weights_report(cfg, slots)
-    typer.echo("\n".join([*text_table(table_rows(report)), "", *notes(report)]))
+    click.echo("\n".join([*text_table(table_rows(report)), "", *notes(report)]))
     warnings = report.warnings()
     for line in warnings:
-        typer.echo(f"warning: {line}", err=True)
+        click.echo(f"warning: {line}", err=True)
     return warnings
 
 
-@app.command()
-def weights(config: ConfigOption = DEFAULT_CONFIG, slots: SlotsOption = None) -> None:
+@click.command()
+@config_option
+@slots_option
+def weights(config: Path, slots: int | None) -> None:
     """Print each class's share of the work and of the fleet's time, and what its load needs.
 
     From the optional classes[].arrival_rate and service_time: the slot time each class needs to
@@ -47,22 +47,24 @@ def weights(config: ConfigOption = DEFAULT_CONFIG, slots: SlotsOption = None) ->
     _weights(load(config, None), slots)
 
 
-@app.command()
-def check(config: ConfigOption = DEFAULT_CONFIG, slots: SlotsOption = None) -> None:
+@click.command()
+@config_option
+@slots_option
+def check(config: Path, slots: int | None) -> None:
     """Validate the config, lint the weights and the alerts' links, and run promtool on the rules it generates.
 
     Generates the rules and their unit tests in a scratch directory, then runs promtool check
     rules and promtool test rules on them. Exit 0 when all pass (weight warnings do not fail),
     1 when promtool reports a failure, 2 for a bad config or a missing promtool."""
     cfg = load(config, None)
-    typer.echo(f"{config}: valid")
+    click.echo(f"{config}: valid")
     _weights(cfg, slots)
     try:
         promtool.binary()
     except promtool.PromtoolMissing:
         fail(promtool.BINARY, promtool.MISSING)
     for line in link_warnings(cfg):
-        typer.echo(f"warning: {line}", err=True)
+        click.echo(f"warning: {line}", err=True)
     with tempfile.TemporaryDirectory(prefix="fairctl-check-") as tmp:
         with clear_errors():
             planned = plan(cfg, Path(tmp), (ALERTS,))
@@ -73,6 +75,6 @@ def check(config: ConfigOption = DEFAULT_CONFIG, slots: SlotsOption = None) -> N
             promtool.check_rules(generated / RULES_FILE)
             promtool.test_rules(*tests)
         except promtool.PromtoolFailed as exc:
-            typer.echo(f"fairctl: {exc}", err=True)
-            raise typer.Exit(1) from None
-    typer.echo(f"promtool check rules: {RULES_FILE} passed; promtool test rules: {len(tests)} files passed")
+            click.echo(f"fairctl: {exc}", err=True)
+            raise Exit(1) from None
+    click.echo(f"promtool check rules: {RULES_FILE} passed; promtool test rules: {len(tests)} files passed")

@@ -1,23 +1,19 @@
-"""The ``fairctl`` command line. Each command group lives in its own module and is merged here,
-so new groups (generate, simulate, exporter, ...) are one import and one ``add_typer`` each."""
+"""The ``fairctl`` command line. Each command (or group of them) lives in its own module and is
+added here, so a new command is one import and one line of the list below."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
-import typer
-from typer import Abort
-from typer.core import TyperGroup
-
-try:  # recent typer bundles its own copy of click
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
-except ImportError:  # pragma: no cover - older typer on the external click
-    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # type: ignore[assignment]
+import click
+from click.exceptions import Abort, ClickException, NoArgsIsHelpError, UsageError
 
 from . import (
     bench_command,
     check_commands,
+    completion,
     config_commands,
     dead_commands,
     demo,
@@ -31,29 +27,20 @@ from . import (
     status_command,
     worker_command,
 )
-from .common import BAD_ARGUMENT
+from .commands import BAD_ARGUMENT, Group, command_path
 
 
-def command_path(ctx: Any) -> str:
-    """``fairctl`` and the subcommands of ``ctx``, whatever name the program was run under (a
-    test runner calls the root ``root``, ``python -m fairctl`` calls it ``__main__.py``)."""
-    names = []
-    while ctx is not None and ctx.parent is not None:
-        names.append(ctx.info_name)
-        ctx = ctx.parent
-    return " ".join(["fairctl", *reversed(names)])
-
-
-class OneLineErrors(TyperGroup):
+class OneLineErrors(Group):
     """Arguments the command line itself cannot parse (an unknown option, a value out of range, a
     missing argument) fail like every other bad argument: one line naming it, exit code 2, no
     usage box."""
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            outcome = super().main(*args, standalone_mode=False, **kwargs)
+            outcome = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except NoArgsIsHelpError as exc:  # a bare group: its help is the answer
             exc.show()
             sys.exit(exc.exit_code)
@@ -67,38 +54,36 @@ class OneLineErrors(TyperGroup):
             else:
                 argument = param.opts[0]
             message = exc.message.replace("\n", " ") or exc.format_message()
-            typer.echo(f"fairctl: error: {argument}: {message} (see: {where} --help)", err=True)
+            click.echo(f"fairctl: error: {argument}: {message} (see: {where} --help)", err=True)
             sys.exit(BAD_ARGUMENT)
         except ClickException as exc:
             exc.show()
             sys.exit(exc.exit_code)
         except Abort:
-            typer.echo("aborted", err=True)
+            click.echo("aborted", err=True)
             sys.exit(1)
         sys.exit(outcome if isinstance(outcome, int) else 0)
 
-    def invoke(self, ctx: Any) -> Any:
+    def invoke(self, ctx: click.Context) -> Any:
         """Every command ends alike on Ctrl-C or SIGTERM: one line, exit 130 or 143 (interrupts.py)."""
         with interrupts.handled():
             return super().invoke(ctx)
 
 
-app = typer.Typer(
-    cls=OneLineErrors,
-    help="Fair Redis job queues: priority classes with weighted shares, fair queuing across tenants, "
-         "and the tools to watch them.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-for group in (queue_commands, status_command, worker_command, exporter_command, demo, simulate_command, drill_command,
-              generate_command, check_commands):
-    app.add_typer(group.app)
-app.add_typer(stack_command.app, name="stack")
-app.add_typer(dead_commands.app, name="dead")
-app.add_typer(config_commands.app, name="config")
-app.add_typer(bench_command.app)
+@click.group("fairctl", cls=OneLineErrors, no_args_is_help=True, context_settings={"show_default": True})
+@completion.options
+def app() -> None:
+    """Fair Redis job queues: priority classes with weighted shares, fair queuing across tenants,
+    and the tools to watch them."""
+
+
+for command in (queue_commands.enqueue, queue_commands.reshard, queue_commands.pause, queue_commands.resume,
+                status_command.status, worker_command.worker, exporter_command.exporter, demo.demo,
+                simulate_command.simulate, drill_command.drill, drill_command.loadgen, generate_command.generate,
+                check_commands.weights, check_commands.check, stack_command.group, dead_commands.group,
+                config_commands.group, bench_command.bench):
+    app.add_command(command)
 
 
 def main() -> None:
-    app()
+    app.main()

@@ -11,9 +11,10 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, Optional
+from typing import Any, NoReturn
 
-import typer
+import click
+from click.exceptions import Exit
 
 from exporter.metrics import group_of
 from fairness_core import (
@@ -35,30 +36,34 @@ from fairness_core.config import EXAMPLE_CONFIG, POLICIES
 from fairness_core.redis_url import check_url, is_cluster
 from fairness_core.sharded import ShardedScheduler, shard_config
 
-BAD_ARGUMENT = 2
+from .commands import BAD_ARGUMENT
 
-ConfigOption = Annotated[Path, typer.Option(
-    "--config", envvar="FAIRCTL_CONFIG", show_default=True,
+DEFAULT_CONFIG = Path("fairness.yaml")
+PATH = click.Path(path_type=Path)  # a file or directory argument, as a pathlib.Path
+
+# The options most commands share, each a decorator (``@config_option``) that adds it.
+config_option = click.option(
+    "--config", type=PATH, default=DEFAULT_CONFIG, envvar="FAIRCTL_CONFIG", show_envvar=True, show_default=True,
     help="fairness.yaml to read: classes, weights, tenants, classification rules, leases. Without it and "
          "with no fairness.yaml here, the example config shipped with fairctl.",
-)]
-ConfigsOption = Annotated[list[Path] | None, typer.Option(
-    "--config", envvar="FAIRCTL_CONFIG", metavar="FILE", show_default=False,
+)
+configs_option = click.option(
+    "--config", "configs", type=PATH, multiple=True, envvar="FAIRCTL_CONFIG", show_envvar=True, metavar="FILE",
+    show_default=False,
     help="fairness.yaml of a queue group (default: fairness.yaml here, else the example config shipped with "
          "fairctl). Repeat it for several groups, each labelled with its redis.prefix (FAIRCTL_CONFIG: the files "
          "separated by colons).",
-)]
-RedisUrlOption = Annotated[Optional[str], typer.Option(
-    "--redis-url", envvar="FAIRCTL_REDIS_URL", show_default=False,
+)
+redis_url_option = click.option(
+    "--redis-url", envvar="FAIRCTL_REDIS_URL", show_envvar=True, show_default=False,
     help="Redis to use instead of the config's redis.url (redis://, rediss://, unix://, "
          "redis+cluster:// or rediss+cluster://; user:password@ for ACLs).",
-)]
-DEFAULT_CONFIG = Path("fairness.yaml")
+)
 
 
 def fail(argument: str, message: str, code: int = BAD_ARGUMENT) -> NoReturn:
-    typer.echo(f"fairctl: error: {argument}: {message}", err=True)
-    raise typer.Exit(code)
+    click.echo(f"fairctl: error: {argument}: {message}", err=True)
+    raise Exit(code)
 
 
 @contextmanager
@@ -70,8 +75,8 @@ def clear_errors(**argument_for_field: str) -> Iterator[None]:
     except ConfigError as exc:
         fail("--config", str(exc))
     except AppliedConfigUnreadable as exc:  # not the file's fault: the group runs a config this release cannot read
-        typer.echo(f"fairctl: error: {exc}", err=True)
-        raise typer.Exit(BAD_ARGUMENT) from None
+        click.echo(f"fairctl: error: {exc}", err=True)
+        raise Exit(BAD_ARGUMENT) from None
     except RedisUnavailable as exc:
         fail("--redis-url", str(exc))  # the message names host:port only, never credentials
     except InvalidJob as exc:
@@ -97,7 +102,7 @@ def load(config_path: Path, redis_url: str | None) -> Config:
     return with_redis_url(config, redis_url)
 
 
-def load_queues(config_paths: list[Path] | None, redis_url: str | None) -> list[tuple[Config, list[Config]]]:
+def load_queues(config_paths: Sequence[Path] | None, redis_url: str | None) -> list[tuple[Config, list[Config]]]:
     """The configs of several ``--config`` (default: the one :func:`load` reads), each with
     ``--redis-url`` applied, and each with its queue groups (:func:`groups_of`: itself, or a
     sharded one's shards); two that share a queue group (its keys, and the ``shard`` label their
@@ -136,7 +141,7 @@ def config_file(config_path: Path) -> Path:
     """The file ``--config`` stands for: the example config when it is the default and there is no
     fairness.yaml here (a line on stderr says so)."""
     if config_path == DEFAULT_CONFIG and not config_path.exists():
-        typer.echo(f"fairctl: no {DEFAULT_CONFIG} here; using the example config {EXAMPLE_CONFIG}", err=True)
+        click.echo(f"fairctl: no {DEFAULT_CONFIG} here; using the example config {EXAMPLE_CONFIG}", err=True)
         return EXAMPLE_CONFIG
     return config_path
 

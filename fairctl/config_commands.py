@@ -8,10 +8,11 @@ no process ever runs another one. These commands read it, compare a file with it
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Optional
 
-import typer
+import click
+from click.exceptions import Exit
 
 from fairness_core import Config, ConfigError, Scheduler, load_config
 from fairness_core.ages import format_age
@@ -19,23 +20,26 @@ from fairness_core.config_store import Applied, ConfigConflict, ConfigRefused, M
 from fairness_core.scheduler import ApplyOutcome
 from fairness_core.sharded import ApplyLost, GroupBusy, GroupConfig, PartlyApplied, ShardedScheduler
 
+from .commands import Group, argument
 from .common import (
-    DEFAULT_CONFIG, ConfigOption, RedisUrlOption, clear_errors, connect, connect_queue, fail, groups_of, load,
+    PATH,
+    clear_errors,
+    config_option,
+    connect,
+    connect_queue,
+    fail,
+    groups_of,
+    load,
+    redis_url_option,
     with_redis_url,
 )
 
-app = typer.Typer(help="Show, compare and apply the config a queue group runs: it lives in the group's Redis, "
-                       "and every process follows the applied one without a restart.", no_args_is_help=True)
+group = Group("config", help="Show, compare and apply the config a queue group runs: it lives in the group's Redis, "
+                             "and every process follows the applied one without a restart.", no_args_is_help=True)
 
-FileArgument = Annotated[Path, typer.Argument(
-    metavar="FILE", show_default=False,
-    help="A fairness.yaml; its redis.prefix names the queue group, its redis.url the Redis (unless --redis-url).")]
-MoveOption = Annotated[Optional[list[str]], typer.Option(
-    "--move", metavar="OLD=NEW", show_default=False,
-    help="Move the jobs of class OLD, which FILE no longer names, to class NEW (repeatable).")]
-MoveTierOption = Annotated[Optional[list[str]], typer.Option(
-    "--move-tier", metavar="OLD=NEW", show_default=False,
-    help="Charge the queued tenants of tier OLD, which FILE no longer names, as tier NEW (repeatable).")]
+file_argument = argument(
+    "file", metavar="FILE", type=PATH,
+    help="A fairness.yaml; its redis.prefix names the queue group, its redis.url the Redis (unless --redis-url).")
 
 
 def _load_file(file: Path, redis_url: str | None) -> Config:
@@ -54,7 +58,7 @@ def _read(scheduler: Scheduler) -> Applied | None:
         return scheduler.read_applied()
 
 
-def _moves(values: list[str] | None, option: str) -> dict[str, str]:
+def _moves(values: Sequence[str] | None, option: str) -> dict[str, str]:
     """``OLD=NEW`` pairs; exit 2 naming the option on anything else or on a repeated OLD."""
     out: dict[str, str] = {}
     for value in values or ():
@@ -80,18 +84,20 @@ def _show_diff(applied: Applied | None, new: Config, file: Path) -> bool:
     first config always does: it starts the group)."""
     prefix = new.redis.prefix
     if applied is None:
-        typer.echo(f"queue group {prefix} has no applied config: {file} would be its first and start the group")
+        click.echo(f"queue group {prefix} has no applied config: {file} would be its first and start the group")
         return True
     lines = differences(applied.config, new)
-    typer.echo(f"queue group {prefix}: applied v{applied.version} ({applied.fingerprint}) -> {file}: "
+    click.echo(f"queue group {prefix}: applied v{applied.version} ({applied.fingerprint}) -> {file}: "
                + (f"{len(lines)} change(s)" if lines else "no changes"))
     for line in lines:
-        typer.echo(f"  {line}")
+        click.echo(f"  {line}")
     return bool(lines)
 
 
-@app.command()
-def show(config: ConfigOption = DEFAULT_CONFIG, redis_url: RedisUrlOption = None) -> None:
+@group.command()
+@config_option
+@redis_url_option
+def show(config: Path, redis_url: str | None) -> None:
     """Print the config the queue group of --config's redis.prefix runs: version, fingerprint, when
     it was applied, its moves and how many names its jobs store as codes (as YAML comments), then the
     config itself. redis.url and
@@ -107,31 +113,34 @@ def _show_one(scheduler: Scheduler) -> None:
         fail("--config", f"queue group {prefix} has no applied config yet: its first process applies its own, "
                          "or start it with: fairctl config apply FILE", code=1)
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(applied.applied_at))
-    typer.echo(f"# queue group: {prefix}\n# version: {applied.version}\n# fingerprint: {applied.fingerprint}\n"
+    click.echo(f"# queue group: {prefix}\n# version: {applied.version}\n# fingerprint: {applied.fingerprint}\n"
                f"# applied at: {when} ({format_age(max(0.0, time.time() - applied.applied_at))} ago)\n"
                f"# moves: {_moves_text(applied.moves)}\n# names stored as codes: {len(applied.names.names)}")
-    typer.echo(shared_text(applied.config), nl=False)
+    click.echo(shared_text(applied.config), nl=False)
 
 
-@app.command()
-def diff(file: FileArgument, redis_url: RedisUrlOption = None) -> None:
+@group.command()
+@file_argument
+@redis_url_option
+def diff(file: Path, redis_url: str | None) -> None:
     """What applying FILE would change in its queue group, one line per field (path: applied ->
     FILE). Exit 0 when FILE is what the group runs, 1 when it differs or none is applied yet, as
     diff(1) does."""
     changed = [_show_diff(_read(connect(group)), group, file) for group in groups_of(_load_file(file, redis_url))]
     if any(changed):
-        raise typer.Exit(1)
+        raise Exit(1)
 
 
-@app.command()
-def apply(
-    file: FileArgument,
-    move: MoveOption = None,
-    move_tier: MoveTierOption = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate FILE and the moves and print the "
-                                          "changes; apply nothing.")] = False,
-    redis_url: RedisUrlOption = None,
-) -> None:
+@group.command()
+@file_argument
+@click.option("--move", metavar="OLD=NEW", multiple=True, show_default=False,
+              help="Move the jobs of class OLD, which FILE no longer names, to class NEW (repeatable).")
+@click.option("--move-tier", metavar="OLD=NEW", multiple=True, show_default=False,
+              help="Charge the queued tenants of tier OLD, which FILE no longer names, as tier NEW (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Validate FILE and the moves and print the changes; apply nothing.")
+@redis_url_option
+def apply(file: Path, move: Sequence[str] | None, move_tier: Sequence[str] | None, dry_run: bool,
+          redis_url: str | None) -> None:
     """Make FILE the config its queue group runs, atomically, and print what changed.
 
     Running workers, producers and exporters of the group follow it within their next call to
@@ -182,7 +191,7 @@ def _apply_one(new: Config, moves: Moves, file: Path, dry_run: bool) -> None:
         lost = ApplyLost(new.redis.prefix, GroupConfig(won.version, won.fingerprint)) if won else exc
         fail("FILE", str(lost), code=1)
     _say_applied(new.redis.prefix, outcome, moves)
-    typer.echo("running processes of the group follow it within their next call")
+    click.echo("running processes of the group follow it within their next call")
 
 
 def _apply_sharded(new: Config, moves: Moves, file: Path, dry_run: bool) -> None:
@@ -202,7 +211,7 @@ def _apply_sharded(new: Config, moves: Moves, file: Path, dry_run: bool) -> None
         fail("FILE", str(exc), code=1)
     for prefix, outcome in done.shards.items():
         _say_applied(prefix, outcome, moves)
-    typer.echo(f"queue group {new.redis.prefix}: all {len(done.shards)} shards run config v{done.group.version} "
+    click.echo(f"queue group {new.redis.prefix}: all {len(done.shards)} shards run config v{done.group.version} "
                f"(group fingerprint {done.group.fingerprint}); running processes follow it within their next call")
 
 
@@ -210,14 +219,14 @@ def _worth_applying(changed: list[bool], moves: Moves, dry_run: bool) -> bool:
     """Whether to go on to the apply once the diffs are printed (``changed``: whether each
     differs); a dry run, or a config applied already with no moves, says why not."""
     if dry_run:
-        typer.echo("dry run: nothing applied (a refusal is only known at apply, which changes nothing if refused)")
+        click.echo("dry run: nothing applied (a refusal is only known at apply, which changes nothing if refused)")
         return False
     if not any(changed) and not moves.classes and not moves.tiers:
-        typer.echo("nothing to apply")
+        click.echo("nothing to apply")
         return False
     return True
 
 
 def _say_applied(prefix: str, outcome: ApplyOutcome, moves: Moves) -> None:
-    typer.echo(f"applied v{outcome.version} to queue group {prefix} (fingerprint {outcome.fingerprint}); "
+    click.echo(f"applied v{outcome.version} to queue group {prefix} (fingerprint {outcome.fingerprint}); "
                f"moved {outcome.moved} job(s)" + (f" ({_moves_text(moves)})" if moves.classes or moves.tiers else ""))

@@ -11,28 +11,29 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from typing import Annotated, Any, Optional
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
-import typer
+import click
 
 from fairness_core import Scheduler
 from fairness_core.ages import format_age
 from fairness_core.jobs import DeadOutcome, InvalidJob, check_job_id
 from fairness_core.scheduler import DEAD_PAGE
 
-from .common import DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, connect_queue, fail, load
+from .commands import Group, argument
+from .common import check_classes, clear_errors, config_option, connect_queue, fail, load, redis_url_option
 from .text_table import text_table
 
-app = typer.Typer(help="List, inspect, requeue and drop dead-lettered jobs.", no_args_is_help=True)
+group = Group("dead", help="List, inspect, requeue and drop dead-lettered jobs.", no_args_is_help=True)
 
-IdsArgument = Annotated[Optional[list[str]], typer.Argument(
-    metavar="ID...", show_default=False,
-    help="Job ids, as `fairctl dead list` shows them (on a sharded queue, shard:id).")]
-AllOption = Annotated[bool, typer.Option("--all", help="Every dead letter (of --queue, if given) instead of IDs.")]
-QueueOption = Annotated[Optional[str], typer.Option(
-    "--queue", metavar="QUEUE", show_default=False, help="Only dead letters of this class, e.g. jobs:low.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+ids_argument = argument("ids", metavar="ID...", nargs=-1, required=False,
+                        help="Job ids, as `fairctl dead list` shows them (on a sharded queue, shard:id).")
+all_option = click.option("--all", "every", is_flag=True, help="Every dead letter (of --queue, if given) instead of IDs.")
+queue_option = click.option("--queue", metavar="QUEUE", show_default=False,
+                            help="Only dead letters of this class, e.g. jobs:low.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 ERROR_WIDTH = 60
 
 
@@ -48,7 +49,7 @@ class _Lists:
         with clear_errors():
             self.groups: dict[int, Scheduler] = dict(enumerate(self.queue.groups()))
 
-    def ids(self, ids: list[str] | None, every: bool) -> dict[int, list[str]]:
+    def ids(self, ids: Sequence[str] | None, every: bool) -> dict[int, list[str]]:
         """The job ids given, checked, by group (each as its group stores it), or {} for --all;
         exactly one of the two."""
         if ids and every:
@@ -80,14 +81,14 @@ def _record(item: dict[str, Any], now: float, job_id: str) -> dict[str, Any]:
             "payload": lease.payload}
 
 
-@app.command("list")
-def list_(
-    limit: Annotated[int, typer.Option(metavar="N", min=1, max=10_000, help="Show at most this many, oldest first.")] = 20,
-    queue: QueueOption = None,
-    as_json: JsonOption = False,
-    config: ConfigOption = DEFAULT_CONFIG,
-    redis_url: RedisUrlOption = None,
-) -> None:
+@group.command("list")
+@click.option("--limit", metavar="N", type=click.IntRange(1, 10_000), default=20,
+              help="Show at most this many, oldest first.")
+@queue_option
+@json_option
+@config_option
+@redis_url_option
+def list_(limit: int, queue: str | None, as_json: bool, config: Path, redis_url: str | None) -> None:
     """List dead letters, oldest first: id, class, tenant, task, attempts, how long ago, error."""
     lists = _Lists(config, redis_url, queue)
     rows: list[dict[str, Any]] = []
@@ -110,16 +111,16 @@ def list_(
     rows.sort(key=lambda r: r["dead_at"])
     rows = rows[:limit]
     if as_json:
-        typer.echo(json.dumps({"total": total, "dead_letters": rows}, indent=2, ensure_ascii=False))
+        click.echo(json.dumps({"total": total, "dead_letters": rows}, indent=2, ensure_ascii=False))
         return
     if not rows:
-        typer.echo(f"no dead letters{f' in {queue}' if queue else ''} ({total} in all)")
+        click.echo(f"no dead letters{f' in {queue}' if queue else ''} ({total} in all)")
         return
     head = ("id", "class", "tenant", "task", "attempts", "dead for", "error")
     cells = [head] + [(r["id"], r["class"], r["tenant"], r["task"], str(r["attempts"]), format_age(r["dead_for_s"]),
                        _short(r["error"])) for r in rows]
-    typer.echo("\n".join(text_table(cells)))
-    typer.echo(f"{len(rows)} shown of {total} dead letters; fairctl dead show ID for one, "
+    click.echo("\n".join(text_table(cells)))
+    click.echo(f"{len(rows)} shown of {total} dead letters; fairctl dead show ID for one, "
                "fairctl dead requeue ID... or drop ID... to act")
 
 
@@ -127,13 +128,12 @@ def _short(text: str) -> str:
     return text if len(text) <= ERROR_WIDTH else text[: ERROR_WIDTH - 3] + "..."
 
 
-@app.command()
-def show(
-    job_id: Annotated[str, typer.Argument(metavar="ID", help="Job id, as `fairctl dead list` shows it.")],
-    as_json: JsonOption = False,
-    config: ConfigOption = DEFAULT_CONFIG,
-    redis_url: RedisUrlOption = None,
-) -> None:
+@group.command()
+@argument("job_id", metavar="ID", help="Job id, as `fairctl dead list` shows it.")
+@json_option
+@config_option
+@redis_url_option
+def show(job_id: str, as_json: bool, config: Path, redis_url: str | None) -> None:
     """Everything stored with one dead letter: class, tenant, task, reason, attempts, error, payload."""
     lists = _Lists(config, redis_url, None)
     ((index, (wanted,)),) = lists.ids([job_id], False).items()
@@ -143,15 +143,15 @@ def show(
         fail("ID", f"no dead letter with id {job_id}", code=1)
     record = _record(item, time.time(), lists.shown(index, wanted))
     if as_json:
-        typer.echo(json.dumps(record, indent=2, ensure_ascii=False))
+        click.echo(json.dumps(record, indent=2, ensure_ascii=False))
         return
     for key in ("id", "class", "tenant", "task", "reason", "attempts", "error"):
-        typer.echo(f"{key + ':':<10} {record[key]}")
-    typer.echo(f"{'dead:':<10} {format_age(record['dead_for_s'])} ago")
-    typer.echo(f"{'payload:':<10} {json.dumps(record['payload'], ensure_ascii=False)}")
+        click.echo(f"{key + ':':<10} {record[key]}")
+    click.echo(f"{'dead:':<10} {format_age(record['dead_for_s'])} ago")
+    click.echo(f"{'payload:':<10} {json.dumps(record['payload'], ensure_ascii=False)}")
 
 
-def _act(action: str, ids: list[str] | None, every: bool, queue: str | None, config: Any,
+def _act(action: str, ids: Sequence[str] | None, every: bool, queue: str | None, config: Any,
          redis_url: str | None) -> None:
     lists = _Lists(config, redis_url, queue)
     wanted = lists.ids(ids, every)
@@ -166,10 +166,10 @@ def _act(action: str, ids: list[str] | None, every: bool, queue: str | None, con
                 done += [lists.shown(index, i) for i in outcome.done]
                 skipped += [lists.shown(index, i) for i in outcome.skipped]
     verb = "requeued" if action == "requeue" else "dropped"
-    typer.echo(f"{verb} {len(done)} dead letter{'' if len(done) == 1 else 's'}"
+    click.echo(f"{verb} {len(done)} dead letter{'' if len(done) == 1 else 's'}"
                + (f": {' '.join(done)}" if 0 < len(done) <= 20 else ""))
     if skipped:
-        typer.echo(f"fairctl: warning: left {len(skipped)} in the list whose class is no longer configured: "
+        click.echo(f"fairctl: warning: left {len(skipped)} in the list whose class is no longer configured: "
                    f"{' '.join(skipped[:20])}", err=True)
     given = [lists.shown(index, i) for index, held in wanted.items() for i in held]
     missing = [i for i in dict.fromkeys(given) if i not in set(done) | set(skipped)]
@@ -195,14 +195,13 @@ def _every(method: Callable[..., DeadOutcome], count: int, queue: str | None) ->
             break
 
 
-@app.command()
-def requeue(
-    ids: IdsArgument = None,
-    every: AllOption = False,
-    queue: QueueOption = None,
-    config: ConfigOption = DEFAULT_CONFIG,
-    redis_url: RedisUrlOption = None,
-) -> None:
+@group.command()
+@ids_argument
+@all_option
+@queue_option
+@config_option
+@redis_url_option
+def requeue(ids: tuple[str, ...], every: bool, queue: str | None, config: Path, redis_url: str | None) -> None:
     """Put dead letters back in their class, to run again.
 
     Each keeps its id, tenant, class, task, classification reason and payload; its attempts start
@@ -211,15 +210,14 @@ def requeue(
     _act("requeue", ids, every, queue, config, redis_url)
 
 
-@app.command()
-def drop(
-    ids: IdsArgument = None,
-    every: AllOption = False,
-    queue: QueueOption = None,
-    yes: Annotated[bool, typer.Option("--yes", help="Confirm --all: the jobs are deleted for good.")] = False,
-    config: ConfigOption = DEFAULT_CONFIG,
-    redis_url: RedisUrlOption = None,
-) -> None:
+@group.command()
+@ids_argument
+@all_option
+@queue_option
+@click.option("--yes", is_flag=True, help="Confirm --all: the jobs are deleted for good.")
+@config_option
+@redis_url_option
+def drop(ids: tuple[str, ...], every: bool, queue: str | None, yes: bool, config: Path, redis_url: str | None) -> None:
     """Delete dead letters for good (the job and its payload)."""
     if every and not yes:
         fail("--yes", "drop --all deletes every dead letter" + (f" of {queue}" if queue else "")

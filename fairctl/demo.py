@@ -14,19 +14,17 @@ import random
 import threading
 import time
 from collections import defaultdict
-from typing import Annotated
+from pathlib import Path
 
-import typer
+import click
 
 from fairness_core import Config, Lease, Scheduler, classify
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer
 
-from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, connect, fail, load
+from .common import clear_errors, config_option, connect, fail, load
 from .handlers import sleep_for_service_time
 from .status_view import ClassStatus, class_statuses, render
-
-app = typer.Typer()
 
 STORM_TENANT = "acme-marketing"
 STORM_TASK = "newsletter"
@@ -86,11 +84,11 @@ def conclusion(config: Config, recorder: WaitRecorder, storm: ClassStatus, secon
 
 def run_demo(config: Config, seconds: float) -> None:
     scheduler = connect(config)
-    typer.echo(f"Enqueuing {STORM_JOBS:,} {STORM_TASK} jobs from {STORM_TENANT} (policy {config.scheduler.policy}) ...")
+    click.echo(f"Enqueuing {STORM_JOBS:,} {STORM_TASK} jobs from {STORM_TENANT} (policy {config.scheduler.policy}) ...")
     for _ in range(STORM_JOBS):
         scheduler.enqueue(STORM_TASK, STORM_TENANT, {"service_s": STORM_SERVICE_S})
     before = scheduler.snapshot()
-    typer.echo("\nBefore:\n" + render(class_statuses(config, None, before, 3), None, charge=config.scheduler.charge))
+    click.echo("\nBefore:\n" + render(class_statuses(config, None, before, 3), None, charge=config.scheduler.charge))
 
     recorder = WaitRecorder()
     worker = Worker(scheduler, HandlerRegistry(fallback=recorder), concurrency=WORKER_SLOTS, grace=5.0)
@@ -99,7 +97,7 @@ def run_demo(config: Config, seconds: float) -> None:
                threading.Thread(target=trickle, args=(scheduler, stop), daemon=True)]
     for thread in threads:
         thread.start()
-    typer.echo(f"\nWorking for {seconds:g}s with {WORKER_SLOTS} worker slots, "
+    click.echo(f"\nWorking for {seconds:g}s with {WORKER_SLOTS} worker slots, "
                f"while {len(QUIET_TENANTS)} other tenants send {', '.join(TRICKLE)} ...")
     time.sleep(seconds)
     stop.set()
@@ -108,16 +106,15 @@ def run_demo(config: Config, seconds: float) -> None:
         thread.join()
 
     rows = class_statuses(config, before, scheduler.snapshot(), 3)
-    typer.echo(f"\nAfter {seconds:g}s:\n" + render(rows, seconds, charge=config.scheduler.charge))
+    click.echo(f"\nAfter {seconds:g}s:\n" + render(rows, seconds, charge=config.scheduler.charge))
     storm_class = classify(config, STORM_TASK, tier=config.tenants.default_tier).queue
-    typer.echo("\n" + conclusion(config, recorder, next(r for r in rows if r.name == storm_class), seconds))
+    click.echo("\n" + conclusion(config, recorder, next(r for r in rows if r.name == storm_class), seconds))
 
 
-@app.command()
-def demo(
-    seconds: Annotated[float, typer.Option(metavar="SECONDS", min=1, max=120, help="How long the worker runs.")] = 8.0,
-    config: ConfigOption = DEFAULT_CONFIG,
-) -> None:
+@click.command()
+@click.option("--seconds", metavar="SECONDS", type=click.FloatRange(1, 120), default=8.0, help="How long the worker runs.")
+@config_option
+def demo(seconds: float, config: Path) -> None:
     """Replay a marketing storm in miniature; needs no setup.
 
     On a private redis-server: 20,000 newsletters from one tenant next to a steady trickle of

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
+from click.exceptions import Exit
 
 from fairness_core.ages import human
 from fairness_core.config import Config, ConfigError, parse_duration
@@ -31,20 +31,11 @@ from fairness_sim.simulator import scenario_config
 from fairness_sim.timescale import SpeedTooHigh, compress
 from fairness_stack.supervisor import Stack, StackError
 
-from .common import (
-    RedisUrlOption,
-    check_policies,
-    clear_errors,
-    connect_queue,
-    fail,
-    load,
-    with_redis_url,
-)
+from .commands import Command, F, argument
+from .common import PATH, check_policies, clear_errors, connect_queue, fail, load, redis_url_option, with_redis_url
 from .interrupts import stopped
 from .stack_command import shown
 from .text_table import text_table
-
-app = typer.Typer()
 
 DEFAULT_SPEED = 120.0
 # What this 2-core machine carries beside Prometheus, Alertmanager and two exporters.
@@ -52,20 +43,26 @@ DEFAULT_MAX_RATE = 150.0  # live jobs per second through the workers
 DEFAULT_MAX_BURST = 20_000  # live jobs enqueued at one instant
 EXIT_EXPECTATION = 1
 
-ScenarioArgument = Annotated[Path | None, typer.Argument(
-    metavar="[SCENARIO]", show_default=False,
+scenario_argument = argument(
+    "scenario_file", metavar="[SCENARIO]", type=PATH, required=False,
     help="Scenario YAML, or the name of a shipped scenario (marketing-storm, priority-creep, ...); "
-             "default: marketing-storm, 2.3M newsletters ahead of password resets.")]
-SpeedOption = Annotated[float, typer.Option(
-    metavar="X", min=1, help="Scenario seconds per real second (120: one scenario hour in 30 s). Every duration in the "
-                "config and the rules is divided by it.")]
-UntilOption = Annotated[str | None, typer.Option(
-    metavar="DURATION", show_default=False, help="Replay only the first DURATION of the scenario (default: all of it).")]
-VolumeOption = Annotated[float | None, typer.Option(
-    metavar="N", min=1, show_default=False,
+         "default: marketing-storm, 2.3M newsletters ahead of password resets.")
+
+
+def speed_option(default: float) -> Callable[[F], F]:
+    return click.option(
+        "--speed", metavar="X", type=click.FloatRange(min=1), default=default,
+        help="Scenario seconds per real second (120: one scenario hour in 30 s). Every duration in the config and "
+             "the rules is divided by it.")
+
+
+until_option = click.option(
+    "--until", metavar="DURATION", help="Replay only the first DURATION of the scenario (default: all of it).")
+volume_option = click.option(
+    "--volume", metavar="N", type=click.FloatRange(min=1), show_default=False,
     help="Scenario jobs per live job, with service times stretched alike so ages and shares keep their shape; "
          f"default: the least that keeps the workers under {DEFAULT_MAX_RATE:g} jobs/s and bursts under "
-         f"{DEFAULT_MAX_BURST:,} jobs.")]
+         f"{DEFAULT_MAX_BURST:,} jobs.")
 
 
 def _scenario(path: Path | None, config_file: Path | None = None) -> Scenario:
@@ -115,27 +112,25 @@ def render(drills: list[PolicyDrill], scenario: Scenario) -> str:
     return "\n".join(lines)
 
 
-@app.command()
-def drill(
-    scenario_file: ScenarioArgument = None,
-    policy: Annotated[list[str] | None, typer.Option(
-        "--policy", "-p", metavar="P", show_default=False,
-        help="Policy to drill; repeat for several. Default: fifo and weighted-fair.")] = None,
-    speed: SpeedOption = DEFAULT_SPEED,
-    until: UntilOption = None,
-    volume: VolumeOption = None,
-    json_file: Annotated[Path | None, typer.Option(
-        "--json", metavar="FILE", show_default=False, help="Also write the timeline as JSON.")] = None,
-    directory: Annotated[Path | None, typer.Option(
-        "--dir", metavar="DIR", show_default=False,
-        help="Keep each policy's stack (config, rules, logs) under DIR/POLICY; default: a temporary directory.")] = None,
-    redis_url: RedisUrlOption = None,
-    prometheus_url: Annotated[str | None, typer.Option(
-        metavar="URL", show_default=False,
-        help="Drill a team's own stack: read the timeline from this Prometheus (needs --redis-url; see docs/drills.md).")] = None,
-    alertmanager_url: Annotated[str | None, typer.Option(
-        metavar="URL", show_default=False, help="With --prometheus-url: the Alertmanager to read deliveries from.")] = None,
-) -> None:
+@click.command(cls=Command)
+@scenario_argument
+@click.option("--policy", "-p", metavar="P", multiple=True, show_default=False,
+              help="Policy to drill; repeat for several. Default: fifo and weighted-fair.")
+@speed_option(DEFAULT_SPEED)
+@until_option
+@volume_option
+@click.option("--json", "json_file", metavar="FILE", type=PATH, help="Also write the timeline as JSON.")
+@click.option("--dir", "directory", metavar="DIR", type=PATH,
+              help="Keep each policy's stack (config, rules, logs) under DIR/POLICY; default: a temporary directory.")
+@redis_url_option
+@click.option("--prometheus-url", metavar="URL",
+              help="Drill a team's own stack: read the timeline from this Prometheus (needs --redis-url; see "
+                   "docs/drills.md).")
+@click.option("--alertmanager-url", metavar="URL",
+              help="With --prometheus-url: the Alertmanager to read deliveries from.")
+def drill(scenario_file: Path | None, policy: tuple[str, ...], speed: float, until: str | None, volume: float | None,
+          json_file: Path | None, directory: Path | None, redis_url: str | None, prometheus_url: str | None,
+          alertmanager_url: str | None) -> None:
     """Replay a scenario live and check the alerts that fire, against the scenario's expect.
 
     Per policy: a native stack (fairctl stack) with the config and rules compressed by --speed,
@@ -170,7 +165,7 @@ def drill(
                 with clear_errors():
                     drills.append(run_policy_drill(
                         scenario, name, replay, root, external=external,
-                        say=lambda line: typer.echo(f"drill: {line}", err=True), on_stack=stacks.append,
+                        say=lambda line: click.echo(f"drill: {line}", err=True), on_stack=stacks.append,
                         replay_at=lambda lower: _replay(scenario, lower, until, volume)))
             except (StackError, FileNotFoundError) as exc:
                 fail("--dir", str(exc), code=1)
@@ -181,33 +176,30 @@ def drill(
                 stopped(exc, f"stopped the {name} drill's stack ({len(names)} process(es): "
                              f"{', '.join(names) or 'none had started'})")
                 raise
-    typer.echo(render(drills, scenario), nl=False)
+    click.echo(render(drills, scenario), nl=False)
     if json_file is not None:
         json_file.write_text(json.dumps(as_json(scenario, drills), indent=2) + "\n", encoding="utf-8")
     if any(d.violations or d.disagreements for d in drills):
-        raise typer.Exit(EXIT_EXPECTATION)
+        raise Exit(EXIT_EXPECTATION)
 
 
-@app.command()
-def loadgen(
-    scenario_file: ScenarioArgument = None,
-    redis_url: RedisUrlOption = None,
-    policy: Annotated[str | None, typer.Option(
-        metavar="P", show_default=False, help="Scheduler policy in the jobs' config; default: the scenario config's.")] = None,
-    speed: SpeedOption = 1.0,
-    until: UntilOption = None,
-    volume: VolumeOption = None,
-    config_file: Annotated[Path | None, typer.Option(
-        "--config", metavar="FILE", show_default=False,
-        help="Run the scenario on this fairness.yaml (the one your workers read) instead of the config it names; "
-             "its config_patch still applies. A config with a watch section queues into that job system instead "
-             "(see below).")] = None,
-    job: Annotated[str | None, typer.Option(
-        metavar="NAME", show_default=False,
-        help="With a watch config: the function the jobs call, {task} standing for the stream's task. Default: the "
-             "sleep job docs/watching.md defines (rq: fairness_sim.watched_jobs.sleep; celery: fairctl.sleep; "
-             "bullmq: {task}; sidekiq: FairctlSleep).")] = None,
-) -> None:
+@click.command(cls=Command)
+@scenario_argument
+@redis_url_option
+@click.option("--policy", metavar="P", help="Scheduler policy in the jobs' config; default: the scenario config's.")
+@speed_option(1.0)
+@until_option
+@volume_option
+@click.option("--config", "config_file", metavar="FILE", type=PATH,
+              help="Run the scenario on this fairness.yaml (the one your workers read) instead of the config it "
+                   "names; its config_patch still applies. A config with a watch section queues into that job "
+                   "system instead (see below).")
+@click.option("--job", metavar="NAME",
+              help="With a watch config: the function the jobs call, {task} standing for the stream's task. Default: "
+                   "the sleep job docs/watching.md defines (rq: fairness_sim.watched_jobs.sleep; celery: "
+                   "fairctl.sleep; bullmq: {task}; sidekiq: FairctlSleep).")
+def loadgen(scenario_file: Path | None, redis_url: str | None, policy: str | None, speed: float, until: str | None,
+            volume: float | None, config_file: Path | None, job: str | None) -> None:
     """Enqueue a scenario's arrivals into Redis in real time, for workers of your own to consume.
 
     Time is compressed by --speed, volume thinned by --volume (see fairctl drill); the scenario's
@@ -261,10 +253,10 @@ def _watched_loadgen(config: Config, scenario: Scenario, policy: str | None, rep
         for stream in scenario.streams:
             name, target = producer.target(stream.task, stream.tier, stream.user_waiting)
             priority = "" if target.priority is None else f" priority {target.priority}"
-            typer.echo(f"loadgen: {stream.name}: {producer.job_name(stream.task)} jobs, class {name}, into {system} "
+            click.echo(f"loadgen: {stream.name}: {producer.job_name(stream.task)} jobs, class {name}, into {system} "
                        f"queue {target.queue}{priority}", err=True)
         if scenario.config_changes:
-            typer.echo(f"loadgen: the scenario's {len(scenario.config_changes)} config change(s) retune fairctl's "
+            click.echo(f"loadgen: the scenario's {len(scenario.config_changes)} config change(s) retune fairctl's "
                        f"scheduler and are not replayed into {system}", err=True)
         _run_loadgen(scenario, producer, replay, (), f"into {system}")
 
@@ -273,8 +265,8 @@ def _run_loadgen(scenario: Scenario, producer: Producer, replay: Replay, changes
                  into: str) -> None:
     stop = threading.Event()
     generator = LoadGenerator(scenario, producer, replay, changes=changes, stop=stop,
-                              say=lambda line: typer.echo(f"loadgen: {line}", err=True))
-    typer.echo(f"loadgen: {scenario.name}, {human(replay.until)} at speed {replay.speed:g}, one live job per "
+                              say=lambda line: click.echo(f"loadgen: {line}", err=True))
+    click.echo(f"loadgen: {scenario.name}, {human(replay.until)} at speed {replay.speed:g}, one live job per "
                f"{replay.volume:.3g}, {into}", err=True)
     try:
         stats = generator.run()
@@ -289,6 +281,6 @@ def _run_loadgen(scenario: Scenario, producer: Producer, replay: Replay, changes
 
 
 def _loadgen_summary(stats: LoadStats) -> None:
-    typer.echo(f"enqueued {sum(stats.enqueued.values()):,} jobs ({', '.join(f'{k}: {v:,}' for k, v in stats.enqueued.items())}); "
+    click.echo(f"enqueued {sum(stats.enqueued.values()):,} jobs ({', '.join(f'{k}: {v:,}' for k, v in stats.enqueued.items())}); "
                f"rejected by budgets {sum(stats.rejected.values()):,}; at most {stats.max_lag_s:.2f}s behind; "
                f"{stats.retries} retries while Redis was away")

@@ -8,16 +8,14 @@ import ssl
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
 
-import typer
+import click
 
 from exporter import metrics as m
 from exporter.server import DEFAULT_PORT, listen_address, server_for, tls_context
 
-from .common import ConfigsOption, RedisUrlOption, fail, load_queues
+from .common import PATH, configs_option, fail, load_queues, redis_url_option
 
-app = typer.Typer()
 log = logging.getLogger("fairctl.exporter")
 
 
@@ -32,17 +30,15 @@ def _tls(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
         fail("--tls-cert", f"cannot load {cert} with key {key}: {exc.strerror or exc}")
 
 
-@app.command()
-def exporter(
-    listen: Annotated[str | None, typer.Option(
-        metavar="HOST:PORT", show_default=False,
-        help=f"Address to serve on; default exporter.listen from the config, else 0.0.0.0:{DEFAULT_PORT}.")] = None,
-    tls_cert: Annotated[Path | None, typer.Option(
-        "--tls-cert", help="PEM certificate: serve HTTPS (with --tls-key).")] = None,
-    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = None,
-    configs: ConfigsOption = None,
-    redis_url: RedisUrlOption = None,
-) -> None:
+@click.command()
+@click.option("--listen", metavar="HOST:PORT", show_default=False,
+              help=f"Address to serve on; default exporter.listen from the config, else 0.0.0.0:{DEFAULT_PORT}.")
+@click.option("--tls-cert", type=PATH, help="PEM certificate: serve HTTPS (with --tls-key).")
+@click.option("--tls-key", type=PATH, help="PEM private key of --tls-cert.")
+@configs_option
+@redis_url_option
+def exporter(listen: str | None, tls_cert: Path | None, tls_key: Path | None, configs: tuple[Path, ...],
+             redis_url: str | None) -> None:
     """Serve the queue metrics for Prometheus on /metrics until SIGTERM or SIGINT.
 
     One scripted Redis round trip per scrape, whatever the number of tenants or jobs; every

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
+from click.exceptions import Exit
 
 from alerts.output import ALERTS
 from alerts.rules import left_out
@@ -15,9 +15,7 @@ from fairness_core.generated import OutputSet, differences, plan, write
 from fairness_stack.compose import COMPOSE_OUTPUT
 from fairness_stack.kubernetes import KUBERNETES_OUTPUT
 
-from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
-
-app = typer.Typer()
+from .common import PATH, clear_errors, config_option, fail, load
 
 LIST_CHANGES_UP_TO = 10  # more changes than this are summarised unless --verbose
 
@@ -25,16 +23,13 @@ LIST_CHANGES_UP_TO = 10  # more changes than this are summarised unless --verbos
 OUTPUT_SETS: tuple[OutputSet, ...] = (ALERTS, DASHBOARDS_OUTPUT, COMPOSE_OUTPUT, KUBERNETES_OUTPUT)
 
 
-@app.command()
-def generate(
-    out: Annotated[Path, typer.Option(
-        "--out", metavar="DIR", help="Root the generated directories go under (alerts/generated/ ...).")] = Path("."),
-    check: Annotated[bool, typer.Option(
-        "--check", help="Write nothing; exit 1 listing every file that regenerating would change.")] = False,
-    verbose: Annotated[bool, typer.Option(
-        "--verbose", "-v", help="List every file written or removed, however many.")] = False,
-    config: ConfigOption = DEFAULT_CONFIG,
-) -> None:
+@click.command()
+@click.option("--out", metavar="DIR", type=PATH, default=Path("."),
+              help="Root the generated directories go under (alerts/generated/ ...).")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 listing every file that regenerating would change.")
+@click.option("--verbose", "-v", is_flag=True, help="List every file written or removed, however many.")
+@config_option
+def generate(out: Path, check: bool, verbose: bool, config: Path) -> None:
     """Generate the Prometheus rules, their promtool unit tests, the runbooks and the dashboards from the config.
 
     With a watch section, only the rules and panels whose series that job system supplies, naming
@@ -47,17 +42,17 @@ def generate(
         planned = plan(cfg, out, OUTPUT_SETS)
     left = left_out(cfg)
     if cfg.watch is not None and left:
-        typer.echo(f"watch.system {cfg.watch.system}: its queues do not supply the series of {len(left)} alert(s), "
+        click.echo(f"watch.system {cfg.watch.system}: its queues do not supply the series of {len(left)} alert(s), "
                    f"left out with their panels: {', '.join(left)} (see docs/exporter.md)", err=True)
     if check:
         stale = differences(planned, out, OUTPUT_SETS)
         for change in stale:
-            typer.echo(f"{change.path}: {change.what}", err=True)
+            click.echo(f"{change.path}: {change.what}", err=True)
         if stale:
-            typer.echo(f"fairctl: {len(stale)} generated file(s) out of date; run: fairctl generate --config {config}",
+            click.echo(f"fairctl: {len(stale)} generated file(s) out of date; run: fairctl generate --config {config}",
                        err=True)
-            raise typer.Exit(1)
-        typer.echo(f"{len(planned)} generated files are up to date")
+            raise Exit(1)
+        click.echo(f"{len(planned)} generated files are up to date")
         return
     try:
         changes = write(planned, out, OUTPUT_SETS)
@@ -65,8 +60,8 @@ def generate(
         fail("--out", f"cannot write {exc.filename}: {exc.strerror}")
     if verbose or len(changes) <= LIST_CHANGES_UP_TO:
         for change in changes:
-            typer.echo(f"{change.path}: {'removed' if change.path not in planned else change.what}")
+            click.echo(f"{change.path}: {'removed' if change.path not in planned else change.what}")
     counts = Counter("removed" if c.path not in planned else {"missing": "new"}.get(c.what, c.what) for c in changes)
     detail = f" ({', '.join(f'{n} {what}' for what, n in counts.items())}; --verbose lists them)" \
         if changes and not verbose and len(changes) > LIST_CHANGES_UP_TO else ""
-    typer.echo(f"{len(planned)} files generated, {len(changes)} changed{detail}")
+    click.echo(f"{len(planned)} files generated, {len(changes)} changed{detail}")

@@ -22,7 +22,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-import typer
+import click
+from click.exceptions import Exit
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 REDELIVER_AFTER_S = 0.01  # a signal whose exception Python swallowed is sent again this much later
@@ -99,8 +100,8 @@ def handled() -> Iterator[None]:
         arrived.append(signal_of(exc))  # a bare KeyboardInterrupt (no signal of ours) ends it all too
         for sig in SIGNALS:  # the clean-up is done; ignored, not noted: the interpreter's finalisation
             signal.signal(sig, signal.SIG_IGN)  # puts back the default (death) for Python-level handlers
-        typer.echo(line(exc), err=True)
-        raise typer.Exit(exit_code(signal_of(exc))) from None
+        click.echo(line(exc), err=True)
+        raise Exit(exit_code(signal_of(exc))) from None
     finally:
         sys.unraisablehook = earlier_hook
         if not arrived:

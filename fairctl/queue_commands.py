@@ -6,26 +6,16 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Any
 
-import typer
+import click
 
 from fairness_core import Config, Enqueued
 from fairness_core.config import MAX_SHARDS
 from fairness_core.sharded import GroupBusy, LayoutConflict, ShardedScheduler
 
-from .common import (
-    DEFAULT_CONFIG,
-    ConfigOption,
-    RedisUrlOption,
-    check_classes,
-    clear_errors,
-    connect_queue,
-    fail,
-    load,
-)
-
-app = typer.Typer()
+from .commands import Command, argument
+from .common import check_classes, clear_errors, config_option, connect_queue, fail, load, redis_url_option
 
 LIST_IDS_UP_TO = 10
 
@@ -53,19 +43,19 @@ def parse_payload(text: str | None) -> Any:
         fail("--payload", f"not valid JSON{where}: {exc.msg} at line {exc.lineno} column {exc.colno}")
 
 
-@app.command()
-def enqueue(
-    task: Annotated[str, typer.Argument(
-        metavar="TASK", help="Task name, e.g. password_reset; the classification rules pick its class.")],
-    tenant: Annotated[str, typer.Option("--tenant", help="Tenant id the job belongs to (fair queuing is per tenant).")],
-    tier: Annotated[Optional[str], typer.Option(help="Tenant tier (tenants.tiers); default tenants.default_tier.")] = None,
-    user_waiting: Annotated[bool, typer.Option("--user-waiting", help="A human is waiting on this job.")] = False,
-    count: Annotated[int, typer.Option(metavar="N", min=1, max=1_000_000, help="How many identical jobs to enqueue.")] = 1,
-    payload: Annotated[Optional[str], typer.Option(metavar="JSON|@FILE|-", show_default=False,
-        help='Job payload as JSON, e.g. \'{"service_s": 0.5}\'; @FILE reads it from a file, - from stdin.')] = None,
-    config: ConfigOption = DEFAULT_CONFIG,
-    redis_url: RedisUrlOption = None,
-) -> None:
+@click.command(cls=Command)
+@argument("task", metavar="TASK", help="Task name, e.g. password_reset; the classification rules pick its class.")
+@click.option("--tenant", required=True, help="Tenant id the job belongs to (fair queuing is per tenant).")
+@click.option("--tier", help="Tenant tier (tenants.tiers); default tenants.default_tier.")
+@click.option("--user-waiting", is_flag=True, help="A human is waiting on this job.")
+@click.option("--count", metavar="N", type=click.IntRange(1, 1_000_000), default=1,
+              help="How many identical jobs to enqueue.")
+@click.option("--payload", metavar="JSON|@FILE|-", show_default=False,
+              help='Job payload as JSON, e.g. \'{"service_s": 0.5}\'; @FILE reads it from a file, - from stdin.')
+@config_option
+@redis_url_option
+def enqueue(task: str, tenant: str, tier: str | None, user_waiting: bool, count: int, payload: str | None,
+            config: Path, redis_url: str | None) -> None:
     """Enqueue jobs; prints their ids and the class and reason the classification rules chose."""
     body = parse_payload(payload)
     scheduler = connect_queue(load(config, redis_url))
@@ -76,17 +66,17 @@ def enqueue(
                 done.append(scheduler.submit(task, tenant, body, tier=tier, user_waiting=user_waiting))
         finally:
             if 0 < len(done) < count:
-                typer.echo(f"enqueued {len(done)} of {count} jobs before the error (last id {done[-1].job_id})", err=True)
+                click.echo(f"enqueued {len(done)} of {count} jobs before the error (last id {done[-1].job_id})", err=True)
     ids = [e.job_id for e in done]
     if count <= LIST_IDS_UP_TO:
-        typer.echo(f"enqueued {count} job{'s' if count > 1 else ''}: {' '.join(ids)}")
+        click.echo(f"enqueued {count} job{'s' if count > 1 else ''}: {' '.join(ids)}")
     else:
-        typer.echo(f"enqueued {count} jobs: ids {ids[0]} .. {ids[-1]}")
+        click.echo(f"enqueued {count} jobs: ids {ids[0]} .. {ids[-1]}")
     for (queue, reason), n in Counter((e.queue, e.reason) for e in done).items():
-        typer.echo(f"class {queue}: {reason}" + (f" ({n} jobs)" if n != count else ""))
+        click.echo(f"class {queue}: {reason}" + (f" ({n} jobs)" if n != count else ""))
     if done and only_catch_all(scheduler.config, task, tier, user_waiting):
         rule = scheduler.config.classification[-1]
-        typer.echo(f"fairctl: warning: TASK: no classification rule names {task!r}, so only the catch-all "
+        click.echo(f"fairctl: warning: TASK: no classification rule names {task!r}, so only the catch-all "
                    f"rule matched (class {rule.queue}: {rule.reason}). A typo? Workers dead-letter a task "
                    "they have no handler for (fairctl dead list); name the task in a rule to silence this.",
                    err=True)
@@ -110,21 +100,18 @@ def _set_paused(queue: str, config: Path, redis_url: str | None, paused: bool) -
     scheduler = connect_queue(cfg)
     with clear_errors():
         (scheduler.pause if paused else scheduler.resume)(queue)
-    typer.echo(f"{queue} {'paused' if paused else 'resumed'}")
+    click.echo(f"{queue} {'paused' if paused else 'resumed'}")
 
 
-QueueArgument = Annotated[str, typer.Argument(metavar="QUEUE", help="Class name, e.g. jobs:low.")]
+queue_argument = argument("queue", metavar="QUEUE", help="Class name, e.g. jobs:low.")
 
 
-@app.command()
-def reshard(
-    to: Annotated[Optional[int], typer.Option(
-        "--to", metavar="N", min=1, max=MAX_SHARDS, help="Shards new jobs go to from now on.")] = None,
-    settle: Annotated[bool, typer.Option(
-        "--settle", help="Stop serving the shards beyond the layout's count once they hold no job.")] = False,
-    config: ConfigOption = DEFAULT_CONFIG,
-    redis_url: RedisUrlOption = None,
-) -> None:
+@click.command()
+@click.option("--to", metavar="N", type=click.IntRange(1, MAX_SHARDS), help="Shards new jobs go to from now on.")
+@click.option("--settle", is_flag=True, help="Stop serving the shards beyond the layout's count once they hold no job.")
+@config_option
+@redis_url_option
+def reshard(to: int | None, settle: bool, config: Path, redis_url: str | None) -> None:
     """Change how many shards a sharded queue group (redis.shards) spreads over, under load.
 
     New jobs go to the new count's shards at once (each tenant to its new hand); the jobs already
@@ -151,23 +138,29 @@ def reshard(
         fail("--to" if to is not None else "--settle", str(exc), code=1)
     left = f"; shards {layout.shards}..{layout.serve - 1} still served until empty" if layout.serve > layout.shards else ""
     change = f" (was {before.shards}, serving {before.serve})" if layout != before else ""
-    typer.echo(f"queue group {cfg.redis.prefix}: new jobs go to {layout.shards} shards{change}{left}; layout v{layout.version}")
+    click.echo(f"queue group {cfg.redis.prefix}: new jobs go to {layout.shards} shards{change}{left}; layout v{layout.version}")
     for master, shards in sorted(masters.items()):
-        typer.echo(f"  master {master}: shard{'s' if len(shards) > 1 else ''} {', '.join(map(str, shards))}")
+        click.echo(f"  master {master}: shard{'s' if len(shards) > 1 else ''} {', '.join(map(str, shards))}")
     counts = [len(shards) for shards in masters.values()]
     if masters and max(counts) - min(counts) > 1:
-        typer.echo(f"fairctl: warning: the shards are uneven over the masters ({max(counts)} against {min(counts)}): "
+        click.echo(f"fairctl: warning: the shards are uneven over the masters ({max(counts)} against {min(counts)}): "
                    "slots moved since they were placed; move a shard's slot (CLUSTER SETSLOT) to a master with fewer",
                    err=True)
 
 
-@app.command()
-def pause(queue: QueueArgument, config: ConfigOption = DEFAULT_CONFIG, redis_url: RedisUrlOption = None) -> None:
+@click.command(cls=Command)
+@queue_argument
+@config_option
+@redis_url_option
+def pause(queue: str, config: Path, redis_url: str | None) -> None:
     """Stop workers from taking jobs of a class; jobs still queue up (fleet-wide, takes effect at once)."""
     _set_paused(queue, config, redis_url, True)
 
 
-@app.command()
-def resume(queue: QueueArgument, config: ConfigOption = DEFAULT_CONFIG, redis_url: RedisUrlOption = None) -> None:
+@click.command(cls=Command)
+@queue_argument
+@config_option
+@redis_url_option
+def resume(queue: str, config: Path, redis_url: str | None) -> None:
     """Let workers take jobs of a paused class again."""
     _set_paused(queue, config, redis_url, False)

@@ -17,9 +17,10 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Any
 
-import typer
+import click
+from click.exceptions import Exit
 
 from alerts import promtool
 from alerts.output import rules_text
@@ -32,10 +33,9 @@ from fairness_sim.report import fairness_text, shard_lines, verdict, worker_time
 from fairness_sim.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 from fairness_sim.simulator import PolicyRun
 
-from .common import check_policies, fail
+from .commands import Command, argument
+from .common import PATH, check_policies, fail
 from .text_table import text_table
-
-app = typer.Typer()
 
 EXIT_EXPECTATION = 1
 TOP_TENANTS_JSON = 10  # tenants listed per class in --json's worker time, the heaviest first
@@ -193,37 +193,28 @@ def _rules_for(scenario: Scenario, given: Path | None, workdir: Path) -> tuple[P
     return path, None
 
 
-@app.command("simulate")
-def simulate_command(
-    scenario_file: Annotated[Optional[Path], typer.Argument(
-        metavar="[SCENARIO]", show_default=False,
-        help="Scenario YAML, or the name of a shipped scenario (marketing-storm, priority-creep, ...); "
-             "default: marketing-storm, 2.3M newsletters ahead of password resets.")] = None,
-    policy: Annotated[Optional[list[str]], typer.Option(
-        "--policy", "-p", metavar="P", show_default=False,
-        help=f"Policy to simulate ({', '.join(POLICIES)}); repeat for several (each under every charge basis "
-             "a scenario's charges list). Default: the scenario's list.")] = None,
-    json_file: Annotated[Optional[Path], typer.Option(
-        "--json", metavar="FILE", show_default=False, help="Also write the results as JSON.")] = None,
-    report: Annotated[Optional[Path], typer.Option(
-        "--report", metavar="FILE.html", show_default=False,
-        help="Also write a self-contained HTML report with plots.")] = None,
-    rules: Annotated[Optional[Path], typer.Option(
-        "--rules", metavar="FILE", show_default=False,
-        help="Prometheus rules file to evaluate; default: the rules generated from the scenario's config.")] = None,
-    duration: Annotated[Optional[str], typer.Option(
-        metavar="DURATION", show_default=False,
-        help="Simulate only this long (30m, 2h) instead of the scenario's duration.")] = None,
-    processes: Annotated[int, typer.Option(
-        "--processes", "-j", metavar="N", min=0, help="Policies simulated at once; 0: one per CPU.")] = 0,
-    shards: Annotated[Optional[int], typer.Option(
-        "--shards", metavar="N", show_default=False,
-        help="Run the queue as N shards (redis.shards); default: the scenario config's. 1: one queue group.")] = None,
-    hand: Annotated[Optional[int], typer.Option(
-        "--hand", metavar="K", show_default=False,
-        help="Shards a tenant's jobs may go to (redis.shard_hand); default: the config's, or min(2, N) "
-             "when --shards shards an unsharded config.")] = None,
-) -> None:
+@click.command(cls=Command)
+@argument("scenario_file", metavar="[SCENARIO]", type=PATH, required=False,
+          help="Scenario YAML, or the name of a shipped scenario (marketing-storm, priority-creep, ...); "
+               "default: marketing-storm, 2.3M newsletters ahead of password resets.")
+@click.option("--policy", "-p", metavar="P", multiple=True, show_default=False,
+              help=f"Policy to simulate ({', '.join(POLICIES)}); repeat for several (each under every charge basis "
+                   "a scenario's charges list). Default: the scenario's list.")
+@click.option("--json", "json_file", metavar="FILE", type=PATH, help="Also write the results as JSON.")
+@click.option("--report", metavar="FILE.html", type=PATH, help="Also write a self-contained HTML report with plots.")
+@click.option("--rules", metavar="FILE", type=PATH,
+              help="Prometheus rules file to evaluate; default: the rules generated from the scenario's config.")
+@click.option("--duration", metavar="DURATION",
+              help="Simulate only this long (30m, 2h) instead of the scenario's duration.")
+@click.option("--processes", "-j", metavar="N", type=click.IntRange(min=0), default=0,
+              help="Policies simulated at once; 0: one per CPU.")
+@click.option("--shards", metavar="N", type=int,
+              help="Run the queue as N shards (redis.shards); default: the scenario config's. 1: one queue group.")
+@click.option("--hand", metavar="K", type=int,
+              help="Shards a tenant's jobs may go to (redis.shard_hand); default: the config's, or min(2, N) "
+                   "when --shards shards an unsharded config.")
+def simulate(scenario_file: Path | None, policy: tuple[str, ...], json_file: Path | None, report: Path | None,
+             rules: Path | None, duration: str | None, processes: int, shards: int | None, hand: int | None) -> None:
     """Replay a scenario under each scheduling policy and compare waits, fairness and alerts."""
     path = scenario_file or DEFAULT_SCENARIO
     try:
@@ -246,11 +237,11 @@ def simulate_command(
                 bar.close()
         except AlertEvaluationError as exc:
             fail("--rules", str(exc))
-    typer.echo(render(scenario, outcomes, note), nl=False)
+    click.echo(render(scenario, outcomes, note), nl=False)
     if json_file is not None:
         json_file.write_text(json.dumps(as_json(scenario, outcomes), indent=2) + "\n", encoding="utf-8")
     if report is not None:
         write_report(report, scenario, outcomes)
-        typer.echo(f"report written to {report.resolve()}")
+        click.echo(f"report written to {report.resolve()}")
     if any(o.violations(scenario, outcomes) for o in outcomes):
-        raise typer.Exit(EXIT_EXPECTATION)
+        raise Exit(EXIT_EXPECTATION)

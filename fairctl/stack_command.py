@@ -4,24 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TypeVar
 
-import typer
+import click
+from click.exceptions import Exit
 
 from exporter.server import parse_listen
 from fairness_stack.configs import WORKERS
 from fairness_stack.supervisor import Stack, StackError, WorkerPool
 from fairness_stack.webhook import webhook_server
 
-from .common import DEFAULT_CONFIG, ConfigOption, clear_errors, fail, load
+from .commands import Group
+from .common import PATH, clear_errors, config_option, fail, load
 from .interrupts import stopped
 
-app = typer.Typer(help="Run Redis, workers, two exporters, Prometheus, Alertmanager and a webhook "
-                       "receiver natively, on loopback.", no_args_is_help=True)
+group = Group("stack", help="Run Redis, workers, two exporters, Prometheus, Alertmanager and a webhook "
+                            "receiver natively, on loopback.", no_args_is_help=True)
 
-DirOption = Annotated[Path, typer.Option(
-    "--dir", metavar="DIR", help="Where the stack keeps its config, data, logs and stack.json.")]
 DEFAULT_DIR = Path(".fairctl-stack")
+dir_option = click.option(
+    "--dir", "directory", metavar="DIR", type=PATH, default=DEFAULT_DIR,
+    help="Where the stack keeps its config, data, logs and stack.json.")
 T = TypeVar("T")
 
 
@@ -43,14 +46,14 @@ def _or_fail(action: Callable[[], T]) -> T:
         fail("--dir", str(exc), code=1)
 
 
-@app.command()
-def up(
-    directory: DirOption = DEFAULT_DIR,
-    config: ConfigOption = DEFAULT_CONFIG,
-    slots: Annotated[int, typer.Option(metavar="N", min=1, max=1000, help="Worker slots (threads) in all, 16 per process.")] = 8,
-    interval: Annotated[float, typer.Option(
-        metavar="SECONDS", min=0.1, max=60, help="Prometheus scrape and rule evaluation interval, seconds.")] = 1.0,
-) -> None:
+@group.command()
+@dir_option
+@config_option
+@click.option("--slots", metavar="N", type=click.IntRange(1, 1000), default=8,
+              help="Worker slots (threads) in all, 16 per process.")
+@click.option("--interval", metavar="SECONDS", type=click.FloatRange(0.1, 60), default=1.0,
+              help="Prometheus scrape and rule evaluation interval, seconds.")
+def up(directory: Path, config: Path, slots: int, interval: float) -> None:
     """Start the stack for --config and print where each service listens.
 
     Redis (AOF on), the workers (fairctl.handlers:sleep_handlers), two exporters on the same
@@ -76,37 +79,38 @@ def up(
                      f"{', '.join(map(shown, stack.stopped)) or 'none had started'}")
         raise
     for service in state.services:
-        typer.echo(f"{shown(service.name):<22} pid {service.pid:<8} {service.url or ''}")
+        click.echo(f"{shown(service.name):<22} pid {service.pid:<8} {service.url or ''}")
     if state.config_changes:
-        typer.echo("\n".join([state.config_changes[0], *(f"  {line}" for line in state.config_changes[1:])]))
-    typer.echo(f"redis: {state.redis_url}\nprometheus: {state.prometheus_url}\nalertmanager: {state.alertmanager_url}\n"
+        click.echo("\n".join([state.config_changes[0], *(f"  {line}" for line in state.config_changes[1:])]))
+    click.echo(f"redis: {state.redis_url}\nprometheus: {state.prometheus_url}\nalertmanager: {state.alertmanager_url}\n"
                f"alerts delivered to: {state.webhook_log}\nstop it with: fairctl stack down --dir {directory}")
 
 
-@app.command()
-def down(directory: DirOption = DEFAULT_DIR) -> None:
+@group.command()
+@dir_option
+def down(directory: Path) -> None:
     """Stop exactly the processes `up` started (recorded in DIR/stack.json) and check their ports are free."""
     names = _or_fail(Stack(directory).down)
-    typer.echo(f"stopped {len(names)} process(es): {', '.join(map(shown, names)) or 'none was running'}")
+    click.echo(f"stopped {len(names)} process(es): {', '.join(map(shown, names)) or 'none was running'}")
 
 
-@app.command()
-def status(directory: DirOption = DEFAULT_DIR) -> None:
+@group.command()
+@dir_option
+def status(directory: Path) -> None:
     """Each service of the stack, running or not; exits 1 when any has stopped."""
     services = _or_fail(Stack(directory).status)
     if not services:
-        typer.echo(f"no service of the stack under {directory} is running")
+        click.echo(f"no service of the stack under {directory} is running")
     for service, running in services:
-        typer.echo(f"{shown(service.name):<22} {'running' if running else 'STOPPED':<8} pid {service.pid:<8} {service.url or ''}")
+        click.echo(f"{shown(service.name):<22} {'running' if running else 'STOPPED':<8} pid {service.pid:<8} {service.url or ''}")
     if not services or not all(running for _, running in services):
-        raise typer.Exit(1)
+        raise Exit(1)
 
 
-@app.command(hidden=True)
-def webhook(
-    listen: Annotated[str, typer.Option(metavar="HOST:PORT", help="Address to serve on.")],
-    log: Annotated[Path, typer.Option(metavar="FILE", help="JSON-lines file each notification is appended to.")],
-) -> None:
+@group.command(hidden=True)
+@click.option("--listen", metavar="HOST:PORT", required=True, help="Address to serve on.")
+@click.option("--log", metavar="FILE", type=PATH, required=True, help="JSON-lines file each notification is appended to.")
+def webhook(listen: str, log: Path) -> None:
     """Alertmanager's webhook receiver: append every notification to --log (the stack runs it)."""
     try:
         host, port = parse_listen(listen)

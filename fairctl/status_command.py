@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Any, Sequence
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-import typer
+import click
 
 from exporter.metrics import group_of
 from fairness_core import Config, Scheduler
@@ -20,27 +22,23 @@ from fairness_core.merged_snapshot import merged_snapshot, summed_counts
 from fairness_core.sharded import ShardedScheduler
 from fairness_core.snapshot import Snapshot
 
-from .common import ConfigsOption, RedisUrlOption, clear_errors, connect_queue, load_queues
+from .common import clear_errors, configs_option, connect_queue, load_queues, redis_url_option
 from .status_view import applied_json, as_json, class_statuses, config_line, memory_line, render
 from .text_table import text_table
-
-app = typer.Typer()
 
 SHARD_HEADERS = ("shard", "group", "master", "depth", "oldest", "in-flight", "delayed", "dead", "paused", "config")
 
 
-@app.command()
-def status(
-    interval: Annotated[float, typer.Option(
-        metavar="SECONDS", min=0, max=3600, help="Seconds between the two snapshots the realised share is measured over "
-                              "(0: one snapshot, no share).")] = 1.0,
-    top: Annotated[int, typer.Option(metavar="N", min=1, max=100, help=(
-        "Most backlogged tenants to list per class (at most the larger of the applied exporter.topk_tenants "
-        "and 10: the snapshot reads no more)."))] = 3,
-    as_json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
-    configs: ConfigsOption = None,
-    redis_url: RedisUrlOption = None,
-) -> None:
+@click.command()
+@click.option("--interval", metavar="SECONDS", type=click.FloatRange(0, 3600), default=1.0,
+              help="Seconds between the two snapshots the realised share is measured over (0: one snapshot, no share).")
+@click.option("--top", metavar="N", type=click.IntRange(1, 100), default=3, help=(
+    "Most backlogged tenants to list per class (at most the larger of the applied exporter.topk_tenants "
+    "and 10: the snapshot reads no more)."))
+@click.option("--json", "as_json_output", is_flag=True, help="Print JSON instead of a table.")
+@configs_option
+@redis_url_option
+def status(interval: float, top: int, as_json_output: bool, configs: tuple[Path, ...], redis_url: str | None) -> None:
     """Show each class's backlog and the share of work it really gets.
 
     Per class: depth, oldest job's age, in-flight, delayed retries, dead letters, paused, configured weight and
@@ -58,10 +56,10 @@ def status(
         time.sleep(interval)
         reports = [q.report(then, interval, top) for q, then in zip(queues, before)]
     if as_json_output:
-        typer.echo(json.dumps(reports[0][0] if len(reports) == 1 else [data for data, _ in reports], indent=2))
+        click.echo(json.dumps(reports[0][0] if len(reports) == 1 else [data for data, _ in reports], indent=2))
     else:
         several = len(reports) > 1
-        typer.echo("\n\n".join(f"queue group {data['group']}{_shards_title(data)}\n{text}"
+        click.echo("\n\n".join(f"queue group {data['group']}{_shards_title(data)}\n{text}"
                                if several or "shards" in data else text for data, text in reports))
 
 

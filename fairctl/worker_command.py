@@ -6,19 +6,25 @@ import importlib
 import logging
 import os
 import sys
-from typing import Annotated, Optional
+from pathlib import Path
 
-import typer
+import click
+from click.exceptions import Exit
 
 from fairness_core.config import ConfigError, parse_duration
 from fairness_core.worker import HandlerRegistry, Worker, require_noeviction_of
 
 from .common import (
-    DEFAULT_CONFIG, ConfigOption, RedisUrlOption, check_classes, clear_errors, config_file, connect_queue, fail, load,
+    check_classes,
+    clear_errors,
+    config_file,
+    config_option,
+    connect_queue,
+    fail,
+    load,
+    redis_url_option,
 )
 from .worker_processes import follow_parent, run_processes
-
-app = typer.Typer()
 
 
 def load_handlers(spec: str) -> HandlerRegistry:
@@ -49,36 +55,34 @@ def _duration_or_zero(value: str, option: str) -> float:
         fail(option, str(exc).removeprefix(f"{option}: "))
 
 
-@app.command()
-def worker(
-    handlers: Annotated[str, typer.Option(
-        help="module:attribute of the HandlerRegistry that runs each task (myapp.jobs:handlers for "
-             "./myapp/jobs.py: the current directory comes first, as with python -m).")] = "fairctl.handlers:sleep_handlers",
-    concurrency: Annotated[int, typer.Option(
-        metavar="N", min=1, max=1000, help="Jobs worked at once (threads); counted as fleet slots for reserved_slots.")] = 4,
-    classes: Annotated[Optional[str], typer.Option(
-        help="Serve only these classes, comma-separated (a reserved pool), e.g. jobs:high.")] = None,
-    batch: Annotated[int, typer.Option(
-        metavar="N", min=1, max=1000, help="Jobs leased per pop at most; each slot works them in turn.")] = 1,
-    prefetch: Annotated[str, typer.Option(
-        metavar="DURATION", help="With --batch: lease ahead no more jobs than the slot expects to finish within this, "
-                                 "by the average runtime of this worker's jobs, so a more urgent job arriving meanwhile "
-                                 "waits at most about this long for the slot (0: always --batch).")] = "10ms",
-    grace: Annotated[float, typer.Option(
-        metavar="SECONDS", min=0, help="Seconds running jobs get to finish after SIGTERM/SIGINT.")] = 30.0,
-    log_every: Annotated[str, typer.Option(
-        metavar="DURATION", help="Log a summary line this often: jobs done, failed, retried and dead-lettered "
-                                 "per class since the last one (0: only the final one, on stop).")] = "60s",
-    processes: Annotated[int, typer.Option(
-        metavar="N", min=1, max=256,
-        help="Worker processes, each with --concurrency slots (N x concurrency in all). A process's slots are "
-             "threads sharing Python's GIL: use more processes for CPU-bound handlers, or for the most short "
-             "jobs per second (the client side of every pop then runs on more than one core). Signals go to "
-             "this parent process, which passes each one to every child; it exits non-zero if any child "
-             "failed, stopping the others.")] = 1,
-    config: ConfigOption = DEFAULT_CONFIG,
-    redis_url: RedisUrlOption = None,
-) -> None:
+@click.command()
+@click.option("--handlers", default="fairctl.handlers:sleep_handlers",
+              help="module:attribute of the HandlerRegistry that runs each task (myapp.jobs:handlers for "
+                   "./myapp/jobs.py: the current directory comes first, as with python -m).")
+@click.option("--concurrency", metavar="N", type=click.IntRange(1, 1000), default=4,
+              help="Jobs worked at once (threads); counted as fleet slots for reserved_slots.")
+@click.option("--classes", help="Serve only these classes, comma-separated (a reserved pool), e.g. jobs:high.")
+@click.option("--batch", metavar="N", type=click.IntRange(1, 1000), default=1,
+              help="Jobs leased per pop at most; each slot works them in turn.")
+@click.option("--prefetch", metavar="DURATION", default="10ms",
+              help="With --batch: lease ahead no more jobs than the slot expects to finish within this, by the "
+                   "average runtime of this worker's jobs, so a more urgent job arriving meanwhile waits at most "
+                   "about this long for the slot (0: always --batch).")
+@click.option("--grace", metavar="SECONDS", type=click.FloatRange(min=0), default=30.0,
+              help="Seconds running jobs get to finish after SIGTERM/SIGINT.")
+@click.option("--log-every", metavar="DURATION", default="60s",
+              help="Log a summary line this often: jobs done, failed, retried and dead-lettered per class since the "
+                   "last one (0: only the final one, on stop).")
+@click.option("--processes", metavar="N", type=click.IntRange(1, 256), default=1,
+              help="Worker processes, each with --concurrency slots (N x concurrency in all). A process's slots are "
+                   "threads sharing Python's GIL: use more processes for CPU-bound handlers, or for the most short "
+                   "jobs per second (the client side of every pop then runs on more than one core). Signals go to "
+                   "this parent process, which passes each one to every child; it exits non-zero if any child "
+                   "failed, stopping the others.")
+@config_option
+@redis_url_option
+def worker(handlers: str, concurrency: int, classes: str | None, batch: int, prefetch: str, grace: float,
+           log_every: str, processes: int, config: Path, redis_url: str | None) -> None:
     """Work jobs until SIGTERM or SIGINT.
 
     Leases jobs, runs the task's handler, acks (or nacks when it raises) with the seconds the
@@ -88,7 +92,7 @@ def worker(
     second one exits at once (exit 1; the reaper re-delivers what was running). Exits 2 if Redis
     is down at start. With --processes N, N such workers run as child processes of this one."""
     if not follow_parent():
-        raise typer.Exit(1)
+        raise Exit(1)
     every = _duration_or_zero(log_every, "--log-every")
     ahead = _duration_or_zero(prefetch, "--prefetch")
     config = config_file(config)
@@ -105,9 +109,9 @@ def worker(
                 *(["--classes", classes] if classes else [])]
         # The URL may hold a password: it goes to the children in their environment, never on a command line.
         env = {**os.environ, **({"FAIRCTL_REDIS_URL": redis_url} if redis_url else {})}
-        raise typer.Exit(run_processes(processes, args, env))
+        raise Exit(run_processes(processes, args, env))
     runner = Worker(connect_queue(cfg), registry, concurrency=concurrency, classes=only, batch=batch, grace=grace,
                     log_every=every, prefetch=ahead)
     with clear_errors():
         clean = runner.run()
-    raise typer.Exit(0 if clean else 1)
+    raise Exit(0 if clean else 1)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import redis
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from fairctl.cli import app
 from fairness_core import ConfigError, Model, Scheduler, TenantLimitReached

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from alerts import recording as rec
 from alerts.rules import QUEUE_PAUSED, build_alerts, link, link_warnings, runbook_panel

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner, Result
+from click.testing import CliRunner, Result
 
 from alerts.weights import weights_report
 from fairctl.cli import app

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 import redis
+from click.testing import CliRunner
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from redis.crc import key_slot
-from typer.testing import CliRunner
 
 from exporter.collector import make_registry
 from fairctl.cli import app

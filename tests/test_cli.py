@@ -6,11 +6,11 @@ import json
 import re
 from pathlib import Path
 
+import click
 import pytest
 import redis
-import typer
 import yaml
-from typer.testing import CliRunner, Result
+from click.testing import CliRunner, Result
 
 from fairctl.cli import app
 from fairctl.status_view import class_statuses, render
@@ -181,7 +181,7 @@ def test_config_errors_and_redis_down_exit_2(tmp_path: Path, command: list[str])
     assert "hunter2" not in down.output
 
 
-@pytest.mark.parametrize("command", sorted(typer.main.get_command(app).commands))  # type: ignore[attr-defined]
+@pytest.mark.parametrize("command", sorted(app.list_commands(click.Context(app))))
 def test_every_command_explains_itself(command: str) -> None:
     result = invoke(command, "--help")
     assert result.exit_code == 0 and len(result.stdout) > 300

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from click.testing import CliRunner
 from redis.crc import key_slot
-from typer.testing import CliRunner
 
 from alerts.output import rules_text
 from alerts.promql import selector

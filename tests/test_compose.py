@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import click
 import pytest
-import typer
 import yaml
 
 from dashboards.layout import CONTAINER_DASHBOARDS
@@ -151,10 +151,10 @@ def test_redis_keeps_an_append_only_file_and_everything_uses_it() -> None:
 
 def _subcommand(words: list[str]) -> tuple[Any, list[str]]:
     """The fairctl command the words name (through command groups) and the words after it."""
-    command: Any = typer.main.get_command(app)
-    while getattr(command, "commands", None) is not None and words and not words[0].startswith("-"):
-        assert words[0] in command.commands, f"fairctl has no command {words[0]!r}"
-        command, words = command.commands[words[0]], words[1:]
+    command: Any = app
+    while isinstance(command, click.Group) and words and not words[0].startswith("-"):
+        assert words[0] in command.list_commands(click.Context(command)), f"fairctl has no command {words[0]!r}"
+        command, words = command.get_command(click.Context(command), words[0]), words[1:]
     return command, words
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 import yaml
-from typer.testing import CliRunner, Result
+from click.testing import CliRunner, Result
 
 from fairctl import config_commands
 from fairctl.cli import app

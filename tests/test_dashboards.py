@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as schema
-from typer.testing import CliRunner
 
 from alerts import recording
 from alerts.rules import build_alerts

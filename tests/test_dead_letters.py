@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from typer.testing import CliRunner, Result
+from click.testing import CliRunner, Result
 
 from fairctl.cli import app
 from fairness_core import Lease, Scheduler, load_config

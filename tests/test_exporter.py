@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 import redis
+from click.testing import CliRunner
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from typer.testing import CliRunner
 
 from exporter import metrics as m
 from exporter.server import exporter_server, tls_context

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from alerts import recording as rec
 from alerts.output import rules_text

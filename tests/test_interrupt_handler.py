@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import click
 import pytest
-import typer
 
 from fairctl.interrupts import handled
 
@@ -54,7 +54,7 @@ def test_a_signal_where_python_swallows_exceptions_still_interrupts_the_command(
     """Raised there, the interruption would be printed as "Exception ignored" and the command run
     on to its end (a fairctl loadgen run exited 0 after its whole replay): it is sent again."""
     finished = False
-    with pytest.raises(typer.Exit) as exit_info, where() as trigger, handled():
+    with pytest.raises(click.exceptions.Exit) as exit_info, where() as trigger, handled():
         trigger()
         time.sleep(2)  # the signal, sent again, interrupts this
         finished = True

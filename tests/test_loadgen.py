@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 import yaml
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from alerts.rules import starving_for
 from fairctl.cli import app

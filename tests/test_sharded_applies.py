@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import redis
-import typer
 import yaml
 
 from exporter import metrics as m
@@ -55,14 +55,14 @@ class Said:
 
 @pytest.fixture
 def said(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Said]:
-    """A fresh record, for the calling thread, of what the commands it runs next echo (typer.echo
+    """A fresh record, for the calling thread, of what the commands it runs next echo (click.echo
     writes to the one process-wide stdout, which two threads would interleave)."""
     local = threading.local()
 
     def echo(message: Any = None, file: Any = None, nl: bool = True, err: bool = False, color: Any = None) -> None:
         (local.said.err if err else local.said.out).append(str(message))
 
-    monkeypatch.setattr(typer, "echo", echo)
+    monkeypatch.setattr(click, "echo", echo)
 
     def fresh() -> Said:
         local.said = Said()
@@ -83,7 +83,7 @@ def run(command: Callable[[], None], said: Callable[[], Said]) -> Said:
     out = said()
     try:
         command()
-    except typer.Exit as exc:
+    except click.exceptions.Exit as exc:
         out.code = exc.exit_code
     return out
 
@@ -127,7 +127,7 @@ def group(client: redis.Redis, url: str, tmp_path: Path) -> tuple[Path, ShardedS
 
 
 def apply_of(path: Path) -> Callable[[], None]:
-    return lambda: config_commands.apply(path, move=None, move_tier=None, dry_run=False, redis_url=None)
+    return lambda: config_commands.apply.callback(path, move=None, move_tier=None, dry_run=False, redis_url=None)
 
 
 def claimed(said: Said) -> tuple[int, str]:
@@ -181,7 +181,7 @@ def test_an_apply_during_a_reshard_reaches_the_new_shards(
         a = write(tmp_path / "a.yaml", redis_server.url, queue.keys.prefix, 60)
 
         def grow(path: Path = base) -> None:
-            queue_commands.reshard(to=GROWN, settle=False, config=path, redis_url=None)
+            queue_commands.reshard.callback(to=GROWN, settle=False, config=path, redis_url=None)
 
         applied, grown = race(apply_of(a), grow, said, rng)
         assert (applied.code, grown.code) == (0, 0), (trial, applied, grown)
@@ -203,7 +203,7 @@ def test_a_reshard_during_an_apply_waits_and_gives_the_new_shards_its_config(
     a = write(tmp_path / "a.yaml", redis_server.url, queue.keys.prefix, 60)
     grown: list[Said] = []
     resharding = threading.Thread(target=lambda: grown.append(
-        run(lambda: queue_commands.reshard(to=GROWN, settle=False, config=base, redis_url=None), said)))
+        run(lambda: queue_commands.reshard.callback(to=GROWN, settle=False, config=base, redis_url=None), said)))
     renew = ShardedScheduler._renew
 
     def renew_once_the_reshard_waits(self: ShardedScheduler, token: str) -> bool:
@@ -230,7 +230,7 @@ def test_a_claim_held_too_long_fails_naming_its_holder_and_a_dead_ones_lapses(
     client.eval(_LAYOUT_CLAIM, 1, queue.keys.layout, holder, 60_000, "")
     busy = run(apply_of(a), said)
     assert busy.code == 1 and "is being changed by an apply from elsewhere pid 1 (dead)" in busy.err[-1], busy
-    grown = run(lambda: queue_commands.reshard(to=GROWN, settle=False, config=base, redis_url=None), said)
+    grown = run(lambda: queue_commands.reshard.callback(to=GROWN, settle=False, config=base, redis_url=None), said)
     assert grown.code == 1 and "--to: queue group" in grown.err[-1], grown
     assert shard_weights(queue) == [70] * SHARDS and queue.layout(fresh=True).serve == SHARDS
 
@@ -276,8 +276,8 @@ def test_an_apply_a_shard_refuses_part_way_is_said_served_as_a_split_and_healed(
     served = group_fingerprints(queue)  # what the QueueConfigSplit alert reads
     assert served[0] == served[1] != served[2]
 
-    healed = run(lambda: config_commands.apply(without_low, move=["jobs:low=jobs:medium"], move_tier=None,
-                                               dry_run=False, redis_url=None), said)
+    healed = run(lambda: config_commands.apply.callback(without_low, move=["jobs:low=jobs:medium"], move_tier=None,
+                                                        dry_run=False, redis_url=None), said)
     assert healed.code == 0, healed
     assert "moved 1 job(s) (jobs:low -> jobs:medium)" in "\n".join(healed.out)
     assert len(set(group_fingerprints(queue))) == 1

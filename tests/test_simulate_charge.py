@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from fairctl.cli import app
 from fairctl.simulate_command import as_json, render

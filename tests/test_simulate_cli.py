@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner, Result
 from PIL import Image
-from typer.testing import CliRunner, Result
 
 from fairctl.cli import app
 from fairness_sim.alert_evaluation import encode_values, parse_report

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from alerts.output import rules_text
 from exporter import metrics as m

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner, Result
+from click.testing import CliRunner, Result
 
 from alerts.output import rules_text
 from exporter import metrics as m

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import redis
 import yaml
+from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from exporter.sources.base import tenant_of
 from fairctl.cli import app
