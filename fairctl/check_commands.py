@@ -10,7 +10,6 @@ from click.exceptions import Exit
 
 from alerts import promtool
 from alerts.layout import RULES_FILE, TESTS_DIR
-from alerts.output import ALERTS
 from alerts.rules import link_warnings
 from alerts.weights import notes, table_rows, weights_report
 from fairness_core import Config
@@ -56,6 +55,8 @@ def check(config: Path, slots: int | None) -> None:
     Generates the rules and their unit tests in a scratch directory, then runs promtool check
     rules and promtool test rules on them. Exit 0 when all pass (weight warnings do not fail),
     1 when promtool reports a failure, 2 for a bad config or a missing promtool."""
+    from alerts.output import ALERTS  # the runbooks' too (jinja2): weights needs none of it
+
     cfg = load(config, None)
     click.echo(f"{config}: valid")
     _weights(cfg, slots)

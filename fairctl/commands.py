@@ -4,13 +4,17 @@
   :func:`argument`) under "Arguments:", as options are listed, on every click release.
 - :class:`Group` (``fairctl stack``, ``dead``, ``config``, and the root): its commands, in the
   order they are defined.
+- :class:`LazyGroup` (the root, fairctl/cli.py): its commands are named with the module that
+  defines them, which is imported only when the command runs or shows its help, so that
+  ``fairctl --help`` lists them all from its table and ``fairctl worker`` loads only the worker.
 
 This module imports click only: it is part of what ``fairctl --help`` loads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import importlib
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -68,3 +72,39 @@ class Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)  # in the order they are defined, not sorted
 
+
+class LazyGroup(Group):
+    """A group whose commands are ``{name: ("module:attribute", short help)}``: the module is
+    imported when the command is looked up to run it or show its help, never to list it; the
+    short help is the one line the group's help shows for it (tests/test_cli_imports.py checks it
+    against the command's own)."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*self.lazy, *super().list_commands(ctx)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.lazy:
+            return super().get_command(ctx, cmd_name)
+        module, _, attribute = self.lazy[cmd_name][0].partition(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command), f"{module}:{attribute} is no click command"
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """As click lists them (each line cut to the width as click cuts it), but from the table:
+        listing imports nothing."""
+        rows = [(name, short) for name, (_, short) in self.lazy.items()]
+        limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, click.Command(name, help=short).get_short_help_str(limit)) for name, short in rows])
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+        """Command names from the table (tab completion imports no command either)."""
+        from click.shell_completion import CompletionItem
+
+        names = [CompletionItem(name, help=short) for name, (_, short) in self.lazy.items() if name.startswith(incomplete)]
+        return names + click.Command.shell_complete(self, ctx, incomplete)

@@ -8,13 +8,13 @@ import threading
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from click.exceptions import Exit
 
 from fairness_core.ages import human
 from fairness_core.config import Config, ConfigError, parse_duration
-from fairness_sim.drill import External, PolicyDrill, as_json, run_policy_drill
 from fairness_sim.loadgen import (
     ChangeRefused,
     LoadGenerator,
@@ -29,13 +29,14 @@ from fairness_sim.producers import ClientMissing, producer_for
 from fairness_sim.scenario import DEFAULT_SCENARIO, ConfigChange, Scenario, load_scenario
 from fairness_sim.simulator import scenario_config
 from fairness_sim.timescale import SpeedTooHigh, compress
-from fairness_stack.supervisor import Stack, StackError
 
 from .commands import Command, F, argument
 from .common import PATH, check_policies, clear_errors, connect_queue, fail, load, redis_url_option, with_redis_url
 from .interrupts import stopped
-from .stack_command import shown
 from .text_table import text_table
+
+if TYPE_CHECKING:  # drill() imports the drill and the stack (jinja2 among them) itself: loadgen needs neither
+    from fairness_sim.drill import PolicyDrill
 
 DEFAULT_SPEED = 120.0
 # What this 2-core machine carries beside Prometheus, Alertmanager and two exporters.
@@ -143,6 +144,11 @@ def drill(scenario_file: Path | None, policy: tuple[str, ...], speed: float, unt
     room, the drill lowers the speed and says so. Exits 1 when the run contradicts the scenario's
     expect, or the simulation beyond the resolution, or when Redis refuses one of its config
     changes."""
+    from fairness_sim.drill import External, as_json, run_policy_drill
+    from fairness_stack.supervisor import Stack, StackError
+
+    from .stack_command import shown
+
     scenario = _scenario(scenario_file)
     chosen = check_policies(policy or ("fifo", "weighted-fair"))
     if (redis_url is None) != (prometheus_url is None):

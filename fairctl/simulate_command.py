@@ -23,7 +23,6 @@ import click
 from click.exceptions import Exit
 
 from alerts import promtool
-from alerts.output import rules_text
 from fairness_core import ConfigError, parse_duration
 from fairness_core.ages import human
 from fairness_core.config import MAX_SHARDS, POLICIES
@@ -188,6 +187,8 @@ def _rules_for(scenario: Scenario, given: Path | None, workdir: Path) -> tuple[P
         if not given.is_file():
             fail("--rules", f"no such file: {given}")
         return given, None
+    from alerts.output import rules_text  # the runbooks' module too (jinja2): only to evaluate the alerts
+
     path = workdir / "rules.yml"
     path.write_text(rules_text(scenario.config), encoding="utf-8")
     return path, None

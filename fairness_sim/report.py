@@ -20,20 +20,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+from fairness_core.ages import human
+from fairness_core.config import Config
 
-matplotlib.use("svg")  # no display, no GUI toolkit: the figures only become SVG text
-from matplotlib.axes import Axes  # noqa: E402  (after choosing the backend)
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import PercentFormatter  # noqa: E402
+from .policies import Outcome, alert_label
+from .scenario import Scenario
+from .simulator import PolicyRun
 
-from fairness_core.ages import human  # noqa: E402
-from fairness_core.config import Config  # noqa: E402
-
-from .policies import Outcome, alert_label  # noqa: E402
-from .scenario import Scenario  # noqa: E402
-from .simulator import PolicyRun  # noqa: E402
+if TYPE_CHECKING:  # matplotlib is imported by the plots alone (the 'report' extra): the terminal's text needs none
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 COLOURS = ("#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 SHARE_SMOOTHING = 20  # scrapes averaged in the realised-share plot (5 minutes at 15 s)
@@ -196,6 +194,8 @@ def _mark_changes(ax: Axes, run: PolicyRun) -> None:
 
 def _per_class_figure(scenario: Scenario, run: PolicyRun, ceiling: float) -> Figure:
     """Oldest age against the SLO (top row) and quiet against noisy tenants' age (bottom row)."""
+    from matplotlib.figure import Figure
+
     classes = [c for c, _ in scenario.class_settings().values()]
     fig = Figure(figsize=(4 * len(classes), 6.6), layout="constrained")
     axes = fig.subplots(2, len(classes), squeeze=False)
@@ -221,6 +221,9 @@ def _per_class_figure(scenario: Scenario, run: PolicyRun, ceiling: float) -> Fig
 
 
 def _share_fairness_figure(scenario: Scenario, run: PolicyRun) -> Figure:
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import PercentFormatter
+
     fig = Figure(figsize=(12, 3.4), layout="constrained")
     share_ax, fair_ax = fig.subplots(1, 2)
     minutes = _minutes(run.timeline.times_s)
@@ -247,6 +250,8 @@ def _share_fairness_figure(scenario: Scenario, run: PolicyRun) -> Figure:
 def _alert_figure(outcome: Outcome, duration_s: float) -> Figure | None:
     if not outcome.alerts:
         return None
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(12, 1.0 + 0.3 * len(outcome.alerts)), layout="constrained")
     ax = fig.subplots()
     for row, alert in enumerate(outcome.alerts):
@@ -424,6 +429,9 @@ def _alerts_html(scenario: Scenario, outcome: Outcome, outcomes: Sequence[Outcom
 
 def write_report(path: Path, scenario: Scenario, outcomes: Sequence[Outcome]) -> None:
     """Write the page for ``outcomes`` of ``scenario`` to ``path``."""
+    import matplotlib
+
+    matplotlib.use("svg")  # no display, no GUI toolkit: the figures only become SVG text
     ceiling = age_ceiling(scenario, outcomes)
     sections = [_verdict_table(scenario, outcomes)]
     for outcome in outcomes:
