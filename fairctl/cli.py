@@ -80,7 +80,7 @@ class OneLineErrors(LazyGroup):
             message = exc.message.replace("\n", " ") or exc.format_message()
             click.echo(f"fairctl: error: {argument}: {message} (see: {where} --help)", err=True)
             sys.exit(BAD_ARGUMENT)
-        except ClickException as exc:
+        except ClickException as exc:  # a missing extra (fairctl/extras.py) among them
             exc.show()
             sys.exit(exc.exit_code)
         except Abort:

@@ -2,13 +2,14 @@
 
 - :class:`Command` lists its positional arguments with their help (:class:`Argument`, through
   :func:`argument`) under "Arguments:", as options are listed, on every click release.
-- :class:`Group` (``fairctl stack``, ``dead``, ``config``, and the root): its commands, in the
-  order they are defined.
+- :class:`Group` (``fairctl stack``, ``dead``, ``config``, and the root): a command that needs an
+  optional module which is not installed fails with one line naming the extra that brings it
+  (fairctl/extras.py), whichever command it is.
 - :class:`LazyGroup` (the root, fairctl/cli.py): its commands are named with the module that
   defines them, which is imported only when the command runs or shows its help, so that
   ``fairctl --help`` lists them all from its table and ``fairctl worker`` loads only the worker.
 
-This module imports click only: it is part of what ``fairctl --help`` loads.
+This module imports click and fairctl.extras only: it is part of what ``fairctl --help`` loads.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
+
+from .extras import needed_by
 
 F = TypeVar("F", bound=Callable[..., Any])
 BAD_ARGUMENT = 2  # the exit code of every bad argument (fairctl.common.fail, and the root's parse errors)
@@ -65,12 +68,17 @@ class Command(click.Command):
 
 
 class Group(click.Group):
-    """A group of fairctl commands, each a :class:`Command`."""
+    """A group of fairctl commands (each a :class:`Command`): one that needs a module an extra
+    brings, not installed, fails naming the extra (exit 1), not with a traceback."""
 
     command_class = Command
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)  # in the order they are defined, not sorted
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with needed_by(lambda: f"{command_path(ctx)} {ctx.invoked_subcommand or ''}".strip()):
+            return super().invoke(ctx)
 
 
 class LazyGroup(Group):
@@ -90,7 +98,8 @@ class LazyGroup(Group):
         if cmd_name not in self.lazy:
             return super().get_command(ctx, cmd_name)
         module, _, attribute = self.lazy[cmd_name][0].partition(":")
-        command = getattr(importlib.import_module(module), attribute)
+        with needed_by(lambda: f"{command_path(ctx)} {cmd_name}"):
+            command = getattr(importlib.import_module(module), attribute)
         assert isinstance(command, click.Command), f"{module}:{attribute} is no click command"
         return command
 

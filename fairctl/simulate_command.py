@@ -34,6 +34,7 @@ from fairness_sim.simulator import PolicyRun
 
 from .commands import Command, argument
 from .common import PATH, check_policies, fail
+from .extras import extra_of, needs
 from .text_table import text_table
 
 EXIT_EXPECTATION = 1
@@ -187,8 +188,12 @@ def _rules_for(scenario: Scenario, given: Path | None, workdir: Path) -> tuple[P
         if not given.is_file():
             fail("--rules", f"no such file: {given}")
         return given, None
-    from alerts.output import rules_text  # the runbooks' module too (jinja2): only to evaluate the alerts
-
+    try:  # the rules' module renders the runbooks too, with jinja2
+        from alerts.output import rules_text
+    except ModuleNotFoundError as exc:
+        if extra_of(exc) is None:
+            raise
+        return None, f"alerts not evaluated: {needs('generating the rules', exc)}"
     path = workdir / "rules.yml"
     path.write_text(rules_text(scenario.config), encoding="utf-8")
     return path, None
@@ -217,6 +222,8 @@ def _rules_for(scenario: Scenario, given: Path | None, workdir: Path) -> tuple[P
 def simulate(scenario_file: Path | None, policy: tuple[str, ...], json_file: Path | None, report: Path | None,
              rules: Path | None, duration: str | None, processes: int, shards: int | None, hand: int | None) -> None:
     """Replay a scenario under each scheduling policy and compare waits, fairness and alerts."""
+    if report is not None:  # the report's charts need matplotlib: a missing one fails now, not after the run
+        import matplotlib  # noqa: F401
     path = scenario_file or DEFAULT_SCENARIO
     try:
         scenario = load_scenario(path)

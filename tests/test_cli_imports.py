@@ -2,7 +2,9 @@
 
 ``fairctl --help`` lists every command from fairctl/cli.py's table without importing one of them
 (nor fairness_core and Redis); the worker and the exporter, the processes a fleet runs, import none
-of the operator's tools (the simulator, the charts, the dashboards, the runbooks).
+of the operator's tools (the simulator, the charts, the dashboards, the runbooks). Without the
+optional modules the install extras bring, those commands still work, and one that needs a missing
+module fails with one line naming the extra to install.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import click
 import pytest
 
 from fairctl.cli import COMMANDS
+from fairctl.extras import EXTRAS
 from fairness_stack.servers import free_port
 
 from .conftest import EXAMPLE_CONFIG
 
-TOOLS = ("matplotlib", "grafanalib", "jinja2", "fairness_sim", "dashboards", "alerts")  # what a worker or an exporter never needs
+OPTIONAL = tuple(EXTRAS)  # matplotlib, grafanalib, jinja2
+TOOLS = (*OPTIONAL, "fairness_sim", "dashboards", "alerts")  # what a worker or an exporter never needs
 COMMAND_MODULES = sorted({where.partition(":")[0] for where, _ in COMMANDS.values()})
 
 # Runs the CLI's main with ARGS, the modules BLOCKED unimportable (as if not installed), and
@@ -104,3 +108,40 @@ def test_a_worker_run_imports_none_of_the_tools(tmp_path: Path) -> None:
     run = fairctl(tmp_path, "worker", "--config", str(EXAMPLE_CONFIG), "--redis-url", f"redis://127.0.0.1:{free_port()}/0")
     assert run.code == 2 and run.stderr.startswith("fairctl: error: --redis-url: "), run.stderr
     assert run.imported(TOOLS) == []
+
+
+@pytest.mark.parametrize("command", ["worker", "exporter", "simulate", "loadgen", "weights"])
+def test_commands_that_need_no_extra_work_without_their_modules(tmp_path: Path, command: str) -> None:
+    run = fairctl(tmp_path, command, "--help", blocked=OPTIONAL)
+    assert run.code == 0 and f"Usage: fairctl {command} " in run.stdout, run.stderr
+    assert run.imported(OPTIONAL) == []
+
+
+def test_simulate_without_a_report_runs_without_the_extras(tmp_path: Path) -> None:
+    """Its text needs no chart; the alerts it would evaluate with the generated rules (whose
+    module renders the runbooks, with jinja2) are left out, saying why."""
+    run = fairctl(tmp_path, "simulate", "--duration", "2m", "--policy", "fifo", blocked=OPTIONAL)
+    assert run.code == 0, run.stderr
+    assert "policy fifo" in run.stdout and "verdict:" in run.stdout
+    assert run.imported(OPTIONAL) == []
+
+
+def test_a_report_without_matplotlib_fails_at_once_naming_the_extra(tmp_path: Path) -> None:
+    run = fairctl(tmp_path, "simulate", "--report", "report.html", blocked=OPTIONAL)
+    assert (run.code, run.stdout) == (1, "")
+    assert run.stderr == ("fairctl: error: fairctl simulate needs matplotlib, which comes with the 'report' extra: "
+                          "pip install 'fairctl[report]'\n")
+    assert not (tmp_path / "report.html").exists()
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["generate"], "fairctl generate"),  # its module renders the runbooks and the dashboards
+    (["check"], "fairctl check"),  # its module is weights' too: check imports the runbooks' itself
+    (["stack", "--help"], "fairctl stack"),  # every stack command serves the generated files
+], ids=["generate", "check", "stack"])
+def test_a_command_that_needs_a_missing_module_says_which_extra_brings_it(
+        tmp_path: Path, args: list[str], named: str) -> None:
+    run = fairctl(tmp_path, *args, blocked=OPTIONAL)
+    assert (run.code, run.stdout) == (1, ""), run.stderr
+    assert re.fullmatch(rf"fairctl: error: {named} needs (jinja2|grafanalib), which comes with the 'generate' "
+                        r"extra: pip install 'fairctl\[generate\]'\n", run.stderr), run.stderr
