@@ -110,7 +110,8 @@ def test_the_checks_see_an_upward_import_and_a_circle(tmp_path: Path) -> None:
 
 # What the worker and the exporter sidecar run: their commands, and the library classes an app
 # embeds instead. The base install has none of the operator's drawing and rendering stack.
-LEAN_ROLES = ("fairctl.worker_command", "fairctl.exporter_command", "fairness_core.worker", "exporter.server")
+LEAN_ROLES = ("fairctl.__main__", "fairctl.cli", "fairctl.worker_command", "fairctl.exporter_command",
+              "fairness_core.worker", "exporter.server")
 OPERATOR_ONLY = ("matplotlib", "grafanalib", "jinja2")
 # `import fairness_core` loads at most this many modules beyond what its own dependencies load
 # (27 when set: 23 of its own and 4 of the standard library).
