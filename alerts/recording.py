@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from exporter import metrics as m
 from fairness_core.config import OVER_BUDGET_REASON, Config
 
+from .config import alert_settings
 from .promql import dedup, deduped_rate, excluding, logical, logical_rate, over_shards, over_time, share
 from .supplied import fed, paused_served
 
@@ -115,8 +116,8 @@ def expressions(config: Config) -> dict[str, str]:
 
 def every_recording(config: Config) -> tuple[Recording, ...]:
     """Every recording rule, in dependency order (one group evaluates them in turn)."""
-    window, budget_window = config.alerts.rate_window, config.scheduler.budget_window
-    baseline = config.alerts.reason_baseline
+    window, budget_window = alert_settings(config).rate_window, config.scheduler.budget_window
+    baseline = alert_settings(config).reason_baseline
     b = basis(config)
     enqueued_then = logical_rate(m.JOBS_ENQUEUED.name, budget_window, baseline)
     backlogged_part = f"{WEIGHT_RATIO} * {BACKLOGGED}"

@@ -13,10 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from exporter import metrics as m
-from fairness_core.config import DEFAULT_GRAFANA_URL, ClassConfig, Config
+from exporter.sources import watched
+from fairness_core.config import ClassConfig, Config
 
 from . import recording as rec
 from .annotations import Query, Text
+from .config import DEFAULT_GRAFANA_URL, alert_settings
 from .layout import GROUP_VAR, OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID
 from .promql import dedup, duration, excluding, logical, number, over_time, quote, selector
 from .supplied import fed, paused_served
@@ -84,14 +86,14 @@ def starving_for(config: Config, cls: ClassConfig) -> float:
     SLO; a minute for a 60s SLO)."""
     if cls.starving_for is not None:
         return cls.starving_for
-    configured = config.alerts.for_durations[QUEUE_STARVING]
+    configured = alert_settings(config).for_durations[QUEUE_STARVING]
     if configured is not None:
         return configured
     return float(min(15, max(1, int(cls.max_age / 4 // 60))) * 60)
 
 
 def for_seconds(config: Config, alert: str) -> float:
-    value = config.alerts.for_durations[alert]
+    value = alert_settings(config).for_durations[alert]
     if value is None:
         raise ValueError(f"{alert} has a per-class for:")
     return value
@@ -136,7 +138,7 @@ def stalled(config: Config, fold: Callable[[str, str], str]) -> str:
     """Due jobs through ``alerts.stall_after`` (and at its start), no completion in it, and never
     paused in it; ``fold`` folds the shards' series: :func:`~alerts.promql.logical` for the logical
     queue, or one shard's deduplicated series as they are."""
-    stall = config.alerts.stall_after
+    stall = alert_settings(config).stall_after
     return (f"{fold('sum', over_time('min_over_time', m.QUEUE_DEPTH.name, stall))} > 0\n"
             f"  and\n{fold('sum', m.QUEUE_DEPTH.name + ' offset ' + duration(stall))} > 0\n"
             + (f"  unless\n{fold('max', over_time('max_over_time', m.QUEUE_PAUSED.name, stall))} > 0\n"
@@ -160,7 +162,7 @@ def build_alerts(config: Config) -> tuple[Alert, ...]:
     shards), in the order the docs list them."""
     recordings = rec.expressions(config)
     return tuple(a for a in every_alert(config) if fed(config, (v.expr for v in a.variants), recordings)
-                 and not (a.of_shards and config.watch is not None))
+                 and not (a.of_shards and watched(config) is not None))
 
 
 def left_out(config: Config) -> tuple[str, ...]:
@@ -171,7 +173,7 @@ def left_out(config: Config) -> tuple[str, ...]:
 
 def every_alert(config: Config) -> tuple[Alert, ...]:
     """Every alert, in the order the docs list them."""
-    a = config.alerts
+    a = alert_settings(config)
     window, budget_window = duration(a.rate_window), duration(config.scheduler.budget_window)
     tenant_window = duration(config.exporter.window)
     min_arrivals = config.scheduler.budget_min_arrivals
@@ -414,10 +416,11 @@ def link_templates(config: Config, alert: str) -> dict[str, str]:
     ``{alert}``, ``{group}`` and ``{queue}``: the config's templates, else built on
     ``alerts.grafana_url``: the alert's panel of the runbooks dashboard, and the overview dashboard
     with the alert's queue group and class selected."""
-    grafana = config.alerts.grafana_url or DEFAULT_GRAFANA_URL
+    a = alert_settings(config)
+    grafana = a.grafana_url or DEFAULT_GRAFANA_URL
     return {
-        "runbook_url": config.alerts.runbook_url or f"{grafana}/d/{RUNBOOKS_UID}?viewPanel={runbook_panel(config, alert)}",
-        "dashboard_url": config.alerts.dashboard_url
+        "runbook_url": a.runbook_url or f"{grafana}/d/{RUNBOOKS_UID}?viewPanel={runbook_panel(config, alert)}",
+        "dashboard_url": a.dashboard_url
         or f"{grafana}/d/{OVERVIEW_UID}?var-{GROUP_VAR}={{group}}&var-{QUEUE_VAR}={{queue}}",
     }
 
@@ -436,7 +439,7 @@ def links(config: Config, alert: str) -> Mapping[str, Text]:
 
 def link_warnings(config: Config) -> list[str]:
     """Why the alerts' links may not open where the alerts are read (``fairctl check`` prints them)."""
-    a = config.alerts
+    a = alert_settings(config)
     out = []
     for key, template in (("runbook_url", a.runbook_url), ("dashboard_url", a.dashboard_url)):
         if template is not None and "://" not in template:

@@ -14,10 +14,12 @@ from pathlib import PurePosixPath
 import jinja2
 
 from exporter import metrics as m
+from exporter.config import serving
 from fairness_core.config import OVER_BUDGET_REASON, Config
 
 from . import recording as rec
 from . import rules as r
+from .config import alert_settings
 from .layout import RUNBOOKS_DIR, runbook_file
 from .promql import dedup, duration, logical, logical_rate, number, over_time, selector
 
@@ -34,9 +36,10 @@ class Diagnostic:
 
 def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
     """Every query the runbooks show, by the key the templates use."""
-    window = config.alerts.rate_window
+    a, budget = alert_settings(config), serving(config).scrape_timeout
+    window = a.rate_window
     inflight = logical("sum", m.QUEUE_INFLIGHT.name)
-    stall = config.alerts.stall_after
+    stall = a.stall_after
     b = rec.basis(config)
     d = Diagnostic
     return {
@@ -66,7 +69,7 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "rejected": d("Arrivals rejected by the budget, per second", logical_rate(m.JOBS_REJECTED.name, window)),
         "reason_rate": d("Arrivals per second by class and classification reason: which rule sends what",
                          f"sort_desc({rec.ENQUEUED_RATE})"),
-        "reason_shift": d(f"Each reason's share of its class now, minus {duration(config.alerts.reason_baseline)} ago",
+        "reason_shift": d(f"Each reason's share of its class now, minus {duration(a.reason_baseline)} ago",
                           f"{rec.REASON_SHARE} - {rec.REASON_BASELINE}"),
         "top_tenants": d(f"The five tenants with the largest share of their class's {b.served} over "
                          f"{duration(config.exporter.window)}",
@@ -114,11 +117,11 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
                            "agree)", dedup(m.GROUP_CONFIG.name)),
         "shard_config_versions": d("The applied config's version on each shard (each shard counts its own applies, "
                                    "and a shard a re-shard added starts again at 1)", dedup(m.CONFIG_VERSION.name)),
-        "up": d("Which exporter targets Prometheus reaches", selector(r.UP, **{r.JOB: config.alerts.exporter_job})),
+        "up": d("Which exporter targets Prometheus reaches", selector(r.UP, **{r.JOB: a.exporter_job})),
         "redis_up": d("Which exporters read Redis (per exporter, not deduplicated)", m.EXPORTER_REDIS_UP.name),
         "scrape_errors": d("Why scrapes could not read Redis (timeout, unavailable, error), per second",
                            over_time("rate", m.EXPORTER_SCRAPE_ERRORS.name, 300)),
-        "scrape_duration": d(f"Time a scrape takes (exporter.scrape_timeout is {duration(config.exporter.scrape_timeout)})",
+        "scrape_duration": d(f"Time a scrape takes (exporter.scrape_timeout is {duration(budget)})",
                              m.EXPORTER_SCRAPE_DURATION.name),
     }
 
@@ -135,7 +138,8 @@ def render(config: Config) -> dict[PurePosixPath, str]:
     env = _environment()
     alerts = r.build_alerts(config)
     common = {
-        "config": config, "q": diagnostics(config), "alerts": alerts, "duration": duration, "number": number,
+        "config": config, "alert_settings": alert_settings(config), "serving": serving(config),
+        "q": diagnostics(config), "alerts": alerts, "duration": duration, "number": number,
         "urgent": config.classes[0].name, "bulk": config.classes[-1].name,
         "link": lambda alert, key: r.link(config, alert, key), "over_budget_reason": OVER_BUDGET_REASON,
         "tenant_share_metric": m.QUEUE_TENANT_SHARE.name, "basis": rec.basis(config),

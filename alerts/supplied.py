@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from exporter import metrics as m
-from exporter.sources import supplied
+from exporter.sources import supplied, watched
 from fairness_core.config import Config
 
 _NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
@@ -25,9 +25,10 @@ _SERIES = {spec.name + suffix: spec.name for spec in m.ALL for suffix in ("", *_
 
 def served_metrics(config: Config) -> frozenset[str] | None:
     """Names of the contract's metrics the config's exporter serves; None: every one."""
-    if config.watch is None:
+    watch = watched(config)
+    if watch is None:
         return None
-    return supplied(config.watch.system) | _ALWAYS
+    return supplied(watch.system) | _ALWAYS
 
 
 def series_metric(name: str) -> str:

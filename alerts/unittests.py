@@ -20,10 +20,12 @@ from typing import Any
 from prometheus_client.utils import floatToGoString
 
 from exporter import metrics as m
+from exporter.sources import watched
 from fairness_core.config import OVER_BUDGET_REASON, Config, ConfigError
 
 from . import recording as rec
 from . import rules as r
+from .config import alert_settings
 from .layout import RULES_FILE, TESTS_DIR
 from .promql import duration, number, quote
 from .supplied import series_metric, served_metrics
@@ -128,9 +130,9 @@ class Scenario:
         self.config = config
         self.alerts = {a.name: a for a in r.every_alert(config)}
         self.basis = rec.basis(config)
-        self.job = config.alerts.exporter_job
+        self.job = alert_settings(config).exporter_job
         self.group = m.group_of(config)
-        self.window = minutes(config.alerts.rate_window)
+        self.window = minutes(alert_settings(config).rate_window)
 
     def series(self, spec: m.MetricSpec, values: str, *, exporters: int = 1, suffix: str = "",
                **labels: str) -> list[Series]:
@@ -202,7 +204,7 @@ def _starving(s: Scenario) -> list[Case]:
 
 def _share_below_weight(s: Scenario) -> list[Case]:
     alert = r.QUEUE_SHARE_BELOW_WEIGHT
-    tolerance = s.config.alerts.share_tolerance
+    tolerance = alert_settings(s.config).share_tolerance
     end = s.window + s.for_minutes(alert) + 1
 
     def inputs(weights: Sequence[tuple[str, float]], shares: Mapping[str, float | None],
@@ -326,7 +328,7 @@ def _reason_shift(s: Scenario, step: int) -> list[Case]:
     old, *others = s.reasons(queue) or ["default"]
     second = others[0] if others else "another reason"
     new = "a new classification rule"
-    baseline = minutes(config.alerts.reason_baseline)
+    baseline = minutes(alert_settings(config).reason_baseline)
     after = -(-(minutes(config.scheduler.budget_window) + s.for_minutes(alert)) // step) * step + 2 * step
     end = baseline + after
     before_n, after_n = baseline // step, after // step
@@ -357,7 +359,7 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
     queue = s.config.classes[-1].name
     for_minutes = s.for_minutes(alert)
     end = for_minutes + 2
-    big = (1 + s.config.alerts.tenant_dominance) / 2
+    big = (1 + alert_settings(s.config).tenant_dominance) / 2
     k = s.config.exporter.topk_tenants
 
     def inputs(shares: Mapping[str, str], active: int, *, exporters: int = 1) -> tuple[Series, ...]:
@@ -384,7 +386,7 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
     # The flood stops: its share of the window falls as the window slides on, under the threshold
     # and then out of the top list.
     stops_at = for_minutes + 2
-    falling = [big] * (stops_at + 1) + [big * 0.8, s.config.alerts.tenant_dominance * 0.8, 0.2]
+    falling = [big] * (stops_at + 1) + [big * 0.8, alert_settings(s.config).tenant_dominance * 0.8, 0.2]
     stopping = {"tenant-big": f"{listed(falling)} stale", **rest}
     return [
         Case(f"two exporters; one tenant gets {number(big * 100)}% of {queue} while two others wait: fires once for it",
@@ -427,7 +429,7 @@ def _quiet_tenants(s: Scenario) -> list[Case]:
 
 def _stalled(s: Scenario) -> list[Case]:
     alert = r.QUEUE_STALLED
-    stall = minutes(s.config.alerts.stall_after)
+    stall = minutes(alert_settings(s.config).stall_after)
     fire_at = stall + s.for_minutes(alert)
     end = fire_at + 1
     (counted, _), (never, _) = s.classes(2)
@@ -452,7 +454,7 @@ def _stalled(s: Scenario) -> list[Case]:
 
 def _shard_stalled(s: Scenario) -> list[Case]:
     alert = r.QUEUE_SHARD_STALLED
-    stall = minutes(s.config.alerts.stall_after)
+    stall = minutes(alert_settings(s.config).stall_after)
     fire_at = stall + s.for_minutes(alert)
     end = fire_at + 1
     queue = s.config.classes[0].name
@@ -491,7 +493,7 @@ def _inversion(s: Scenario) -> list[Case]:
                           f"{m.JOBS_WAIT.name} cannot tell longer waits apart", s.config.source)
     low, high = edges[0], edges[1]
     end = s.window + s.for_minutes(alert) + 1
-    limit = s.config.alerts.inversion_max_depth
+    limit = alert_settings(s.config).inversion_max_depth
     # Below the limit once deduplicated, above it if two exporters' depths were summed.
     shallow = limit // 2 + 1 if limit else 0
 
@@ -518,7 +520,7 @@ def _inversion(s: Scenario) -> list[Case]:
 def _redelivered(s: Scenario) -> list[Case]:
     alert = r.JOBS_REDELIVERED_HIGH
     queue = s.config.classes[0].name
-    ratio = s.config.alerts.redelivery_ratio
+    ratio = alert_settings(s.config).redelivery_ratio
     for_minutes = s.for_minutes(alert)
     end = s.window + for_minutes + 1
 
@@ -626,7 +628,7 @@ def _unconfigured(s: Scenario) -> list[Case]:
 def _memory_high(s: Scenario) -> list[Case]:
     """Memory fills from below alerts.memory_warning towards redis.memory_headroom."""
     alert = r.REDIS_MEMORY_HIGH
-    warning, headroom = s.config.alerts.memory_warning, s.config.redis.memory_headroom
+    warning, headroom = alert_settings(s.config).memory_warning, s.config.redis.memory_headroom
     for_minutes = s.for_minutes(alert)
     end = for_minutes + 6
     limit = 1_000_000_000
@@ -819,7 +821,7 @@ REASON_SHIFT_STEP = 5  # minutes between samples: a day of history stays small
 def test_files(config: Config) -> tuple[TestFile, ...]:
     """One file per alert the config's exporter can feed (named after it) and, for fairctl's own
     queues, one for the recording rules."""
-    kept = {alert.name for alert in r.build_alerts(config)} | ({"recording"} if config.watch is None else set())
+    kept = {alert.name for alert in r.build_alerts(config)} | ({"recording"} if watched(config) is None else set())
     served = served_metrics(config)
     if served is None:
         return tuple(f for f in _every_test_file(config) if f.name in kept)

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 from fairness_core.config import Config
 
+from .config import alert_settings
+
 
 @dataclass(frozen=True)
 class ClassNeed:
@@ -82,7 +84,7 @@ def _min_weight(needed: float, own_time: float, others: float) -> int | None:
 
 def weights_report(config: Config, slots: int | None = None) -> WeightsReport:
     """The derived table; ``slots`` overrides ``alerts.worker_slots``."""
-    slots = slots if slots is not None else config.alerts.worker_slots
+    slots = slots if slots is not None else alert_settings(config).worker_slots
     classes = config.classes
     by_runtime = config.scheduler.charge == "runtime"
     timed = all(c.service_time is not None for c in classes)

@@ -35,6 +35,7 @@ from grafanalib.core import (
 
 from alerts import recording as rec
 from alerts import runbooks as rb
+from alerts.config import alert_settings
 from alerts.layout import runbook_file
 from alerts.promql import number
 from alerts.rules import build_alerts, link, runbook_panel
@@ -162,7 +163,8 @@ def variables(config: Config, *extra: Template) -> Templating:
     return Templating(list=[
         Template(name=q.DATASOURCE_VAR, label="Data source", type="datasource", query="prometheus",
                  default=f"${{{INPUT}}}"),
-        Template(name=q.JOB_VAR, label="Exporter job", dataSource=DATASOURCE, default=config.alerts.exporter_job,
+        Template(name=q.JOB_VAR, label="Exporter job", dataSource=DATASOURCE,
+                 default=alert_settings(config).exporter_job,
                  query=f"label_values({m.EXPORTER_BUILD_INFO.name}, {q.JOB})",
                  refresh=REFRESH_ON_TIME_RANGE_CHANGE),
         Template(name=GROUP_VAR, label="Queue group", dataSource=DATASOURCE, default=m.group_of(config),
@@ -201,7 +203,7 @@ def dashboard(config: Config, uid: str, title: str, description: str, sections: 
 def overview(config: Config) -> Dashboard:
     """Per class of the logical queue: SLO, share against weight, arrivals against budget, load,
     waits; its shards side by side; then tenants, lease churn and the alerts with their runbooks."""
-    window = config.alerts.rate_window
+    window = alert_settings(config).rate_window
     b = rec.basis(config)
     cls_matcher = q.re(m.QUEUE, q.var(QUEUE_VAR))
     oldest = [(timeseries(
@@ -287,7 +289,7 @@ def overview(config: Config) -> Dashboard:
         ]),
         ("Dead letters and pauses", [
             (timeseries("Jobs dead-lettered", f"Jobs of each class given up on over the last "
-                        f"{format_duration(config.alerts.rate_window)}: failed leases.max_attempts times, or no "
+                        f"{format_duration(window)}: failed leases.max_attempts times, or no "
                         "handler for their task (JobsDeadLettered). fairctl dead list shows them.",
                         [per_class(q.select(rec.DEAD_LETTERED, cls_matcher))], "short"), 8),
             (timeseries("Dead-letter list", "Jobs waiting in the dead-letter list until fairctl dead requeue "

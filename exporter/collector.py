@@ -42,6 +42,7 @@ from fairness_core.sharded import group_fingerprint
 from fairness_core.version import fairctl_version
 
 from . import metrics as m
+from .config import serving
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def scrape_client(config: Config, url: str | None = None) -> redis.Redis:
     """A client of ``url`` (default ``redis.url``) whose connect and reply timeouts are the scrape
     budget, so a read left behind by a timed-out scrape ends by itself instead of holding a
     connection to a stalled Redis. ValueError for an unusable URL (the message does not repeat it)."""
-    budget = config.exporter.scrape_timeout
+    budget = serving(config).scrape_timeout
     return redis_client(url or config.redis.url, connect_timeout=budget, timeout=budget)
 
 
@@ -288,7 +289,7 @@ class FairnessCollector(Collector):
         started = time.monotonic()
         config = self.config
         families = Families(self.group, self.shard)
-        reading = self._health.read(self._reader, config.exporter.scrape_timeout)
+        reading = self._health.read(self._reader, serving(config).scrape_timeout)
         if reading is not None:
             self._add_snapshot(families, reading.snapshot)
             if self._live:  # the simulator's stand-in has no applied config

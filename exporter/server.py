@@ -26,6 +26,7 @@ from fairness_core import Config, Scheduler
 from . import metrics as m
 from .collector import FairnessCollector, make_registry, own_registry, scrape_client
 from .groups import GroupsCollector
+from .sources import watched
 from .watch import WatchCollector, watch_client
 
 log = logging.getLogger(__name__)
@@ -172,7 +173,7 @@ def server_for(queues: Sequence[tuple[Config, Sequence[Config]]], host: str, por
     collectors = [collector_for(group, config.redis.prefix) for config, groups in queues for group in groups]
     collector = collectors[0] if len(collectors) == 1 else GroupsCollector(collectors)
     title = "fairctl exporter: " + "; ".join(
-        f"{f'{c.watch.system} queues' if c.watch is not None else f'queue {m.group_of(c)}'} "
+        f"{f'{w.system} queues' if (w := watched(c)) is not None else f'queue {m.group_of(c)}'} "
         f"({', '.join(c.class_names)}{f', {len(groups)} shards' if len(groups) > 1 else ''})" for c, groups in queues)
     return ExporterServer(make_app(own_registry(collector), title), host, port, tls=tls)
 
@@ -181,6 +182,6 @@ def collector_for(config: Config, group: str) -> Collector:
     """A queue group's collector, its series labelled as a shard of the logical queue ``group``:
     its watched system's, read only (no Scheduler, which would apply a config in that Redis), or
     its own queue group's."""
-    if config.watch is not None:
+    if watched(config) is not None:
         return WatchCollector(config, watch_client(config))
     return FairnessCollector(config, Scheduler(config, scrape_client(config)), group=group)

@@ -17,7 +17,8 @@ from fairness_core.version import fairctl_version
 
 from . import metrics as m
 from .collector import Families, ScrapeHealth, SnapshotReader, add_config, scrape_client, weight_ratios
-from .sources import source_for
+from .config import serving
+from .sources import WatchConfig, source_for, watched
 from .sources.base import ClassReading, Source
 
 Reading = tuple[float, Mapping[str, ClassReading]]  # (epoch seconds of the read, a reading per class)
@@ -25,21 +26,26 @@ Reading = tuple[float, Mapping[str, ClassReading]]  # (epoch seconds of the read
 
 def watch_client(config: Config) -> redis.Redis:
     """The scrape client of the watched system's Redis (``watch.url``, else ``redis.url``)."""
-    assert config.watch is not None
-    return scrape_client(config, config.watch.url)
+    return scrape_client(config, _watch(config).url)
+
+
+def _watch(config: Config) -> WatchConfig:
+    watch = watched(config)
+    assert watch is not None, "a watch collector needs the config's watch section"
+    return watch
 
 
 class WatchCollector(Collector):
     """Serves what ``source`` reads, one read per scrape under the scrape budget."""
 
     def __init__(self, config: Config, client: redis.Redis, source: Source | None = None) -> None:
-        assert config.watch is not None, "a watch collector needs the config's watch section"
+        watch = _watch(config)
         self.config, self.client = config, client
-        self.source = source or source_for(config.watch)
+        self.source = source or source_for(watch)
         self._specs = [spec for spec in m.FROM_REDIS if spec.name in self.source.supplies]
         self._ratios = weight_ratios(config)
         self._reader: SnapshotReader[Reading] = SnapshotReader(self._read)
-        self._health = ScrapeHealth(f"{config.watch.system}'s queues")
+        self._health = ScrapeHealth(f"{watch.system}'s queues")
 
     def _read(self) -> Reading:
         now = time.time()
@@ -51,7 +57,7 @@ class WatchCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         started = time.monotonic()
         families = Families(m.group_of(self.config), m.group_of(self.config))
-        reading = self._health.read(self._reader, self.config.exporter.scrape_timeout)
+        reading = self._health.read(self._reader, serving(self.config).scrape_timeout)
         if reading is not None:
             self._add_reading(families, *reading)
         families.add(m.REDIS_MASTER, 1, master=server_of(self.client, ""))

@@ -17,6 +17,7 @@ import click
 from click.exceptions import Exit
 
 from exporter.metrics import group_of
+from exporter.sources import watched
 from fairness_core import (
     AppliedConfigUnreadable,
     BudgetRejected,
@@ -180,8 +181,8 @@ def connect_queue(config: Config) -> Scheduler | ShardedScheduler:
 
 
 def _client(config: Config) -> Any:
-    if config.watch is not None:
-        fail("--config", f"its watch section reads the queues of a {config.watch.system} deployment: only fairctl "
+    if (watch := watched(config)) is not None:
+        fail("--config", f"its watch section reads the queues of a {watch.system} deployment: only fairctl "
                          "exporter, generate and check use such a config; fairctl's own queues need one without watch")
     try:
         return redis_client(config.redis.url)

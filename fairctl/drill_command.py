@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import click
 from click.exceptions import Exit
 
+from exporter.sources import watched
 from fairness_core.ages import human
 from fairness_core.config import Config, ConfigError, parse_duration
 from fairness_sim.loadgen import (
@@ -242,13 +243,14 @@ def _watched(config_file: Path | None, redis_url: str | None) -> Config | None:
     if config_file is None:
         return None
     config = load(config_file, redis_url)
-    return config if config.watch is not None else None
+    return config if watched(config) is not None else None
 
 
 def _watched_loadgen(config: Config, scenario: Scenario, policy: str | None, replay: Replay, job: str | None) -> None:
     """Replay ``scenario`` into the job system ``config`` watches, as that system's own jobs."""
-    assert config.watch is not None
-    system = config.watch.system
+    watch = watched(config)
+    assert watch is not None
+    system = watch.system
     if policy is not None:
         fail("--policy", f"{system} schedules its own jobs: a policy is for fairctl's scheduler")
     try:

@@ -12,7 +12,9 @@ from types import FrameType
 import click
 
 from exporter import metrics as m
+from exporter.config import serving
 from exporter.server import DEFAULT_PORT, listen_address, server_for, tls_context
+from exporter.sources import watched
 
 from .common import PATH, configs_option, fail, load_queues, redis_url_option
 
@@ -52,24 +54,25 @@ def exporter(listen: str | None, tls_cert: Path | None, tls_key: Path | None, co
     loaded = [config for config, _ in queues]
     cfg = loaded[0]
     try:  # the config's exporter.listen was checked when it was loaded
-        host, port = listen_address(listen if listen is not None else cfg.exporter.listen)
+        host, port = listen_address(listen if listen is not None else serving(cfg).listen)
     except ValueError as exc:
         fail("--listen", str(exc))
     tls = _tls(tls_cert, tls_key)
     try:
         server = server_for(queues, host, port, tls=tls)
     except ValueError as exc:  # the message never repeats the URL
-        fail("watch.url" if any(c.watch is not None and c.watch.url for c in loaded) else "--redis-url", str(exc))
+        fail("watch.url" if any((w := watched(c)) is not None and w.url for c in loaded) else "--redis-url", str(exc))
     try:
         server.start()
     except OSError as exc:
         fail("--listen", f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for c, groups in queues:
-        watched = f"{c.watch.system}'s queues as group" if c.watch is not None else "queue"
+        watch = watched(c)
+        what = f"{watch.system}'s queues as group" if watch is not None else "queue"
         shards = f", {len(groups)} shards" if len(groups) > 1 else ""
-        log.info("serving %s for %s %s (%d classes%s), scrape budget %gs", server.url, watched, m.group_of(c),
-                 len(c.classes), shards, c.exporter.scrape_timeout)
+        log.info("serving %s for %s %s (%d classes%s), scrape budget %gs", server.url, what, m.group_of(c),
+                 len(c.classes), shards, serving(c).scrape_timeout)
     stopping = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:

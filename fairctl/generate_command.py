@@ -11,6 +11,7 @@ from click.exceptions import Exit
 from alerts.output import ALERTS
 from alerts.rules import left_out
 from dashboards.output import DASHBOARDS_OUTPUT
+from exporter.sources import watched
 from fairness_core.generated import OutputSet, differences, plan, write
 from fairness_stack.compose import COMPOSE_OUTPUT
 from fairness_stack.kubernetes import KUBERNETES_OUTPUT
@@ -41,8 +42,8 @@ def generate(out: Path, check: bool, verbose: bool, config: Path) -> None:
     with clear_errors():
         planned = plan(cfg, out, OUTPUT_SETS)
     left = left_out(cfg)
-    if cfg.watch is not None and left:
-        click.echo(f"watch.system {cfg.watch.system}: its queues do not supply the series of {len(left)} alert(s), "
+    if (watch := watched(cfg)) is not None and left:
+        click.echo(f"watch.system {watch.system}: its queues do not supply the series of {len(left)} alert(s), "
                    f"left out with their panels: {', '.join(left)} (see docs/exporter.md)", err=True)
     if check:
         stale = differences(planned, out, OUTPUT_SETS)

@@ -1,22 +1,25 @@
 """Load and validate ``fairness.yaml`` into frozen, typed objects.
 
-Everything in fairctl is built from one ``Config``: the scheduler, the worker, the CLI (and later
-the exporter, rules, dashboards and simulator). Every invalid value fails here, early, with an
-error that names the field path and what was expected, so nothing downstream has to re-check it.
+Everything in fairctl is built from one ``Config``: the scheduler, the worker, the CLI, the
+exporter, rules, dashboards and simulator. Every invalid value fails at load, early, with an error
+that names the field path and what was expected, so nothing downstream has to re-check it.
+
+This module parses the sections the scheduler needs; the sections other layers own (``alerts``,
+the exporter process's keys, ``watch``) are parsed and checked by their owners, found through
+:mod:`fairness_core.config_sections`, into ``Config.sections``.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import string
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
+from .config_sections import mark_seen, owned_sections, parse_sections
 from .redis_url import check_url
 from .yaml_reader import (
     ConfigError,
@@ -48,52 +51,6 @@ MAX_QUEUED = 10**12
 # alert rules tell demand from demotions by it.
 OVER_BUDGET_REASON = "over priority budget"
 _RATE_PART = re.compile(r"^(\d+(?:\.\d+)?)\s*/\s*(s|m|h|d)$")
-# Grafana as compose/docker-compose.yml publishes it: the alerts' links are built on it until
-# alerts.grafana_url says where the team's Grafana is.
-DEFAULT_GRAFANA_URL = "http://127.0.0.1:3000"
-# Placeholders a runbook or dashboard URL template may use.
-URL_PLACEHOLDERS = ("alert", "group", "queue")
-# ``for:`` of every generated alert; ``alerts.for`` overrides any of them. None (QueueStarving)
-# means per class: its max_age / 4 in whole minutes, between 1m and 15m, so a 1h SLO waits the
-# usual 15m and the interactive class pages a minute after its SLO is missed.
-ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
-    "QueueStarving": None,
-    "QueueShareBelowWeight": 900.0,
-    "PriorityMixDrift": 900.0,
-    "PriorityReasonShift": 1800.0,
-    "TenantDominatingQueue": 900.0,
-    "QuietTenantsStarving": 300.0,
-    "QueueStalled": 300.0,
-    "QueueShardStalled": 300.0,
-    "PriorityInversion": 300.0,
-    "JobsRedeliveredHigh": 900.0,
-    "FairnessExporterDown": 300.0,
-    "FairnessExporterRedisDown": 120.0,
-    # Dead letters: a minute, so a job dead-lettered is seen within minutes; the alert then holds
-    # for alerts.rate_window after the last one.
-    "JobsDeadLettered": 60.0,
-    # How long a class may stay paused before it is called forgotten: half an hour covers a
-    # deploy or a dependency's maintenance, and is shorter than the bulk class's usual SLO (1h).
-    "QueuePaused": 1800.0,
-    # Jobs under a class the config does not name: long enough to ride out the moment between a
-    # config apply and its --move, short enough that nobody's jobs wait unseen for long.
-    "JobsUnderUnconfiguredClass": 300.0,
-    # Memory over alerts.memory_warning: a minute, since a storm can fill the rest to the headroom
-    # (where enqueues are refused) within minutes.
-    "RedisMemoryHigh": 60.0,
-    # An evicting policy loses jobs silently: a minute, to ride out a scrape or a CONFIG SET typo.
-    "RedisMayEvictJobs": 60.0,
-    # A queue group's state lost (reset): a minute; the loss is final, and the counter that tells it
-    # stays raised for alerts.rate_window, so the page goes out once, however long it is held.
-    "QueueStateLost": 60.0,
-    # The shards of a sharded queue on different configs: two minutes. An apply reaches every shard
-    # within a second and every exporter sees it within a scrape, so a split that lasts is one an
-    # apply left half done.
-    "QueueConfigSplit": 120.0,
-    # Refusals at a tenant's admission limit: five minutes, so a producer that backs off after a
-    # refusal or two is not called stuck, while one that keeps sending into the limit is.
-    "TenantAtLimit": 300.0,
-})
 
 
 def parse_duration(value: object, path: str) -> float:
@@ -244,82 +201,19 @@ class LeasesConfig:
 
 @dataclass(frozen=True)
 class ExporterConfig:
-    """What the exporter serves and how the scheduler keeps the windowed bookkeeping it reads.
+    """The keys of the ``exporter`` section the core owns: what the scheduler's script keeps and
+    computes for the exporter to read, whichever role runs it. ``window``, ``topk_tenants`` and
+    ``fairness_sample`` are compiled into the script (fairness_core.settings): a worker's ack
+    counts its tenant in a ``window``-long bucket, and the snapshot call reads the tops, heads and
+    fairness sample they size. ``noisy_min_*`` are the snapshot's (fairness_core.snapshot), which
+    the exporter and ``fairctl status`` read. The exporter process's own keys (``listen``,
+    ``scrape_timeout``) are ``exporter.config``'s."""
 
-    ``listen`` None means the exporter's documented default port on all interfaces.
-    """
-
-    listen: str | None = None
     topk_tenants: int = 10
     window: float = 600.0
-    scrape_timeout: float = 2.0
     noisy_min_inflight: int = 5
     noisy_min_queued: int = 100
     fairness_sample: int = 50
-
-
-@dataclass(frozen=True)
-class AlertsConfig:
-    """Thresholds and links of the generated alert rules (see alerts/ and docs/alerts.md).
-
-    Per-class thresholds (max_age, weights, arrival budgets) are not here: the rules read them from
-    the exporter's config gauges, so one rules file serves every deployment of the same classes.
-    Links: ``grafana_url`` is the one base both default links are built from (the runbooks are a
-    generated Grafana dashboard too); ``runbook_url``/``dashboard_url`` templates override them.
-    """
-
-    rate_window: float = 600.0
-    share_tolerance: float = 0.5
-    tenant_dominance: float = 0.5
-    reason_shift: float = 0.3
-    reason_baseline: float = 86400.0
-    stall_after: float = 600.0
-    inversion_max_depth: int = 5
-    redelivery_ratio: float = 0.05
-    # RedisMemoryHigh fires at this fraction of maxmemory: below redis.memory_headroom, so people
-    # hear of it before enqueues are refused.
-    memory_warning: float = 0.8
-    exporter_job: str = "fairctl-exporter"
-    runbook_url: str | None = None
-    dashboard_url: str | None = None
-    # Where people open Grafana, without a trailing slash; None: not configured, links are built
-    # on DEFAULT_GRAFANA_URL (the compose stack's) and `fairctl check` warns.
-    grafana_url: str | None = None
-    worker_slots: int | None = None
-    for_durations: Mapping[str, float | None] = field(default_factory=lambda: ALERT_FOR)
-
-
-# The job systems the exporter can watch instead of fairctl's own queues (``watch.system``).
-WATCHED_SYSTEMS = ("bullmq", "celery", "rq", "sidekiq")
-# Those whose queues hold priorities a class may take some of (Celery's message priorities, BullMQ's
-# job priorities); RQ's and Sidekiq's queues are taken whole.
-WITH_PRIORITIES = ("bullmq", "celery")
-# Where each system's jobs keep their arguments: the first step of a ``watch.tenant`` path.
-TENANT_ROOTS = {"bullmq": ("data",), "celery": ("args", "kwargs"), "rq": ("args", "kwargs"), "sidekiq": ("args",)}
-# Where a job carries its tenant: a path into its arguments, e.g. kwargs.tenant_id, args.0, data.tenant.
-_TENANT_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_-]+)+$")
-
-
-@dataclass(frozen=True)
-class QueueRef:
-    """One of a watched system's queues as a class takes it: all of it, or only some of its
-    priorities (Celery's priority steps, BullMQ's priority levels)."""
-
-    queue: str
-    priorities: tuple[int, ...] = ()  # empty: every priority
-
-
-@dataclass(frozen=True)
-class WatchConfig:
-    """A job system the exporter reads instead of fairctl's own queues: which of its queues make
-    up each class of ``classes``, and where its jobs carry their tenant."""
-
-    system: str  # one of WATCHED_SYSTEMS
-    classes: Mapping[str, tuple[QueueRef, ...]]  # every configured class, in config order
-    url: str | None = None  # the system's Redis; None: redis.url
-    tenant: tuple[str, ...] | None = None  # path into a job's arguments, split at the dots
-    sample: int = 100  # waiting jobs read per class for the tenant shares
-    prefix: str | None = None  # the system's key prefix where it has one (BullMQ's "bull"); None: its default
 
 
 @dataclass(frozen=True)
@@ -331,9 +225,21 @@ class Config:
     tenants: TenantsConfig = TenantsConfig()
     leases: LeasesConfig = LeasesConfig()
     exporter: ExporterConfig = ExporterConfig()
-    alerts: AlertsConfig = AlertsConfig()
     source: str | None = None
-    watch: WatchConfig | None = None  # a job system the exporter watches instead of fairctl's queues
+    # The sections other layers own (alerts, the exporter process's keys, watch), by section name:
+    # read them with the owner's accessor (alerts.config.alert_settings, exporter.config.serving,
+    # exporter.sources.watched); see fairness_core.config_sections.
+    sections: Mapping[str, Any] = field(default_factory=dict)
+
+    def section(self, name: str) -> Any:
+        """The owned section ``name`` as parsed; its default in a config built without it."""
+        return self.sections[name] if name in self.sections else owned_sections()[name].default
+
+    def with_section(self, name: str, value: Any) -> Config:
+        """This config with the owned section ``name`` replaced by ``value``."""
+        if name not in owned_sections():
+            raise KeyError(f"no package declares a config section {name!r}; declared: {', '.join(owned_sections())}")
+        return replace(self, sections={**self.sections, name: value})
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -350,14 +256,16 @@ class Config:
         return sum(c.weight for c in self.classes)
 
 
-def _name(value: object, path: str) -> str:
+def config_name(value: object, path: str) -> str:
+    """A name that ends up in Redis keys and Prometheus labels (a class, a tier, a key prefix)."""
     text = nonempty_str(value, path)
     if not NAME_PATTERN.match(text):
         raise ConfigError(path, f"expected 1-64 characters of A-Z a-z 0-9 _ . : -, got {text!r}")
     return text
 
 
-def _reason(value: object, path: str) -> str:
+def one_line(value: object, path: str) -> str:
+    """One line of text of at most 200 characters (a reason, a Prometheus job name)."""
     text = nonempty_str(value, path)
     if any(ch in text for ch in "\t\n\r") or len(text) > 200:
         raise ConfigError(path, "expected one line of at most 200 characters without tabs")
@@ -380,7 +288,8 @@ def _ratio(value: object, path: str) -> float:
     return float(value)
 
 
-def _fraction(value: object, path: str) -> float:
+def fraction(value: object, path: str) -> float:
+    """A number strictly between 0 and 1."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
         raise ConfigError(path, f"expected a fraction in (0, 1), got {value!r}")
     return float(value)
@@ -410,42 +319,6 @@ def _rate_window(value: object, path: str) -> float:
     return seconds
 
 
-def _url_template(value: object, path: str) -> str:
-    text = nonempty_str(value, path)
-    if any(ch.isspace() or ch == "$" for ch in text):
-        raise ConfigError(path, f"expected a URL without spaces or $, got {text!r}")
-    try:
-        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(text) if name is not None]
-    except ValueError as exc:
-        raise ConfigError(path, f"not a valid template ({exc}); write literal braces as {{{{ and }}}}") from None
-    for name, spec, conv in fields:
-        if name not in URL_PLACEHOLDERS or spec or conv:
-            raise ConfigError(path, f"unknown placeholder {{{name}}}; use {{alert}}, {{group}} and {{queue}}")
-    return text
-
-
-def _base_url(value: object, path: str) -> str:
-    """An absolute http(s) URL a link is built on: a browser, an Alertmanager receiver and a Grafana
-    panel must all open it, so a relative path is refused."""
-    text = nonempty_str(value, path).rstrip("/")
-    scheme, sep, rest = text.partition("://")
-    if scheme not in ("http", "https") or not sep or not rest or rest.startswith("/"):
-        raise ConfigError(path, f"expected an absolute http:// or https:// URL such as https://grafana.example.com, "
-                                f"got {value!r}")
-    if any(ch.isspace() or ch in "${}?#" for ch in text):
-        raise ConfigError(path, f"expected a base URL without spaces, $, braces, ? or #, got {value!r}")
-    return text
-
-
-def _for_durations(value: object, path: str) -> Mapping[str, float | None]:
-    if not isinstance(value, dict):
-        raise ConfigError(path, f"expected a mapping of alert name to duration, got {kind_of(value)}")
-    for name in value:
-        if name not in ALERT_FOR:
-            raise ConfigError(f"{path}.{name}", f"unknown alert; expected one of: {', '.join(ALERT_FOR)}")
-    return MappingProxyType({**ALERT_FOR, **{k: parse_duration(v, f"{path}.{k}") for k, v in value.items()}})
-
-
 def _redis(value: object, path: str, source: str | None) -> RedisConfig:
     r = Reader(value, path, source)
     url = r.get("url", RedisConfig.url, nonempty_str)
@@ -453,8 +326,8 @@ def _redis(value: object, path: str, source: str | None) -> RedisConfig:
         check_url(url)
     except ValueError as exc:  # never quote the URL: it may hold a password
         raise r.error("url", str(exc)) from None
-    prefix = r.get("prefix", RedisConfig.prefix, _name)
-    headroom = r.get("memory_headroom", RedisConfig.memory_headroom, _fraction)
+    prefix = r.get("prefix", RedisConfig.prefix, config_name)
+    headroom = r.get("memory_headroom", RedisConfig.memory_headroom, fraction)
     shards = r.get("shards", RedisConfig.shards, int_between(1, MAX_SHARDS))
     hand = r.get("shard_hand", min(2, shards), int_between(1, MAX_SHARDS))
     if hand > shards:
@@ -480,7 +353,7 @@ def _scheduler(value: object, path: str, source: str | None) -> SchedulerConfig:
 def _class(value: object, path: str, source: str | None) -> ClassConfig:
     r = Reader(value, path, source)
     out = ClassConfig(
-        name=r.require("name", _name),
+        name=r.require("name", config_name),
         weight=r.require("weight", _positive_int),
         max_age=r.require("max_age", parse_duration),
         arrival_budget=r.get("arrival_budget", None, _ratio),
@@ -503,10 +376,10 @@ def _tenants(value: object, path: str, source: str | None) -> TenantsConfig:
     def tiers(raw: object, tpath: str) -> dict[str, int]:
         if not isinstance(raw, dict) or not raw:
             raise ConfigError(tpath, f"expected a non-empty mapping of tier name to weight, got {kind_of(raw)}")
-        return {_name(k, f"{tpath}.{k}"): int_between(1, 1000)(v, f"{tpath}.{k}") for k, v in raw.items()}
+        return {config_name(k, f"{tpath}.{k}"): int_between(1, 1000)(v, f"{tpath}.{k}") for k, v in raw.items()}
 
     tier_map = r.get("tiers", {"default": 1}, tiers)
-    default_tier = r.get("default_tier", next(iter(tier_map)) if "default" not in tier_map else "default", _name)
+    default_tier = r.get("default_tier", next(iter(tier_map)) if "default" not in tier_map else "default", config_name)
     if default_tier not in tier_map:
         raise r.error("default_tier", f"must be one of the tiers ({', '.join(tier_map)}), got {default_tier!r}")
     def limits(raw: object, lpath: str) -> dict[str, TierLimits]:
@@ -560,14 +433,6 @@ def _leases(value: object, path: str, source: str | None) -> LeasesConfig:
     return out
 
 
-def _listen(value: object, path: str) -> str:
-    text = nonempty_str(value, path)
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(path, f"expected HOST:PORT such as 0.0.0.0:9000 or [::1]:9000, got {text!r}")
-    return text
-
-
 # Keys a config may still set from an earlier version, and what to write instead.
 REMOVED_EXPORTER_KEYS = {
     "tenant_label_limit": (
@@ -577,115 +442,19 @@ REMOVED_EXPORTER_KEYS = {
 }
 
 
-def _exporter(value: object, path: str, source: str | None) -> ExporterConfig:
-    r = Reader(value, path, source)
+def _exporter(r: Reader) -> ExporterConfig:
+    """The core's keys of the ``exporter`` mapping (the exporter process reads its own from ``r``
+    too, before the core refuses any key neither part read)."""
     for key, why in REMOVED_EXPORTER_KEYS.items():
         if key in r.data:
             raise r.error(key, why)
-    out = ExporterConfig(
-        listen=r.get("listen", None, _listen),
+    return ExporterConfig(
         topk_tenants=r.get("topk_tenants", ExporterConfig.topk_tenants, int_between(1, 100)),
         window=r.get("window", ExporterConfig.window, parse_duration),
-        scrape_timeout=r.get("scrape_timeout", ExporterConfig.scrape_timeout, parse_duration),
         noisy_min_inflight=r.get("noisy_min_inflight", ExporterConfig.noisy_min_inflight, int_between(1, 10**6)),
         noisy_min_queued=r.get("noisy_min_queued", ExporterConfig.noisy_min_queued, int_between(1, 10**9)),
         fairness_sample=r.get("fairness_sample", ExporterConfig.fairness_sample, int_between(2, 10_000)),
     )
-    r.done()
-    return out
-
-
-def _alerts(value: object, path: str, source: str | None) -> AlertsConfig:
-    r = Reader(value, path, source)
-    d = AlertsConfig
-    out = AlertsConfig(
-        rate_window=r.get("rate_window", d.rate_window, parse_duration),
-        share_tolerance=r.get("share_tolerance", d.share_tolerance, _fraction),
-        tenant_dominance=r.get("tenant_dominance", d.tenant_dominance, _fraction),
-        reason_shift=r.get("reason_shift", d.reason_shift, _fraction),
-        reason_baseline=r.get("reason_baseline", d.reason_baseline, parse_duration),
-        stall_after=r.get("stall_after", d.stall_after, parse_duration),
-        inversion_max_depth=r.get("inversion_max_depth", d.inversion_max_depth, int_between(0, 10**6)),
-        redelivery_ratio=r.get("redelivery_ratio", d.redelivery_ratio, _fraction),
-        memory_warning=r.get("memory_warning", d.memory_warning, _fraction),
-        exporter_job=r.get("exporter_job", d.exporter_job, _reason),
-        runbook_url=r.get("runbook_url", None, _url_template),
-        dashboard_url=r.get("dashboard_url", None, _url_template),
-        grafana_url=r.get("grafana_url", None, _base_url),
-        worker_slots=r.get("worker_slots", None, int_between(1, 10**6)),
-        for_durations=r.get("for", ALERT_FOR, _for_durations),
-    )
-    r.done()
-    if out.reason_baseline <= out.rate_window:
-        raise r.error("reason_baseline", "must be longer than alerts.rate_window (it compares against that long ago)")
-    return out
-
-
-def _queue_ref(value: object, path: str) -> QueueRef:
-    """A queue name, or ``{queue: NAME, priorities: [..]}``."""
-    if isinstance(value, str):
-        return QueueRef(nonempty_str(value, path))
-    r = Reader(value, path, None)
-
-    def priorities(raw: object, ppath: str) -> tuple[int, ...]:
-        items = list_value(raw, ppath)
-        if not items:
-            raise ConfigError(ppath, "expected at least one priority (leave it out for all of them)")
-        return tuple(int_between(0, 2**21)(p, f"{ppath}[{i}]") for i, p in enumerate(items))
-
-    out = QueueRef(r.require("queue", nonempty_str), r.get("priorities", (), priorities))
-    r.done()
-    return out
-
-
-def _watch(value: object, path: str, source: str | None, class_names: tuple[str, ...]) -> WatchConfig:
-    r = Reader(value, path, source)
-    system = r.require("system", choice(WATCHED_SYSTEMS))
-    url = r.get("url", None, nonempty_str)
-    if url is not None:
-        try:
-            check_url(url)
-        except ValueError as exc:  # never quote the URL: it may hold a password
-            raise r.error("url", str(exc)) from None
-
-    def classes(raw: object, cpath: str) -> dict[str, tuple[QueueRef, ...]]:
-        if not isinstance(raw, dict):
-            raise ConfigError(cpath, f"expected a mapping of class name to its queues, got {kind_of(raw)}")
-        for name in raw:
-            if name not in class_names:
-                raise ConfigError(f"{cpath}.{name}", f"unknown class {name!r}; classes are: {', '.join(class_names)}")
-        missing = [name for name in class_names if name not in raw]
-        if missing:
-            raise ConfigError(cpath, f"every class needs its queues; missing: {', '.join(missing)}")
-        out = {}
-        for name in class_names:
-            items = list_value(raw[name], f"{cpath}.{name}")
-            if not items:
-                raise ConfigError(f"{cpath}.{name}", "expected at least one queue")
-            out[name] = tuple(_queue_ref(item, f"{cpath}.{name}[{i}]") for i, item in enumerate(items))
-            for i, ref in enumerate(out[name]):
-                if ref.priorities and system not in WITH_PRIORITIES:
-                    raise ConfigError(f"{cpath}.{name}[{i}].priorities", f"{system}'s queues have no priorities to "
-                                      f"select: a class takes whole queues (priorities are for "
-                                      f"{' and '.join(WITH_PRIORITIES)})")
-        return out
-
-    def tenant(raw: object, tpath: str) -> tuple[str, ...]:
-        text = nonempty_str(raw, tpath)
-        if not _TENANT_PATH.match(text):
-            raise ConfigError(tpath, f"expected a path into a job's arguments such as kwargs.tenant_id, args.0 or "
-                                     f"data.tenant, got {text!r}")
-        path = tuple(text.split("."))
-        if path[0] not in TENANT_ROOTS[system]:
-            raise ConfigError(tpath, f"a {system} job keeps its arguments under {' or '.join(TENANT_ROOTS[system])}: "
-                                     f"start the path there, got {text!r}")
-        return path
-
-    out = WatchConfig(
-        system=system, classes=r.require("classes", classes), url=url, tenant=r.get("tenant", None, tenant),
-        sample=r.get("sample", WatchConfig.sample, int_between(1, 10_000)), prefix=r.get("prefix", None, _name))
-    r.done()
-    return out
 
 
 def _rule(value: object, path: str, source: str | None, tiers: Mapping[str, int]) -> Rule:
@@ -695,14 +464,14 @@ def _rule(value: object, path: str, source: str | None, tiers: Mapping[str, int]
         items = list_value(raw, tpath)
         if not items:
             raise ConfigError(tpath, "expected at least one task name")
-        return frozenset(_name(t, f"{tpath}[{i}]") for i, t in enumerate(items))
+        return frozenset(config_name(t, f"{tpath}[{i}]") for i, t in enumerate(items))
 
-    tier = r.get("tenant_tier", None, _name)
+    tier = r.get("tenant_tier", None, config_name)
     if tier is not None and tier not in tiers:
         raise r.error("tenant_tier", f"unknown tier {tier!r}; tenants.tiers has: {', '.join(tiers)}")
     out = Rule(
-        queue=r.require("class", _name),
-        reason=r.require("reason", _reason),
+        queue=r.require("class", config_name),
+        reason=r.require("reason", one_line),
         tasks=r.get("tasks", None, tasks),
         user_waiting=r.get("user_waiting", None, boolean),
         tenant_tier=tier,
@@ -712,35 +481,34 @@ def _rule(value: object, path: str, source: str | None, tiers: Mapping[str, int]
 
 
 def parse_config(data: object, source: str | None = None) -> Config:
-    """Validate an already-parsed YAML document (a dict) into a :class:`Config`."""
+    """Validate an already-parsed YAML document (a dict) into a :class:`Config`: the core's
+    sections here, then each section another layer owns (fairness_core.config_sections)."""
     r = Reader(data, "", source)
     redis_cfg = r.get("redis", RedisConfig(), lambda v, p: _redis(v, p, source))
     scheduler = r.get("scheduler", SchedulerConfig(), lambda v, p: _scheduler(v, p, source))
     tenants = r.get("tenants", TenantsConfig(), lambda v, p: _tenants(v, p, source))
     leases = r.get("leases", LeasesConfig(), lambda v, p: _leases(v, p, source))
-    exporter = r.get("exporter", ExporterConfig(), lambda v, p: _exporter(v, p, source))
-    alerts = r.get("alerts", AlertsConfig(), lambda v, p: _alerts(v, p, source))
+    exporter_keys = r.get("exporter", None, lambda v, p: Reader(v, p, source))
+    exporter = _exporter(exporter_keys) if exporter_keys is not None else ExporterConfig()
     classes = tuple(
         _class(item, f"classes[{i}]", source) for i, item in enumerate(r.require("classes", list_value))
     )
     class_names = tuple(c.name for c in classes)
-    watch = r.get("watch", None, lambda v, p: _watch(v, p, source, class_names))
     # A watched system classifies its own jobs: its config may leave the rules out.
-    rules = tuple(
-        _rule(item, f"classification[{i}]", source, tenants.tiers)
-        for i, item in enumerate(r.require("classification", list_value) if watch is None or "classification" in r.data
-                                 else [{"class": class_names[0], "reason": "default"}])
-    )
+    rules_optional = any(s.classification_optional and r.data.get(s.mapping) is not None
+                         for s in owned_sections().values())
+    raw_rules = (r.require("classification", list_value) if not rules_optional or "classification" in r.data
+                 else [{"class": class_names[0], "reason": "default"}])
+    rules = tuple(_rule(item, f"classification[{i}]", source, tenants.tiers) for i, item in enumerate(raw_rules))
+    mark_seen(r)
     r.done()
     _check_classes(classes, scheduler, source)
     _check_rules(rules, tuple(c.name for c in classes), source)
-    if alerts.memory_warning >= redis_cfg.memory_headroom:
-        raise ConfigError("alerts.memory_warning", f"must be below redis.memory_headroom ({redis_cfg.memory_headroom:g}), "
-                          f"got {alerts.memory_warning:g}: the alert must fire before enqueues are refused", source)
-    return Config(
+    core = Config(
         classes=classes, classification=rules, redis=redis_cfg, scheduler=scheduler,
-        tenants=tenants, leases=leases, exporter=exporter, alerts=alerts, source=source, watch=watch,
+        tenants=tenants, leases=leases, exporter=exporter, source=source,
     )
+    return replace(core, sections=parse_sections(r, core, {"exporter": exporter_keys}))
 
 
 def _check_classes(classes: tuple[ClassConfig, ...], scheduler: SchedulerConfig, source: str | None) -> None:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import (
-    ALERT_FOR, UNLIMITED, Config, RedisConfig, SchedulerConfig, TenantsConfig, TierLimits, WatchConfig, format_duration,
-)
+from .config import UNLIMITED, Config, RedisConfig, SchedulerConfig, TenantsConfig, TierLimits, format_duration
+from .config_sections import dump_sections
 from .generated import yaml_text
 
 
@@ -26,8 +25,9 @@ def _limits(limits: TenantsConfig | TierLimits) -> dict[str, Any]:
 
 
 def config_to_data(config: Config) -> dict[str, Any]:
-    """Every field of ``config``, optional ones only when set, in the example file's order."""
-    s, t, le, e, a = config.scheduler, config.tenants, config.leases, config.exporter, config.alerts
+    """Every field of ``config``, optional ones only when set, in the example file's order: the
+    core's sections, then the owned ones as each dumps itself (fairness_core.config_sections)."""
+    s, t, le, e = config.scheduler, config.tenants, config.leases, config.exporter
     classes = []
     for c in config.classes:
         item: dict[str, Any] = {"name": c.name, "weight": c.weight, "max_age": format_duration(c.max_age),
@@ -47,25 +47,11 @@ def config_to_data(config: Config) -> dict[str, Any]:
         if r.tenant_tier is not None:
             rule["tenant_tier"] = r.tenant_tier
         rules.append(rule)
-    alerts: dict[str, Any] = {
-        "rate_window": format_duration(a.rate_window), "share_tolerance": a.share_tolerance,
-        "tenant_dominance": a.tenant_dominance, "reason_shift": a.reason_shift,
-        "reason_baseline": format_duration(a.reason_baseline), "stall_after": format_duration(a.stall_after),
-        "inversion_max_depth": a.inversion_max_depth, "redelivery_ratio": a.redelivery_ratio,
-        "memory_warning": a.memory_warning, "exporter_job": a.exporter_job,
-        "for": {k: format_duration(v) for k, v in a.for_durations.items() if v is not None and v != ALERT_FOR[k]},
-    }
-    optional_alerts = {"runbook_url": a.runbook_url, "dashboard_url": a.dashboard_url, "grafana_url": a.grafana_url,
-                       "worker_slots": a.worker_slots}
-    alerts.update({k: v for k, v in optional_alerts.items() if v is not None})
     exporter: dict[str, Any] = {
-        "topk_tenants": e.topk_tenants,
-        "window": format_duration(e.window), "scrape_timeout": format_duration(e.scrape_timeout),
+        "topk_tenants": e.topk_tenants, "window": format_duration(e.window),
         "noisy_min_inflight": e.noisy_min_inflight, "noisy_min_queued": e.noisy_min_queued,
         "fairness_sample": e.fairness_sample,
     }
-    if e.listen is not None:
-        exporter["listen"] = e.listen
     tenants: dict[str, Any] = {"tiers": dict(t.tiers), "default_tier": t.default_tier, "batch": t.batch,
                                "max_id_bytes": t.max_id_bytes}
     tenants.update(_limits(t))
@@ -89,27 +75,11 @@ def config_to_data(config: Config) -> dict[str, Any]:
                    "retry_backoff": format_duration(le.retry_backoff),
                    "retry_backoff_max": format_duration(le.retry_backoff_max)},
         "exporter": exporter,
-        "alerts": alerts,
     }
     if config.redis.shards != RedisConfig.shards:  # only when set, as for charge
         data["redis"].update(shards=config.redis.shards, shard_hand=config.redis.shard_hand)
-    if config.watch is not None:  # only when set: a group's fingerprint holds across the upgrade
-        data["watch"] = _watch(config.watch)
+    dump_sections(config.sections, data)
     return data
-
-
-def _watch(w: WatchConfig) -> dict[str, Any]:
-    out: dict[str, Any] = {"system": w.system}
-    if w.url is not None:
-        out["url"] = w.url
-    out["classes"] = {name: [q.queue if not q.priorities else {"queue": q.queue, "priorities": list(q.priorities)}
-                             for q in queues] for name, queues in w.classes.items()}
-    if w.tenant is not None:
-        out["tenant"] = ".".join(w.tenant)
-    out["sample"] = w.sample
-    if w.prefix is not None:
-        out["prefix"] = w.prefix
-    return out
 
 
 def config_to_yaml(config: Config, header: str = "") -> str:

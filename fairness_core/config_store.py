@@ -8,21 +8,23 @@ acts on any policy but the applied one: a process whose copy is stale is refused
 applied config and retries (:class:`fairness_core.Scheduler` does this by itself).
 
 Process-local settings are never stored and never compared: ``redis.url`` (it may hold a
-password) and ``exporter.listen``; each process keeps its own.
+password) and the keys a section another layer owns calls local (``exporter.listen``; see
+:mod:`fairness_core.config_sections`); each process keeps its own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from .config import OVER_BUDGET_REASON, Config, ConfigError, SchedulerConfig, parse_config
 from .config_dump import config_to_data
+from .config_sections import local_keys
 from .generated import yaml_text
 from .jobs import FairnessError
 
@@ -133,7 +135,9 @@ def shared_data(config: Config) -> dict[str, Any]:
     """The config as a document, less what is local to each process."""
     data = config_to_data(config)
     data["redis"].pop("url")
-    data["exporter"].pop("listen", None)
+    for key, local in local_keys().items():
+        for name in local:
+            data.get(key, {}).pop(name, None)
     return data
 
 
@@ -197,8 +201,11 @@ def from_stored(fields: Mapping[str, str], local: Config) -> Applied:
     version = int(fields.get(VERSION, "0"))
     data = yaml.load(fields[TEXT], Loader=SAFE_LOADER)
     data["redis"] = {**data.get("redis", {}), "url": local.redis.url}
-    if local.exporter.listen is not None:
-        data.setdefault("exporter", {})["listen"] = local.exporter.listen
+    own = config_to_data(local)
+    for key, names in local_keys().items():
+        for name in names:
+            if name in own.get(key, {}):
+                data.setdefault(key, {})[name] = own[key][name]
     try:
         config = parse_config(data, source=f"applied config v{version} of {local.redis.prefix}")
     except ConfigError as exc:

@@ -26,6 +26,7 @@ from typing import Any, cast
 import yaml
 
 from alerts import promtool
+from alerts.config import alert_settings
 from exporter import metrics as m
 from exporter.collector import FairnessCollector
 from fairness_core import Config, Scheduler, Snapshot
@@ -94,7 +95,7 @@ class SeriesRecorder:
         self._shards = self._collectors(config)
         self._values: dict[str, list[float | None]] = {}
         self._keys: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}  # most series recur every scrape
-        self._target = {"job": config.alerts.exporter_job, "instance": INSTANCE}  # what the rules select on
+        self._target = {"job": alert_settings(config).exporter_job, "instance": INSTANCE}  # what the rules select on
         self.scrapes = 0
 
     @staticmethod

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from alerts.config import alert_settings
 from alerts.output import rules_text
 from alerts.rules import every_alert
 from fairness_core.ages import human
@@ -280,7 +281,7 @@ def _drill_once(scenario: Scenario, policy: str, replay: Replay, directory: Path
     stack = Stack(directory / policy)
     on_stack(stack)
     say(f"{policy}: starting the stack under {stack.directory}")
-    job = config.alerts.exporter_job
+    job = alert_settings(config).exporter_job
     if external is None:
         state = stack.up(config, pools=pools_of(scenario), interval=interval, usual_ports=False)
     else:

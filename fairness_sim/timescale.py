@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from alerts.config import alert_settings
 from alerts.rules import starving_for
 from fairness_core.config import Config, format_duration
 from fairness_sim.loadgen import Replay
@@ -42,7 +43,7 @@ def compress(config: Config, replay: Replay, *, scrape_interval: float) -> Confi
     """``config`` running ``replay.speed`` times faster; raises :class:`SpeedTooHigh` when
     ``alerts.rate_window`` would span fewer than four scrapes."""
     speed, volume, job_scale = replay.speed, replay.volume, replay.speed / replay.volume
-    a = config.alerts
+    a = alert_settings(config)
     window = _ms(a.rate_window / speed)
     if window < MIN_SCRAPES_PER_WINDOW * scrape_interval:
         most = a.rate_window / (MIN_SCRAPES_PER_WINDOW * scrape_interval)
@@ -66,9 +67,8 @@ def compress(config: Config, replay: Replay, *, scrape_interval: float) -> Confi
             retry_backoff=_ms(leases.retry_backoff / job_scale),
             retry_backoff_max=_ms(leases.retry_backoff_max / job_scale)),
         exporter=dataclasses.replace(config.exporter, window=_ms(config.exporter.window / speed)),
-        alerts=dataclasses.replace(
-            a, rate_window=window, reason_baseline=_ms(a.reason_baseline / speed),
-            stall_after=_ms(a.stall_after / speed), worker_slots=None,
-            inversion_max_depth=_jobs(a.inversion_max_depth, volume, 0),
-            for_durations={k: None if v is None else _ms(v / speed) for k, v in a.for_durations.items()}),
-    )
+    ).with_section("alerts", dataclasses.replace(
+        a, rate_window=window, reason_baseline=_ms(a.reason_baseline / speed),
+        stall_after=_ms(a.stall_after / speed), worker_slots=None,
+        inversion_max_depth=_jobs(a.inversion_max_depth, volume, 0),
+        for_durations={k: None if v is None else _ms(v / speed) for k, v in a.for_durations.items()}))

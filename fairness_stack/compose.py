@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
+from alerts.config import alert_settings
 from fairness_core.config import Config
 from fairness_core.generated import HEADER, RenderedSet, yaml_text
 
@@ -34,7 +35,7 @@ def render(config: Config) -> dict[PurePosixPath, str]:
     """Every file of the set, by path relative to the set's directory."""
     prometheus = s.prometheus_config(
         exporters=[address(e) for e in s.EXPORTERS], alertmanager=address(s.ALERTMANAGER),
-        rule_files=[str(RULES_PATH)], exporter_job=config.alerts.exporter_job, interval=SCRAPE_INTERVAL_S)
+        rule_files=[str(RULES_PATH)], exporter_job=alert_settings(config).exporter_job, interval=SCRAPE_INTERVAL_S)
     alertmanager = s.alertmanager_config(
         f"http://{address(s.WEBHOOK)}{s.WEBHOOK_PATH}", group_wait=GROUP_WAIT_S,
         group_interval=GROUP_INTERVAL_S, repeat_interval=REPEAT_INTERVAL_S)

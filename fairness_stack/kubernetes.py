@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from alerts.config import alert_settings
 from alerts.output import rules_text
 from dashboards.output import render as render_dashboards
 from exporter.server import DEFAULT_PORT
@@ -91,7 +92,7 @@ def deployment() -> dict[str, Any]:
 
 def service(config: Config) -> dict[str, Any]:
     meta = _metadata(EXPORTER_SERVICE, "exporter")
-    meta["labels"][JOB_LABEL] = config.alerts.exporter_job
+    meta["labels"][JOB_LABEL] = alert_settings(config).exporter_job
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
             "spec": {"selector": dict(SELECTOR), "ports": [
                 {"name": METRICS_PORT_NAME, "port": DEFAULT_PORT, "targetPort": METRICS_PORT_NAME}]}}

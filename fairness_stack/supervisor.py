@@ -23,7 +23,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 
+from alerts.config import alert_settings
 from alerts.output import rules_text
+from exporter.config import serving
 from fairness_core import Scheduler, redis_client
 from fairness_core.config import Config
 from fairness_core.config_dump import config_to_yaml
@@ -233,8 +235,9 @@ class Stack:
             alertmanager_url=f"http://127.0.0.1:{ports[sc.ALERTMANAGER]}",
             webhook_log=str(self.directory / WEBHOOK_LOG))
         # The exporters must answer within Prometheus's scrape timeout (one interval).
-        exporter = replace(config.exporter, scrape_timeout=min(config.exporter.scrape_timeout, interval * 0.8))
-        live = replace(config, redis=replace(config.redis, url=redis_url), exporter=exporter)
+        own = serving(config)
+        live = replace(config, redis=replace(config.redis, url=redis_url)).with_section(
+            "exporter", replace(own, scrape_timeout=min(own.scrape_timeout, interval * 0.8)))
         self._write_files(live, ports, interval)
         fairctl = [sys.executable, "-m", "fairctl"]
         config_file = str(self.directory / CONFIG_FILE)
@@ -312,7 +315,7 @@ class Stack:
             "prometheus.yml": yaml_text(sc.prometheus_config(
                 exporters=[f"127.0.0.1:{ports[n]}" for n in sc.EXPORTERS],
                 alertmanager=f"127.0.0.1:{ports[sc.ALERTMANAGER]}", rule_files=[sc.RULES_FILE],
-                exporter_job=live.alerts.exporter_job, interval=interval), "Written by fairctl stack up."),
+                exporter_job=alert_settings(live).exporter_job, interval=interval), "Written by fairctl stack up."),
             "alertmanager.yml": yaml_text(sc.alertmanager_config(
                 f"http://127.0.0.1:{ports[sc.WEBHOOK]}{sc.WEBHOOK_PATH}", group_wait=GROUP_WAIT_S,
                 group_interval=GROUP_INTERVAL_S, repeat_interval=REPEAT_INTERVAL_S), "Written by fairctl stack up."),

@@ -15,6 +15,7 @@ import yaml
 
 from alerts import promtool, recording
 from alerts.annotations import humanize, humanize_duration, humanize_percentage
+from alerts.config import ALERT_FOR
 from alerts.layout import GENERATED_DIR, RULES_FILE, TESTS_DIR, runbook_file
 from alerts.output import ALERTS, render
 from alerts.rules import UP, build_alerts
@@ -22,7 +23,6 @@ from alerts.runbooks import diagnostics
 from exporter import metrics as m
 from fairctl.generate_command import OUTPUT_SETS
 from fairness_core import Config, load_config, parse_config
-from fairness_core.config import ALERT_FOR
 from fairness_core.generated import plan, write
 
 from .conftest import EXAMPLE_CONFIG, ROOT

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from alerts.config import ALERT_FOR, AlertsConfig, alert_settings
 from fairness_core import Model, load_config, parse_config
-from fairness_core.config import ALERT_FOR, OVER_BUDGET_REASON, AlertsConfig
+from fairness_core.config import OVER_BUDGET_REASON
 
 from . import test_config
 from .conftest import EXAMPLE_CONFIG
@@ -16,9 +17,10 @@ from .test_config import with_change
 
 def test_the_example_sets_the_alerts_section_and_expected_load() -> None:
     config = load_config(EXAMPLE_CONFIG)
-    assert config.alerts.rate_window == 600 and config.alerts.share_tolerance == 0.5
-    assert config.alerts.reason_baseline == 86400 and config.alerts.worker_slots == 40
-    assert config.alerts.runbook_url is None and dict(config.alerts.for_durations) == dict(ALERT_FOR)
+    alerts = alert_settings(config)
+    assert alerts.rate_window == 600 and alerts.share_tolerance == 0.5
+    assert alerts.reason_baseline == 86400 and alerts.worker_slots == 40
+    assert alerts.runbook_url is None and dict(alerts.for_durations) == dict(ALERT_FOR)
     low = config.classes[2]
     assert low.arrival_rate == pytest.approx(500 / 60) and low.service_time == 0.5
 
@@ -28,7 +30,7 @@ def test_without_an_alerts_section_every_default_applies() -> None:
     for cls in data["classes"]:
         cls.pop("arrival_rate"), cls.pop("service_time")
     config = parse_config(data)
-    assert config.alerts == AlertsConfig()
+    assert alert_settings(config) == AlertsConfig()
     assert all(c.arrival_rate is None and c.service_time is None for c in config.classes)
 
 
@@ -41,9 +43,9 @@ def test_arrival_rates(text: Any, per_second: float) -> None:
 
 def test_for_overrides_merge_with_the_defaults() -> None:
     config = parse_config(with_change("alerts.for", {"QueueStalled": "10m", "QueueStarving": "2m"}))
-    assert config.alerts.for_durations["QueueStalled"] == 600
-    assert config.alerts.for_durations["QueueStarving"] == 120
-    assert config.alerts.for_durations["PriorityInversion"] == ALERT_FOR["PriorityInversion"]
+    assert alert_settings(config).for_durations["QueueStalled"] == 600
+    assert alert_settings(config).for_durations["QueueStarving"] == 120
+    assert alert_settings(config).for_durations["PriorityInversion"] == ALERT_FOR["PriorityInversion"]
 
 
 @pytest.mark.parametrize(

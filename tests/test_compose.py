@@ -16,6 +16,7 @@ import click
 import pytest
 import yaml
 
+from alerts.config import alert_settings
 from dashboards.layout import CONTAINER_DASHBOARDS
 from dashboards.layout import GENERATED_DIR as DASHBOARDS_DIR
 from dashboards.output import PROMETHEUS_URL
@@ -185,7 +186,7 @@ def test_prometheus_config_and_its_rules_pass_promtool(tmp_path: Path) -> None:
 def test_prometheus_scrapes_both_exporters_and_alerts_the_alertmanager(example_config: Any) -> None:
     config = yaml.safe_load((ROOT / GENERATED_DIR / PROMETHEUS_FILE).read_text())
     (job,) = config["scrape_configs"]
-    assert job["job_name"] == example_config.alerts.exporter_job
+    assert job["job_name"] == alert_settings(example_config).exporter_job
     assert job["static_configs"] == [{"targets": [address(e) for e in s.EXPORTERS]}]
     assert config["alerting"]["alertmanagers"] == [{"static_configs": [{"targets": [address(s.ALERTMANAGER)]}]}]
     assert config["global"]["scrape_interval"] == f"{SCRAPE_INTERVAL_S:g}s"

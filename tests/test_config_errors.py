@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from exporter.sources import watched
 from fairness_core import ConfigError, load_config, parse_config
 from fairness_core.config_dump import config_to_data
 from fairness_sim.scenario import load_scenario
@@ -121,5 +122,6 @@ def test_a_watch_config_needs_no_classification_and_reads_back_as_written() -> N
     data["watch"] = {"system": "celery", "tenant": "kwargs.tenant_id",
                      "classes": {**WATCHED, "jobs:low": ["bulk", {"queue": "default", "priorities": [6, 9]}]}}
     config = parse_config(data, "watch.yaml")
-    assert config.watch is not None and config.watch.tenant == ("kwargs", "tenant_id")
+    watch = watched(config)
+    assert watch is not None and watch.tenant == ("kwargs", "tenant_id")
     assert parse_config(config_to_data(config), "watch.yaml") == config

@@ -18,6 +18,7 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as schema
 
 from alerts import recording
+from alerts.config import alert_settings
 from alerts.rules import build_alerts
 from dashboards import queries as q
 from dashboards.build import DATASOURCE, GRID_WIDTH, INPUT, overview
@@ -162,7 +163,7 @@ def test_datasource_and_job_are_variables_and_the_json_imports_through_the_ui(ui
     variables = {v["name"]: v for v in data["templating"]["list"]}
     assert variables[q.DATASOURCE_VAR]["type"] == "datasource"
     assert variables[q.DATASOURCE_VAR]["current"]["value"] == f"${{{INPUT}}}"
-    assert variables[q.JOB_VAR]["current"]["value"] == load_config(EXAMPLE_CONFIG).alerts.exporter_job
+    assert variables[q.JOB_VAR]["current"]["value"] == alert_settings(load_config(EXAMPLE_CONFIG)).exporter_job
     refs = [p["datasource"] for p in panels(data)] + [t["datasource"] for p in panels(data) for t in p.get("targets", [])]
     refs += [a["datasource"] for a in data["annotations"]["list"]]
     assert refs and all(ref == DATASOURCE for ref in refs)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from alerts.config import alert_settings
 from alerts.output import rules_text
 from dashboards import queries as q
 from dashboards.build import DASHBOARDS, to_json
@@ -90,7 +91,7 @@ def test_every_panel_query_returns_series_from_a_live_workload(redis_server: Red
         prometheus = stack.enter_context(Prometheus([f"127.0.0.1:{exporter.port}"], tmp_path, (rules,)))
         queue = open_queue(config, redis_client(redis_server.url))
         stack.enter_context(running(Worker(queue, sleep_handlers, concurrency=4)))
-        values = {q.JOB_VAR: config.alerts.exporter_job, GROUP_VAR: m.group_of(config)}
+        values = {q.JOB_VAR: alert_settings(config).exporter_job, GROUP_VAR: m.group_of(config)}
         wait_for(lambda: bool(prometheus.query(substituted(panel_queries(boards[0])[0][1], values))), 30,
                  "the first scrape and rule evaluation")
         for board in boards:

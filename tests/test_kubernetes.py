@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from alerts.config import alert_settings
 from alerts.layout import GENERATED_DIR as ALERTS_DIR
 from alerts.layout import RULES_FILE
 from dashboards.layout import GENERATED_DIR as DASHBOARDS_DIR
@@ -102,7 +103,7 @@ def test_the_service_monitor_scrapes_the_sidecars_metrics_port_as_the_exporter_j
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == [k.METRICS_PORT_NAME]
     # The operator names the job after this Service label: FairnessExporterDown watches that job.
-    assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == example_config.alerts.exporter_job
+    assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == alert_settings(example_config).exporter_job
 
 
 def test_the_prometheus_rule_carries_exactly_the_generated_groups() -> None:

@@ -12,6 +12,7 @@ import redis
 import yaml
 from click.testing import CliRunner
 
+from alerts.config import alert_settings
 from alerts.rules import starving_for
 from fairctl.cli import app
 from fairness_core import Scheduler
@@ -163,14 +164,14 @@ def test_compress_divides_every_duration_and_scales_job_counts() -> None:
     for slow, quick in zip(config.classes, fast.classes):
         assert quick.max_age == pytest.approx(slow.max_age / 100)
         assert quick.starving_for == pytest.approx(starving_for(config, slow) / 100)
-    assert fast.alerts.rate_window == pytest.approx(6.0)
-    assert fast.alerts.for_durations["QueueStalled"] == pytest.approx(3.0)
+    assert alert_settings(fast).rate_window == pytest.approx(6.0)
+    assert alert_settings(fast).for_durations["QueueStalled"] == pytest.approx(3.0)
     assert fast.scheduler.budget_window == pytest.approx(6.0)
     assert fast.leases.visibility_timeout == pytest.approx(config.leases.visibility_timeout / 10)  # job time
-    assert fast.alerts.inversion_max_depth == 0 and fast.scheduler.budget_min_arrivals == 10
+    assert alert_settings(fast).inversion_max_depth == 0 and fast.scheduler.budget_min_arrivals == 10
     assert fast.exporter.noisy_min_queued == config.exporter.noisy_min_queued
     assert dataclasses.replace(fast, classes=config.classes, scheduler=config.scheduler, leases=config.leases,
-                               exporter=config.exporter, alerts=config.alerts) == config
+                               exporter=config.exporter, sections=config.sections) == config
 
 
 def test_compress_refuses_a_rate_window_too_short_to_rate_over() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from redis.exceptions import OutOfMemoryError
 
+from alerts.config import alert_settings
 from fairness_core import ConfigError, Enqueued, EvictionPolicyError, RedisMemoryFull, parse_config
 from fairness_core.memory import MemoryGuard, MemoryInfo, check_eviction_policy, read_memory
 
@@ -144,7 +145,7 @@ def test_a_cluster_reading_takes_an_evicting_master_first_then_the_fullest() -> 
 
 def test_the_headroom_and_the_warning_are_read_and_default_sensibly() -> None:
     config = parse_config(with_change("redis.memory_headroom", 0.95))
-    assert config.redis.memory_headroom == 0.95 and config.alerts.memory_warning == 0.8
+    assert config.redis.memory_headroom == 0.95 and alert_settings(config).memory_warning == 0.8
     assert parse_config(with_change("redis.memory_headroom", "~")).redis.memory_headroom == 0.9
 
 

@@ -20,6 +20,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from alerts import recording as rec
+from alerts.config import alert_settings
 from alerts.output import rules_text
 from alerts.promql import selector
 from alerts.rules import (
@@ -159,7 +160,7 @@ def test_a_fleet_serving_the_weights_raises_no_share_or_starvation_alert_on_unev
     # it to beside jobs:low: the per-shard false alert's case, which the logical rules do not raise.
     home_share = on_home["jobs:high"] / (on_home["jobs:high"] + on_home["jobs:low"])
     entitled = WEIGHTS["jobs:high"] / (WEIGHTS["jobs:high"] + WEIGHTS["jobs:low"])
-    assert home_share < config.alerts.share_tolerance * entitled, figures
+    assert home_share < alert_settings(config).share_tolerance * entitled, figures
 
 
 def test_a_fleet_forced_off_the_weights_is_paged_once_for_the_logical_queue(
@@ -186,4 +187,4 @@ def test_a_fleet_forced_off_the_weights_is_paged_once_for_the_logical_queue(
     assert all(labels[m.GROUP] == group and m.SHARD not in labels for labels in firing), firing
     assert len({labels[m.QUEUE] for labels in firing}) == len(firing), f"a class named twice: {firing}"
     assert ever and all(m.SHARD not in labels for labels in ever), f"pending or firing at some point: {ever}"
-    assert shares["jobs:high"] < config.alerts.share_tolerance * entitled["jobs:high"], (shares, entitled)
+    assert shares["jobs:high"] < alert_settings(config).share_tolerance * entitled["jobs:high"], (shares, entitled)

@@ -25,9 +25,9 @@ import yaml
 from alerts.rules import QUEUE_STARVING
 from benchmarks.peers import NODE_PACKAGES
 from exporter import metrics as m
+from exporter.sources import QueueRef, watched
 from exporter.sources.bullmq import LEVEL, BullmqSource
 from fairness_core import Config, load_config
-from fairness_core.config import QueueRef
 from fairness_stack.servers import RedisServer, stop_process
 
 from .conftest import EXAMPLE_CONFIG, GivenRedis
@@ -170,7 +170,7 @@ def test_classes_taking_priority_levels_of_one_queue_get_their_bands(
 
     levels = watch_config(tmp_path, redis_server.url, {URGENT: (QueueRef("ranked", (1,)),),
                                                        BULK: (QueueRef("ranked", (2, 3)),)})
-    reading = BullmqSource(levels.watch).read(client, time.time())  # type: ignore[arg-type]
+    reading = BullmqSource(watched(levels)).read(client, time.time())  # type: ignore[arg-type]
     band = f"{1 * LEVEL}", f"{2 * LEVEL - 1}"
     assert reading[URGENT].depth == client.zcount("bull:ranked:prioritized", *band) == len(by_level[1]) == 10
     assert reading[BULK].depth == len(by_level[2]) + len(by_level[3]) == 20
@@ -180,7 +180,7 @@ def test_classes_taking_priority_levels_of_one_queue_get_their_bands(
     assert reading[URGENT].inflight is None and reading[URGENT].processed is None, "the active list is not split by level"
 
     whole = watch_config(tmp_path, redis_server.url, {URGENT: (QueueRef("ranked", (0,)),), BULK: (QueueRef("ranked"),)})
-    source = BullmqSource(whole.watch)  # type: ignore[arg-type]
+    source = BullmqSource(watched(whole))  # type: ignore[arg-type]
     reading = source.read(client, time.time())
     assert reading[URGENT].depth == client.llen("bull:ranked:wait") == 10, "level 0: the wait list"
     assert reading[BULK].depth == 40
@@ -196,7 +196,7 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
     admin.flushdb()
     watcher = read_only_user(admin, redis_server.url)
     config = watch_config(tmp_path, redis_server.url, {URGENT: (QueueRef("interactive"),), BULK: (QueueRef("bulk"),)})
-    source = BullmqSource(config.watch)  # type: ignore[arg-type]
+    source = BullmqSource(watched(config))  # type: ignore[arg-type]
     add(node, redis_server.url, "bulk", 1_000)  # real jobs where workers take next: the head and sample read them
     first = enqueued(admin, "bulk", admin.lindex("bull:bulk:wait", -1))
     commands_per_read = read_cost(source, watcher, admin)
@@ -229,7 +229,7 @@ def test_loadgen_replays_a_storm_as_bullmq_jobs_that_real_workers_run(
     routes = replay_storm(tmp_path / "watch.yaml", tmp_path)
     assert "campaign: newsletter jobs, class bullmq:bulk, into bullmq queue bulk priority 2" in routes
     assert "resets: password_reset jobs, class bullmq:interactive, into bullmq queue interactive" in routes
-    readings = BullmqSource(config.watch).read(client, time.time())  # type: ignore[arg-type]
+    readings = BullmqSource(watched(config)).read(client, time.time())  # type: ignore[arg-type]
     assert (readings[BULK].depth, readings[URGENT].depth) == (STORM_BULK, STORM_INTERACTIVE)
     assert client.zcard("bull:bulk:prioritized") == STORM_BULK, "added at priority 2"
     assert readings[BULK].tenants == (("flooder", 100),), "the tenant is where watch.tenant says (data.tenant)"

@@ -24,9 +24,9 @@ import yaml
 
 from alerts.rules import QUEUE_STARVING
 from exporter import metrics as m
+from exporter.sources import QueueRef, WatchConfig, watched
 from exporter.sources.celery import CelerySource, list_keys
 from fairness_core import Config, load_config, redis_client
-from fairness_core.config import QueueRef, WatchConfig
 from fairness_stack.servers import RedisServer
 
 from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
@@ -322,7 +322,8 @@ def test_loadgen_replays_a_storm_as_celery_tasks_that_a_real_worker_runs(
     routes = replay_storm(tmp_path / "watch.yaml", tmp_path)
     assert "campaign: fairctl.sleep jobs, class celery:bulk, into celery queue bulk priority 6" in routes
     assert "resets: fairctl.sleep jobs, class celery:interactive, into celery queue interactive" in routes
-    readings = CelerySource(load_config(tmp_path / "watch.yaml").watch).read(client, time.time())  # type: ignore[arg-type]
+    watch = watched(load_config(tmp_path / "watch.yaml"))
+    readings = CelerySource(watch).read(client, time.time())  # type: ignore[arg-type]
     assert (readings["celery:bulk"].depth, readings["celery:interactive"].depth) == (STORM_BULK, STORM_INTERACTIVE)
     assert client.llen("bulk\x06\x166") == STORM_BULK, "kombu's list for priority step 6"
     assert readings["celery:bulk"].tenants == (("flooder", 100),), "the tenant is where watch.tenant says"

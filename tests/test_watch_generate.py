@@ -3,16 +3,14 @@ with only the series that system supplies, and promtool passing on them."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from alerts import rules as r
 from alerts.output import rules_text
 from alerts.recording import expressions
 from alerts.supplied import needs, served_metrics
+from exporter.sources import QueueRef, WatchConfig, systems
 from fairness_core import Config
-from fairness_core.config import WATCHED_SYSTEMS, QueueRef, WatchConfig
 
 from .conftest import make_config
 
@@ -28,15 +26,15 @@ KEPT = {
 
 def watching(system: str) -> Config:
     config = make_config()
-    return dataclasses.replace(config, watch=WatchConfig(system=system, classes={
+    return config.with_section("watch", WatchConfig(system=system, classes={
         name: (QueueRef(name.replace(":", "-")),) for name in config.class_names}))
 
 
 def test_every_system_is_listed() -> None:
-    assert set(KEPT) == set(WATCHED_SYSTEMS)
+    assert set(KEPT) == set(systems())
 
 
-@pytest.mark.parametrize("system", WATCHED_SYSTEMS)
+@pytest.mark.parametrize("system", list(systems()))
 def test_each_system_keeps_the_alerts_its_series_feed(system: str) -> None:
     config = watching(system)
     assert tuple(a.name for a in r.build_alerts(config)) == KEPT[system]

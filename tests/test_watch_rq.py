@@ -25,6 +25,7 @@ from alerts.rules import (
     left_out,
 )
 from exporter import metrics as m
+from exporter.sources import watched
 from exporter.sources.rq import RqSource
 from fairness_core import Config, load_config
 from fairness_stack.servers import RedisServer, stop_process
@@ -112,7 +113,7 @@ def test_loadgen_replays_a_storm_as_rq_jobs_that_a_real_worker_runs(
     routes = replay_storm(tmp_path / "watch.yaml", tmp_path)
     assert "campaign: fairness_sim.watched_jobs.sleep jobs, class rq:bulk, into rq queue bulk" in routes
     assert "resets: fairness_sim.watched_jobs.sleep jobs, class rq:interactive, into rq queue interactive" in routes
-    readings = RqSource(config.watch).read(client, time.time())  # type: ignore[arg-type]
+    readings = RqSource(watched(config)).read(client, time.time())  # type: ignore[arg-type]
     assert (readings[BULK].depth, readings[URGENT].depth) == (STORM_BULK, STORM_INTERACTIVE)
     assert readings[BULK].tenants == (("flooder", 100),), "the tenant is where watch.tenant says (args.0)"
     assert {tenant for tenant, _ in readings[URGENT].tenants} == {f"shop-{n}" for n in range(4)}
@@ -127,7 +128,7 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
     admin = redis.Redis.from_url(redis_server.url)
     admin.flushdb()
     watcher = read_only_user(admin, redis_server.url)
-    source = RqSource(watch_config(tmp_path, redis_server.url).watch)  # type: ignore[arg-type]
+    source = RqSource(watched(watch_config(tmp_path, redis_server.url)))  # type: ignore[arg-type]
     bulk = Queue("bulk", connection=admin)
     for n in range(100):  # real jobs at the head: the sample reads their hashes
         bulk.enqueue(TASK, "flooder", n=n)
@@ -176,7 +177,7 @@ def test_realised_shares_are_the_completions_the_worker_made(redis_server: Redis
                                                              tmp_path: Path) -> None:
     client = redis.Redis.from_url(redis_server.url)
     client.flushdb()
-    source = RqSource(watch_config(tmp_path, redis_server.url).watch)  # type: ignore[arg-type]
+    source = RqSource(watched(watch_config(tmp_path, redis_server.url)))  # type: ignore[arg-type]
     source.read(client, time.time())  # a scrape before any work: the counters start there
     queued = {"interactive": 40, "bulk": 60}
     for queue, n in queued.items():

@@ -7,7 +7,6 @@ top; a real Prometheus loading the generated rules fires QueueStarving for the s
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -23,9 +22,9 @@ import yaml
 
 from alerts.rules import QUEUE_STARVING
 from exporter import metrics as m
+from exporter.sources import QueueRef, WatchConfig, watched
 from exporter.sources.sidekiq import SidekiqSource
 from fairness_core import Config, ConfigError, load_config, parse_config
-from fairness_core.config import QueueRef, WatchConfig
 from fairness_stack.servers import RedisServer, find_binary, stop_process
 
 from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
@@ -58,7 +57,7 @@ def watch_config(tmp_path: Path, url: str) -> Config:
     path.write_text(yaml.safe_dump(data))
     watch = WatchConfig(system="sidekiq", url=url, tenant=("args", "0"),
                         classes={URGENT: (QueueRef("interactive"), QueueRef("other")), BULK: (QueueRef("bulk"),)})
-    return dataclasses.replace(load_config(path), watch=watch)
+    return load_config(path).with_section("watch", watch)
 
 
 def produce(url: str, *batches: dict[str, Any]) -> None:
@@ -137,7 +136,8 @@ def test_loadgen_replays_a_storm_as_sidekiq_jobs_that_a_real_sidekiq_runs(
     assert "campaign: FairctlSleep jobs, class sidekiq:bulk, into sidekiq queue bulk" in routes
     assert "resets: FairctlSleep jobs, class sidekiq:interactive, into sidekiq queue interactive" in routes, \
         "a class's first queue"
-    readings = SidekiqSource(load_config(tmp_path / "watch.yaml").watch).read(client, time.time())  # type: ignore[arg-type]
+    watch = watched(load_config(tmp_path / "watch.yaml"))
+    readings = SidekiqSource(watch).read(client, time.time())  # type: ignore[arg-type]
     assert (readings[BULK].depth, readings[URGENT].depth) == (STORM_BULK, STORM_INTERACTIVE)
     assert readings[BULK].tenants == (("flooder", 100),), "the tenant is where watch.tenant says (args.0)"
     assert {tenant for tenant, _ in readings[URGENT].tenants} == {f"shop-{n}" for n in range(4)}
@@ -153,7 +153,7 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
     admin = redis.Redis.from_url(redis_server.url)
     admin.flushdb()
     watcher = read_only_user(admin, redis_server.url)
-    source = SidekiqSource(watch_config(tmp_path, redis_server.url).watch)  # type: ignore[arg-type]
+    source = SidekiqSource(watched(watch_config(tmp_path, redis_server.url)))  # type: ignore[arg-type]
     produce(redis_server.url, {"queue": "bulk", "class": "Work", "args": [["flooder", n] for n in range(1_000)]})
     commands_per_read = read_cost(source, watcher, admin)
 

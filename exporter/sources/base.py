@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Protocol
 
 import redis
 
-from fairness_core.config import QueueRef, WatchConfig
+from .watching import QueueRef, WatchConfig
 
 __all__ = ["ClassReading", "QueueRef", "Source", "per_queue_sample", "tenant_of", "top_tenants"]
 
@@ -37,6 +37,8 @@ class Source(Protocol):
     """A job system's reader for the classes of one config's ``watch`` section (built from it)."""
 
     kind: ClassVar[str]  # the ``watch.system`` value naming it
+    has_priorities: ClassVar[bool]  # whether a class may take some of a queue's priorities (watch.classes)
+    tenant_roots: ClassVar[tuple[str, ...]]  # where its jobs keep their arguments: a watch.tenant path's first step
     supplies: ClassVar[frozenset[str]]  # names of the contract's metrics (exporter.metrics) it serves
 
     def __init__(self, watch: WatchConfig) -> None: ...

@@ -41,9 +41,9 @@ from typing import ClassVar
 import redis
 
 from exporter import metrics as m
-from fairness_core.config import QueueRef, WatchConfig
 
 from .base import ClassReading, tenant_of, top_tenants
+from .watching import QueueRef, WatchConfig
 
 DEFAULT_PREFIX = "bull"  # BullMQ's QueueKeys default
 LEVEL = 2**32  # a prioritized job's score is its priority times this, plus a counter (getPriorityScore.lua)
@@ -78,6 +78,9 @@ def parts_of(ref: QueueRef, prefix: str) -> tuple[Part, ...]:
 
 class BullmqSource:
     kind: ClassVar[str] = "bullmq"
+    # BullMQ's job priorities are levels a class may take some of; a job's arguments are its data.
+    has_priorities: ClassVar[bool] = True
+    tenant_roots: ClassVar[tuple[str, ...]] = ("data",)
     supplies: ClassVar[frozenset[str]] = frozenset({
         m.QUEUE_DEPTH.name, m.QUEUE_OLDEST_AGE.name, m.QUEUE_INFLIGHT.name, m.JOBS_PROCESSED.name,
         m.QUEUE_TENANT_SHARE.name})
@@ -197,3 +200,6 @@ def _tenant(data: bytes | None, path: tuple[str, ...]) -> str | None:
         return tenant_of({"data": json.loads(data)}, path) if data else None
     except (ValueError, RecursionError):
         return None
+
+
+SOURCE = BullmqSource

@@ -37,9 +37,9 @@ from typing import Any, ClassVar
 import redis
 
 from exporter import metrics as m
-from fairness_core.config import QueueRef, WatchConfig
 
 from .base import ClassReading, tenant_of, top_tenants
+from .watching import QueueRef, WatchConfig
 
 PRIORITY_STEPS = (0, 3, 6, 9)  # kombu.transport.redis.PRIORITY_STEPS
 SEP = "\x06\x16"  # kombu's separator between a queue's name and its priority step
@@ -58,6 +58,9 @@ def list_keys(ref: QueueRef, prefix: str = "") -> tuple[tuple[int, str], ...]:
 
 class CelerySource:
     kind: ClassVar[str] = "celery"
+    # Celery's message priorities (kombu's steps) are a class's to take some of.
+    has_priorities: ClassVar[bool] = True
+    tenant_roots: ClassVar[tuple[str, ...]] = ("args", "kwargs")
     supplies: ClassVar[frozenset[str]] = frozenset({
         m.QUEUE_DEPTH.name, m.QUEUE_OLDEST_AGE.name, m.QUEUE_TENANT_SHARE.name})
 
@@ -182,3 +185,6 @@ def _arguments(raw: bytes) -> Any:
     if isinstance(decoded, list) and len(decoded) >= 2:
         return {"args": decoded[0], "kwargs": decoded[1]}
     return decoded if isinstance(decoded, dict) else None
+
+
+SOURCE = CelerySource

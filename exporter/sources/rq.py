@@ -24,15 +24,18 @@ from typing import Any, ClassVar
 import redis
 
 from exporter import metrics as m
-from fairness_core.config import WatchConfig
 
 from .base import ClassReading, per_queue_sample, tenant_of, top_tenants
+from .watching import WatchConfig
 
 DEFAULT_PREFIX = "rq"  # RQ 3 reads RQ_KEY_PREFIX from its environment; watch.prefix says the same here
 
 
 class RqSource:
     kind: ClassVar[str] = "rq"
+    # RQ's queues are taken whole: it has no priorities inside a queue.
+    has_priorities: ClassVar[bool] = False
+    tenant_roots: ClassVar[tuple[str, ...]] = ("args", "kwargs")
     supplies: ClassVar[frozenset[str]] = frozenset({
         m.QUEUE_DEPTH.name, m.QUEUE_OLDEST_AGE.name, m.QUEUE_INFLIGHT.name, m.JOBS_PROCESSED.name,
         m.QUEUE_TENANT_SHARE.name})
@@ -113,3 +116,6 @@ def _arguments(description: bytes | None) -> dict[str, Any]:
                 "kwargs": {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg is not None}}
     except (SyntaxError, ValueError, TypeError, UnicodeDecodeError, RecursionError, MemoryError):
         return {}
+
+
+SOURCE = RqSource

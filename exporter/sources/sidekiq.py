@@ -26,15 +26,18 @@ from typing import Any, ClassVar
 import redis
 
 from exporter import metrics as m
-from fairness_core.config import WatchConfig
 
 from .base import ClassReading, per_queue_sample, tenant_of, top_tenants
+from .watching import WatchConfig
 
 MS_EPOCH_ABOVE = 1e11  # an enqueued_at above this is milliseconds (Sidekiq 8), else seconds (year 5138)
 
 
 class SidekiqSource:
     kind: ClassVar[str] = "sidekiq"
+    # Sidekiq's queues are taken whole: its weights are between queues, as a class's weight is.
+    has_priorities: ClassVar[bool] = False
+    tenant_roots: ClassVar[tuple[str, ...]] = ("args",)
     supplies: ClassVar[frozenset[str]] = frozenset({
         m.QUEUE_DEPTH.name, m.QUEUE_OLDEST_AGE.name, m.QUEUE_INFLIGHT.name, m.QUEUE_TENANT_SHARE.name})
 
@@ -107,3 +110,6 @@ def _epoch(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return value / 1000 if value > MS_EPOCH_ABOVE else float(value)
+
+
+SOURCE = SidekiqSource

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
+from exporter.sources import watched
 from fairness_core.config import Config
 
 from .base import ClientMissing, WatchedProducer
@@ -21,8 +22,9 @@ PRODUCERS = {
 def producer_for(config: Config, job: str | None = None) -> WatchedProducer:
     """The producer of ``config.watch.system`` writing jobs of function ``job`` (None: its default);
     raises :class:`ClientMissing` when the system's client is not installed."""
-    if config.watch is None:
+    watch = watched(config)
+    if watch is None:
         raise ValueError("a watched producer needs a config with a watch section")
-    module, name = PRODUCERS[config.watch.system].split(":")
+    module, name = PRODUCERS[watch.system].split(":")
     producer: type[WatchedProducer] = getattr(import_module(f"{__name__}.{module}"), name)
     return producer(config, job)

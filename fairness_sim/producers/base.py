@@ -19,8 +19,9 @@ from typing import Any
 
 import redis
 
+from exporter.sources import QueueRef, WatchConfig, watched
 from fairness_core.classification import classify
-from fairness_core.config import Config, ConfigError, QueueRef, WatchConfig
+from fairness_core.config import Config, ConfigError
 from fairness_core.jobs import FairnessError, RedisUnavailable
 
 SERVICE_FIELD = "service_s"  # the job's live service time in seconds, as fairctl's own jobs carry it
@@ -105,10 +106,11 @@ class WatchedProducer:
     unavailable: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
 
     def __init__(self, config: Config, job: str | None = None) -> None:
-        if config.watch is None:
+        watch = watched(config)
+        if watch is None:
             raise ValueError("a watched producer needs a config with a watch section")
         self.config = config
-        self.watch: WatchConfig = config.watch
+        self.watch: WatchConfig = watch
         self.url = self.watch.url or config.redis.url  # as the exporter reads it
         self.job = job or self.default_job
 
