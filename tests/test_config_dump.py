@@ -8,6 +8,7 @@ import yaml
 
 from fairness_core import Config, parse_config
 from fairness_core.config_dump import config_to_yaml
+from fairness_core.config_store import fingerprint, shared_data
 
 from .conftest import make_config
 
@@ -35,3 +36,19 @@ def test_every_optional_field_round_trips() -> None:
 def test_header_is_a_comment() -> None:
     text = config_to_yaml(make_config(), "written by a drill\nfor policy fifo")
     assert text.startswith("# written by a drill\n# for policy fifo\n")
+
+
+def test_the_stored_form_and_fingerprint_hold_whoever_parses_each_section(example_config: Config) -> None:
+    """Groups already running keep their fingerprint in Redis: the sections other layers own dump
+    themselves into the same stored form, in the same order, as when the core dumped them all
+    (the exporter's ``scrape_timeout`` still after the core's ``window``; ``listen`` local)."""
+    with_listen = make_config(exporter={"listen": "127.0.0.1:9999"})
+    stored = shared_data(with_listen)
+    assert list(stored) == ["redis", "scheduler", "classes", "tenants", "classification", "leases", "exporter",
+                            "alerts"]
+    assert list(stored["exporter"]) == ["topk_tenants", "window", "scrape_timeout", "noisy_min_inflight",
+                                        "noisy_min_queued", "fairness_sample"]
+    assert fingerprint(example_config) == "feea1754b5efcec4"  # as computed before the sections had owners
+    watching = dict(yaml.safe_load(config_to_yaml(example_config)), watch={"system": "celery", "classes": {
+        name: [name.replace(":", "-")] for name in example_config.class_names}})
+    assert list(shared_data(parse_config(watching)))[-2:] == ["alerts", "watch"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from exporter import sources
 from exporter.sources import watched
 from fairness_core import ConfigError, load_config, parse_config
 from fairness_core.config_dump import config_to_data
@@ -125,3 +126,38 @@ def test_a_watch_config_needs_no_classification_and_reads_back_as_written() -> N
     watch = watched(config)
     assert watch is not None and watch.tenant == ("kwargs", "tenant_id")
     assert parse_config(config_to_data(config), "watch.yaml") == config
+
+
+@pytest.mark.parametrize(("typo", "says"), [("scrape_timout", "did you mean scrape_timeout?"),
+                                            ("windw", "did you mean window?"), ("lissen", "did you mean listen?")])
+def test_a_typo_in_the_exporter_section_is_named_whichever_layer_owns_the_key(typo: str, says: str) -> None:
+    """The core parses the exporter keys its scripts use, the exporter its own (listen,
+    scrape_timeout): one mapping, one set of known keys, one "did you mean" over both."""
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    data["exporter"] = {typo: "1s"}
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, "fairness.yaml")
+    assert err.value.path == f"exporter.{typo}" and says in err.value.message, str(err.value)
+    assert "fairness_sample, listen, noisy_min_inflight, noisy_min_queued, scrape_timeout, topk_tenants, window" in (
+        err.value.message)
+
+
+def test_a_watched_system_is_declared_by_its_reader_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch section takes the systems from the readers of exporter/sources/ (each one's kind,
+    whether a class may take some of its queues' priorities, where its jobs keep their arguments),
+    so a new system is one module there."""
+    class KafkaSource:
+        kind, has_priorities, tenant_roots = "kafka", False, ("value",)
+
+    known = dict(sources.systems())
+    monkeypatch.setattr(sources, "systems", lambda: {**known, "kafka": KafkaSource})
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    data["watch"] = {"system": "kafka", "classes": WATCHED, "tenant": "value.tenant"}
+    watch = watched(parse_config(data, "watch.yaml"))
+    assert watch is not None and watch.system == "kafka" and watch.tenant == ("value", "tenant")
+    data["watch"]["tenant"] = "args.0"
+    with pytest.raises(ConfigError, match="a kafka job keeps its arguments under value: start the path there"):
+        parse_config(data, "watch.yaml")
+    data["watch"] = {"system": "kafka", "classes": {**WATCHED, "jobs:low": [{"queue": "bulk", "priorities": [1]}]}}
+    with pytest.raises(ConfigError, match=r"kafka's queues have no priorities .* are for bullmq and celery\)"):
+        parse_config(data, "watch.yaml")

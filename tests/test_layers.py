@@ -14,6 +14,8 @@ import ast
 import json
 import subprocess
 import sys
+import tomllib
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from .conftest import ROOT
@@ -177,3 +179,33 @@ def test_the_lean_check_follows_deferred_imports_to_a_library(tmp_path: Path) ->
     assert third_party(probe) == {"matplotlib", "jinja2"}
     edges = {"fairctl.a": {"exporter.b"}, "exporter.b": {"alerts.c"}, "alerts.c": set(), "alerts": set()}
     assert reached(("fairctl.a",), edges) == {"fairctl.a", "exporter.b", "alerts.c", "alerts"}
+
+
+# The config's sections other layers own (fairness_core.config_sections), declared as entry points:
+# the core parses a whole config without importing those layers, so their modules stay light.
+SECTIONS_GROUP = "fairctl.config_sections"
+SECTION_MODULES = ("alerts.config", "exporter.config", "exporter.sources.watching")
+
+
+def test_the_core_finds_the_sections_it_does_not_own_by_entry_point_only() -> None:
+    """pyproject.toml declares every owned section, the installed metadata has them (else the core
+    would refuse their keys as unknown: reinstall with pip install -e .), and no core module
+    imports a module that declares one (test_every_package_imports_only_the_layers_below_it checks
+    any upward import)."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["entry-points"]
+    sections = declared[SECTIONS_GROUP]
+    assert {p.name: p.value for p in entry_points(group=SECTIONS_GROUP)} == sections, "pip install -e ."
+    assert {value.split(":")[0] for value in sections.values()} == set(SECTION_MODULES)
+    core = {target for name, targets in graph().items() if name.startswith("fairness_core") for target in targets}
+    assert not core & set(SECTION_MODULES)
+
+
+def test_a_producer_loading_a_whole_config_loads_no_exporter_or_operator_library() -> None:
+    """Loading a config with exporter and alerts sections through the core alone loads the modules
+    owning every section (all of them, at the first config), and neither prometheus_client nor an
+    operator's library: the sections' modules import nothing heavier than the core."""
+    loaded = loaded_after("from fairness_core import load_config\nfrom fairness_core.config import EXAMPLE_CONFIG\n"
+                          "load_config(EXAMPLE_CONFIG)")
+    assert set(SECTION_MODULES) <= loaded
+    heavy = sorted(m for m in loaded if m.split(".")[0] in ("prometheus_client", *OPERATOR_ONLY))
+    assert not heavy, f"loading a config loads {heavy}"
