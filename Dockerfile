@@ -1,10 +1,11 @@
 # The fairctl images, one per role, from this one file (docs/deployment.md measures each):
 #   docker build --target runtime -t fairctl:0.1.0 .            the worker and the exporter sidecar
-#   docker build --target operator -t fairctl-operator:0.1.0 .  every command: loadgen, drills, generate,
-#                                                                the stack's webhook receiver
-# Both run as an unprivileged user. runtime is the base install, with nothing that draws or renders;
-# operator adds the `all` extra (the report's charts, the rule and dashboard generators, the
-# loadgen clients of Celery, RQ and BullMQ).
+#   docker build --target operator -t fairctl-operator:0.1.0 .  every command with every extra: generate,
+#                                                                check, simulate --report, loadgen into Celery
+# Both run as an unprivileged user. runtime is the base install, with nothing that draws or renders
+# (it also runs loadgen into fairctl's own queues and the stack's webhook receiver); operator adds
+# the `all` extra (the report's charts, the rule and dashboard generators, the loadgen clients of
+# Celery, RQ and BullMQ).
 FROM python:3.11-slim AS runtime
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1

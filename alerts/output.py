@@ -17,7 +17,7 @@ from fairness_core.generated import HEADER, RenderedSet, yaml_text
 
 from . import recording as rec
 from . import rules as r
-from . import runbooks, unittests
+from . import unittests
 from .layout import GENERATED_DIR, RULES_FILE, TESTS_DIR
 from .promql import duration
 
@@ -61,6 +61,8 @@ def render(config: Config) -> dict[PurePosixPath, str]:
     files = {RULES_FILE: rules_text(config)}
     for test_file in unittests.test_files(config):
         files[TESTS_DIR / f"{test_file.name}.yml"] = yaml_text(unittests.document(config, test_file), HEADER)
+    from . import runbooks  # jinja2, from the generate extra: the rules alone (the simulator's) need none
+
     files.update(runbooks.render(config))
     return files
 

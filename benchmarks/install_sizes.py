@@ -23,7 +23,6 @@ ROLES = {
     "producer, worker, exporter": "",
     "+ simulate --report": "report",
     "+ generate, check": "generate",
-    "drill, demo, stack": "drill",
     "everything": "all",
 }
 

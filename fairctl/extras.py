@@ -16,8 +16,9 @@ from typing import IO, Any
 import click
 
 EXTRAS = {
-    "matplotlib": "report",  # the charts of fairctl simulate --report and of the drills' reports
+    "matplotlib": "report",  # the charts of fairctl simulate --report
     "grafanalib": "generate",  # the Grafana dashboards
+    "attr": "generate",  # attrs, grafanalib's own dependency, which the dashboards' code uses too
     "jinja2": "generate",  # the alerts' runbooks
 }
 EXIT_MISSING_EXTRA = 1

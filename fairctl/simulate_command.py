@@ -34,7 +34,6 @@ from fairness_sim.simulator import PolicyRun
 
 from .commands import Command, argument
 from .common import PATH, check_policies, fail
-from .extras import extra_of, needs
 from .text_table import text_table
 
 EXIT_EXPECTATION = 1
@@ -188,12 +187,8 @@ def _rules_for(scenario: Scenario, given: Path | None, workdir: Path) -> tuple[P
         if not given.is_file():
             fail("--rules", f"no such file: {given}")
         return given, None
-    try:  # the rules' module renders the runbooks too, with jinja2
-        from alerts.output import rules_text
-    except ModuleNotFoundError as exc:
-        if extra_of(exc) is None:
-            raise
-        return None, f"alerts not evaluated: {needs('generating the rules', exc)}"
+    from alerts.output import rules_text
+
     path = workdir / "rules.yml"
     path.write_text(rules_text(scenario.config), encoding="utf-8")
     return path, None

@@ -1,4 +1,5 @@
-"""An installed fairctl needs no checkout: the wheel, in a fresh virtualenv, simulates and generates.
+"""An installed fairctl needs no checkout: the wheel, in a fresh virtualenv, simulates (on the base
+install) and generates (with the generate extra).
 
 The scenarios and the example config ship as package data, so this catches a file that only a
 checkout has (a path built from ``__file__`` up into the repository, a data file left out of
@@ -52,6 +53,11 @@ def test_the_wheel_in_a_fresh_virtualenv_simulates_and_generates(tmp_path: Path)
     assert "policy fifo" in simulated.stdout and "jobs:high" in simulated.stdout
     assert "QueueStarving" in simulated.stdout  # promtool on PATH: the storm's alerts were evaluated
 
+    # The base install has no runbook templating: generate names the extra, then works with it.
+    bare = subprocess.run([env_dir / "bin" / "fairctl", "generate", "--out", elsewhere / "out"], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert bare.returncode == 1 and bare.stderr.strip().endswith("pip install 'fairctl[generate]'"), bare.stderr
+    run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{wheel}[generate]"], tmp_path)
     generated = run([env_dir / "bin" / "fairctl", "generate", "--out", elsewhere / "out"], elsewhere, env)
     assert "example config" in generated.stderr  # said which config it used
     assert (elsewhere / "out" / "alerts" / "generated" / "fairctl-rules.yml").is_file()
