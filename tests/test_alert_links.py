@@ -59,6 +59,7 @@ def test_a_bad_grafana_url_is_named(value: str, message: str) -> None:
     assert message in str(info.value)
 
 
+@pytest.mark.slow  # fairctl check runs every promtool unit test: 15 s
 def test_check_warns_when_links_cannot_open(tmp_path: Path) -> None:
     unset = parse_config(_without_grafana())
     assert any("alerts.grafana_url is not set" in w for w in link_warnings(unset))

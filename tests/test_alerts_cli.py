@@ -31,6 +31,7 @@ def config_file(tmp_path: Path, path: str, value: object) -> Path:
     return out
 
 
+@pytest.mark.slow  # every promtool unit test again, through fairctl check: 15 s
 def test_check_validates_lints_and_runs_promtool_on_the_generated_rules() -> None:
     result = invoke("check", "--config", EXAMPLE_CONFIG)
     assert result.exit_code == 0, result.output

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.report import NOTES, write_report
 
 from .conftest import ROOT
@@ -14,6 +16,7 @@ from .conftest import ROOT
 SHARDED = "## The sharded queue on 1, 2 and 3 masters"
 
 
+@pytest.mark.live  # the smoke run starts redis-servers
 def test_the_benchmark_suite_runs_and_writes_every_row(tmp_path: Path) -> None:
     out = tmp_path / "BENCHMARKS.md"
     done = subprocess.run([sys.executable, "-m", "benchmarks", "--preset", "smoke", "--peers", "none", "--out", str(out)],
@@ -45,6 +48,7 @@ def test_write_report_appends_the_notes_with_the_sharded_section(tmp_path: Path)
     assert report.endswith(NOTES.read_text(encoding="utf-8")) and SHARDED in report
 
 
+@pytest.mark.live  # the smoke run starts a cluster
 def test_the_sharded_benchmark_runs_and_reports_every_cluster_and_class(tmp_path: Path) -> None:
     """A tiny run of ``--sharded`` (loopback clusters of 1, 2 and 3 masters): the report has both
     phases for each cluster, every class in the drift table, and the ratios' base of 1.00; the

@@ -190,6 +190,7 @@ def test_every_command_explains_itself(command: str) -> None:
     assert [t for t in ("╭", "<bool>", "range>") if t in result.stdout] == []
 
 
+@pytest.mark.live  # the demo starts its own redis-server
 def test_demo_runs_the_storm_and_prints_both_tables() -> None:
     result = invoke("demo", "--seconds", "3", "--config", EXAMPLE_CONFIG)
     assert result.exit_code == 0, result.output

@@ -155,6 +155,7 @@ def test_loadgen_stops_and_says_what_it_enqueued(signum: int, redis_server: Redi
     assert len(run.stdout) == 1 and run.stdout[0].startswith("enqueued ")
 
 
+@pytest.mark.live  # the benchmark suite starts redis-servers
 @pytest.mark.parametrize("signum", SIGNALS)
 def test_bench_stops_the_suite_and_its_servers(signum: int, tmp_path: Path) -> None:
     run = Fairctl("bench", "--preset", "smoke", "--peers", "none", "--out", tmp_path / "b.md")

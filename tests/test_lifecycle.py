@@ -275,6 +275,7 @@ def test_odd_tenant_ids_stay_in_their_own_namespace(client: redis.Redis) -> None
     assert sorted(lease.tenant for lease in s.pop(len(odd) * 2)) == sorted(odd)
 
 
+@pytest.mark.live  # stops a redis-server of its own
 def test_redis_down_is_a_clear_error() -> None:
     server = RedisServer().start()
     conn = redis.Redis.from_url(server.url, socket_connect_timeout=1, retry_on_timeout=False)

@@ -151,6 +151,7 @@ def test_the_default_scenario_is_the_marketing_storm() -> None:
     assert "2,30" in result.stdout  # 2.3M jobs enqueued (and the steady streams)
 
 
+@pytest.mark.slow  # the README's two hours under four policies: 30-70 s
 def test_the_readme_main_job_meets_the_storm_expectations() -> None:
     """The whole storm under the four policies, exactly as the README's main job runs it (~30 s):
     every policy's outcome must agree with the scenario's ``expect``."""
@@ -183,6 +184,7 @@ def test_series_encoding_and_report_parsing() -> None:
     assert parse_report(report, "fifo") == {("QueueStarving", (("queue", 'jobs:"high"'), ("severity", "page"))): [3735.0]}
 
 
+@pytest.mark.live  # starts headless Chromium
 def test_report_renders_in_headless_chromium(tmp_path: Path, rules: Path) -> None:
     """The page is self-contained (no URL to fetch) and a real browser draws its plots without a
     console message."""
@@ -227,6 +229,7 @@ def test_report_renders_in_headless_chromium(tmp_path: Path, rules: Path) -> Non
     assert any(g > 90 and r < 60 and b < 60 for r, g, b in top_colours), "no green verdict at the top"
 
 
+@pytest.mark.slow  # each shipped scenario replayed with the rules evaluated: 80 s in all
 @pytest.mark.parametrize("scenario", [name for name in shipped_scenarios() if name != "marketing-storm"])
 def test_failure_mode_scenarios_raise_the_alert_that_must_catch_them(scenario: str) -> None:
     """The failure modes of a prioritised queue, each a shipped scenario named as a user names it,

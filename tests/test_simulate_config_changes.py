@@ -134,6 +134,7 @@ def test_a_removed_class_moves_its_jobs_and_its_reserved_pool_follows() -> None:
     assert not math.isnan(refused.timeline.oldest_age["jobs:low"][-1])
 
 
+@pytest.mark.slow  # two storm replays with the rules evaluated: 15-60 s
 def test_storm_reweight_pages_under_fifo_then_resolves_after_the_fix() -> None:
     scenario = load_scenario("storm-reweight")
     with tempfile.TemporaryDirectory() as tmp:
@@ -147,6 +148,7 @@ def test_storm_reweight_pages_under_fifo_then_resolves_after_the_fix() -> None:
     assert "scheduler.policy: fifo -> weighted-fair" in str(outcome.run.config_changes[0])
 
 
+@pytest.mark.slow  # the storm replayed by fairctl simulate: 15-30 s
 def test_fairctl_simulate_storm_reweight_says_what_changed_and_when(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     result = CliRunner().invoke(app, ["simulate", "storm-reweight", "--duration", "25m", "--json", str(out),

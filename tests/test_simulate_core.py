@@ -211,6 +211,7 @@ def test_same_seed_same_run_other_seed_other_run() -> None:
     assert first.classes != other.classes
 
 
+@pytest.mark.slow  # a long replay, for the statistics: 5 s
 def test_mm1_waits_match_the_closed_form() -> None:
     """Poisson arrivals at 0.5/s, exponential service of mean 1 s, one slot: Wq = rho/(mu - lambda) = 1 s."""
     scenario = scenario_of([{"task": "sync", "tenant": {"pool": 50}, "arrivals": {"poisson": {"rate_per_s": 0.5}},
@@ -220,6 +221,7 @@ def test_mm1_waits_match_the_closed_form() -> None:
     assert medium.wait_mean_s == pytest.approx(1.0, rel=0.05)
 
 
+@pytest.mark.slow  # a long replay, for the statistics: 7 s
 def test_strict_priority_waits_match_non_preemptive_priority() -> None:
     """M/M/1 with two non-preemptive priority classes (Cobham): W0 = sum(lambda_i E[S^2]) / 2 = 0.7,
     Wq_high = W0 / (1 - rho_high) = 1 s, Wq_medium = W0 / ((1 - rho_high)(1 - rho)) = 3.33 s."""

@@ -82,6 +82,7 @@ def test_six_shards_keep_the_class_shares_fleet_wide() -> None:
     assert max(low) - min(low) <= 0.5 * sum(low) / len(low), low
 
 
+@pytest.mark.slow  # a sharded storm replay: 10 s
 def test_the_flooders_shard_mates_are_served_like_the_other_tenants() -> None:
     config = no_budgets()
     backlogs = [("jobs:low", "flooder", 200_000)] + [(c, f"shop-{i}", 2000) for c in config.class_names
@@ -111,6 +112,7 @@ def test_a_sharded_run_reports_the_drift_and_the_flood_cost(tmp_path: Path) -> N
     assert sharded["shards"] == 6 and sharded["hand"] == 2 and sharded["flood_cost"]["tenant"] == "acme-marketing"
 
 
+@pytest.mark.slow  # a sharded replay with the rules evaluated: 20 s
 def test_the_rules_judge_the_shards_series_as_the_one_queue_they_make(tmp_path: Path) -> None:
     """The first half hour of the storm on 6 shards, hands of 2, under fifo (where most alerts
     fire): the rules given each shard's series (group and shard labels, as ``fairctl exporter``

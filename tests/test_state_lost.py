@@ -27,6 +27,7 @@ from .conftest import make_config
 from .exporter_support import Prometheus, running_exporter
 from .support import running, wait_for
 
+pytestmark = pytest.mark.live  # each test wipes a redis-server of its own by restarting it
 LOST = "lost its state: its applied config"
 
 

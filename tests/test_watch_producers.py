@@ -105,6 +105,7 @@ def test_a_watched_systems_redis_away_is_redis_unavailable_within_a_second_or_so
     assert time.monotonic() - started < 10, "bounded, not minutes"  # not a speed target: a hang guard
 
 
+@pytest.mark.live  # starts its redis-server a second late
 def test_loadgen_into_a_watched_system_waits_for_its_redis_and_then_queues_everything(tmp_path: Path) -> None:
     """Redis is down when the replay starts and comes up a second later: the generator retries
     until it answers, and every job of the replay is queued (a chunk whose reply was lost may be

@@ -15,7 +15,11 @@ import sys
 import venv
 from pathlib import Path
 
+import pytest
+
 from .conftest import ROOT
+
+pytestmark = pytest.mark.slow  # builds the wheel and installs it in a fresh virtualenv
 
 
 def run(args: list[str | Path], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

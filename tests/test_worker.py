@@ -100,6 +100,7 @@ def test_the_heartbeat_says_a_lease_expired_only_while_the_job_is_still_held(
     assert [r.getMessage() for r in caplog.records] == ["lease of job 2 expired while running; it will be delivered again"]
 
 
+@pytest.mark.live  # restarts a redis-server of its own
 def test_worker_rides_out_a_redis_restart(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     jobs = 300
     with RedisServer(port=free_port(), appendonly=True, directory=str(tmp_path)) as server:
@@ -124,6 +125,7 @@ def test_worker_rides_out_a_redis_restart(tmp_path: Path, caplog: pytest.LogCapt
     assert any("reachable again" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.live  # restarts a redis-server of its own
 def test_a_call_that_needs_no_redis_does_not_end_an_outage(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A heartbeat with no lease to extend returns while Redis is away: "reachable again" waits
     for Redis itself to answer, and is said once when it does."""
