@@ -38,8 +38,31 @@ if [ ${#need[@]} -gt 0 ]; then
   sudo=""
   if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   echo "setup: installing ${need[*]} from Debian's packages" >&2
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+  # On a freshly booted machine another apt-get or dpkg (unattended-upgrades, cloud-init) often
+  # holds the package locks for a few minutes: wait for them instead of failing at once. apt-get
+  # install waits by itself with DPkg::Lock::Timeout; older apt-get update does not, so we also
+  # wait here, while fuser (psmisc) sees a process holding one of the locks.
+  lock_wait=600
+  apt=($sudo env DEBIAN_FRONTEND=noninteractive apt-get -o "DPkg::Lock::Timeout=$lock_wait")
+  wait_for_apt_locks() {
+    command -v fuser >/dev/null 2>&1 || return 0
+    local waited=0
+    while $sudo fuser -s /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock \
+        /var/cache/apt/archives/lock 2>/dev/null; do
+      if [ "$waited" -eq 0 ]; then
+        echo "setup: waiting for another apt-get/dpkg to finish (up to $((lock_wait / 60)) minutes)..." >&2
+      elif [ "$waited" -ge "$lock_wait" ]; then
+        echo "setup: another apt-get/dpkg still holds the package locks after $((lock_wait / 60)) minutes; run this again when it is done" >&2
+        exit 1
+      fi
+      sleep 5
+      waited=$((waited + 5))
+    done
+  }
+  wait_for_apt_locks
+  "${apt[@]}" update -q
+  wait_for_apt_locks
+  "${apt[@]}" install -y -q --no-install-recommends "${need[@]}"
 fi
 
 if [ -n "${VIRTUAL_ENV:-}" ]; then
