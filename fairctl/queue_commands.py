@@ -12,6 +12,7 @@ import click
 
 from fairness_core import Config, Enqueued
 from fairness_core.config import MAX_SHARDS
+from fairness_core.jobs import PAYLOAD_TOO_DEEP
 from fairness_core.sharded import GroupBusy, LayoutConflict, ShardedScheduler
 
 from .commands import Command, argument
@@ -41,6 +42,8 @@ def parse_payload(text: str | None) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         fail("--payload", f"not valid JSON{where}: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except RecursionError:  # nested far deeper than enqueue would take anyway
+        fail("--payload", PAYLOAD_TOO_DEEP)
 
 
 @click.command(cls=Command)

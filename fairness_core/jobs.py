@@ -123,7 +123,31 @@ def check_tier(tier: object, config: Config) -> str:
     return str(tier)
 
 
+# How deep lists and objects may nest in a payload: far beyond any job's arguments, and well short
+# of the recursion that encoding (and every worker's decoding) would otherwise run out of.
+MAX_PAYLOAD_DEPTH = 100
+PAYLOAD_TOO_DEEP = (f"is nested more than {MAX_PAYLOAD_DEPTH} levels deep (lists and objects within each other); "
+                    f"at most {MAX_PAYLOAD_DEPTH}")
+
+
+def check_payload(payload: Any) -> None:
+    """InvalidJob naming ``payload`` when its lists and objects nest deeper than
+    :data:`MAX_PAYLOAD_DEPTH` (a payload that contains itself does too). Walked without recursion,
+    before anything tries to encode it."""
+    if not isinstance(payload, (dict, list, tuple)):
+        return
+    stack: list[tuple[Any, int]] = [(payload, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_PAYLOAD_DEPTH:
+            raise InvalidJob("payload", PAYLOAD_TOO_DEEP)
+        for item in (value.values() if isinstance(value, dict) else value):
+            if isinstance(item, (dict, list, tuple)):
+                stack.append((item, depth + 1))
+
+
 def encode_payload(payload: Any, config: Config) -> str:
+    check_payload(payload)
     try:
         text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
