@@ -39,11 +39,28 @@ def parse_payload(text: str | None) -> Any:
             fail("--payload", f"{name} is not UTF-8 text")
         where = f" ({name})"
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_without_duplicate_keys)
+    except DuplicateKey as exc:
+        fail("--payload", f"{exc}{where}: only its last value would be kept")
     except json.JSONDecodeError as exc:
         fail("--payload", f"not valid JSON{where}: {exc.msg} at line {exc.lineno} column {exc.colno}")
     except RecursionError:  # nested far deeper than enqueue would take anyway
         fail("--payload", PAYLOAD_TOO_DEEP)
+
+
+class DuplicateKey(ValueError):
+    """A JSON object with a key twice: json.loads would keep the last value and drop the others."""
+
+
+def _without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(f"an object has the key {key!r} more than once")
+            seen.add(key)
+    return obj
 
 
 @click.command(cls=Command)

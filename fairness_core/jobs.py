@@ -26,9 +26,9 @@ class FairnessError(Exception):
 class InvalidJob(FairnessError, ValueError):
     """An enqueue argument that cannot be accepted; ``field`` names which one."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, *, at: str | None = None) -> None:
         self.field = field
-        super().__init__(f"{field}: {message}")
+        super().__init__(f"{at or field}: {message}")
 
 
 class BudgetRejected(FairnessError):
@@ -132,18 +132,44 @@ PAYLOAD_TOO_DEEP = (f"is nested more than {MAX_PAYLOAD_DEPTH} levels deep (lists
 
 def check_payload(payload: Any) -> None:
     """InvalidJob naming ``payload`` when its lists and objects nest deeper than
-    :data:`MAX_PAYLOAD_DEPTH` (a payload that contains itself does too). Walked without recursion,
+    :data:`MAX_PAYLOAD_DEPTH` (a payload that contains itself does too), or naming the place
+    (``payload[0].x``) of an object with a key that is not a string: JSON would turn the key into
+    text, so ``{1: 'a', '1': 'b'}`` would come back as ``{'1': 'b'}``. Walked without recursion,
     before anything tries to encode it."""
     if not isinstance(payload, (dict, list, tuple)):
         return
-    stack: list[tuple[Any, int]] = [(payload, 1)]
+    # Each entry: a list or object, its depth, and its place as (parent's place, key or index).
+    stack: list[tuple[Any, int, Any]] = [(payload, 1, None)]
     while stack:
-        value, depth = stack.pop()
+        value, depth, place = stack.pop()
         if depth > MAX_PAYLOAD_DEPTH:
             raise InvalidJob("payload", PAYLOAD_TOO_DEEP)
-        for item in (value.values() if isinstance(value, dict) else value):
-            if isinstance(item, (dict, list, tuple)):
-                stack.append((item, depth + 1))
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    shown = repr(key) if len(repr(key)) <= 60 else repr(key)[:57] + "..."
+                    raise InvalidJob("payload", f"keys must be strings, got {type(key).__name__} {shown}",
+                                     at=_payload_place(place))
+                if isinstance(item, (dict, list, tuple)):
+                    stack.append((item, depth + 1, (place, key)))
+        else:
+            for index, item in enumerate(value):
+                if isinstance(item, (dict, list, tuple)):
+                    stack.append((item, depth + 1, (place, index)))
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _payload_place(place: Any) -> str:
+    """``payload[0].x`` from the (parent, key or index) chain: an index (an int: every object key
+    on the chain is a string) in brackets, a key after a dot, or in brackets as JSON text."""
+    steps: list[str] = []
+    while place is not None:
+        place, step = place
+        steps.append(f"[{step}]" if isinstance(step, int) else f".{step}" if _IDENTIFIER.match(step)
+                     else f"[{json.dumps(step, ensure_ascii=False)}]")
+    return "payload" + "".join(reversed(steps))
 
 
 def encode_payload(payload: Any, config: Config) -> str:

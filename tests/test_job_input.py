@@ -67,3 +67,48 @@ def test_fairctl_enqueue_refuses_a_deep_payload_in_one_line(redis_server: Any, t
     assert result.exit_code == 2, result.output
     assert result.stderr == (f"fairctl: error: --payload: is nested more than {MAX_PAYLOAD_DEPTH} levels deep "
                              f"(lists and objects within each other); at most {MAX_PAYLOAD_DEPTH}\n")
+
+
+@pytest.mark.parametrize(("payload", "message"), [
+    ({1: "a", "1": "b"}, "payload: keys must be strings, got int 1"),
+    ([{"x": {"ok": 1, 1: "a"}}], "payload[0].x: keys must be strings, got int 1"),
+    ({"a b": [0, {True: 1}]}, 'payload["a b"][1]: keys must be strings, got bool True'),
+    ({"x": [{None: 1}]}, "payload.x[0]: keys must be strings, got NoneType None"),
+    ({"t": {(1, 2): 3}}, "payload.t: keys must be strings, got tuple (1, 2)"),
+])
+def test_a_key_that_is_not_a_string_is_refused_naming_where_it_is(payload: Any, message: str) -> None:
+    """JSON would turn the key into text: {1: 'a', '1': 'b'} would come back as {'1': 'b'}."""
+    with pytest.raises(InvalidJob) as caught:
+        encode_payload(payload, CONFIG)
+    assert caught.value.field == "payload" and str(caught.value) == message
+
+
+def test_string_keys_and_non_finite_numbers() -> None:
+    """String keys of any text are kept; NaN and infinities, which JSON has no way to write, are
+    refused (as before), not turned into text no other JSON reader takes."""
+    payload = {"": 1, "1": [{"a b": None, "é": {"x": 2.5}}]}
+    assert json.loads(encode_payload(payload, CONFIG)) == payload
+    for number in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(InvalidJob, match="^payload: is not JSON-serialisable"):
+            encode_payload({"x": [number]}, CONFIG)
+
+
+def test_the_library_refuses_a_key_that_is_not_a_string_before_touching_redis(client: redis.Redis) -> None:
+    scheduler = Scheduler(make_config(), client)
+    with pytest.raises(InvalidJob, match=r"^payload: keys must be strings, got int 1$"):
+        scheduler.submit_many("newsletter", "acme", [{"1": "b"}, {1: "a", "1": "b"}])
+    assert not set(client.scan_iter(match=scheduler.keys.base + "*"))
+
+
+@pytest.mark.parametrize("source", ["argument", "stdin"])
+def test_fairctl_enqueue_refuses_a_payload_with_a_key_twice(redis_server: Any, tmp_path: Path, source: str) -> None:
+    """json.loads would keep the last value of a repeated key and drop the others."""
+    path, _ = write_config(tmp_path, redis_server.url)
+    text = '{"a": {"1": "a", "1": "b"}}'
+    base = ["enqueue", "newsletter", "--tenant", "acme", "--config", str(path), "--payload"]
+    result = (CliRunner().invoke(app, [*base, text]) if source == "argument"
+              else CliRunner().invoke(app, [*base, "-"], input=text))
+    assert result.exit_code == 2, result.output
+    where = " (stdin)" if source == "stdin" else ""
+    assert result.stderr == (f"fairctl: error: --payload: an object has the key '1' more than once{where}: "
+                             "only its last value would be kept\n")
