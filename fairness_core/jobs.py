@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any, Callable, Self, Sequence, get_type_hints
@@ -98,6 +99,20 @@ def check_tenant(tenant: object, config: Config) -> str:
         tenant.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidJob("tenant", f"is not valid Unicode text: {tenant!r}") from None
+    if tenant.isspace():
+        raise InvalidJob("tenant", f"must not be only whitespace: {tenant!r}")
+    if tenant != tenant.strip():
+        raise InvalidJob("tenant", f"must not start or end with whitespace: {tenant!r} would look the same as "
+                                   f"{tenant.strip()!r} in status, dashboards and alerts")
+    # Invisible format characters (Unicode category Cf: zero-width spaces and joiners, the byte
+    # order mark, bidirectional overrides and isolates that reorder the text shown after them).
+    # ASCII has none, so the common id skips the scan.
+    if not tenant.isascii():
+        hidden = next((c for c in tenant if unicodedata.category(c) == "Cf"), None)
+        if hidden is not None:
+            named_as = " ".join(filter(None, (f"U+{ord(hidden):04X}", unicodedata.name(hidden, ""))))
+            raise InvalidJob("tenant", f"must not contain invisible format characters (Unicode category Cf, such as "
+                                       f"zero-width spaces and bidirectional overrides): {named_as} in {tenant!r}")
     return tenant
 
 

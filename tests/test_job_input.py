@@ -1,19 +1,23 @@
-"""What a job may carry: payloads JSON can carry faithfully (not nested past the limit), refused
-with InvalidJob naming what is wrong, from the library and from ``fairctl enqueue``."""
+"""What a job may carry: payloads JSON can carry faithfully (not nested past the limit, string keys
+only) and tenant ids that show as what they are; the rest refused with InvalidJob naming what is
+wrong, from the library and from ``fairctl enqueue``."""
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fairctl.cli import app
 from fairness_core import InvalidJob, Scheduler
-from fairness_core.jobs import MAX_PAYLOAD_DEPTH, encode_payload
+from fairness_core.jobs import MAX_PAYLOAD_DEPTH, check_tenant, encode_payload
 
 from .conftest import make_config
 from .support import write_config
@@ -112,3 +116,44 @@ def test_fairctl_enqueue_refuses_a_payload_with_a_key_twice(redis_server: Any, t
     where = " (stdin)" if source == "stdin" else ""
     assert result.stderr == (f"fairctl: error: --payload: an object has the key '1' more than once{where}: "
                              "only its last value would be kept\n")
+
+
+@pytest.mark.parametrize(("tenant", "rule"), [
+    (" ", "must not be only whitespace"),
+    ("\u3000\t", "must not contain control characters"),
+    ("\u3000", "must not be only whitespace"),
+    (" acme", "must not start or end with whitespace: ' acme' would look the same as 'acme'"),
+    ("acme\u00a0", "must not start or end with whitespace"),
+    ("ac\u200bme", "invisible format characters (Unicode category Cf, such as zero-width spaces and "
+                    "bidirectional overrides): U+200B ZERO WIDTH SPACE in 'ac\\u200bme'"),
+    *((f"acme{chr(c)}x", f"U+{c:04X} ") for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]),
+    ("\ufeffacme", "U+FEFF ZERO WIDTH NO-BREAK SPACE"),
+    ("a\u00adb", "U+00AD SOFT HYPHEN"),
+])
+def test_a_tenant_id_that_would_not_show_as_itself_is_refused_naming_the_rule(tenant: str, rule: str) -> None:
+    with pytest.raises(InvalidJob) as caught:
+        check_tenant(tenant, CONFIG)
+    assert caught.value.field == "tenant" and rule in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("tenant", ["acme", "acme corp", "租户", "é", "a-b", "{x}:/y"])
+def test_ordinary_tenant_ids_are_accepted(tenant: str) -> None:
+    assert check_tenant(tenant, CONFIG) == tenant
+
+
+@given(st.text(max_size=12))
+def test_an_accepted_tenant_id_is_visible_text_with_no_whitespace_at_its_ends(tenant: str) -> None:
+    try:
+        check_tenant(tenant, CONFIG)
+    except InvalidJob:
+        return
+    assert tenant.strip() == tenant and tenant
+    assert not any(unicodedata.category(c) in {"Cc", "Cf", "Cs", "Zl", "Zp"} for c in tenant)
+
+
+def test_fairctl_enqueue_refuses_an_invisible_tenant_in_one_line(redis_server: Any, tmp_path: Path) -> None:
+    path, _ = write_config(tmp_path, redis_server.url)
+    result = CliRunner().invoke(app, ["enqueue", "newsletter", "--tenant", "acme\u202e", "--config", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("fairctl: error: --tenant: must not contain invisible format characters")
+    assert result.stderr.count("\n") == 1
