@@ -42,6 +42,8 @@ BUDGET_ACTIONS = ("demote", "reject")
 CHARGES = ("jobs", "runtime")
 # Class names, tier names and the key prefix end up in Redis keys and Prometheus labels.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+# How the shards of a sharded group are named (fairness_core.sharding.shard_prefix): P.3, P.3-1.
+SHARD_NAME = re.compile(r".+\.\d+(-\d+)?")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 MAX_WEIGHT = 1_000_000
@@ -264,6 +266,18 @@ def config_name(value: object, path: str) -> str:
     return text
 
 
+def group_name(value: object, path: str) -> str:
+    """A queue group's name (``redis.prefix``): a name, but not one of the form ``P.3`` or
+    ``P.3-1`` (:func:`fairness_core.sharding.shard_prefix`), which names a shard of the sharded
+    group ``P``: that group's shard would share this one's keys and its applied config."""
+    text = config_name(value, path)
+    if SHARD_NAME.fullmatch(text):
+        group, shard = text.rsplit(".", 1)
+        raise ConfigError(path, f"{text!r} is the name of shard {shard.partition('-')[0]} of a sharded queue "
+                                f"{group!r}: a group's name must not end in .N or .N-M")
+    return text
+
+
 def one_line(value: object, path: str) -> str:
     """One line of text of at most 200 characters (a reason, a Prometheus job name)."""
     text = nonempty_str(value, path)
@@ -326,7 +340,7 @@ def _redis(value: object, path: str, source: str | None) -> RedisConfig:
         check_url(url)
     except ValueError as exc:  # never quote the URL: it may hold a password
         raise r.error("url", str(exc)) from None
-    prefix = r.get("prefix", RedisConfig.prefix, config_name)
+    prefix = r.get("prefix", RedisConfig.prefix, group_name)
     headroom = r.get("memory_headroom", RedisConfig.memory_headroom, fraction)
     shards = r.get("shards", RedisConfig.shards, int_between(1, MAX_SHARDS))
     hand = r.get("shard_hand", min(2, shards), int_between(1, MAX_SHARDS))

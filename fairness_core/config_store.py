@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -200,7 +200,9 @@ def from_stored(fields: Mapping[str, str], local: Config) -> Applied:
     policy it cannot read in full."""
     version = int(fields.get(VERSION, "0"))
     data = yaml.load(fields[TEXT], Loader=SAFE_LOADER)
+    # The group's name is the process's own (a shard's is P.3, which no config file may name).
     data["redis"] = {**data.get("redis", {}), "url": local.redis.url}
+    data["redis"].pop("prefix", None)
     own = config_to_data(local)
     for key, names in local_keys().items():
         for name in names:
@@ -208,6 +210,7 @@ def from_stored(fields: Mapping[str, str], local: Config) -> Applied:
                 data.setdefault(key, {})[name] = own[key][name]
     try:
         config = parse_config(data, source=f"applied config v{version} of {local.redis.prefix}")
+        config = replace(config, redis=replace(config.redis, prefix=local.redis.prefix))
     except ConfigError as exc:
         raise AppliedConfigUnreadable(
             f"{exc}: this fairctl cannot read the config its queue group runs, so it will not run another; "

@@ -103,6 +103,8 @@ def test_durations(text: str, seconds: float) -> None:
         ("scheduler.budget_action", "drop", "scheduler.budget_action", "demote, reject"),
         ("redis.url", "http://localhost", "redis.url", "redis://"),
         ("redis.prefix", "a{b}", "redis.prefix", "A-Z a-z 0-9"),
+        ("redis.prefix", "coll.0", "redis.prefix", "the name of shard 0 of a sharded queue 'coll'"),
+        ("redis.prefix", "coll.3-1", "redis.prefix", "the name of shard 3 of a sharded queue 'coll'"),
         ("redis.port", 6379, "redis.port", "unknown key"),
         ("exporters", {}, "exporters", "unknown key"),
     ],

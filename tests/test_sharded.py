@@ -21,6 +21,7 @@ from redis.crc import key_slot
 
 from exporter import metrics as m
 from fairness_core import ConfigError, InvalidJob, Lease, parse_config, redis_client
+from fairness_core.config import SHARD_NAME, config_name
 from fairness_core.config_dump import config_to_data
 from fairness_core.jobs import SEP
 from fairness_core.sharded import JOB_SEP, ShardedScheduler, split_job_id
@@ -209,7 +210,7 @@ def test_placing_puts_each_new_shard_on_a_master_with_the_fewest(cluster: RedisC
 def test_place_balances_any_slot_map(shards: int, masters: int, seed: int) -> None:
     """On a slot map of ``masters`` masters, each with its even share of the slots give or take
     40 %, every master ends with the fewest or one more; shard 0 keeps its plain name; names stay
-    valid prefixes."""
+    valid names, of the form no config may give a group."""
     share, rng = 16384 // masters, random.Random(seed)
     bounds = [0, *(k * share + rng.randint(-share * 2 // 5, share * 2 // 5) for k in range(1, masters)), 16384]
 
@@ -221,7 +222,8 @@ def test_place_balances_any_slot_map(shards: int, masters: int, seed: int) -> No
     counts = collections.Counter(map(master_of, names))
     assert max(counts.values()) - min(counts.get(str(m), 0) for m in range(masters)) <= 1
     assert names[0] == "shop.0" and len(set(names)) == shards
-    assert all(make_config(redis={"prefix": name}).redis.prefix == name for name in names[:3])
+    # valid names for keys and labels, and never a group's own name in a config file
+    assert all(config_name(name, "shard") == name and SHARD_NAME.fullmatch(name) for name in names)
 
 
 def drain(workers: list[ShardedScheduler], pops: int) -> tuple[collections.Counter[str], collections.Counter[tuple[str, str]]]:
