@@ -78,7 +78,7 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
                    logical("sum", m.QUEUE_NOISY_TENANTS.name)),
         "active_tenants": d("Tenants with due jobs per class", rec.ACTIVE_TENANTS),
         "fairness_index": d("Jain's fairness index over the class's backlogged tenants, per shard (1: fair; 1/n: one "
-                            "takes all)", dedup(m.QUEUE_FAIRNESS_INDEX.name)),
+                            "takes all; 0: none of them served, starved)", dedup(m.QUEUE_FAIRNESS_INDEX.name)),
         "oldest_tenants": d("The ten tenants whose oldest job has waited longest",
                             f"topk(10, {dedup(m.TENANT_OLDEST_AGE.name)})"),
         "wait_p99_vs_slo": d("p99 enqueue-to-lease wait per class against its SLO", f"{rec.WAIT_P99} / {rec.MAX_AGE}"),

@@ -274,7 +274,7 @@ def overview(config: Config) -> Dashboard:
                         "added up over the shards.",
                         [per_class(q.gauge("sum", m.QUEUE_NOISY_TENANTS, cls_matcher))], "short"), 6),
             (timeseries("Fairness index (worst shard)",
-                        "Jain's index over the most backlogged tenants (1 = fair). Each shard computes its own, "
+                        "Jain's index over the most backlogged tenants (1 = fair, 0 = none served). Each shard computes its own, "
                         "and indexes do not add up: this is the lowest shard's, per class.",
                         [per_class(q.gauge("min", m.QUEUE_FAIRNESS_INDEX, cls_matcher))], "none", max_value=1), 6),
         ]),

@@ -81,6 +81,7 @@ class ClassSnapshot:
     top_processed: tuple[tuple[str, float], ...]  # (tenant, processed in the window), most first
     tenant_shares: tuple[tuple[str, float], ...]  # top_processed as shares of processed_window
     fairness_index: float  # Jain's index of weight-normalised service, sampled backlogged tenants
+    # (1 with none backlogged; 0 when they wait and none of them was served in the window)
 
 
 @dataclass(frozen=True)
@@ -123,10 +124,14 @@ def _windowed(now: Pairs, before: Pairs, weight: float) -> dict[str, float]:
 
 
 def jain_index(values: Sequence[float]) -> float:
-    """Jain's fairness index: 1 when all equal, 1/n when one takes everything; 1 for no service."""
-    total = sum(values)
-    if not values or total <= 0:
+    """Jain's fairness index: 1 when all equal, 1/n when one takes everything. With no value (no
+    tenant waits) 1; with values but no service (tenants wait, none is served) 0: a starved class
+    is not a fair one, and 0 is below any served class's 1/n."""
+    if not values:
         return 1.0
+    total = sum(values)
+    if total <= 0:
+        return 0.0
     return total * total / (len(values) * sum(v * v for v in values))
 
 

@@ -110,7 +110,7 @@ class PolicyRun:
     # Jain's index of the backlogged tenants' weight-normalised service, mean over the scrapes where
     # 2+ tenants were backlogged AND the class served something in the exporter's window (None: no
     # such scrape). A scrape where tenants waited and nobody was served is starvation, not fairness
-    # (the gauge reads 1 there): those are counted in fairness_unserved instead.
+    # (the gauge reads 0 there): those are counted in fairness_unserved instead.
     fairness_index: dict[str, float | None]
     # Share of the scrapes with 2+ backlogged tenants in which the class served nothing (None: never
     # 2+ backlogged tenants).

@@ -32,7 +32,8 @@ def work(s: Scheduler, n: int) -> list[Lease]:
 def test_jain_index() -> None:
     assert jain_index([5, 5, 5]) == 1
     assert jain_index([10, 0]) == 0.5
-    assert jain_index([]) == 1 and jain_index([0, 0]) == 1
+    assert jain_index([]) == 1, "nobody waits: nothing unfair"
+    assert jain_index([0, 0]) == 0, "tenants wait and none is served: starved, not fair"
 
 
 def test_noisy_tenant_and_quiet_tenants_oldest_age(client: redis.Redis) -> None:
@@ -165,3 +166,21 @@ def test_a_snapshot_follows_a_config_applied_by_another_process(client: redis.Re
     snap = s.snapshot()
     assert s.settings.fingerprint == other.settings.fingerprint
     assert snap.classes["jobs:low"].depth == 1
+
+
+def test_the_fairness_index_reads_0_while_tenants_wait_and_nobody_is_served(client: redis.Redis) -> None:
+    """250 jobs queued for 5 tenants, none processed: a starved class, not a fair one. The exporter
+    serves 0 (below any served class's 1/n), never the 1 that says "fair"; an idle class reads 1."""
+    from exporter import metrics as m
+
+    from .test_exporter_collector import FakeScheduler, collect
+
+    s, _ = scheduler(client)
+    for i in range(250):
+        s.enqueue("newsletter", f"tenant-{i % 5}")
+    low = s.snapshot().classes["jobs:low"]
+    assert low.active_tenants == 5 and low.processed_window == 0
+    assert low.fairness_index == 0
+    scrape = collect(s.config, FakeScheduler(s.snapshot))
+    assert scrape.value(m.QUEUE_FAIRNESS_INDEX.name, queue="jobs:low") == 0
+    assert scrape.value(m.QUEUE_FAIRNESS_INDEX.name, queue="jobs:high") == 1, "nobody waits in an idle class"
