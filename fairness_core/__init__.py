@@ -4,7 +4,7 @@ tenants, on Redis, atomically, with leases. Nothing here imports the exporter, a
 from .classification import Classification, classify
 from .config import Config, ConfigError, load_config, parse_config, parse_duration
 from .config_store import AppliedConfigUnreadable, ConfigConflict, ConfigRefused, Moves
-from .connection import redis_client
+from .connection import RedisDatabaseOutOfRange, redis_client
 from .jobs import (
     BudgetRejected, Enqueued, FairnessError, Finished, InvalidJob, Lease, Popped, RedisUnavailable, TenantLimitReached,
 )
@@ -18,7 +18,8 @@ from .snapshot import ClassSnapshot, Snapshot
 __all__ = [
     "AppliedConfigUnreadable", "BudgetRejected", "Classification", "ClassSnapshot", "Config", "ConfigConflict",
     "ConfigError", "ConfigRefused", "Enqueued", "EvictionPolicyError", "FairnessError", "Finished", "InvalidJob", "Lease",
-    "MemoryInfo", "Model", "Moves", "Popped", "Queue", "RedisMemoryFull", "RedisUnavailable", "Scheduler",
+    "MemoryInfo", "Model", "Moves", "Popped", "Queue", "RedisDatabaseOutOfRange", "RedisMemoryFull",
+    "RedisUnavailable", "Scheduler",
     "ShardedScheduler", "Snapshot", "TenantLimitReached", "classify", "load_config", "open_queue", "parse_config",
     "parse_duration", "redis_client",
 ]

@@ -85,6 +85,20 @@ class ClusterClient:
 
 # Failures of the connection or of the cluster's availability, as opposed to a command's error.
 _UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, ClusterDownError, RedisClusterException)
+# The reply to the SELECT a connection sends first when the URL's /<db> is not one of the
+# server's databases (its ``databases`` setting, 16 by default); older servers said the second.
+_DB_OUT_OF_RANGE = ("DB index is out of range", "invalid DB index")
+
+
+class RedisDatabaseOutOfRange(RedisUnavailable):
+    """The URL's database (its ``/<db>``) is not one of the server's: every connection fails, so
+    nothing can run until the URL (or the server's ``databases`` setting) is fixed. ``databases``:
+    how many the server has, when it says (``CONFIG GET databases`` may be refused), else None."""
+
+    def __init__(self, message: str, db: int, databases: int | None) -> None:
+        super().__init__(message)
+        self.db = db
+        self.databases = databases
 
 
 @contextmanager
@@ -101,6 +115,34 @@ def redis_errors(client: Any) -> Iterator[None]:
             raise RedisUnavailable(f"{kind} at {place}: TLS failed ({tls.reason or type(tls).__name__}); for a "
                                    "private CA give ?ssl_ca_certs=PATH in the rediss:// URL") from None
         raise RedisUnavailable(f"{kind} at {place} is unavailable ({type(exc).__name__})") from None
+    except redis.ResponseError as exc:
+        if not str(exc).startswith(_DB_OUT_OF_RANGE):
+            raise
+        raise database_out_of_range(client) from None
+
+
+def database_out_of_range(client: Any) -> RedisDatabaseOutOfRange:
+    """The error for a client whose database the server does not have, saying how many it has
+    when a connection to database 0 may ask (CONFIG GET databases)."""
+    kind, place = describe(client)
+    pool = getattr(client, "connection_pool", None)
+    kwargs = dict(getattr(pool, "connection_kwargs", {}))
+    db = int(kwargs.get("db", 0) or 0)
+    databases = None
+    if pool is not None:
+        probe = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class,
+                                                                 **{**kwargs, "db": 0}))
+        try:
+            databases = int(probe.config_get("databases")["databases"])
+        except (redis.RedisError, KeyError, ValueError):  # CONFIG refused (ACL, renamed command) or unreadable
+            pass
+        finally:
+            probe.close()
+    if databases is None:
+        what = f"{kind} at {place} has no database {db} (out of range for the server)"
+    else:
+        what = f"{kind} at {place} has {databases} databases (0 to {databases - 1}), so no database {db}"
+    return RedisDatabaseOutOfRange(f"{what}: fix the /<db> at the end of the URL", db, databases)
 
 
 def describe(client: Any) -> tuple[str, str]:

@@ -1,0 +1,65 @@
+"""A Redis URL whose database (its /<db>) the server does not have: one line naming --redis-url
+and how many databases the server has, from every command; a clear error from the library."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from click.testing import CliRunner
+
+from fairctl.cli import app
+from fairness_core import RedisDatabaseOutOfRange, RedisUnavailable, Scheduler, redis_client
+from fairness_stack.servers import RedisServer
+
+from .support import write_config
+
+ONE_LINE = re.compile(r"fairctl: error: --redis-url: Redis at 127\.0\.0\.1:\d+ has (\d+) databases \(0 to \d+\), "
+                      r"so no database 99: fix the /<db> at the end of the URL\n")
+
+
+def on_database(url: str, db: int) -> str:
+    return urlsplit(url)._replace(path=f"/{db}").geturl()
+
+
+@pytest.mark.parametrize("command", [["status"], ["enqueue", "x", "--tenant", "a"], ["pause", "jobs:low"],
+                                     ["dead", "list"], ["config", "show"], ["worker"]])
+def test_a_database_out_of_range_is_one_line_naming_the_url(
+        redis_server: Any, tmp_path: Path, command: list[str]) -> None:
+    path, _ = write_config(tmp_path, redis_server.url)
+    result = CliRunner().invoke(app, [*command, "--config", str(path),
+                                      "--redis-url", on_database(redis_server.url, 99)])
+    assert result.exit_code == 2, result.output
+    assert ONE_LINE.fullmatch(result.stderr), result.stderr
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.live
+def test_the_library_raises_a_clear_error_saying_how_many_databases(tmp_path: Path) -> None:
+    with RedisServer(extra_args=("--databases", "4")) as server:
+        _, config = write_config(tmp_path, on_database(server.url, 4))
+        scheduler = Scheduler(config, redis_client(config.redis.url))
+        with pytest.raises(RedisDatabaseOutOfRange) as raised:
+            scheduler.snapshot()
+        assert isinstance(raised.value, RedisUnavailable)  # what callers already handle for a bad URL
+        assert (raised.value.db, raised.value.databases) == (4, 4)
+        assert str(raised.value) == (f"Redis at 127.0.0.1:{server.port} has 4 databases (0 to 3), so no database 4: "
+                                     "fix the /<db> at the end of the URL")
+        with pytest.raises(RedisDatabaseOutOfRange):
+            scheduler.submit("x", tenant="a")
+        _, config = write_config(tmp_path, on_database(server.url, 3))  # the last one is fine
+        assert Scheduler(config, redis_client(config.redis.url)).snapshot() is not None
+
+
+@pytest.mark.live
+def test_when_config_is_refused_it_just_says_out_of_range(tmp_path: Path) -> None:
+    with RedisServer(extra_args=("--rename-command", "CONFIG", "")) as server:
+        _, config = write_config(tmp_path, on_database(server.url, 16))
+        with pytest.raises(RedisDatabaseOutOfRange) as raised:
+            Scheduler(config, redis_client(config.redis.url)).snapshot()
+        assert raised.value.databases is None
+        assert str(raised.value) == (f"Redis at 127.0.0.1:{server.port} has no database 16 (out of range for the "
+                                     "server): fix the /<db> at the end of the URL")
