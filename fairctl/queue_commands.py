@@ -156,9 +156,10 @@ def reshard(to: int | None, settle: bool, config: Path, redis_url: str | None) -
             masters = scheduler.masters()
     except (GroupBusy, LayoutConflict) as exc:
         fail("--to" if to is not None else "--settle", str(exc), code=1)
-    left = f"; shards {layout.shards}..{layout.serve - 1} still served until empty" if layout.serve > layout.shards else ""
-    change = f" (was {before.shards}, serving {before.serve})" if layout != before else ""
-    click.echo(f"queue group {cfg.redis.prefix}: new jobs go to {layout.shards} shards{change}{left}; layout v{layout.version}")
+    left = f" (shards {layout.shards}..{layout.serve - 1} until they are empty)" if layout.serve > layout.shards else ""
+    change = f"; was {before.shards} and {before.serve}" if layout != before else ""
+    click.echo(f"queue group {cfg.redis.prefix}: new jobs go to {layout.shards} shards, workers serve "
+               f"{layout.serve}{left}{change}; layout v{layout.version}")
     for master, shards in sorted(masters.items()):
         click.echo(f"  master {master}: shard{'s' if len(shards) > 1 else ''} {', '.join(map(str, shards))}")
     counts = [len(shards) for shards in masters.values()]

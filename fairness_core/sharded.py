@@ -35,6 +35,7 @@ The choices read a view of every shard's queued jobs and tenants per class and t
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import socket
@@ -69,6 +70,8 @@ from .scheduler import ApplyOutcome, Scheduler, check_pop
 from .settings import Settings
 from .shard_health import ShardHealth
 from .sharding import hand, place, shard_prefix
+
+log = logging.getLogger("fairctl.config")
 
 VIEW_TTL_S = 0.1  # how old a view of the shards' backlogs a pop may choose from
 LAYOUT_TTL_S = 1.0  # how often a process re-reads the layout (where new jobs go)
@@ -308,8 +311,13 @@ class ShardedScheduler:
                 self._layout = (now, self._layout[1])
                 return self._layout[1]
             shards, serve, version, changed, names = stored
-            self._layout = (now, Layout(int(shards), int(serve), int(version), int(changed),
-                                        tuple(decoded(names).split(PREFIX_SEP))))
+            layout = Layout(int(shards), int(serve), int(version), int(changed), tuple(decoded(names).split(PREFIX_SEP)))
+            if self._layout is None and layout.shards != self.file_config.redis.shards:
+                log.warning("queue group %s runs %d shards (its layout v%d, from fairctl reshard), and %s says "
+                            "redis.shards: %d: the layout wins; set redis.shards: %d there", self.keys.prefix,
+                            layout.shards, layout.version, self.file_config.source or "this process's config",
+                            self.file_config.redis.shards, layout.shards)
+            self._layout = (now, layout)
         return self._layout[1]
 
     def _read_layout(self) -> list[Any]:

@@ -397,11 +397,17 @@ def test_the_cli_enqueues_reshards_and_shows_each_shard(server: RedisServer, tmp
     home = hand("acme", 3, 2)[0]
     assert f"enqueued 2 jobs: {home}:1 {home}:2" in enqueued.stdout
     shown = run_fairctl("reshard", "--config", path)
-    assert f"queue group {config.redis.prefix}: new jobs go to 3 shards; layout v1" in shown.stdout
+    assert f"queue group {config.redis.prefix}: new jobs go to 3 shards, workers serve 3; layout v1" in shown.stdout
+    assert "layout wins" not in shown.stderr
     grown = run_fairctl("reshard", "--to", "5", "--config", path)
-    assert "new jobs go to 5 shards (was 3, serving 3); layout v2" in grown.stdout, grown.stderr
+    assert "new jobs go to 5 shards, workers serve 5; was 3 and 3; layout v2" in grown.stdout, grown.stderr
     shrunk = run_fairctl("reshard", "--to", "4", "--settle", "--config", path)
-    assert "new jobs go to 4 shards (was 5, serving 5); shards 4..4 still served until empty; layout v3" in shrunk.stdout
+    assert ("new jobs go to 4 shards, workers serve 5 (shards 4..4 until they are empty); was 5 and 5; layout v3"
+            in shrunk.stdout), shrunk.stdout
+    # the file still says 3: every command started from it says the layout wins, and what to set
+    stale = run_fairctl("status", "--config", path)
+    assert (f"queue group {config.redis.prefix} runs 4 shards (its layout v3, from fairctl reshard), and {path} says "
+            "redis.shards: 3: the layout wins; set redis.shards: 4 there") in stale.stderr, stale.stderr
     check_status_shows_one_queue_and_each_shard(path, config.redis.prefix, home)
     heavier = tmp_path / "heavier.yaml"
     heavier.write_text(path.read_text().replace("weight: 70", "weight: 80"))
