@@ -226,7 +226,7 @@ class Lease:
     tenant: str
     reason: str
     task: str
-    payload: Any
+    payload: Any  # the enqueued payload as JSON reads it back; {} for a job enqueued without one
     enqueued_at: float
     attempts: int
 
@@ -343,9 +343,11 @@ class Envelope(Fields):
 
 def _lease(job_id: int, enqueued_ms: int, task: str, reason: str, payload: str, queue: str, tenant: str,
            attempts: int, names: Sequence[str]) -> Lease:
-    """The one place a Lease is made from an envelope's fields (positional: this runs per job)."""
-    return Lease(str(job_id), queue, tenant, named(reason, names), named(task, names), json.loads(payload),
-                 enqueued_ms / 1000.0, attempts)
+    """The one place a Lease is made from an envelope's fields (positional: this runs per job). A
+    job enqueued without a payload (stored as JSON null) is leased with an empty object, so a
+    handler's ``lease.payload.get(...)`` works for every job."""
+    return Lease(str(job_id), queue, tenant, named(reason, names), named(task, names),
+                 {} if payload == "null" else json.loads(payload), enqueued_ms / 1000.0, attempts)
 
 
 # What an envelope stores in place of a name the group's names list (fairness_core.config_store.Names)

@@ -157,3 +157,30 @@ def test_fairctl_enqueue_refuses_an_invisible_tenant_in_one_line(redis_server: A
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("fairctl: error: --tenant: must not contain invisible format characters")
     assert result.stderr.count("\n") == 1
+
+
+def test_a_job_enqueued_without_a_payload_is_leased_with_an_empty_object(client: redis.Redis) -> None:
+    """The documented handler reads ``lease.payload.get(...)``: it works for a job with no payload
+    (None, and JSON null from fairctl enqueue --payload null), which is leased with {}."""
+    scheduler = Scheduler(make_config(), client)
+    scheduler.enqueue("password_reset", "acme")
+    scheduler.enqueue("password_reset", "acme", payload=None)
+    scheduler.enqueue("password_reset", "acme", payload={"user": 42})
+    scheduler.enqueue("password_reset", "acme", payload=[])
+    leases = scheduler.pop(4)
+    assert [lease.payload for lease in leases] == [{}, {}, {"user": 42}, []]
+    assert [lease.payload.get("user") for lease in leases[:3]] == [None, None, 42]
+    leases[0].payload["changed"] = 1
+    assert leases[1].payload == {}, "each lease gets an object of its own"
+
+
+def test_fairctl_runs_the_documented_handler_on_a_job_enqueued_without_a_payload(
+        redis_server: Any, tmp_path: Path) -> None:
+    path, config = write_config(tmp_path, redis_server.url)
+    runner = CliRunner()
+    for args in ([], ["--payload", "null"]):
+        result = runner.invoke(app, ["enqueue", "password_reset", "--tenant", "acme", "--config", str(path), *args])
+        assert result.exit_code == 0, result.output
+    scheduler = Scheduler(config, redis.Redis.from_url(redis_server.url))
+    leases = scheduler.pop(2)
+    assert [lease.payload.get("user", "nobody") for lease in leases] == ["nobody", "nobody"]
