@@ -45,6 +45,18 @@ class ConfigRefused(FairnessError):
         super().__init__("config not applied: " + "; ".join(parts))
 
 
+class PausedMoveRefused(ConfigRefused):
+    """A move out of a paused class into one that is not paused: its jobs would run at once,
+    though someone paused them. The pause does not carry over (it would hold the target's own
+    jobs too); the operator decides."""
+
+    def __init__(self, moves: Mapping[str, str]) -> None:
+        self.classes, self.tiers = {}, ()
+        FairnessError.__init__(self, "config not applied: " + "; ".join(
+            f"--move {old}={new}: {old} is paused and {new} is not, so its jobs would run at once; resume {old} "
+            f"first to let them run, or pause {new} too to keep them waiting" for old, new in sorted(moves.items())))
+
+
 class AppliedConfigUnreadable(FairnessError):
     """The group's applied config is one this release cannot read (another release applied it)."""
 
@@ -71,6 +83,12 @@ class Moves:
     def parse(cls, text: str) -> Moves:
         data = json.loads(text) if text else {}
         return cls(classes=dict(data.get("classes", {})), tiers=dict(data.get("tiers", {})))
+
+    def check_paused(self, paused: set[str]) -> None:
+        """PausedMoveRefused naming each move from a paused class into one that is not."""
+        released = {old: new for old, new in self.classes.items() if old in paused and new not in paused}
+        if released:
+            raise PausedMoveRefused(released)
 
     def check(self, config: Config) -> None:
         """ValueError naming the move when a source is configured or a target is not."""

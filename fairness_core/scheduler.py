@@ -218,6 +218,8 @@ class Scheduler:
         previous = self.read_applied()
         every = (previous.moves.carried(config) if previous else NO_MOVES).merged(moves)
         every.check(config)
+        with redis_errors(self.client):
+            moves.check_paused({_text(p) for p in self.client.smembers(self.keys.paused)})
         # A group's first apply lists this process's names too, as the reference model does.
         names = (previous.names if previous else Names(self.settings.names)).covering(config)
         before = previous.config if previous else self.config

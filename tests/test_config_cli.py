@@ -137,6 +137,30 @@ def test_removed_class_is_refused_until_moved_and_no_job_is_lost(config_a: Path,
     assert "# moves: jobs:low -> jobs:medium" in invoke("config", "show", "--config", b).stdout
 
 
+def test_a_move_out_of_a_paused_class_is_refused_unless_its_target_is_paused_too(
+        config_a: Path, client: redis.Redis) -> None:
+    """The pause does not carry over with the move (it would hold the target's own jobs too), and
+    the moved jobs must not run at once behind the operator's back: the move waits for a choice."""
+    config = load_config(config_a)
+    producer = Scheduler(config, client)
+    for i in range(5):
+        producer.enqueue("newsletter", f"tenant-{i}")
+    producer.pause("jobs:low")
+    b = variant(config_a, "b.yaml", without_low)
+    refused = invoke("config", "apply", b, "--move", "jobs:low=jobs:medium")
+    assert refused.exit_code == 1, refused.output
+    assert ("--move jobs:low=jobs:medium: jobs:low is paused and jobs:medium is not, so its jobs would run at once; "
+            "resume jobs:low first to let them run, or pause jobs:medium too to keep them waiting") in refused.stderr
+    assert producer.snapshot().classes["jobs:low"].depth == 5 and producer.pop(10) == []
+    producer.pause("jobs:medium")
+    moved = invoke("config", "apply", b, "--move", "jobs:low=jobs:medium")
+    assert moved.exit_code == 0 and "moved 5 job(s)" in moved.stdout, moved.output
+    after = Scheduler(load_config(b), client)
+    assert after.pop(10) == [], "the target is paused: the moved jobs wait"
+    after.resume("jobs:medium")
+    assert len(after.pop(10)) == 5
+
+
 def test_removed_tier_is_refused_until_moved(config_a: Path, client: redis.Redis) -> None:
     Scheduler(load_config(config_a), client).enqueue("newsletter", "acme", tier="pro")
     c = variant(config_a, "c.yaml", without_pro)
