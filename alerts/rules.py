@@ -99,6 +99,19 @@ def for_seconds(config: Config, alert: str) -> float:
     return value
 
 
+# How much longer than its for: an alert on an event (a counter's increase) must look back: the
+# increase is seen from the first evaluation after the event until the window passes it, so a
+# window no longer than for: would clear before for: is over and never fire. A minute covers one
+# evaluation of the generated unit tests and Prometheus's usual 15s scrape and evaluation.
+EVENT_MARGIN_S = 60.0
+
+
+def event_window(config: Config, alert: str) -> float:
+    """The look-back of ``alert``, which fires on an event: ``alerts.rate_window``, but at least
+    its for: and :data:`EVENT_MARGIN_S`, so that every valid config's rule can fire."""
+    return max(alert_settings(config).rate_window, for_seconds(config, alert) + EVENT_MARGIN_S)
+
+
 def _one(config: Config, alert: str, expr: str, severity: str) -> tuple[Variant, ...]:
     return (Variant(expr, for_seconds(config, alert), severity),)
 
@@ -176,6 +189,8 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
     a = alert_settings(config)
     window, budget_window = duration(a.rate_window), duration(config.scheduler.budget_window)
     tenant_window = duration(config.exporter.window)
+    evict_window = duration(event_window(config, REDIS_MAY_EVICT_JOBS))
+    lost_window = duration(event_window(config, QUEUE_STATE_LOST))
     min_arrivals = config.scheduler.budget_min_arrivals
     urgent = config.classes[0].name
     stall = a.stall_after
@@ -342,13 +357,13 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
         ),
         Alert(
             REDIS_MAY_EVICT_JOBS,
-            f"Redis's maxmemory-policy is not {m.SAFE_POLICY}, or it evicted keys in the last {window}",
+            f"Redis's maxmemory-policy is not {m.SAFE_POLICY}, or it evicted keys in the last {evict_window}",
             Text("Redis may evict the scheduler's jobs"),
             Text(f'Redis\'s maxmemory-policy is "$policy" (empty: it is {m.SAFE_POLICY} now but evicted keys in the '
-                 f"last {window}). Under any policy but {m.SAFE_POLICY} Redis deletes keys when memory runs short, "
+                 f"last {evict_window}). Under any policy but {m.SAFE_POLICY} Redis deletes keys when memory runs short, "
                  "the scheduler's among them: queued jobs and leases vanish with no error. Workers and producers "
                  f"refuse such a Redis; set maxmemory-policy {m.SAFE_POLICY}."),
-            _one(config, REDIS_MAY_EVICT_JOBS, may_evict(a.rate_window), CRITICAL),
+            _one(config, REDIS_MAY_EVICT_JOBS, may_evict(event_window(config, REDIS_MAY_EVICT_JOBS)), CRITICAL),
         ),
         Alert(
             FAIRNESS_EXPORTER_DOWN,
@@ -381,15 +396,16 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
         ),
         Alert(
             QUEUE_STATE_LOST,
-            f"an exporter found its queue group's state reset in the last {window} (its applied config gone or "
+            f"an exporter found its queue group's state reset in the last {lost_window} (its applied config gone or "
             f"created anew: {m.STATE_RESETS.name}); every job queued or leased in that shard was lost",
             Text("Shard $shard of queue $group lost its state, and its jobs"),
-            Text(f"The exporters of shard $shard of $group found its state reset (in the last {window}): its applied "
+            Text(f"The exporters of shard $shard of $group found its state reset (in the last {lost_window}): its applied "
                  "config is gone or was created anew, and with it every job that was queued, leased or delayed there. "
                  "Redis restarted without persistence, failed over to an empty replica, or was flushed. Nothing in "
                  "Redis can bring the jobs back: producers must send them again."),
             _one(config, QUEUE_STATE_LOST,
-                 f"{dedup(over_time('increase', m.STATE_RESETS.name, a.rate_window))} > 0", CRITICAL),
+                 f"{dedup(over_time('increase', m.STATE_RESETS.name, event_window(config, QUEUE_STATE_LOST)))} > 0",
+                 CRITICAL),
         ),
         Alert(
             QUEUE_CONFIG_SPLIT,

@@ -113,6 +113,15 @@ def test_rules_and_unit_tests_generated_for_other_configs_pass(name: str, tmp_pa
     promtool.test_rules(*sorted((generated / TESTS_DIR).glob("*.yml")))
 
 
+@pytest.mark.parametrize("window", ["1m", "2m"])
+def test_unit_tests_generated_for_a_short_rate_window_pass(window: str, tmp_path: Path) -> None:
+    """A valid config with a rate window shorter than the scenarios' usual timelines: every alert
+    that holds on an event (keys evicted, state reset) still fires, and its tests fit the window."""
+    generated = generate_into(parse_config(with_change("alerts.rate_window", window)), tmp_path)
+    promtool.check_rules(generated / RULES_FILE)
+    promtool.test_rules(*sorted((generated / TESTS_DIR).glob("*.yml")))
+
+
 def test_promtool_failures_are_reported_with_what_failed(tmp_path: Path) -> None:
     generated = generate_into(load_config(EXAMPLE_CONFIG), tmp_path)
     rules = generated / RULES_FILE
