@@ -100,7 +100,7 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
         if scenario.reports_worker_time:
             lines.extend(f"  {line}" for line in worker_time_lines(scenario, run))
         lines.extend(f"  {line}" for line in shard_lines(scenario, run))
-        lines.append(f"  verdict: {verdict(scenario, run).summary()}")
+        lines.append(f"  verdict: {verdict(scenario, run).summary(outcome.alerts)}")
         if outcome.alerts is not None:
             if outcome.alerts:
                 lines.append("  alerts fired (first firing):")
@@ -109,8 +109,11 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
                 lines.append("  alerts fired: none")
         lines.extend(f"  {check}" for check in outcome.checks(scenario, outcomes))
         lines.extend(f"  EXPECTATION FAILED: {p}" for p in outcome.alert_violations(scenario) or ())
-        if outcome.violations(scenario, outcomes) == []:
+        problems = outcome.violations(scenario, outcomes)
+        if problems == []:
             lines.append("  as expected by the scenario")
+        elif problems is None and scenario.unchecked_because:
+            lines.append(f"  as expected by the scenario? n/a: {scenario.unchecked_because}")
         lines.append("")
     if alerts_note:
         lines.append(alerts_note)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from fairness_core.ages import human
 from fairness_core.config import Config
 
+from .alert_evaluation import FiredAlert
 from .policies import Outcome, alert_label
 from .scenario import Scenario
 from .simulator import PolicyRun
@@ -82,19 +83,36 @@ class Verdict:
 
     @property
     def interactive_met(self) -> bool:
-        return all(c.status in ("met", "noisy only") for c in self.classes if c.name in self.interactive)
+        return all(c.status == "met" for c in self.classes if c.name in self.interactive)
 
-    def summary(self) -> str:
-        """One line for the terminal: the word and the classes behind it."""
-        behind = [f"{c.name} {c.status}" for c in self.classes if c.status not in ("met",)]
-        return self.word + (f" ({', '.join(behind)})" if behind else "")
+    @property
+    def missed(self) -> tuple[ClassVerdict, ...]:
+        """The classes whose oldest job went over the SLO, whoever's it was."""
+        return tuple(c for c in self.classes if c.status != "met")
+
+    def summary(self, alerts: Sequence[FiredAlert] | None = None) -> str:
+        """One line for the terminal: the word, each class that missed its SLO (its oldest age
+        against the SLO, and why) and, given the run's ``alerts`` (None: not evaluated), which fired."""
+        why = {"noisy only": "noisy tenant only"}
+        line = self.word
+        if self.missed:
+            line += ": missed the SLO of " + ", ".join(
+                f"{c.name} (oldest {human(c.max_oldest_s)}, SLO {human(c.slo_s)}; {why.get(c.status, c.status)})"
+                for c in self.missed)
+        if alerts:
+            line += f"; {', '.join(dict.fromkeys(a.alert for a in alerts))} fired"
+        elif alerts is not None and self.missed:
+            line += "; no alert fired"
+        return line
 
 
-STATUS_RANK = {"met": 0, "noisy only": 0, "late": 1, "unfair": 2, "starved": 3}
+# noisy only counts as late: the class's oldest job was over the SLO, whoever's it was
+STATUS_RANK = {"met": 0, "noisy only": 1, "late": 1, "unfair": 2, "starved": 3}
 WORDS = {0: "met SLOs", 1: "late", 2: "unfair", 3: "starved"}
 STATUS_HELP = {
     "met": "oldest job within the SLO",
-    "noisy only": "over the SLO, but only the noisy tenant's own backlog; the other tenants' oldest job within it",
+    "noisy only": "over the SLO (a miss: the verdict reads late), but only the noisy tenant's own backlog; the "
+                  "other tenants' oldest job within it",
     "late": "over the SLO (no noisy tenant to blame)",
     "unfair": "started jobs, but quiet tenants waited beyond the SLO behind a noisy one",
     "starved": "over the SLO while served below its weight's share (or not at all)",
@@ -113,8 +131,8 @@ def verdict(scenario: Scenario, run: PolicyRun) -> Verdict:
     SLO but the quiet tenants' is not: the flooding tenant waits behind itself); ``unfair`` (quiet
     tenants waited beyond the SLO behind a noisy tenant); ``late`` (over the SLO, no noisy tenant);
     ``starved`` (over the SLO while served below its weight, or not at all). The policy's word is
-    its worst class's. A class is judged by the config in force at the end (see
-    :meth:`Scenario.class_settings`)."""
+    its worst class's (``noisy only`` is a miss and reads ``late``). A class is judged by the config
+    in force at the end (see :meth:`Scenario.class_settings`)."""
     out = []
     for c, weight_share in scenario.class_settings().values():
         r = run.classes[c.name]
@@ -277,7 +295,8 @@ def _cell(text: str, cls: str = "") -> str:
 def _expectation(scenario: Scenario, outcome: Outcome, outcomes: Sequence[Outcome]) -> tuple[str, str]:
     problems = outcome.violations(scenario, outcomes)
     if problems is None:
-        why = "alerts not evaluated" if outcome.alerts is None else "the scenario expects nothing of this policy"
+        why = (scenario.unchecked_because or
+               ("alerts not evaluated" if outcome.alerts is None else "the scenario expects nothing of this policy"))
         return f"n/a <small>({why})</small>", ""
     if problems:
         return "NO: " + "; ".join(html.escape(p) for p in problems), "bad"
@@ -299,7 +318,7 @@ def _verdict_table(scenario: Scenario, outcomes: Sequence[Outcome]) -> str:
             text = f"{human(c.max_oldest_s)} / {human(c.slo_s)}<br><small>{html.escape(c.status)}"
             if c.status == "noisy only":
                 text += f"; quiet tenants {human(c.quiet_max_s)}"
-            cells.append(_cell(text + "</small>", "ok" if c.status in ("met", "noisy only") else "bad"))
+            cells.append(_cell(text + "</small>", "ok" if c.status == "met" else "bad"))
         if outcome.alerts is None:
             cells.append(_cell("not evaluated"))
         else:

@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from fairness_core.ages import human
 from fairness_core.classification import classify
 from fairness_core.config import (
     CHARGES,
@@ -266,6 +267,8 @@ class Scenario:
     source: str | None = None
     config_changes: tuple[ConfigChange, ...] = ()
     charges: tuple[str, ...] | None = None  # charge bases each policy runs under (None: the config's)
+    # Why the scenario's ``expect`` was dropped (a shortened run, another shard layout); None: it was not
+    unchecked_because: str | None = None
 
     def run_names(self, policies: Sequence[str] | None = None) -> tuple[str, ...]:
         """The runs of ``policies`` (default: the scenario's): one per policy, or one per policy
@@ -301,14 +304,22 @@ class Scenario:
         if (shards, hand) == (self.config.redis.shards, self.config.redis.shard_hand):
             return self
         changes = tuple(dataclasses.replace(c, config=sharded_config(c.config, shards, hand)) for c in self.config_changes)
+        why = self.unchecked_because or (
+            f"the scenario's expectations are about its own layout ({self.config.redis.shards} shard"
+            f"{'s' if self.config.redis.shards != 1 else ''}), not {shards} shard{'s' if shards != 1 else ''} "
+            f"with hands of {hand}" if self.expect else None)
         return dataclasses.replace(self, config=sharded_config(self.config, shards, hand), expect={},
-                                   config_changes=changes)
+                                   config_changes=changes, unchecked_because=why)
 
     def shortened(self, duration: float) -> Scenario:
         """The first ``duration`` seconds only: the changes after it dropped, and no ``expect``
-        (which is about the whole scenario)."""
+        (which is about the whole scenario; ``unchecked_because`` says so)."""
+        why = self.unchecked_because or (
+            f"the scenario's expectations are about its whole {human(self.duration)} run, "
+            f"not this {human(duration)} {'window' if duration < self.duration else 'run'}" if self.expect else None)
         return dataclasses.replace(self, duration=duration, expect={},
-                                   config_changes=tuple(c for c in self.config_changes if c.at < duration))
+                                   config_changes=tuple(c for c in self.config_changes if c.at < duration),
+                                   unchecked_because=why)
 
 
 def sharded_config(config: Config, shards: int, hand: int) -> Config:

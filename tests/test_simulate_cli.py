@@ -74,7 +74,7 @@ def test_table_json_and_alerts_from_promtool(tmp_path: Path, rules: Path) -> Non
     fifo_part = result.stdout.split("policy weighted-fair")[0]
     # A class that started no job has no waits to show; fifo starves the interactive class.
     assert re.search(r"jobs:medium +0 +- +- +- +- ", fifo_part), fifo_part
-    assert "verdict: starved (jobs:high starved" in fifo_part
+    assert "verdict: starved: missed the SLO of jobs:high (oldest " in fifo_part
     assert result.stdout.count("as expected by the scenario") == 2
     doc = json.loads(out.read_text())
     assert set(doc) >= {"scenario", "policies"} and doc["scenario"] == "mini-storm"

@@ -103,7 +103,9 @@ def test_a_sharded_run_reports_the_drift_and_the_flood_cost(tmp_path: Path) -> N
     result = invoke(scenario_file(tmp_path, expect=wrong), "--processes", "1", "--shards", "6", "--hand", "2",
                     "--json", out)
     assert result.exit_code == 0, result.output
-    assert "EXPECTATION" not in result.stdout and "as expected" not in result.stdout
+    assert "EXPECTATION" not in result.stdout and "as expected by the scenario\n" not in result.stdout
+    assert ("as expected by the scenario? n/a: the scenario's expectations are about its own layout (1 shard), "
+            "not 6 shards with hands of 2") in result.stdout
     assert re.search(r"6 shards, hands of 2; class shares fleet-wide \(weight, drift\): jobs:high [\d.]+% \(70%, "
                      r"[-+][\d.]+ points\)", result.stdout), result.stdout
     assert re.search(r"flood cost: acme-marketing's \d+ shard-mates in jobs:low got \d+% of the service per tenant "
