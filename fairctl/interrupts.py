@@ -26,6 +26,10 @@ import click
 from click.exceptions import Exit
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Set (to 1) by a parent process that reports an interruption of its children itself: a child
+# then exits with the code alone, so a Ctrl-C still ends in one line (fairctl worker --processes).
+QUIET_VARIABLE = "FAIRCTL_QUIET_INTERRUPT"
+_quiet = os.environ.pop(QUIET_VARIABLE, None) == "1"
 REDELIVER_AFTER_S = 0.01  # a signal whose exception Python swallowed is sent again this much later
 WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 
@@ -95,12 +99,16 @@ def handled() -> Iterator[None]:
     previous = {sig: signal.signal(sig, first) for sig in SIGNALS}
     earlier_hook, sys.unraisablehook = sys.unraisablehook, swallowed
     try:
+        # A parent may start a command with these signals blocked (pending until it can handle
+        # them, rather than a traceback from inside an import): from here on they are handled.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         yield
     except KeyboardInterrupt as exc:
         arrived.append(signal_of(exc))  # a bare KeyboardInterrupt (no signal of ours) ends it all too
         for sig in SIGNALS:  # the clean-up is done; ignored, not noted: the interpreter's finalisation
             signal.signal(sig, signal.SIG_IGN)  # puts back the default (death) for Python-level handlers
-        click.echo(line(exc), err=True)
+        if not _quiet:
+            click.echo(line(exc), err=True)
         raise Exit(exit_code(signal_of(exc))) from None
     finally:
         sys.unraisablehook = earlier_hook

@@ -11,6 +11,11 @@ once). A child that exits while the others run (Redis down at start, an evicting
 stops the others gracefully: the parent exits non-zero, for the supervisor to restart the lot,
 rather than run short of the slots it was asked for. On Linux a child also gets SIGTERM when the
 parent dies, so killing the parent hard never leaves orphans working.
+
+A child starts with SIGTERM/SIGINT blocked until its command can handle them (a signal passed on
+while it still imports waits, instead of a traceback from inside the import). A signal that
+stops a child before it works (it exits 130/143 quietly) ends the parent as it ends any command:
+one line, exit 130 (143 for SIGTERM); once every child works, a signal drains them and exit 0.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import sys
 import time
 from collections.abc import Sequence
 from types import FrameType
+
+from .interrupts import QUIET_VARIABLE, Interrupted, stopped
 
 log = logging.getLogger("fairctl.worker")
 
@@ -44,15 +51,25 @@ def run_processes(count: int, worker_args: Sequence[str], env: dict[str, str] | 
 
     previous = {sig: signal.signal(sig, on_signal) for sig in FORWARDED}
     children: list[subprocess.Popen[bytes]] = []
-    child_env = {**(os.environ if env is None else env), PARENT_VARIABLE: str(os.getpid())}
+    child_env = {**(os.environ if env is None else env), PARENT_VARIABLE: str(os.getpid()), QUIET_VARIABLE: "1"}
     try:
         for _ in range(count):
             if received:
                 break
-            children.append(subprocess.Popen([sys.executable, "-m", "fairctl", "worker", *worker_args], env=child_env,
-                                             process_group=0))
+            unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # the child inherits the mask
+            try:
+                children.append(subprocess.Popen([sys.executable, "-m", "fairctl", "worker", *worker_args],
+                                                 env=child_env, process_group=0))
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
         log.info("started %d worker processes: %s", len(children), " ".join(str(c.pid) for c in children))
-        return _supervise(children, received)
+        code, before_work = _supervise(children, received)
+        if code == 0 and received and (before_work or len(children) < count):
+            interrupted = Interrupted(received[0])
+            if children:
+                stopped(interrupted, f"stopped {len(children)} worker processes before they were all working")
+            raise interrupted
+        return code
     finally:
         for child in children:  # an unexpected error in the parent: leave no child working unsupervised
             if child.poll() is None:
@@ -61,9 +78,10 @@ def run_processes(count: int, worker_args: Sequence[str], env: dict[str, str] | 
             signal.signal(sig, handler)
 
 
-def _supervise(children: list[subprocess.Popen[bytes]], received: list[int]) -> int:
+def _supervise(children: list[subprocess.Popen[bytes]], received: list[int]) -> tuple[int, int]:
     """Pass each received signal to every running child, and stop the rest gracefully when one
-    exits by itself; return once all have exited."""
+    exits by itself; return once all have exited: the exit code, and how many children a passed
+    signal stopped before they worked (they exit 128 + its number, as any interrupted command)."""
     passed = 0
     stopping = False
     codes: dict[int, int] = {}
@@ -80,11 +98,13 @@ def _supervise(children: list[subprocess.Popen[bytes]], received: list[int]) -> 
                     stopping = True
                     _signal_running(children, codes, signal.SIGTERM)
         time.sleep(TICK_S)
-    failed = {pid: code for pid, code in codes.items() if code != 0}
+    by_signal = {128 + signum for signum in received}
+    before_work = sum(1 for code in codes.values() if code in by_signal)
+    failed = {pid: code for pid, code in codes.items() if code != 0 and code not in by_signal}
     if failed:
         log.error("worker processes that failed (pid: exit code): %s",
                   ", ".join(f"{pid}: {code}" for pid, code in failed.items()))
-    return max((code if code > 0 else 1 for code in failed.values()), default=0)
+    return max((code if code > 0 else 1 for code in failed.values()), default=0), before_work
 
 
 def _signal_running(children: list[subprocess.Popen[bytes]], exited: dict[int, int], signum: int) -> None:

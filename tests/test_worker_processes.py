@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,32 @@ def _gone(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.2, 0.5])
+def test_a_ctrl_c_while_the_children_start_ends_like_any_command(
+        redis_server: RedisServer, tmp_path: Path, delay: float) -> None:
+    """Ctrl-C once the parent has started its children, while they are still importing: the
+    children stop quietly, the parent says so in one line and exits 130, as every command does
+    on Ctrl-C (a worker that had started, as above, drains and exits 0)."""
+    path, config = write_config(tmp_path, redis_server.url)
+    log = tmp_path / "worker.log"
+    proc = spawn_worker(path, log, f"{config.redis.prefix}:ran", redis_server.url, "--processes", str(PROCESSES),
+                        "--concurrency", "1", start_new_session=True)
+    try:
+        _children(log)  # the parent's first line: the children were just spawned
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert "Traceback" not in text and "failed" not in text, text
+    started = len(re.findall(r"INFO fairness_core\.worker: worker \S+: \d+ slots", text))
+    if started == PROCESSES:  # every child was working already: each drained
+        assert code == 0, text
+    else:
+        assert code == 130, text
+        assert re.findall(r"^fairctl: .*$", text, re.M) == [
+            f"fairctl: interrupted; stopped {PROCESSES} worker processes before they were all working"], text
