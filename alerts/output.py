@@ -13,7 +13,7 @@ from typing import Any
 
 from exporter import metrics as m
 from fairness_core.config import Config
-from fairness_core.generated import HEADER, RenderedSet, yaml_text
+from fairness_core.generated import RenderedSet, header, yaml_text
 
 from . import recording as rec
 from . import rules as r
@@ -49,7 +49,7 @@ def rules_text(config: Config) -> str:
     """One group, recording rules first: a group evaluates its rules in order, so every alert
     sees the recordings of the same evaluation."""
     indent = " " * 6
-    parts = [(f"# {HEADER}\n# Recording rules (shared expressions), then the alerts.\n"
+    parts = [(f"# {header(config)}\n# Recording rules (shared expressions), then the alerts.\n"
               f"groups:\n  - name: {GROUP}\n    rules:\n")]
     parts += [_commented(x.why, {"record": x.name, "expr": x.expr}, indent) for x in rec.recording_rules(config)]
     parts += [_commented(comment, rule, indent) for comment, rule in alert_rules(config)]
@@ -60,7 +60,7 @@ def render(config: Config) -> dict[PurePosixPath, str]:
     """Every file of the set, by path relative to the set's directory."""
     files = {RULES_FILE: rules_text(config)}
     for test_file in unittests.test_files(config):
-        files[TESTS_DIR / f"{test_file.name}.yml"] = yaml_text(unittests.document(config, test_file), HEADER)
+        files[TESTS_DIR / f"{test_file.name}.yml"] = yaml_text(unittests.document(config, test_file), header(config))
     from . import runbooks  # jinja2, from the generate extra: the rules alone (the simulator's) need none
 
     files.update(runbooks.render(config))

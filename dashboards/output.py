@@ -4,10 +4,9 @@ provisioning files that load them (a datasource and a dashboard provider) for ``
 from __future__ import annotations
 
 from pathlib import PurePosixPath
-from typing import Any
 
 from fairness_core.config import Config
-from fairness_core.generated import HEADER, RenderedSet, yaml_text
+from fairness_core.generated import RenderedSet, header, yaml_text
 
 from .build import DASHBOARDS, TAG, to_json
 from .layout import (
@@ -21,11 +20,9 @@ from .layout import (
 PROMETHEUS_URL = "http://prometheus:9090"
 
 
-def _yaml(data: Any) -> str:
-    return yaml_text(data, HEADER)
 
 
-def provisioning() -> dict[PurePosixPath, str]:
+def provisioning(config: Config) -> dict[PurePosixPath, str]:
     """A default Prometheus datasource (the dashboards' ``$datasource`` falls back to the default
     one when provisioned) and a provider reading the dashboards' JSON into a fairctl folder."""
     datasource = {"apiVersion": 1, "datasources": [
@@ -33,14 +30,14 @@ def provisioning() -> dict[PurePosixPath, str]:
     provider = {"apiVersion": 1, "providers": [
         {"name": TAG, "folder": TAG, "type": "file", "disableDeletion": False, "allowUiUpdates": False,
          "updateIntervalSeconds": 60, "options": {"path": CONTAINER_DASHBOARDS}}]}
-    return {PROVISIONING_DIR / "datasources" / f"{TAG}.yml": _yaml(datasource),
-            PROVISIONING_DIR / "dashboards" / f"{TAG}.yml": _yaml(provider)}
+    return {PROVISIONING_DIR / "datasources" / f"{TAG}.yml": yaml_text(datasource, header(config)),
+            PROVISIONING_DIR / "dashboards" / f"{TAG}.yml": yaml_text(provider, header(config))}
 
 
 def render(config: Config) -> dict[PurePosixPath, str]:
     """Every file of the set, by path relative to the set's directory."""
     boards = (build(config) for build in DASHBOARDS)
-    return {**{dashboard_file(b.uid): to_json(b) for b in boards}, **provisioning()}
+    return {**{dashboard_file(b.uid): to_json(b) for b in boards}, **provisioning(config)}
 
 
 # The dashboards output set of ``fairctl generate`` (see fairctl/generate_command.py).

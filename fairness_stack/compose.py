@@ -11,7 +11,7 @@ from pathlib import PurePosixPath
 
 from alerts.config import alert_settings
 from fairness_core.config import Config
-from fairness_core.generated import HEADER, RenderedSet, yaml_text
+from fairness_core.generated import RenderedSet, header, yaml_text
 
 from . import configs as s
 from .containers import SCRAPE_INTERVAL_S
@@ -39,7 +39,7 @@ def render(config: Config) -> dict[PurePosixPath, str]:
     alertmanager = s.alertmanager_config(
         f"http://{address(s.WEBHOOK)}{s.WEBHOOK_PATH}", group_wait=GROUP_WAIT_S,
         group_interval=GROUP_INTERVAL_S, repeat_interval=REPEAT_INTERVAL_S)
-    return {PROMETHEUS_FILE: yaml_text(prometheus, HEADER), ALERTMANAGER_FILE: yaml_text(alertmanager, HEADER)}
+    return {PROMETHEUS_FILE: yaml_text(prometheus, header(config)), ALERTMANAGER_FILE: yaml_text(alertmanager, header(config))}
 
 
 COMPOSE_OUTPUT = RenderedSet("compose", GENERATED_DIR, render)

@@ -20,14 +20,16 @@ from alerts.config import alert_settings
 from alerts.output import rules_text
 from dashboards.output import render as render_dashboards
 from exporter.server import DEFAULT_PORT
+from exporter.sources import watched
 from fairness_core.config import Config, ConfigError
-from fairness_core.generated import HEADER, RenderedSet, yaml_text
+from fairness_core.generated import RenderedSet, header, yaml_text
 
 from .containers import CONFIG_DIR, CONFIG_FILE, SCRAPE_INTERVAL_S, image
 
 GENERATED_DIR = PurePosixPath("deploy/kubernetes")
 NAME = "fairctl"
 CONFIG_MAP, WORKERS, EXPORTER_SERVICE, RULES = f"{NAME}-config", f"{NAME}-workers", f"{NAME}-exporter", f"{NAME}-rules"
+EXPORTER = f"{NAME}-exporter"  # the Deployment of a watched system's exporter (its own workers run elsewhere)
 REDIS_SECRET, REDIS_SECRET_KEY = f"{NAME}-redis", "url"
 METRICS_PORT_NAME = "metrics"
 # The label a Service carries its Prometheus job name in (ServiceMonitor jobLabel), so `up` has
@@ -39,6 +41,7 @@ WORKER_REPLICAS, WORKER_CONCURRENCY = 2, 4
 # The worker's default --grace of 30 s, plus time to exit.
 TERMINATION_GRACE_S = 45
 SELECTOR = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "worker"}
+EXPORTER_SELECTOR = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "exporter"}
 
 
 def _metadata(name: str, component: str, **extra: Any) -> dict[str, Any]:
@@ -68,33 +71,47 @@ def _container(name: str, args: list[str]) -> dict[str, Any]:
     }
 
 
+def _exporter_container() -> dict[str, Any]:
+    exporter = _container("exporter", ["exporter", "--listen", f"0.0.0.0:{DEFAULT_PORT}"])
+    probe = {"httpGet": {"path": "/", "port": METRICS_PORT_NAME}, "periodSeconds": 10}
+    return exporter | {"ports": [{"name": METRICS_PORT_NAME, "containerPort": DEFAULT_PORT}],
+                       "readinessProbe": probe, "livenessProbe": probe,
+                       "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}}}
+
+
+def _deployment(name: str, component: str, replicas: int, selector: Mapping[str, str],
+                containers: list[dict[str, Any]]) -> dict[str, Any]:
+    pod = {
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        "containers": containers,
+        # The root filesystem is read-only; /tmp is the one writable place.
+        "volumes": [{"name": "config", "configMap": {"name": CONFIG_MAP}}, {"name": "tmp", "emptyDir": {}}],
+    }
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(name, component),
+            "spec": {"replicas": replicas, "selector": {"matchLabels": dict(selector)},
+                     "template": {"metadata": {"labels": dict(selector)}, "spec": pod}}}
+
+
 def deployment() -> dict[str, Any]:
     """Workers with an exporter sidecar in each pod: the generated rules deduplicate the sidecars' series."""
     worker = _container("worker", ["worker", "--handlers", "fairctl.handlers:sleep_handlers",
                                    "--concurrency", str(WORKER_CONCURRENCY)])
     worker["resources"] = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
-    exporter = _container("exporter", ["exporter", "--listen", f"0.0.0.0:{DEFAULT_PORT}"])
-    probe = {"httpGet": {"path": "/", "port": METRICS_PORT_NAME}, "periodSeconds": 10}
-    exporter |= {"ports": [{"name": METRICS_PORT_NAME, "containerPort": DEFAULT_PORT}],
-                 "readinessProbe": probe, "livenessProbe": probe,
-                 "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}}}
-    pod = {
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
-        "containers": [worker, exporter],
-        # The root filesystem is read-only; /tmp is the one writable place.
-        "volumes": [{"name": "config", "configMap": {"name": CONFIG_MAP}}, {"name": "tmp", "emptyDir": {}}],
-    }
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(WORKERS, "worker"),
-            "spec": {"replicas": WORKER_REPLICAS, "selector": {"matchLabels": dict(SELECTOR)},
-                     "template": {"metadata": {"labels": dict(SELECTOR)}, "spec": pod}}}
+    return _deployment(WORKERS, "worker", WORKER_REPLICAS, SELECTOR, [worker, _exporter_container()])
+
+
+def exporter_deployment() -> dict[str, Any]:
+    """A watched system's exporter alone: that system's own workers run its jobs, so no fairctl
+    worker is deployed beside it."""
+    return _deployment(EXPORTER, "exporter", 1, EXPORTER_SELECTOR, [_exporter_container()])
 
 
 def service(config: Config) -> dict[str, Any]:
     meta = _metadata(EXPORTER_SERVICE, "exporter")
     meta["labels"][JOB_LABEL] = alert_settings(config).exporter_job
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
-            "spec": {"selector": dict(SELECTOR), "ports": [
+            "spec": {"selector": dict(SELECTOR if watched(config) is None else EXPORTER_SELECTOR), "ports": [
                 {"name": METRICS_PORT_NAME, "port": DEFAULT_PORT, "targetPort": METRICS_PORT_NAME}]}}
 
 
@@ -131,13 +148,14 @@ def render(config: Config) -> dict[PurePosixPath, str]:
     """Every manifest, one object per file, by path relative to the set's directory."""
     manifests: Mapping[PurePosixPath, dict[str, Any]] = {
         PurePosixPath("config.yaml"): config_map(config),
-        PurePosixPath("workers.yaml"): deployment(),
+        **({PurePosixPath("workers.yaml"): deployment()} if watched(config) is None
+           else {PurePosixPath("exporter.yaml"): exporter_deployment()}),
         PurePosixPath("exporter-service.yaml"): service(config),
         PurePosixPath("exporter-servicemonitor.yaml"): service_monitor(),
         PurePosixPath("prometheusrule.yaml"): prometheus_rule(config),
         **dashboard_config_maps(config),
     }
-    return {path: yaml_text(manifest, HEADER) for path, manifest in manifests.items()}
+    return {path: yaml_text(manifest, header(config)) for path, manifest in manifests.items()}
 
 
 KUBERNETES_OUTPUT = RenderedSet("kubernetes", GENERATED_DIR, render)

@@ -3,7 +3,12 @@ with only the series that system supplies, and promtool passing on them."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+import yaml
 
 from alerts import rules as r
 from alerts.output import rules_text
@@ -12,7 +17,7 @@ from alerts.supplied import needs, served_metrics
 from exporter.sources import QueueRef, WatchConfig, systems
 from fairness_core import Config
 
-from .conftest import make_config
+from .conftest import EXAMPLE_CONFIG, make_config
 
 KEPT = {
     "bullmq": (r.QUEUE_STARVING, r.QUEUE_SHARE_BELOW_WEIGHT, r.QUEUE_STALLED, r.FAIRNESS_EXPORTER_DOWN,
@@ -48,3 +53,26 @@ def test_fairctls_own_queues_keep_every_alert() -> None:
     config = make_config()
     assert served_metrics(config) is None and r.left_out(config) == ()
     assert [a.name for a in r.build_alerts(config)] == [a.name for a in r.every_alert(config)]
+
+
+def test_generate_for_a_watched_system_deploys_no_fairctl_worker_and_names_its_file(tmp_path: Path) -> None:
+    """A Celery team's watch.yaml: the Kubernetes set deploys the exporter alone (their own workers
+    run the jobs; a fairctl worker there would take nothing, or worse), its Service selects that
+    exporter's pods, and every generated file says to change watch.yaml."""
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["watch"] = {"system": "celery", "classes": {c["name"]: [c["name"].replace(":", "-")] for c in data["classes"]}}
+    source = tmp_path / "watch.yaml"
+    source.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "fairctl", "generate", "--config", str(source), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    kubernetes = out / "deploy" / "kubernetes"
+    assert not (kubernetes / "workers.yaml").exists()
+    exporter = yaml.safe_load((kubernetes / "exporter.yaml").read_text())
+    pod = exporter["spec"]["template"]
+    assert [c["args"][0] for c in pod["spec"]["containers"]] == ["exporter"]
+    service = yaml.safe_load((kubernetes / "exporter-service.yaml").read_text())
+    assert service["spec"]["selector"] == pod["metadata"]["labels"]
+    texts = [p.read_text() for p in out.rglob("*") if p.is_file() and p.suffix in (".yml", ".yaml")]
+    assert texts and all("change watch.yaml and regenerate" in t and "fairness.yaml and" not in t for t in texts)
