@@ -249,7 +249,11 @@ def _share_below_weight(s: Scenario) -> list[Case]:
     # of the top class's service beside all of the lowest class's flood: on that shard alone the
     # top class is far below its weight. Judged shard by shard, that paged; the queue is fair.
     fleet = {name: 3600 * w for name, w in three}
-    odd_one = {top: fleet[top] / 20, three[1][0]: fleet[three[1][0]] / 5, low: fleet[low]}
+    others = fleet[three[1][0]] / 5 + fleet[low]
+    # A twentieth, or less when the top class's weight is so large that a twentieth of its service
+    # is still near its weight on that shard: half the part that would reach the tolerance.
+    bound = tolerance * top_weight * others / (fleet[top] * (1 - tolerance * top_weight))
+    odd_one = {top: fleet[top] * min(1 / 20, bound / 2), three[1][0]: fleet[three[1][0]] / 5, low: fleet[low]}
     rest = {name: (fleet[name] - odd_one[name]) / 5 for name, _ in three[:2]}
     uneven = [odd_one if index == 2 else rest for index in range(6)]
     if odd_one[top] / sum(odd_one.values()) >= tolerance * top_weight:
@@ -343,7 +347,9 @@ def _reason_shift(s: Scenario, step: int) -> list[Case]:
         return tuple(x for reason, (before, later) in mix.items()
                      for x in s.series(m.JOBS_ENQUEUED, counter(before, later), queue=queue, reason=reason))
 
-    share = 0.6
+    # The new reason's share: 60%, or halfway from the threshold to all when the threshold is 50% or more.
+    threshold = alert_settings(config).reason_shift
+    share = 0.6 if threshold < 0.5 else round((1 + threshold) / 2, 2)
     return [
         Case(f"a new reason brings {number(share * 100)}% of {queue}'s arrivals: fires for it, not for the one that shrank",
              inputs({old: (100, 100 * (1 - share)), new: (None, 100 * share)}),
@@ -456,7 +462,8 @@ def _shard_stalled(s: Scenario) -> list[Case]:
     alert = r.QUEUE_SHARD_STALLED
     stall = minutes(alert_settings(s.config).stall_after)
     fire_at = stall + s.for_minutes(alert)
-    end = fire_at + 1
+    stalled_at = stall + s.for_minutes(r.QUEUE_STALLED)  # the queue's alert, with a for: of its own
+    end = max(fire_at, stalled_at) + 1
     queue = s.config.classes[0].name
     masters = [f"10.0.0.{index + 1}:6379" for index in range(3)]
 
@@ -476,7 +483,8 @@ def _shard_stalled(s: Scenario) -> list[Case]:
              (Check(fire_at - 1, alert), Check(fire_at, alert, (stuck,)), Check(fire_at, r.QUEUE_STALLED))),
         Case(f"every shard stalls: {r.QUEUE_STALLED} fires once for the queue, no shard alert",
              tuple(shard(0, 0) + shard(1, 0) + shard(2, 0)),
-             (Check(fire_at, alert), Check(fire_at, r.QUEUE_STALLED, (s.firing(r.QUEUE_STALLED, 1500, queue),)))),
+             (Check(fire_at, alert), *((Check(stalled_at, alert),) if stalled_at != fire_at else ()),
+              Check(stalled_at, r.QUEUE_STALLED, (s.firing(r.QUEUE_STALLED, 1500, queue),)))),
         Case(f"an unsharded queue stalls: {r.QUEUE_STALLED} tells it, no shard alert",
              tuple(shard(None, 0)), (Check(fire_at, alert),)),
         Case(f"shard 1 completes nothing while {queue} is paused: silent",

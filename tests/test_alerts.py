@@ -102,6 +102,14 @@ OTHER_CONFIGS: dict[str, dict[str, Any]] = {
                    "stall_after": "4m", "inversion_max_depth": 0, "redelivery_ratio": 0.5,
                    "for": {"JobsRedeliveredHigh": "5m", "QueueStalled": "90s"}},
     },
+    # Found by tests/test_alerts_property.py: a skewed weight the uneven-shard case could not fit,
+    # a reason threshold above the case's 60% shift, QueueStalled's for: longer than the shard alert's.
+    "skewed weights, high reason threshold, one minute's rate window": {
+        "classes": [{"name": "p0", "weight": 24, "max_age": "45s"}, {"name": "p1", "weight": 1, "max_age": "45s"}],
+        "classification": [{"tasks": ["a"], "class": "p0", "reason": "r0"}, {"class": "p1", "reason": "rest"}],
+        "alerts": {"rate_window": "1m", "share_tolerance": 0.2, "reason_shift": 0.6, "reason_baseline": "1h",
+                   "stall_after": "1m", "for": {"QueueStalled": "6m"}},
+    },
 }
 
 
