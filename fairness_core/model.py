@@ -85,6 +85,7 @@ class Model:
         given = moves if isinstance(moves, Moves) else Moves(classes=dict(moves))
         every = self.moves.carried(config).merged(given)
         every.check(config)
+        given.check_paused(self.paused)
         old = (self.config, self.moves, Names(self.settings.names))
         before = self.settings
         self._use(config, every, Names(before.names).covering(config))

@@ -185,7 +185,7 @@ def test_an_apply_during_a_reshard_reaches_the_new_shards(
 
         applied, grown = race(apply_of(a), grow, said, rng)
         assert (applied.code, grown.code) == (0, 0), (trial, applied, grown)
-        assert f"new jobs go to {GROWN} shards (was {SHARDS}, serving {SHARDS})" in "\n".join(grown.out)
+        assert f"new jobs go to {GROWN} shards, workers serve {GROWN}; was {SHARDS} and {SHARDS}" in "\n".join(grown.out)
         waited += shards_applied(applied) == GROWN  # the apply came second: it reached the shard added
         assert queue.layout(fresh=True).serve == GROWN
         assert shard_weights(queue) == [60] * GROWN, (trial, applied, grown)
