@@ -28,8 +28,9 @@ from .containers import CONFIG_DIR, CONFIG_FILE, SCRAPE_INTERVAL_S, image
 
 GENERATED_DIR = PurePosixPath("deploy/kubernetes")
 NAME = "fairctl"
-CONFIG_MAP, WORKERS, EXPORTER_SERVICE, RULES = f"{NAME}-config", f"{NAME}-workers", f"{NAME}-exporter", f"{NAME}-rules"
-EXPORTER = f"{NAME}-exporter"  # the Deployment of a watched system's exporter (its own workers run elsewhere)
+# The exporter's Service and ServiceMonitor share one name, and so does a watched system's
+# exporter Deployment (its own workers run elsewhere).
+CONFIG_MAP, WORKERS, EXPORTER, RULES = f"{NAME}-config", f"{NAME}-workers", f"{NAME}-exporter", f"{NAME}-rules"
 REDIS_SECRET, REDIS_SECRET_KEY = f"{NAME}-redis", "url"
 METRICS_PORT_NAME = "metrics"
 # The label a Service carries its Prometheus job name in (ServiceMonitor jobLabel), so `up` has
@@ -108,7 +109,7 @@ def exporter_deployment() -> dict[str, Any]:
 
 
 def service(config: Config) -> dict[str, Any]:
-    meta = _metadata(EXPORTER_SERVICE, "exporter")
+    meta = _metadata(EXPORTER, "exporter")
     meta["labels"][JOB_LABEL] = alert_settings(config).exporter_job
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
             "spec": {"selector": dict(SELECTOR if watched(config) is None else EXPORTER_SELECTOR), "ports": [
@@ -118,7 +119,7 @@ def service(config: Config) -> dict[str, Any]:
 def service_monitor() -> dict[str, Any]:
     every = f"{SCRAPE_INTERVAL_S:g}s"
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
-            "metadata": _metadata(EXPORTER_SERVICE, "exporter"),
+            "metadata": _metadata(EXPORTER, "exporter"),
             "spec": {"jobLabel": JOB_LABEL,
                      "selector": {"matchLabels": {"app.kubernetes.io/name": NAME,
                                                   "app.kubernetes.io/component": "exporter"}},

@@ -91,8 +91,8 @@ def test_the_redis_url_comes_from_the_secret_and_no_manifest_holds_one() -> None
 
 def test_the_service_monitor_scrapes_the_sidecars_metrics_port_as_the_exporter_job(example_config: Any) -> None:
     deployment = the("Deployment", k.WORKERS)
-    service = the("Service", k.EXPORTER_SERVICE)
-    monitor = the("ServiceMonitor", k.EXPORTER_SERVICE)
+    service = the("Service", k.EXPORTER)
+    monitor = the("ServiceMonitor", k.EXPORTER)
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert deployment["spec"]["template"]["metadata"]["labels"] == deployment["spec"]["selector"]["matchLabels"]
     (port,) = service["spec"]["ports"]
