@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Container, Mapping, Sequence
 
 from .classification import classify
 from .config import Config
@@ -474,12 +474,14 @@ class Model:
         self._stat("inflight", queue, len(items))
         self._cls(queue).inflight.incr(tenant, len(items))
 
-    def _capacity(self, i: int, inflight: list[int], slots: int) -> float:
+    def _capacity(self, i: int, inflight: list[int], slots: int, allowed: Container[int]) -> float:
+        """Slots left for class ``i`` once the unused reservations of the other classes the
+        popping worker serves are held back: its slots can keep no other class's."""
         reserved = self.settings.reserved
         if slots <= 0 or not self.settings.has_reserved:
             return math.inf
         used = sum(inflight)
-        held = sum(max(0, reserved[j] - inflight[j]) for j in range(len(inflight)) if j != i)
+        held = sum(max(0, reserved[j] - inflight[j]) for j in range(len(inflight)) if j != i and j in allowed)
         return slots - used - held
 
     def pop(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Lease]:
@@ -515,7 +517,7 @@ class Model:
             cap: dict[int, float] = {}
             for i, name in enumerate(self.names):
                 if i in allowed and depth[i] > 0 and name not in self.paused:
-                    cap[i] = self._capacity(i, inflight, slots)
+                    cap[i] = self._capacity(i, inflight, slots, allowed)
                     if cap[i] >= 1:
                         elig.append(i)
             if not elig:

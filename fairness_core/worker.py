@@ -338,13 +338,16 @@ class Worker:
         return self.scheduler.reap()
 
     def _warn_if_all_reserved(self) -> None:
-        """A fleet with no more slots than ``reserved_slots`` add up to serves only the reserved
-        classes: say so, since the shipped config reserves 2 and a small worker looks hung."""
-        reserved = sum(c.reserved_slots for c in self.scheduler.config.classes)
+        """A fleet with no more slots than the ``reserved_slots`` of the classes this worker
+        serves gives its unreserved classes nothing: say so, since the shipped config reserves 2
+        and a small worker looks hung. (Reservations of classes it does not serve hold none of
+        its slots.)"""
+        served = [c for c in self.scheduler.config.classes if self.classes is None or c.name in self.classes]
+        reserved = sum(c.reserved_slots for c in served)
         fleet = self.scheduler.fleet_slots()
-        if reserved and fleet <= reserved:
-            log.warning("the fleet has %d worker slots and reserved_slots add up to %d: classes without a "
-                        "reservation get no work until more slots register", fleet, reserved)
+        if reserved and fleet <= reserved and any(not c.reserved_slots for c in served):
+            log.warning("the fleet has %d worker slots and reserved_slots add up to %d in the classes this worker "
+                        "serves: those without a reservation get no work until more slots register", fleet, reserved)
 
     def _drain(self) -> bool:
         with self._held_lock:

@@ -201,6 +201,17 @@ def test_reserved_slots_are_kept_for_their_class(client: redis.Redis) -> None:
     assert len(s.pop(10)) == 8, "with no registered capacity there is nothing to reserve from"
 
 
+def test_a_pool_holds_no_slot_for_a_reservation_it_cannot_serve(client: redis.Redis) -> None:
+    """A pool limited to jobs:low can never run jobs:high, so jobs:high's reserved_slots hold
+    none of its slots: its one slot serves jobs:low, while an unlimited worker still keeps them."""
+    s, _ = at(client)  # jobs:high reserved_slots: 2
+    s.register_worker("low-pool", 1, ttl=60)
+    for _ in range(3):
+        s.enqueue("newsletter", "acme")
+    assert [lease.queue for lease in s.pop(1, classes=["jobs:low"])] == ["jobs:low"]
+    assert s.pop(1) == [], "an unlimited worker keeps the reservation: 1 slot, 1 in use"
+
+
 def test_expired_worker_registration_gives_back_its_slots(client: redis.Redis) -> None:
     s, clock = at(client)
     s.register_worker("w1", 8, ttl=5)

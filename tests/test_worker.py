@@ -150,6 +150,19 @@ def test_a_fleet_with_only_reserved_slots_says_so(client: redis.Redis, caplog: p
         wait_for(lambda: any("reserved_slots add up to 2" in r.getMessage() for r in caplog.records), 10, "the warning")
 
 
+def test_a_one_slot_pool_for_an_unreserved_class_serves_it(client: redis.Redis,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """``--classes jobs:low --concurrency 1`` beside a reservation of 2 on jobs:high: the only slot
+    serves jobs:low (it can never run jobs:high, so nothing of it is held), with no warning."""
+    scheduler = Scheduler(make_config(), client)  # jobs:high reserves 2 slots
+    caplog.set_level(logging.WARNING, logger="fairness_core.worker")
+    for _ in range(3):
+        scheduler.enqueue("newsletter", "t")
+    with running(Worker(scheduler, HandlerRegistry(fallback=lambda lease: None), concurrency=1, classes=["jobs:low"])):
+        wait_for(lambda: totals(scheduler)["processed"] == 3, 20, "the low jobs")
+    assert not [r for r in caplog.records if "reserved_slots" in r.getMessage()]
+
+
 def test_classes_limit_a_worker_to_its_reserved_pool(client: redis.Redis) -> None:
     scheduler = Scheduler(make_config(), client)
     seen: list[str] = []

@@ -612,13 +612,14 @@ local function settle(first)
   return acked
 end
 
--- Capacity left for class i once the unused reservations of the other classes are held back.
-local function capacity(i, inflight, slots)
+-- Capacity left for class i once the unused reservations of the other classes are held back:
+-- only those of the classes the popping worker serves (`allowed`), as its slots can keep no other.
+local function capacity(i, inflight, slots, allowed)
   if slots <= 0 or not cfg.has_reserved then return math.huge end
   local used, held = 0, 0
   for j = 1, NCLASS do
     used = used + inflight[j]
-    if j ~= i then held = held + math.max(0, cfg.reserved[j] - inflight[j]) end
+    if j ~= i and allowed[j] then held = held + math.max(0, cfg.reserved[j] - inflight[j]) end
   end
   return slots - used - held
 end
@@ -672,7 +673,7 @@ function ops.pop()
     for i = 1, NCLASS do
       local c = cfg.classes[i]
       if allowed[i] and depth[i] > 0 and not paused[c] then
-        cap[i] = capacity(i, inflight, slots)
+        cap[i] = capacity(i, inflight, slots, allowed)
         if cap[i] >= 1 then elig[#elig + 1] = i end
       end
     end
