@@ -600,23 +600,36 @@ class Model:
 
     def nack(self, now: int, lease: Lease, error: str | None = None, *, final: bool = False,
              runtime: float | None = None) -> str:
+        return self._nack(now, lease, one_line(error or "failed"), "final" if final else "retry", runtime)
+
+    def defer_unhandled(self, now: int, lease: Lease) -> str:
+        """As the Lua's nack mode '2': back after ``backoff_max`` with its attempt given back."""
+        return self._nack(now, lease, "", "unhandled", None)
+
+    def _nack(self, now: int, lease: Lease, error: str, mode: str, runtime: float | None) -> str:
+        """The Lua's nack; ``mode``: "retry", "final" or "unhandled"."""
         ran = _runtime(runtime)
         entry = self._held(lease.job_id, lease.attempts)
         if entry is None:
             return "stale"
         self._ran(entry, ran, learning=False)
         self._release_lease(lease.job_id, entry)
-        self._stat("failed", entry.queue, 1)
-        if entry.attempts >= self.settings.max_attempts or final:
-            self._dead_letter(now, entry, one_line(error or "failed"))
-            return "dead"
-        delay = min(self.settings.backoff_ms * math.pow(2, entry.attempts - 1), self.settings.backoff_max_ms)
+        if mode == "unhandled":
+            entry.attempts = max(entry.attempts - 1, 0)
+            delay: float = self.settings.backoff_max_ms
+            self._stat("unhandled", entry.queue, 1)
+        else:
+            self._stat("failed", entry.queue, 1)
+            if entry.attempts >= self.settings.max_attempts or mode == "final":
+                self._dead_letter(now, entry, error)
+                return "dead"
+            delay = min(self.settings.backoff_ms * math.pow(2, entry.attempts - 1), self.settings.backoff_max_ms)
         entry.job.attempts = entry.attempts
         rec = entry.encode()
         self.delayed.add(rec, now + delay)
         self.delayed_items[rec] = entry
         self._stat("delayed", entry.queue, 1)
-        return "retry"
+        return mode
 
     def extend(self, now: int, lease: Lease) -> bool:
         if self._held(lease.job_id, lease.attempts) is None:

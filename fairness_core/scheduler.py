@@ -434,8 +434,19 @@ class Scheduler:
         ``leases.max_attempts``, or at once with ``final``: a failure no retry can mend) or
         ``"stale"`` (the lease had already expired). ``runtime`` as for :meth:`ack`: a failure
         is charged the worker time it took."""
-        return _text(self._call("nack", lease.job_id, lease.attempts, one_line(error or "failed"),
-                                "1" if final else "0", runtime_us(runtime)))
+        return self._nack(lease, one_line(error or "failed"), "1" if final else "0", runtime)
+
+    def defer_unhandled(self, lease: Lease) -> str:
+        """Give back a job this worker has no handler for (a task only a newer build knows, as in
+        a rolling deploy): not a failure, so its attempt is given back and it is never
+        dead-lettered for it; it comes due again after ``leases.retry_backoff_max``, for a worker
+        that has the handler, and is counted in the class's ``unhandled`` counter.
+        ``"unhandled"``, or ``"stale"`` when the lease had already expired."""
+        return self._nack(lease, "", "2", None)
+
+    def _nack(self, lease: Lease, error: str, mode: str, runtime: float | None) -> str:
+        """The script's nack; ``mode`` "0" a failure, "1" final, "2" unhandled."""
+        return _text(self._call("nack", lease.job_id, lease.attempts, error, mode, runtime_us(runtime)))
 
     def extend(self, lease: Lease) -> bool:
         """Heartbeat for a long job: push the lease deadline a visibility timeout ahead."""

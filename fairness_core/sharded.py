@@ -675,6 +675,11 @@ class ShardedScheduler:
         shard, inner = self._route(lease)
         return shard.nack(inner, error, final=final, runtime=runtime)
 
+    def defer_unhandled(self, lease: Lease) -> str:
+        """:meth:`Scheduler.defer_unhandled`, on the shard the lease names."""
+        shard, inner = self._route(lease)
+        return shard.defer_unhandled(inner)
+
     def extend(self, lease: Lease) -> bool:
         shard, inner = self._route(lease)
         return shard.extend(inner)

@@ -76,6 +76,7 @@ operations = st.lists(
         st.tuples(st.just("ack"), st.integers(0, 50), runtimes),
         st.tuples(st.just("nack"), st.integers(0, 50), runtimes),
         st.tuples(st.just("nack_final"), st.integers(0, 50), runtimes),
+        st.tuples(st.just("defer_unhandled"), st.integers(0, 50)),
         # Dead letters: picked leases' ids (most are not dead: not found), or the oldest of a class.
         st.tuples(st.sampled_from(["requeue", "drop"]), st.lists(st.integers(0, 50), max_size=3),
                   st.one_of(st.none(), st.sampled_from(CLASSES)), st.integers(1, 3)),
@@ -179,7 +180,7 @@ def _run(target: Any, op: tuple, now: int | None, leases: list[Lease]) -> Any:
         return target.pop(*args, op[1], classes=op[2])
     if name == "ack_and_pop":
         return target.ack_and_pop(*args, _done(op, leases), op[2], classes=op[3])
-    if name in ("ack", "nack", "extend", "nack_final"):
+    if name in ("ack", "nack", "extend", "nack_final", "defer_unhandled"):
         if not leases:
             return None
         lease = leases[op[1] % len(leases)]
@@ -190,6 +191,8 @@ def _run(target: Any, op: tuple, now: int | None, leases: list[Lease]) -> Any:
             return target.nack(*args, lease, "boom", runtime=runtime)
         if name == "ack":
             return target.ack(*args, lease, runtime=runtime)
+        if name == "defer_unhandled":
+            return target.defer_unhandled(*args, lease)
         return target.extend(*args, lease)
     if name in ("requeue", "drop"):
         ids = [leases[i % len(leases)].job_id for i in op[1]] if leases else []
@@ -231,6 +234,11 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
 # A job dead-lettered at once is requeued with attempts reset, served again, then dropped for good.
 @example(params=PLAIN, ops=[ORDER, ORDER, ("pop", 2, None), ("nack_final", 0), ("nack_final", 1),
                             ("requeue", [0], None, 1), ("pop", 1, None), ("drop", [], "jobs:medium", 3)])
+# A job no worker has a handler for goes back with its attempt, is popped again when due, given
+# back again (never dead-lettered by attempts), then fails as any job does.
+@example(params=PLAIN, ops=[ORDER, ("pop", 1, None), ("defer_unhandled", 0), ("defer_unhandled", 0), ("sleep", 5000),
+                            ("reap",), ("pop", 1, None), ("defer_unhandled", 1), ("sleep", 5000), ("reap",),
+                            ("pop", 1, None), ("nack", 2)])
 # A wait of exactly a histogram bucket's upper bound (50 ms) falls into that bucket.
 @example(params=PLAIN, ops=[ORDER, ("sleep", 49), ("pop", 1, None)])
 # A class renamed while it holds queued, leased and retrying jobs: refused without a move; with one

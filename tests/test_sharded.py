@@ -106,7 +106,7 @@ def test_a_tenant_stays_on_the_hand_shard_that_holds_its_jobs_and_new_ones_avoid
     assert split_job_id(queue.submit("newsletter", fresh).job_id)[0] == other
 
 
-def test_leases_carry_their_shard_and_ack_nack_and_extend_reach_it(server: RedisServer) -> None:
+def test_leases_carry_their_shard_and_ack_nack_defer_and_extend_reach_it(server: RedisServer) -> None:
     config = sharded(server.url, shards=3, hand_size=1)
     queue = ShardedScheduler(config, redis_client(server.url))
     ids = {queue.enqueue("invoice", f"shop-{i}") for i in range(9)}
@@ -115,9 +115,11 @@ def test_leases_carry_their_shard_and_ack_nack_and_extend_reach_it(server: Redis
     assert {split_job_id(i)[0] for i in ids} == {0, 1, 2}
     assert all(queue.extend(lease) for lease in leases)
     assert queue.nack(leases[0], "boom") == "retry"
-    assert all(queue.ack(lease) for lease in leases[1:])
-    done = sum(queue.shard(i).snapshot().classes["jobs:medium"].counters["processed"] for i in range(3))
-    assert done == 8
+    assert queue.defer_unhandled(leases[1]) == "unhandled"
+    assert all(queue.ack(lease) for lease in leases[2:])
+    views = [queue.shard(i).snapshot().classes["jobs:medium"] for i in range(3)]
+    assert sum(v.counters["processed"] for v in views) == 7
+    assert [v.counters["unhandled"] for v in views] == [int(i == split_job_id(leases[1].job_id)[0]) for i in range(3)]
     with pytest.raises(InvalidJob, match="job id"):
         queue.ack(Lease("17", "jobs:medium", "shop-1", "", "invoice", None, 0.0, 1))
 

@@ -745,9 +745,11 @@ function ops.ack()
   return settle(4)[1]
 end
 
--- ARGV[4]: job id, ARGV[5]: attempts, ARGV[6]: error text (one line), ARGV[7]: '1' to dead-letter
--- at once whatever the attempts (a failure no retry can mend, such as a task without a handler),
--- ARGV[8]: µs it ran ('' not reported). A failure is charged the worker time it took, as an ack.
+-- ARGV[4]: job id, ARGV[5]: attempts, ARGV[6]: error text (one line), ARGV[7]: the mode: '0' a
+-- failure (retried after backoff, dead-lettered after max_attempts), '1' final (dead-lettered at
+-- once whatever the attempts: a failure no retry can mend), '2' unhandled (the worker has no
+-- handler for the task: not a failure, see below), ARGV[8]: µs it ran ('' not reported). A
+-- failure is charged the worker time it took, as an ack.
 function ops.nack()
   local c, tenant, att, env = held(ARGV[4], tonumber(ARGV[5]))
   if not c then return 'stale' end
@@ -755,16 +757,27 @@ function ops.nack()
   ran_for(w, c, tenant, env, tonumber(ARGV[8]), cfg.runtime and tonumber(redis.call('HGET', K_CHARGED, ARGV[4])), false)
   finish_work(w)
   release_lease(ARGV[4], c, tenant)
-  stat('failed', c, 1)
-  if att >= cfg.max_attempts or ARGV[7] == '1' then
-    dead_letter(c, tenant, att, env, ARGV[6])
-    return 'dead'
+  local delay, outcome
+  if ARGV[7] == '2' then
+    -- Unhandled: a worker of another build (a rolling deploy, an old image) leased a task only
+    -- newer workers know. The job never ran, so the attempt is given back (max_attempts never
+    -- dead-letters it) and it is counted 'unhandled', not 'failed'. It waits backoff_max, the
+    -- longest the operator lets a retry wait: long enough that a worker without the handler
+    -- does not spin on it, short enough that a worker with the handler takes it soon.
+    att, delay, outcome = math.max(att - 1, 0), cfg.backoff_max_ms, 'unhandled'
+    stat('unhandled', c, 1)
+  else
+    stat('failed', c, 1)
+    if att >= cfg.max_attempts or ARGV[7] == '1' then
+      dead_letter(c, tenant, att, env, ARGV[6])
+      return 'dead'
+    end
+    delay, outcome = math.min(cfg.backoff_ms * math.pow(2, att - 1), cfg.backoff_max_ms), 'retry'
   end
-  local delay = math.min(cfg.backoff_ms * math.pow(2, att - 1), cfg.backoff_max_ms)
   redis.call('ZADD', K_DELAYED, now + delay, table.concat(record(c, tenant, att, with_attempts(env, att)), SEP))
   stat('delayed', c, 1)
   wake(served_by(c), now + delay)
-  return 'retry'
+  return outcome
 end
 
 -- ARGV[4]: job id, ARGV[5]: attempts
