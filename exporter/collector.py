@@ -57,7 +57,8 @@ MICROSECONDS_PER_SECOND = 1_000_000
 
 # Lifecycle counters of the contract and the snapshot counter each one reads.
 LIFECYCLE: tuple[tuple[m.MetricSpec, str], ...] = (
-    (m.JOBS_FAILED, "failed"), (m.JOBS_REDELIVERED, "redelivered"), (m.JOBS_DEAD_LETTERED, "dead"),
+    (m.JOBS_FAILED, "failed"), (m.JOBS_REDELIVERED, "redelivered"), (m.JOBS_UNHANDLED, "unhandled"),
+    (m.JOBS_DEAD_LETTERED, "dead"),
     (m.JOBS_PROMOTED, "promoted"), (m.JOBS_DEMOTED, "demoted"), (m.JOBS_REJECTED, "rejected"),
     (m.JOBS_REFUSED, "refused"),
 )

@@ -117,7 +117,10 @@ QUEUE_OLDEST_AGE = _gauge(
     "Age of the oldest due job in the class (0 when empty): the starvation detector.")
 QUEUE_DEPTH = _gauge("queue_depth", Q, "Due jobs waiting in the class.")
 QUEUE_INFLIGHT = _gauge("queue_inflight", Q, "Jobs of the class leased to workers right now.")
-QUEUE_DELAYED = _gauge("queue_delayed", Q, "Failed jobs of the class waiting out their retry backoff (not yet due).")
+QUEUE_DELAYED = _gauge(
+    "queue_delayed", Q,
+    "Jobs of the class not yet due again: failed ones waiting out their retry backoff, and unhandled ones "
+    "(jobs_unhandled_total).")
 QUEUE_PAUSED = _gauge("queue_paused", Q, "1 while the class is paused (fairctl pause), else 0.")
 QUEUE_ACTIVE_TENANTS = _gauge("queue_active_tenants", Q, "Tenants with due jobs in the class.")
 QUEUE_NOISY_TENANTS = _gauge(
@@ -161,6 +164,10 @@ QUEUE_WORKER_SECONDS = _counter(
 JOBS_FAILED = _counter("jobs_failed_total", Q, "Job attempts of the class that failed (nacked by a handler).")
 JOBS_REDELIVERED = _counter(
     "jobs_redelivered_total", Q, "Jobs of the class whose lease expired and that went back to the queue.")
+JOBS_UNHANDLED = _counter(
+    "jobs_unhandled_total", Q,
+    "Leases of the class given back by a worker with no handler for the task (it waits leases.retry_backoff_max, "
+    "then runs on a worker that has one; not a failure).")
 JOBS_DEAD_LETTERED = _counter("jobs_dead_lettered_total", Q, "Jobs of the class given up after leases.max_attempts.")
 JOBS_PROMOTED = _counter("jobs_promoted_total", Q, "Jobs that aged out of the class into the next class up (promote_after).")
 JOBS_DEMOTED = _counter(
@@ -246,7 +253,8 @@ SCRAPE_ERROR_REASONS = ("timeout", "unavailable", "error")
 FROM_REDIS: tuple[MetricSpec, ...] = (
     QUEUE_OLDEST_AGE, QUEUE_DEPTH, QUEUE_INFLIGHT, QUEUE_DELAYED, QUEUE_PAUSED, QUEUE_ACTIVE_TENANTS,
     QUEUE_NOISY_TENANTS, QUEUE_QUIET_OLDEST_AGE, QUEUE_FAIRNESS_INDEX, JOBS_ENQUEUED, JOBS_PROCESSED,
-    QUEUE_WORKER_SECONDS, JOBS_FAILED, JOBS_REDELIVERED, JOBS_DEAD_LETTERED, JOBS_PROMOTED, JOBS_DEMOTED, JOBS_REJECTED, JOBS_REFUSED, JOBS_WAIT,
+    QUEUE_WORKER_SECONDS, JOBS_FAILED, JOBS_REDELIVERED, JOBS_UNHANDLED, JOBS_DEAD_LETTERED, JOBS_PROMOTED,
+    JOBS_DEMOTED, JOBS_REJECTED, JOBS_REFUSED, JOBS_WAIT,
     QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION, GROUP_CONFIG,
     STATE_RESETS, *UNCONFIGURED, *REDIS_MEMORY,
 )

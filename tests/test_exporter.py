@@ -174,7 +174,7 @@ def test_configured_classes_with_no_work_report_zero(redis_server: RedisServer) 
         got = scrape(exporter.url)
     for spec in (m.QUEUE_DEPTH, m.QUEUE_INFLIGHT, m.QUEUE_DELAYED, m.QUEUE_PAUSED, m.QUEUE_OLDEST_AGE,
                  m.QUEUE_ACTIVE_TENANTS, m.QUEUE_NOISY_TENANTS, m.QUEUE_QUIET_OLDEST_AGE, m.JOBS_FAILED,
-                 m.JOBS_REDELIVERED, m.JOBS_DEAD_LETTERED, m.JOBS_PROMOTED, m.JOBS_DEMOTED):
+                 m.JOBS_REDELIVERED, m.JOBS_UNHANDLED, m.JOBS_DEAD_LETTERED, m.JOBS_PROMOTED, m.JOBS_DEMOTED):
         assert got.series(spec.name) == {((m.QUEUE, q),): 0 for q in config.class_names}, spec.name
     assert got.series(m.JOBS_PROCESSED.name) == {((m.QUEUE, q),): 0 for q in config.class_names}
     assert got.series(m.TENANT_SHARE.name) == {} and got.series(m.TENANT_OLDEST_AGE.name) == {}

@@ -131,7 +131,8 @@ def test_every_family_of_a_busy_scrape_is_in_the_contract_and_promtool_accepts_o
     assert scrape.value(m.TENANT_SHARE.name, tenant=odd[2]) == pytest.approx(0.4)
     assert (scrape.value(m.WORKER_SLOTS.name), scrape.value(m.DEAD_LETTERS.name)) == (8, 3)
     for spec, counter in (
-        (m.JOBS_FAILED, "failed"), (m.JOBS_DEAD_LETTERED, "dead"), (m.JOBS_REJECTED, "rejected"),
+        (m.JOBS_FAILED, "failed"), (m.JOBS_UNHANDLED, "unhandled"), (m.JOBS_DEAD_LETTERED, "dead"),
+        (m.JOBS_REJECTED, "rejected"),
         (m.JOBS_REFUSED, "refused"),
     ):
         assert scrape.value(spec.name, queue="jobs:high") == busy.counters[counter]
