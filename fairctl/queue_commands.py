@@ -97,8 +97,9 @@ def enqueue(task: str, tenant: str, tier: str | None, user_waiting: bool, count:
     if done and only_catch_all(scheduler.config, task, tier, user_waiting):
         rule = scheduler.config.classification[-1]
         click.echo(f"fairctl: warning: TASK: no classification rule names {task!r}, so only the catch-all "
-                   f"rule matched (class {rule.queue}: {rule.reason}). A typo? Workers dead-letter a task "
-                   "they have no handler for (fairctl dead list); name the task in a rule to silence this.",
+                   f"rule matched (class {rule.queue}: {rule.reason}). A typo? Workers leave a task they "
+                   "have no handler for queued (counted in jobs_unhandled_total); name the task in a rule to "
+                   "silence this.",
                    err=True)
 
 

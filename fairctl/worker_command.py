@@ -12,7 +12,7 @@ import click
 from click.exceptions import Exit
 
 from fairness_core.config import ConfigError, parse_duration
-from fairness_core.worker import HandlerRegistry, Worker, require_noeviction_of
+from fairness_core.worker import UNHANDLED, UNHANDLED_WAIT, HandlerRegistry, Worker, require_noeviction_of
 
 from .common import (
     check_classes,
@@ -73,6 +73,12 @@ def _duration_or_zero(value: str, option: str) -> float:
 @click.option("--log-every", metavar="DURATION", default="60s",
               help="Log a summary line this often: jobs done, failed, retried and dead-lettered per class since the "
                    "last one (0: only the final one, on stop).")
+@click.option("--unhandled", type=click.Choice(UNHANDLED), default=UNHANDLED_WAIT, show_default=True,
+              help="A job whose task --handlers has no handler for: wait gives it back to its queue (its attempt "
+                   "too, so it is never dead-lettered for it), to come due again after leases.retry_backoff_max "
+                   "for a worker that has the handler, counts it in jobs_unhandled_total and logs a warning once a "
+                   "minute per task; a rolling deploy or an older build loses no job. dead-letter dead-letters it "
+                   "at once (fairctl dead list), for fleets where every worker runs the same build.")
 @click.option("--processes", metavar="N", type=click.IntRange(1, 256), default=1,
               help="Worker processes, each with --concurrency slots (N x concurrency in all). A process's slots are "
                    "threads sharing Python's GIL: use more processes for CPU-bound handlers, or for the most short "
@@ -82,7 +88,7 @@ def _duration_or_zero(value: str, option: str) -> float:
 @config_option
 @redis_url_option
 def worker(handlers: str, concurrency: int, classes: str | None, batch: int, prefetch: str, grace: float,
-           log_every: str, processes: int, config: Path, redis_url: str | None) -> None:
+           log_every: str, unhandled: str, processes: int, config: Path, redis_url: str | None) -> None:
     """Work jobs until SIGTERM or SIGINT.
 
     Leases jobs, runs the task's handler, acks (or nacks when it raises) with the seconds the
@@ -105,13 +111,13 @@ def worker(handlers: str, concurrency: int, classes: str | None, batch: int, pre
         with clear_errors():  # one clear error here, not one per child
             require_noeviction_of(scheduler)
         args = ["--handlers", handlers, "--concurrency", str(concurrency), "--batch", str(batch), "--prefetch", prefetch,
-                "--grace", str(grace), "--log-every", log_every, "--config", str(config),
+                "--grace", str(grace), "--log-every", log_every, "--unhandled", unhandled, "--config", str(config),
                 *(["--classes", classes] if classes else [])]
         # The URL may hold a password: it goes to the children in their environment, never on a command line.
         env = {**os.environ, **({"FAIRCTL_REDIS_URL": redis_url} if redis_url else {})}
         raise Exit(run_processes(processes, args, env))
     runner = Worker(connect_queue(cfg), registry, concurrency=concurrency, classes=only, batch=batch, grace=grace,
-                    log_every=every, prefetch=ahead)
+                    log_every=every, prefetch=ahead, unhandled=unhandled)
     with clear_errors():
         clean = runner.run()
     raise Exit(0 if clean else 1)

@@ -54,6 +54,11 @@ PROMOTE_EVERY_S = 10.0
 TICK_S = 0.1  # how often the main thread looks at signals and slot threads
 LOG_EVERY_S = 60.0  # the periodic summary line
 OUTCOMES = ("done", "failed", "retried", "dead-lettered")
+# What a worker does with a job whose task it has no handler for (``--unhandled``): give it back
+# to wait for a worker that has one, or dead-letter it at once.
+UNHANDLED_WAIT, UNHANDLED_DEAD_LETTER = "wait", "dead-letter"
+UNHANDLED = (UNHANDLED_WAIT, UNHANDLED_DEAD_LETTER)
+UNHANDLED_LOG_EVERY_S = 60.0  # one warning per task without a handler per this many seconds
 
 
 class HandlerRegistry(MutableMapping[str, Handler]):
@@ -222,6 +227,30 @@ class Tally:
         return "; ".join(f"{q}: " + ", ".join(f"{o} {counts[q, o]}" for o in OUTCOMES) for q in queues) or "no jobs settled"
 
 
+class Throttle:
+    """Says when something seen again and again (a task without a handler, once per job) is due
+    to be logged: at most once per key per ``every`` seconds, with how many times it was seen
+    since, so that a backlog of 82 such jobs makes one line a minute, not 82."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._seen: Counter[str] = Counter()
+
+    def seen(self, key: str) -> int:
+        """Count one more ``key``: the times it was seen since it was last due, when it is due
+        now, else 0."""
+        now = time.monotonic()
+        with self._lock:
+            self._seen[key] += 1
+            last = self._last.get(key)
+            if last is not None and now - last < self.every:
+                return 0
+            self._last[key] = now
+            return self._seen.pop(key)
+
+
 class Worker:
     """Work leased jobs with ``concurrency`` threads until :meth:`stop` or SIGTERM/SIGINT.
 
@@ -229,18 +258,25 @@ class Worker:
     pop and worked in turn by one slot. On stop it stops popping, lets running jobs finish for at
     most ``grace`` seconds, settles them and unregisters; a second signal abandons them at once
     (their leases expire and the reaper hands them to another worker).
+
+    ``unhandled`` is what it does with a job whose task it has no handler for: ``"wait"`` (give
+    it back, :meth:`Scheduler.defer_unhandled`, for a worker that has one: in a rolling deploy or
+    from an older build, a worker must not throw away the jobs only newer workers know) or
+    ``"dead-letter"`` (at once, where ``fairctl dead`` shows it).
     """
 
     def __init__(self, scheduler: Scheduler | ShardedScheduler, handlers: HandlerRegistry, *, concurrency: int = 4,
                  classes: Sequence[str] | None = None, batch: int = 1, worker_id: str | None = None,
                  grace: float = 30.0, registration_ttl: float = 15.0, log_every: float = LOG_EVERY_S,
-                 prefetch: float = PREFETCH_S) -> None:
+                 prefetch: float = PREFETCH_S, unhandled: str = UNHANDLED_WAIT) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency: expected at least 1, got {concurrency}")
         if batch < 1:
             raise ValueError(f"batch: expected at least 1, got {batch}")
         if not prefetch >= 0:
             raise ValueError(f"prefetch: expected seconds >= 0, got {prefetch}")
+        if unhandled not in UNHANDLED:
+            raise ValueError(f"unhandled: expected one of {', '.join(UNHANDLED)}, got {unhandled!r}")
         for name in classes or ():
             try:
                 scheduler.config.class_index(name)
@@ -252,6 +288,8 @@ class Worker:
         self.classes = list(classes) if classes else None
         self.batch = batch
         self.prefetch = prefetch
+        self.unhandled = unhandled
+        self._unhandled_seen = Throttle(UNHANDLED_LOG_EVERY_S)
         self._pace: float | None = None  # moving average of this worker's job runtimes (s)
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.grace = grace
@@ -530,9 +568,7 @@ class Worker:
         try:
             handler = self.handlers.resolve(lease.task)
             if handler is None:
-                # No retry can help (no handler appears between attempts): dead-letter it at once,
-                # where `fairctl dead` shows it, instead of burning leases.max_attempts retries.
-                self._settle_nack(lease, f"no handler for task {lease.task}", final=True)
+                self._settle_unhandled(lease)
                 return None
             error, runtime = self._run_handler(handler, lease)
             self._pace = runtime if self._pace is None else self._pace + PACE_SMOOTHING * (runtime - self._pace)
@@ -575,6 +611,24 @@ class Worker:
         self.tally.count(lease.queue, "failed", *{"retry": ("retried",), "dead": ("dead-lettered",)}.get(outcome or "", ()))
         log.warning("job %s (%s, tenant %s, attempt %d) failed: %s -> %s", lease.job_id, lease.task,
                     lease.tenant, lease.attempts, error, outcome or "unsettled")
+
+    def _settle_unhandled(self, lease: Lease) -> None:
+        """A job whose task this worker has no handler for. Dead-lettered at once when asked (no
+        retry on this worker can mend it); by default given back to wait for a worker that has
+        the handler, and said at WARNING once per task per UNHANDLED_LOG_EVERY_S."""
+        if self.unhandled == UNHANDLED_DEAD_LETTER:
+            self._settle_nack(lease, f"no handler for task {lease.task}", final=True)
+            return
+        outcome = self._call(lambda: self.scheduler.defer_unhandled(lease), self._halt)
+        if outcome != "unhandled":
+            return
+        jobs = self._unhandled_seen.seen(lease.task)
+        if jobs:
+            backoff = self.scheduler.config.leases.retry_backoff_max
+            log.warning("no handler for task %s: %d job(s) of it given back since the last such line, each back in "
+                        "the queue after %.0fs for a worker that has one (jobs_unhandled_total); deploy its handler "
+                        "to this worker, or run with --unhandled dead-letter to dead-letter such jobs",
+                        lease.task, jobs, backoff)
 
     def _release(self, lease: Lease) -> None:
         with self._held_lock:

@@ -151,6 +151,7 @@ def bad_config(tmp_path: Path, redis_url: str) -> Path:
     (["enqueue", "newsletter", "--tenant", "a", "--tier", "gold"], "--tier: unknown tier 'gold'"),
     (["enqueue", "no spaces", "--tenant", "a"], "TASK: expected 1-64 characters"),
     (["worker", "--handlers", "no_such_module:handlers"], "--handlers: cannot import 'no_such_module'"),
+    (["worker", "--unhandled", "drop"], "--unhandled: 'drop' is not one of 'wait', 'dead-letter'"),
     (["worker", "--handlers", "fairctl.handlers:sleep_for_service_time"],
      "--handlers: fairctl.handlers:sleep_for_service_time is function"),
     (["status", "--redis-url", "http://example.com"], "--redis-url: expected a redis://"),

@@ -92,10 +92,10 @@ def test_a_dead_letter_of_a_class_no_longer_configured_stays(client: redis.Redis
     assert old.dead_letter_count() == 1
 
 
-def test_worker_dead_letters_a_task_without_handler_at_once(client: redis.Redis) -> None:
+def test_a_worker_asked_to_dead_letters_a_task_without_handler_at_once(client: redis.Redis) -> None:
     scheduler = Scheduler(make_config(leases={"max_attempts": 5}), client)
     scheduler.enqueue("no_such_task", "acme")
-    worker = Worker(scheduler, HandlerRegistry(), concurrency=1)
+    worker = Worker(scheduler, HandlerRegistry(), concurrency=1, unhandled="dead-letter")
     lease = scheduler.pop(1)[0]
     assert worker._work(lease) is None
     (dead,) = scheduler.dead_letters()

@@ -43,7 +43,7 @@ def test_worker_rejects_unknown_classes(client: redis.Redis) -> None:
         Worker(Scheduler(make_config(), client), HandlerRegistry(), classes=["jobs:nope"])
 
 
-def test_success_acks_failure_and_unknown_task_nack_with_the_error(client: redis.Redis) -> None:
+def test_success_acks_failure_nacks_and_unknown_task_dead_letters_when_asked(client: redis.Redis) -> None:
     scheduler = Scheduler(make_config(leases={"max_attempts": 1}), client)
     registry = HandlerRegistry()
     ran: list[str] = []
@@ -59,11 +59,43 @@ def test_success_acks_failure_and_unknown_task_nack_with_the_error(client: redis
     good = scheduler.enqueue("password_reset", "t")
     scheduler.enqueue("checkout_receipt", "t")
     scheduler.enqueue("2fa_code", "t")
-    with running(Worker(scheduler, registry, concurrency=2)):
+    with running(Worker(scheduler, registry, concurrency=2, unhandled="dead-letter")):
         wait_for(lambda: totals(scheduler)["dead"] == 2 and totals(scheduler)["processed"] == 1, 20, "3 settled jobs")
     assert ran == [good]
     errors = sorted(d["error"] for d in scheduler.dead_letters())
     assert errors == ["no handler for task 2fa_code", "smtp said no"]
+    assert totals(scheduler)["unhandled"] == 0
+
+
+def test_a_worker_without_a_handler_leaves_the_jobs_for_one_that_has_it(
+        client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A rolling deploy: an old worker that does not know ``newsletter`` gives the backlog back,
+    uncounted as failures and with its attempts, saying so once; a new worker then runs it all."""
+    scheduler = Scheduler(make_config(leases={"max_attempts": 2, "retry_backoff_max": "1s"}), client)
+    ids = {scheduler.enqueue("newsletter", f"tenant-{i % 7}") for i in range(82)}
+    old = HandlerRegistry({"password_reset": lambda lease: None})
+    with caplog.at_level(logging.WARNING, logger="fairness_core.worker"), running(Worker(scheduler, old, concurrency=4)):
+        wait_for(lambda: totals(scheduler)["unhandled"] >= 2 * len(ids), 60,
+                 "every newsletter given back at least twice (more than max_attempts)")
+    t = totals(scheduler)
+    assert (t["dead"], t["failed"], t["processed"], t["inflight"], t["depth"] + t["delayed"]) == (0, 0, 0, 0, 82)
+    assert scheduler.dead_letters() == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("no handler for task newsletter: "), warnings
+    assert "--unhandled dead-letter" in warnings[0]
+
+    attempts: dict[str, int] = {}
+    new = HandlerRegistry({"newsletter": lambda lease: attempts.__setitem__(lease.job_id, lease.attempts)})
+    with running(Worker(scheduler, new, concurrency=4)):
+        wait_for(lambda: totals(scheduler)["processed"] == 82, 60, "the new worker ran the backlog")
+    assert attempts == dict.fromkeys(ids, 1), "each runs as its first attempt"
+    t = totals(scheduler)
+    assert (t["dead"], t["failed"], t["depth"], t["delayed"]) == (0, 0, 0, 0)
+
+
+def test_unhandled_must_be_wait_or_dead_letter(client: redis.Redis) -> None:
+    with pytest.raises(ValueError, match="unhandled: expected one of wait, dead-letter, got 'drop'"):
+        Worker(Scheduler(make_config(), client), HandlerRegistry(), unhandled="drop")
 
 
 def test_heartbeat_keeps_a_job_longer_than_the_visibility_timeout(client: redis.Redis) -> None:

@@ -68,6 +68,27 @@ def test_processes_register_their_slots_work_jobs_and_drain_on_sigterm(
     assert log.read_text().count(" stopped") == PROCESSES
 
 
+def test_the_children_dead_letter_unhandled_tasks_when_asked(
+        redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
+    """``--unhandled dead-letter`` reaches the children: newsletters, which these handlers do not
+    know, are dead-lettered at once by whichever process leased them, and none is given back."""
+    path, config = write_config(tmp_path, redis_server.url)
+    scheduler = Scheduler(config, client)
+    key, log = f"{config.redis.prefix}:ran", tmp_path / "worker.log"
+    proc = spawn_worker(path, log, key, redis_server.url, "--processes", str(PROCESSES), "--concurrency", "2",
+                        "--unhandled", "dead-letter", handlers="tests.recording_handlers:password_reset_only")
+    try:
+        wait_for(lambda: scheduler.snapshot().worker_slots == PROCESSES * 2, 60, "every process to register")
+        for i in range(12):
+            scheduler.enqueue("newsletter", f"t{i % 4}")
+        wait_for(lambda: totals(scheduler)["dead"] == 12, 60, "the 12 newsletters dead-lettered")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    assert {d["error"] for d in scheduler.dead_letters()} == {"no handler for task newsletter"}
+    assert totals(scheduler)["unhandled"] == 0 and client.llen(key) == 0
+
+
 def test_a_ctrl_c_reaches_each_process_once_so_running_jobs_finish(
         redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
     """A terminal sends SIGINT to the parent's whole process group; the children, in groups of
