@@ -78,6 +78,9 @@ class AlertsConfig:
     rate_window: float = 600.0
     share_tolerance: float = 0.5
     tenant_dominance: float = 0.5
+    # TenantDominatingQueue judges a tenant's share only once its class completed this many jobs
+    # over exporter.window: after a pause, the first job served is 100% of one job.
+    tenant_min_jobs: int = 20
     reason_shift: float = 0.3
     reason_baseline: float = 86400.0
     stall_after: float = 600.0
@@ -140,6 +143,7 @@ def _parse(r: Reader | None, core: Config) -> AlertsConfig:
         rate_window=r.get("rate_window", d.rate_window, parse_duration),
         share_tolerance=r.get("share_tolerance", d.share_tolerance, fraction),
         tenant_dominance=r.get("tenant_dominance", d.tenant_dominance, fraction),
+        tenant_min_jobs=r.get("tenant_min_jobs", d.tenant_min_jobs, int_between(1, 10**9)),
         reason_shift=r.get("reason_shift", d.reason_shift, fraction),
         reason_baseline=r.get("reason_baseline", d.reason_baseline, parse_duration),
         stall_after=r.get("stall_after", d.stall_after, parse_duration),
@@ -169,7 +173,7 @@ def _checked(alerts: AlertsConfig, core: Config) -> AlertsConfig:
 def _dump(a: AlertsConfig) -> dict[str, Any]:
     out: dict[str, Any] = {
         "rate_window": format_duration(a.rate_window), "share_tolerance": a.share_tolerance,
-        "tenant_dominance": a.tenant_dominance, "reason_shift": a.reason_shift,
+        "tenant_dominance": a.tenant_dominance, "tenant_min_jobs": a.tenant_min_jobs, "reason_shift": a.reason_shift,
         "reason_baseline": format_duration(a.reason_baseline), "stall_after": format_duration(a.stall_after),
         "inversion_max_depth": a.inversion_max_depth, "redelivery_ratio": a.redelivery_ratio,
         "memory_warning": a.memory_warning, "exporter_job": a.exporter_job,

@@ -40,6 +40,7 @@ OLDEST_AGE, QUIET_AGE, DEPTH, ACTIVE_TENANTS, MAX_AGE, WEIGHT_RATIO, ARRIVAL_BUD
     _name(spec, operation) for spec, operation in LOGICAL_GAUGES)
 BACKLOGGED = _name(m.QUEUE_DEPTH, "backlogged")
 PROCESSED_RATE = _name(m.JOBS_PROCESSED, "rate")
+TENANT_WINDOW_JOBS = _name(m.JOBS_PROCESSED, "tenant_window_increase")
 WORKER_RATE = _name(m.QUEUE_WORKER_SECONDS, "rate")
 ENTITLED_SHARE = _name(m.QUEUE_WEIGHT_RATIO, "backlogged")
 ENQUEUED_RATE = _name(m.JOBS_ENQUEUED, "rate")
@@ -153,6 +154,12 @@ def every_recording(config: Config) -> tuple[Recording, ...]:
             "scheduler.charge is.",
         ),
         Recording(b.share, share(b.rate, m.QUEUE), f"Realised share: each class's part of all {b.served}."),
+        Recording(
+            TENANT_WINDOW_JOBS,
+            logical("sum", over_time("increase", m.JOBS_PROCESSED.name, config.exporter.window)),
+            "Jobs completed per class over exporter.window, the window of the tenant shares: how much "
+            "evidence a share stands on, whatever scheduler.charge is.",
+        ),
         Recording(
             b.tenant_share,
             tenant_share(b.counter, config.exporter.window),

@@ -24,9 +24,13 @@ from .promql import dedup, duration, excluding, logical, number, over_time, quot
 from .supplied import fed, paused_served
 
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
-# Prometheus's own per-target series: the only name used here that is not the exporter's.
+# Prometheus's own series: the only names used here that are not the exporter's.
 UP = "up"
 JOB = "job"
+ALERTS = "ALERTS"
+# A share judged from n jobs is uncertain by about sqrt(d(1-d)/n) at share d (binomial): a tenant
+# starts to dominate this many of those above tenant_dominance, and keeps on while above it.
+DOMINANCE_MARGIN_SD = 2
 
 QUEUE_STARVING = "QueueStarving"
 QUEUE_SHARE_BELOW_WEIGHT = "QueueShareBelowWeight"
@@ -118,6 +122,22 @@ def _one(config: Config, alert: str, expr: str, severity: str) -> tuple[Variant,
 
 def _class(name: str) -> str:
     return f"{{{m.QUEUE}={quote(name)}}}"
+
+
+def dominating(config: Config) -> str:
+    """A tenant taking more than ``tenant_dominance`` of its class, with hysteresis: it starts
+    clearly above the line (by :data:`DOMINANCE_MARGIN_SD` of the share's noise, so two tenants
+    splitting a class near 50/50 do not take turns), stays while above it, and is judged only on
+    ``tenant_min_jobs`` completions of the window (after a long pause, one job is 100%)."""
+    a, b = alert_settings(config), rec.basis(config)
+    d = number(a.tenant_dominance)
+    entry = (f"{d} + {DOMINANCE_MARGIN_SD} * sqrt({number(a.tenant_dominance * (1 - a.tenant_dominance))} / "
+             f"{rec.TENANT_WINDOW_JOBS})")
+    already = selector(ALERTS, alertname=TENANT_DOMINATING_QUEUE)
+    return (f"(\n{b.tenant_share}\n  > ignoring ({m.TENANT}) group_left\n{entry}\n  or\n"
+            f"{b.tenant_share} > {d}\n  and on ({m.GROUP}, {m.QUEUE}, {m.TENANT})\n{already}\n)\n"
+            f"  and ignoring ({m.TENANT})\n{rec.ACTIVE_TENANTS} >= 2\n"
+            f"  and ignoring ({m.TENANT})\n{rec.TENANT_WINDOW_JOBS} >= {a.tenant_min_jobs}")
 
 
 def unless_paused(config: Config, expr: str, queue: str | None = None) -> str:
@@ -252,14 +272,14 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
         Alert(
             TENANT_DOMINATING_QUEUE,
             f"one tenant gets more than {number(a.tenant_dominance * 100)}% of a class's {b.served} over "
-            f"{tenant_window} (exporter.window) while at least one other tenant has jobs waiting in it",
+            f"{tenant_window} (exporter.window) while at least one other tenant has jobs waiting in it: clearly "
+            f"more to start (beyond the noise of a share of that many jobs), judged on at least "
+            f"{a.tenant_min_jobs} jobs completed in the window",
             Text("Tenant $tenant takes most of $queue"),
             Text(f"Over the last {tenant_window}, tenant $tenant got $value:percent of {b.served_in} $queue "
                  "while $active:number tenants had jobs waiting in it.",
                  {"active": Query(rec.ACTIVE_TENANTS)}),
-            _one(config, TENANT_DOMINATING_QUEUE,
-                 f"{b.tenant_share} > {number(a.tenant_dominance)}\n  and ignoring ({m.TENANT})\n"
-                 f"{rec.ACTIVE_TENANTS} >= 2", WARNING),
+            _one(config, TENANT_DOMINATING_QUEUE, dominating(config), WARNING),
         ),
         Alert(
             QUIET_TENANTS_STARVING,

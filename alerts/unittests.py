@@ -365,17 +365,36 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
     queue = s.config.classes[-1].name
     for_minutes = s.for_minutes(alert)
     end = for_minutes + 2
-    big = (1 + alert_settings(s.config).tenant_dominance) / 2
+    settings = alert_settings(s.config)
+    d, min_jobs = settings.tenant_dominance, settings.tenant_min_jobs
+    big = (1 + d) / 2
     k = s.config.exporter.topk_tenants
+    window = minutes(s.config.exporter.window)
+    # Jobs completed per minute: enough that a minute's worth is evidence and that ``big`` clears
+    # the entry margin from minute 1, whatever the config (that needs n > 16 d / (1 - d)).
+    per_minute = max(60, min_jobs, math.ceil(32 * d / (1 - d)))
 
-    def inputs(shares: Mapping[str, str], active: int, *, exporters: int = 1) -> tuple[Series, ...]:
+    def margin(minute: int) -> float:
+        """The rule's entry margin over ``d`` at ``minute``, when the window holds per_minute x
+        min(minute, window) completions (the counter starts at 0: no extrapolation)."""
+        return r.DOMINANCE_MARGIN_SD * math.sqrt(d * (1 - d) / (per_minute * min(minute, window)))
+
+    def inputs(shares: Mapping[str, str], active: int, *, exporters: int = 1,
+               completed: str | None = None) -> tuple[Series, ...]:
         """``shares``: each named tenant's share series (the exporter serves one only while the
-        tenant is among the class's busiest of the window)."""
+        tenant is among the class's busiest of the window); ``completed``: the class's completions
+        counter, ``per_minute`` a minute unless given."""
+        jobs = completed or ramp(per_minute, end + 20)
         out = s.series(m.QUEUE_ACTIVE_TENANTS, flat(active, end + 20), exporters=exporters, queue=queue)
-        out += s.series(s.basis.counter, ramp(60, end + 20), exporters=exporters, queue=queue)  # what the shares share
+        out += s.series(m.JOBS_PROCESSED, jobs, exporters=exporters, queue=queue)
+        if s.basis.counter != m.JOBS_PROCESSED:  # what the shares share
+            out += s.series(s.basis.counter, ramp(60, end + 20), exporters=exporters, queue=queue)
         for tenant, values in shares.items():
             out += s.series(m.QUEUE_TENANT_SHARE, values, exporters=exporters, queue=queue, tenant=tenant)
         return tuple(out)
+
+    def nothing_pending(*at: int) -> tuple[ExprCheck, ...]:
+        return tuple(ExprCheck(minute, f"ALERTS{{alertname={quote(alert)}}}", ()) for minute in at)
 
     small = (1 - big) / 2
     rest = {"tenant-small-1": flat(small, end), "tenant-small-2": flat(small, end)}
@@ -392,8 +411,21 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
     # The flood stops: its share of the window falls as the window slides on, under the threshold
     # and then out of the top list.
     stops_at = for_minutes + 2
-    falling = [big] * (stops_at + 1) + [big * 0.8, alert_settings(s.config).tenant_dominance * 0.8, 0.2]
+    falling = [big] * (stops_at + 1) + [big * 0.8, d * 0.8, 0.2]
     stopping = {"tenant-big": f"{listed(falling)} stale", **rest}
+    # Hysteresis: once firing (from minute 1 + for:), a share that falls to between the threshold
+    # and the entry margin keeps it firing; a share there from the start never starts it.
+    fired = 1 + for_minutes
+    holding = d + margin(fired + 3) / 2
+    rising = d + margin(end) / 2
+    # Two tenants at the line take turns just above it (50.08% / 49.92% at 50%).
+    near = min(0.0008, margin(end) / 4)
+    turns = {"tenant-a": listed(d + (near if i % 2 else -near) for i in range(end + 1)),
+             "tenant-b": listed(d + (-near if i % 2 else near) for i in range(end + 1))}
+    # After a pause longer than the window, the first completions are one tenant's: 100% of
+    # fewer than tenant_min_jobs jobs is no evidence.
+    span = max(end, 8)
+    resumed = listed([0] * 6 + [min_jobs - 1] * (span - 5))
     return [
         Case(f"two exporters; one tenant gets {number(big * 100)}% of {queue} while two others wait: fires once for it",
              inputs({"tenant-big": flat(big, end), **rest}, 3, exporters=2),
@@ -409,6 +441,19 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
              inputs(stopping, 3),
              (Check(stops_at, alert, (s.firing(alert, big, queue, {"active": 3}, tenant="tenant-big"),)),
               Check(stops_at + 2, alert), Check(stops_at + 4, alert))),
+        Case(f"firing, the tenant's share falls to {holding * 100:.1f}%: above the threshold, under the entry "
+             "margin: it keeps firing",
+             inputs({"tenant-big": f"{flat(big, fired)} {listed([holding] * 3)}", **rest}, 3),
+             tuple(Check(minute, alert, (s.firing(alert, holding, queue, {"active": 3}, tenant="tenant-big"),))
+                   for minute in range(fired + 1, fired + 4))),
+        Case(f"a tenant at {rising * 100:.1f}% from the start, above the threshold by less than the noise of "
+             "its share: never pending",
+             inputs({"tenant-big": flat(rising, end), **rest}, 3), (Check(end, alert),), nothing_pending(end)),
+        Case(f"two tenants at the line take turns {number(near * 100)} points above it: never pending",
+             inputs(turns, 2), (Check(end, alert),), nothing_pending(end - 1, end)),
+        Case(f"after a long pause one tenant has all of the {min_jobs - 1} jobs completed in the window: "
+             f"too few to judge (tenant_min_jobs: {min_jobs}), never pending",
+             inputs({"tenant-big": flat(1, span)}, 3, completed=resumed), (Check(span, alert),), nothing_pending(6)),
     ]
 
 

@@ -1,5 +1,5 @@
 """Every valid config generates rules whose promtool unit tests pass: random configs (rate window
-from 1m to 1h, for: durations, thresholds, one to four classes and their weights) rendered and run
+and exporter window from 1m to 1h, for: durations, thresholds, one to four classes and their weights) rendered and run
 through the real ``promtool test rules``, as ``fairctl check`` does.
 
 Left out: ``alerts.reason_baseline`` shorter than ``scheduler.budget_window`` plus
@@ -56,7 +56,8 @@ def configs(draw: st.DrawFn) -> dict[str, Any]:
         # docstring); kept short so PriorityReasonShift's test stays quick.
         "reason_baseline": f"{max(window, BUDGET_WINDOW_M + reason_for) + 10 + draw(st.integers(1, 120))}m",
         "share_tolerance": draw(st.sampled_from([0.2, 0.3, 0.5, 0.8])),
-        "tenant_dominance": draw(st.sampled_from([0.3, 0.5, 0.75, 0.9])),
+        "tenant_dominance": draw(st.sampled_from([0.3, 0.5, 0.75, 0.9, 0.99])),
+        "tenant_min_jobs": draw(st.sampled_from([1, 20, 500])),
         "reason_shift": draw(st.sampled_from([0.1, 0.3, 0.6])),
         "redelivery_ratio": draw(st.sampled_from([0.01, 0.05, 0.5])),
         "memory_warning": draw(st.sampled_from([0.5, 0.8, 0.85])),
@@ -64,6 +65,7 @@ def configs(draw: st.DrawFn) -> dict[str, Any]:
         "inversion_max_depth": draw(st.integers(0, 10)),
         "for": {name: f"{n}m" for name, n in fors.items()},
     }
+    data["exporter"] = {**data["exporter"], "window": draw(minutes(1, 60))}
     return data
 
 
