@@ -164,6 +164,13 @@ def _parse(r: Reader | None, core: Config) -> AlertsConfig:
 
 def _checked(alerts: AlertsConfig, core: Config) -> AlertsConfig:
     """The checks against the core's sections, which the defaults must pass too."""
+    reason_for = alerts.for_durations.get("PriorityReasonShift") or 0.0
+    if alerts.reason_baseline <= core.scheduler.budget_window + reason_for:
+        raise ConfigError("alerts.reason_baseline",
+                          f"must be longer than scheduler.budget_window plus PriorityReasonShift's for: "
+                          f"({format_duration(core.scheduler.budget_window + reason_for)}), got "
+                          f"{format_duration(alerts.reason_baseline)}: a baseline that recent catches up with a lasting "
+                          "shift before for: is over, so the alert could never fire", core.source)
     if alerts.memory_warning >= core.redis.memory_headroom:
         raise ConfigError("alerts.memory_warning", f"must be below redis.memory_headroom ({core.redis.memory_headroom:g}), "
                           f"got {alerts.memory_warning:g}: the alert must fire before enqueues are refused", core.source)

@@ -71,4 +71,5 @@ def compress(config: Config, replay: Replay, *, scrape_interval: float) -> Confi
         a, rate_window=window, reason_baseline=_ms(a.reason_baseline / speed),
         stall_after=_ms(a.stall_after / speed), worker_slots=None,
         inversion_max_depth=_jobs(a.inversion_max_depth, volume, 0),
+        tenant_min_jobs=_jobs(a.tenant_min_jobs, volume, 1),
         for_durations={k: None if v is None else _ms(v / speed) for k, v in a.for_durations.items()}))

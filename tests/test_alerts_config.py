@@ -59,6 +59,7 @@ def test_for_overrides_merge_with_the_defaults() -> None:
         ("alerts.rate_window", "10", "alerts.rate_window", "expected a duration"),
         ("alerts.stall_after", "0s", "alerts.stall_after", "longer than zero"),
         ("alerts.reason_baseline", "5m", "alerts.reason_baseline", "longer than alerts.rate_window"),
+        ("alerts.reason_baseline", "40m", "alerts.reason_baseline", "plus PriorityReasonShift's for: (40m)"),
         ("alerts.inversion_max_depth", -1, "alerts.inversion_max_depth", "between 0 and"),
         ("alerts.worker_slots", 0, "alerts.worker_slots", "between 1 and"),
         ("alerts.exporter_job", "", "alerts.exporter_job", "non-empty string"),

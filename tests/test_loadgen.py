@@ -177,6 +177,7 @@ def test_compress_divides_every_duration_and_scales_job_counts() -> None:
     assert fast.scheduler.budget_window == pytest.approx(6.0)
     assert fast.leases.visibility_timeout == pytest.approx(config.leases.visibility_timeout / 10)  # job time
     assert alert_settings(fast).inversion_max_depth == 0 and fast.scheduler.budget_min_arrivals == 10
+    assert alert_settings(fast).tenant_min_jobs == 2  # 20 jobs of evidence, one live job in 10
     assert fast.exporter.noisy_min_queued == config.exporter.noisy_min_queued
     assert dataclasses.replace(fast, classes=config.classes, scheduler=config.scheduler, leases=config.leases,
                                exporter=config.exporter, sections=config.sections) == config
