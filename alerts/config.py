@@ -41,6 +41,10 @@ ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
     # Dead letters: a minute, so a job dead-lettered is seen within minutes; the alert then holds
     # for alerts.rate_window after the last one.
     "JobsDeadLettered": 60.0,
+    # Jobs given back for want of a handler: longer than the look-back (alerts.rate_window, or two
+    # retry_backoff_max when longer), so a rolling deploy's burst of give-backs from old workers
+    # does not fire it, while a handler missing for good, given back every backoff, does.
+    "JobsWithoutHandler": 900.0,
     # How long a class may stay paused before it is called forgotten: half an hour covers a
     # deploy or a dependency's maintenance, and is shorter than the bulk class's usual SLO (1h).
     "QueuePaused": 1800.0,

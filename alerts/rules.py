@@ -27,7 +27,7 @@ CRITICAL, WARNING, INFO = "critical", "warning", "info"
 # Prometheus's own series: the only names used here that are not the exporter's.
 UP = "up"
 JOB = "job"
-ALERTS = "ALERTS"
+ALERTS_SERIES = "ALERTS"
 # A share judged from n jobs is uncertain by about sqrt(d(1-d)/n) at share d (binomial): a tenant
 # starts to dominate this many of those above tenant_dominance, and keeps on while above it.
 DOMINANCE_MARGIN_SD = 2
@@ -45,6 +45,7 @@ JOBS_REDELIVERED_HIGH = "JobsRedeliveredHigh"
 FAIRNESS_EXPORTER_DOWN = "FairnessExporterDown"
 FAIRNESS_EXPORTER_REDIS_DOWN = "FairnessExporterRedisDown"
 JOBS_DEAD_LETTERED = "JobsDeadLettered"
+JOBS_WITHOUT_HANDLER = "JobsWithoutHandler"
 QUEUE_PAUSED = "QueuePaused"
 JOBS_UNDER_UNCONFIGURED_CLASS = "JobsUnderUnconfiguredClass"
 REDIS_MEMORY_HIGH = "RedisMemoryHigh"
@@ -116,6 +117,12 @@ def event_window(config: Config, alert: str) -> float:
     return max(alert_settings(config).rate_window, for_seconds(config, alert) + EVENT_MARGIN_S)
 
 
+def unhandled_window(config: Config) -> float:
+    """The look-back of JobsWithoutHandler: a job given back comes due again after
+    ``leases.retry_backoff_max``, so two of those see each waiting job given back again."""
+    return max(alert_settings(config).rate_window, 2 * config.leases.retry_backoff_max)
+
+
 def _one(config: Config, alert: str, expr: str, severity: str) -> tuple[Variant, ...]:
     return (Variant(expr, for_seconds(config, alert), severity),)
 
@@ -133,7 +140,7 @@ def dominating(config: Config) -> str:
     d = number(a.tenant_dominance)
     entry = (f"{d} + {DOMINANCE_MARGIN_SD} * sqrt({number(a.tenant_dominance * (1 - a.tenant_dominance))} / "
              f"{rec.TENANT_WINDOW_JOBS})")
-    already = selector(ALERTS, alertname=TENANT_DOMINATING_QUEUE)
+    already = selector(ALERTS_SERIES, alertname=TENANT_DOMINATING_QUEUE)
     return (f"(\n{b.tenant_share}\n  > ignoring ({m.TENANT}) group_left\n{entry}\n  or\n"
             f"{b.tenant_share} > {d}\n  and on ({m.GROUP}, {m.QUEUE}, {m.TENANT})\n{already}\n)\n"
             f"  and ignoring ({m.TENANT})\n{rec.ACTIVE_TENANTS} >= 2\n"
@@ -209,6 +216,7 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
     a = alert_settings(config)
     window, budget_window = duration(a.rate_window), duration(config.scheduler.budget_window)
     tenant_window = duration(config.exporter.window)
+    unhandled_window_text = duration(unhandled_window(config))
     evict_window = duration(event_window(config, REDIS_MAY_EVICT_JOBS))
     lost_window = duration(event_window(config, QUEUE_STATE_LOST))
     min_arrivals = config.scheduler.budget_min_arrivals
@@ -338,12 +346,24 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
         Alert(
             JOBS_DEAD_LETTERED,
             f"jobs of a class were dead-lettered in the last {window} (failed leases.max_attempts times, or "
-            "no worker has a handler for their task)",
+            "had no handler at a worker started with --unhandled dead-letter)",
             Text("Jobs of $queue were dead-lettered"),
             Text(f"$value:number jobs of $queue were dead-lettered in the last {window}: they failed "
-                 f"{config.leases.max_attempts} times (leases.max_attempts) or no worker has a handler for their "
-                 "task, and nothing runs them again until someone requeues them (fairctl dead list)."),
+                 f"{config.leases.max_attempts} times (leases.max_attempts) or had no handler at a worker that "
+                 "dead-letters those, and nothing runs them again until someone requeues them (fairctl dead list)."),
             _one(config, JOBS_DEAD_LETTERED, f"{rec.DEAD_LETTERED} > 0", WARNING),
+        ),
+        Alert(
+            JOBS_WITHOUT_HANDLER,
+            f"workers kept giving back jobs of a class for want of a handler for their task: some in every "
+            f"{unhandled_window_text} for {duration(for_seconds(config, JOBS_WITHOUT_HANDLER))}",
+            Text("Workers have no handler for jobs of $queue"),
+            Text(f"Workers gave back $value:number leases of $queue in the last {unhandled_window_text} because "
+                 "they have no handler for the job's task. The jobs wait, queued, for a worker that has one: "
+                 "a worker runs an older build than the producers, or a task name is mistyped."),
+            _one(config, JOBS_WITHOUT_HANDLER,
+                 f"{logical('sum', over_time('increase', m.JOBS_UNHANDLED.name, unhandled_window(config)))} > 0",
+                 WARNING),
         ),
         Alert(
             QUEUE_PAUSED,

@@ -89,6 +89,9 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
                                       f"{rec.REDELIVERED_RATE} / {rec.PROCESSED_RATE}"),
         "dead_letters": d("Jobs in the dead-letter lists", logical("sum", m.DEAD_LETTERS.name)),
         "dead_lettered": d(f"Jobs dead-lettered per class over the last {duration(window)}", rec.DEAD_LETTERED),
+        "unhandled": d(f"Leases given back for want of a handler per class over the last "
+                       f"{duration(r.unhandled_window(config))}",
+                       logical("sum", over_time("increase", m.JOBS_UNHANDLED.name, r.unhandled_window(config)))),
         "refused": d(f"Arrivals refused at a tenant's admission limit per class over the last {duration(window)}",
                      rec.REFUSED),
         "paused_since": d("Time each class spent paused over the last day (seconds)",
@@ -143,7 +146,7 @@ def render(config: Config) -> dict[PurePosixPath, str]:
         "urgent": config.classes[0].name, "bulk": config.classes[-1].name,
         "link": lambda alert, key: r.link(config, alert, key), "over_budget_reason": OVER_BUDGET_REASON,
         "tenant_share_metric": m.QUEUE_TENANT_SHARE.name, "basis": rec.basis(config),
-        "runtime": config.scheduler.charge == "runtime",
+        "runtime": config.scheduler.charge == "runtime", "unhandled_window": r.unhandled_window(config),
     }
     files = {runbook_file(a.name): env.get_template(f"runbooks/{a.name}.md.j2").render(alert=a, **common)
              for a in alerts}

@@ -611,6 +611,27 @@ def _dead_lettered(s: Scenario) -> list[Case]:
     ]
 
 
+def _unhandled(s: Scenario) -> list[Case]:
+    alert = r.JOBS_WITHOUT_HANDLER
+    queue = s.config.classes[-1].name
+    for_minutes = s.for_minutes(alert)
+    window = minutes(r.unhandled_window(s.config))
+    end = window + for_minutes + 1
+
+    def inputs(values: str) -> tuple[Series, ...]:
+        return tuple(s.series(m.JOBS_UNHANDLED, values, exporters=2, queue=queue))
+
+    return [
+        Case(f"two exporters; a lease of {queue} given back every minute: fires once, counting each once",
+             inputs(ramp(1, end)), (Check(end, alert, (s.firing(alert, window, queue),)),)),
+        Case("a rolling deploy: old workers give back 82 jobs at once, then none: silent before for: elapses, "
+             "and once they left the window",
+             inputs(f"{flat(0, 2)} {flat(82, end + window)}"),
+             (Check(2 + for_minutes - 1, alert), Check(end + window, alert))),
+        Case("no lease given back: silent", inputs(flat(0, end)), (Check(end, alert),)),
+    ]
+
+
 def _refused(s: Scenario) -> list[Case]:
     alert = r.TENANT_AT_LIMIT
     queue = s.config.classes[-1].name
@@ -912,6 +933,7 @@ def _every_test_file(config: Config) -> tuple[TestFile, ...]:
         TestFile(r.PRIORITY_INVERSION, tuple(_inversion(s))),
         TestFile(r.JOBS_REDELIVERED_HIGH, tuple(_redelivered(s))),
         TestFile(r.JOBS_DEAD_LETTERED, tuple(_dead_lettered(s))),
+        TestFile(r.JOBS_WITHOUT_HANDLER, tuple(_unhandled(s))),
         TestFile(r.QUEUE_PAUSED, tuple(_paused(s))),
         TestFile(r.JOBS_UNDER_UNCONFIGURED_CLASS, tuple(_unconfigured(s))),
         TestFile(r.REDIS_MEMORY_HIGH, tuple(_memory_high(s))),

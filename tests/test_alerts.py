@@ -18,7 +18,7 @@ from alerts.annotations import humanize, humanize_duration, humanize_percentage
 from alerts.config import ALERT_FOR
 from alerts.layout import GENERATED_DIR, RULES_FILE, TESTS_DIR, runbook_file
 from alerts.output import ALERTS, render
-from alerts.rules import ALERTS, UP, build_alerts
+from alerts.rules import ALERTS_SERIES, UP, build_alerts
 from alerts.runbooks import diagnostics
 from exporter import metrics as m
 from fairctl.generate_command import OUTPUT_SETS
@@ -34,7 +34,7 @@ GENERATED = ROOT / GENERATED_DIR
 DOCUMENTED_ALERTS = (
     "QueueStarving", "QueueShareBelowWeight", "PriorityMixDrift", "PriorityReasonShift", "TenantDominatingQueue",
     "QuietTenantsStarving", "QueueStalled", "QueueShardStalled", "PriorityInversion", "JobsRedeliveredHigh", "JobsDeadLettered",
-    "QueuePaused", "JobsUnderUnconfiguredClass", "RedisMemoryHigh", "RedisMayEvictJobs", "FairnessExporterDown",
+    "JobsWithoutHandler", "QueuePaused", "JobsUnderUnconfiguredClass", "RedisMemoryHigh", "RedisMayEvictJobs", "FairnessExporterDown",
     "FairnessExporterRedisDown", "TenantAtLimit", "QueueStateLost", "QueueConfigSplit",
 )
 ANNOTATIONS = {"summary", "description", "runbook_url", "dashboard_url"}
@@ -226,7 +226,7 @@ def test_every_name_in_every_rule_and_runbook_query_is_in_the_contract_or_record
     assert all(name.startswith(f"{recording.LEVEL}:") for name in recorded)
     expressions = [rule["expr"] for rule in rules] + [d.promql for d in diagnostics(load_config(EXAMPLE_CONFIG)).values()]
     used = set().union(*map(metric_names, expressions))
-    assert used <= contract | recorded | {UP, ALERTS}, used - contract - recorded
+    assert used <= contract | recorded | {UP, ALERTS_SERIES}, used - contract - recorded
     assert {m.QUEUE_OLDEST_AGE.name, m.JOBS_PROCESSED.name, m.JOBS_WAIT.series("_bucket")} <= used
 
 

@@ -14,7 +14,7 @@ import yaml
 from alerts import promtool, recording
 from alerts.layout import RULES_FILE, TESTS_DIR, runbook_file
 from alerts.output import render
-from alerts.rules import ALERTS, QUEUE_SHARE_BELOW_WEIGHT, TENANT_DOMINATING_QUEUE, UP
+from alerts.rules import ALERTS_SERIES, QUEUE_SHARE_BELOW_WEIGHT, TENANT_DOMINATING_QUEUE, UP
 from alerts.runbooks import diagnostics
 from alerts.weights import notes, weights_report
 from exporter import metrics as m
@@ -78,7 +78,7 @@ def test_the_shares_alerts_and_runbooks_follow_the_configured_basis(charge: str)
     contract = {spec.name for spec in m.ALL} | {m.JOBS_WAIT.series(s) for s in ("_bucket", "_sum", "_count")}
     expressions = [r["expr"] for r in rules.values()] + [d.promql for d in diagnostics(config).values()]
     used = set().union(*map(metric_names, expressions))
-    assert used <= contract | set(rules) | {UP, ALERTS}, used - contract - set(rules)
+    assert used <= contract | set(rules) | {UP, ALERTS_SERIES}, used - contract - set(rules)
     runbooks = render(config)
     assert f"of a class's {basis.served} over" in runbooks[runbook_file(TENANT_DOMINATING_QUEUE)]
     share_runbook = runbooks[runbook_file(QUEUE_SHARE_BELOW_WEIGHT)]
