@@ -15,6 +15,7 @@ any promtool output that is not such a report, is an error, never "no alerts".
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import tempfile
@@ -40,6 +41,8 @@ _GROUP = re.compile(r"^\s*name: (.*),\s*$")
 _CHECK = re.compile(r"^\s*alertname: (\S+), time: (\S+),\s*$")
 _LABELS = re.compile(r"^\s*Labels:\{(.*)\}\s*$")
 _PAIR = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_WORD = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+_UNNAMED = re.compile(r"(?:^|[^A-Za-z0-9_:\s])\s*\{")  # a "{" that follows no metric name
 _GO_DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
 _GO_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
@@ -188,8 +191,24 @@ def _promtool_duration(seconds: float) -> str:
     return f"{int(round(seconds * 1000))}ms" if not float(seconds).is_integer() else f"{int(seconds)}s"
 
 
-def alert_names(rules_file: Path) -> list[str]:
-    """Every alert defined in a Prometheus rules file."""
+@dataclass(frozen=True)
+class Rules:
+    """What the evaluation needs of a rules file: its alerts, and the metric names its
+    expressions may select (None: any, as an expression selects some series by label alone)."""
+
+    alerts: list[str]
+    reads: frozenset[str] | None
+
+    def read(self, series: list[dict[str, str]]) -> list[dict[str, str]]:
+        """The series the rules may select: promtool would load the others only to skip them at
+        every evaluation step, a fifth of its time in a simulation's evaluation."""
+        if self.reads is None:
+            return series
+        return [s for s in series if s["series"].partition("{")[0] in self.reads]
+
+
+def load_rules(rules_file: Path) -> Rules:
+    """A Prometheus rules file's alerts and the names its expressions read."""
     try:
         data = yaml.safe_load(rules_file.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
@@ -197,7 +216,13 @@ def alert_names(rules_file: Path) -> list[str]:
     groups = data.get("groups") if isinstance(data, dict) else None
     if not isinstance(groups, list):
         raise AlertEvaluationError(f"{rules_file} is not a Prometheus rules file (no groups)")
-    return sorted({str(r["alert"]) for g in groups for r in (g.get("rules") or []) if "alert" in r})
+    rules = [r for g in groups for r in (g.get("rules") or [])]
+    exprs = [str(r.get("expr", "")) for r in rules]
+    # Every word of an expression is a superset of the metric names it selects, unless a
+    # selector has no name ("{job=...}", or one given as __name__).
+    by_label = any(_UNNAMED.search(e) or "__name__" in e for e in exprs)
+    reads = None if by_label else frozenset(w for e in exprs for w in _WORD.findall(e))
+    return Rules(sorted({str(r["alert"]) for r in rules if "alert" in r}), reads)
 
 
 def parse_report(output: str, group: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], list[float]]:
@@ -229,20 +254,21 @@ def _periods(times: Iterable[float], step: float) -> tuple[tuple[float, float], 
 def evaluate(rules_file: Path, group: str, series: list[dict[str, str]], *, scrape_interval: float,
              evaluation_interval: float, duration: float) -> list[FiredAlert]:
     """Run ``promtool test rules`` over ``series`` and return the alerts that fired, first first."""
-    names = alert_names(rules_file)
+    rules = load_rules(rules_file)
     steps = int(duration // evaluation_interval)
     checks = [{"alertname": name, "eval_time": _promtool_duration(k * evaluation_interval)}
-              for k in range(1, steps + 1) for name in names]
+              for k in range(1, steps + 1) for name in rules.alerts]
     test: dict[str, Any] = {
         "rule_files": [str(rules_file.resolve())],
         "evaluation_interval": _promtool_duration(evaluation_interval),
         "tests": [{"name": group, "interval": _promtool_duration(scrape_interval),
-                   "input_series": series, "alert_rule_test": checks}],
+                   "input_series": rules.read(series), "alert_rule_test": checks}],
     }
     fired: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="fairctl-simulate-") as tmp:
         test_file = Path(tmp) / "simulation_test.yml"
-        test_file.write_text(yaml.safe_dump(test, sort_keys=False, width=1 << 20), encoding="utf-8")
+        # JSON is YAML to promtool, and written in milliseconds where PyYAML's emitter takes a second
+        test_file.write_text(json.dumps(test), encoding="utf-8")
         try:
             promtool.test_rules(test_file)  # passing: no alert fired at any step
         except promtool.PromtoolFailed as exc:

@@ -18,7 +18,7 @@ from click.testing import CliRunner, Result
 from PIL import Image
 
 from fairctl.cli import app
-from fairness_sim.alert_evaluation import encode_values, parse_report
+from fairness_sim.alert_evaluation import encode_values, load_rules, parse_report
 from fairness_sim.scenario import shipped_scenarios
 
 from .conftest import EXAMPLE_CONFIG
@@ -182,6 +182,24 @@ def test_series_encoding_and_report_parsing() -> None:
             ]
 '''
     assert parse_report(report, "fifo") == {("QueueStarving", (("queue", 'jobs:"high"'), ("severity", "page"))): [3735.0]}
+
+
+@pytest.mark.parametrize("expr, kept", [
+    (None, ["queue_max_age_seconds", "queue_oldest_message_age_seconds", "queue_quiet_oldest_message_age_seconds"]),
+    ('count({job="fairctl"}) > 0', None),
+    ('count({__name__=~"queue_.*"}) > 0', None),
+])
+def test_promtool_gets_the_series_the_rules_can_select(tmp_path: Path, expr: str | None, kept: list[str] | None) -> None:
+    """Series of metrics no expression names stay out of the evaluation (promtool would skip them at
+    every step); a selector without a metric name may select any, so then every series goes in."""
+    names = ["queue_inflight", "queue_max_age_seconds", "queue_oldest_message_age_seconds",
+             "queue_quiet_oldest_message_age_seconds", "tenant_share_ratio"]
+    series = [{"series": f'{name}{{queue="jobs:high"}}', "values": "1"} for name in names]
+    extra = [] if expr is None else [{"alert": "AnySeries", "expr": expr}]
+    rules = tmp_path / "rules.yml"
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": RULES["groups"][0]["rules"] + extra}]}))
+    given = [s["series"].partition("{")[0] for s in load_rules(rules).read(series)]
+    assert given == (names if kept is None else kept)
 
 
 @pytest.mark.live  # starts headless Chromium
