@@ -8,6 +8,7 @@ findings count as failures: ``promtool test rules`` reports a duplicate rule wit
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,6 +19,10 @@ MISSING = (f"not found on PATH; install the Debian package {DEBIAN_PACKAGE}, whi
            f"(apt-get install -y {DEBIAN_PACKAGE}, or bash scripts/setup.sh)")
 TIMEOUT_S = 600
 FAILED = "FAILED"
+# Go's garbage collector at a 4x heap target unless the caller's GOGC says otherwise: evaluating a
+# simulation's two hours of series takes 13-20% less CPU than at the default (100), for a peak
+# RSS of 150 MB instead of 85.
+GOGC = "400"
 
 
 class PromtoolError(Exception):
@@ -60,7 +65,7 @@ def _run(*args: str, stdin: str | None = None) -> str:
     command = " ".join(args)
     try:
         proc = subprocess.run([binary(), *args], input=stdin, capture_output=True, text=True,
-                              timeout=TIMEOUT_S, check=False)
+                              timeout=TIMEOUT_S, check=False, env={"GOGC": GOGC, **os.environ})
     except subprocess.TimeoutExpired:
         raise PromtoolFailed(command, f"no answer within {TIMEOUT_S}s") from None
     output = proc.stdout + proc.stderr
