@@ -151,9 +151,9 @@ def test_the_default_scenario_is_the_marketing_storm() -> None:
     assert "2,30" in result.stdout  # 2.3M jobs enqueued (and the steady streams)
 
 
-@pytest.mark.slow  # the README's two hours under four policies: 30-70 s
+@pytest.mark.slow  # the README's two hours under four policies: 20-35 s
 def test_the_readme_main_job_meets_the_storm_expectations() -> None:
-    """The whole storm under the four policies, exactly as the README's main job runs it (~30 s):
+    """The whole storm under the four policies, exactly as the README's main job runs it (~20 s):
     every policy's outcome must agree with the scenario's ``expect``."""
     result = invoke()
     assert result.exit_code == 0, result.output
