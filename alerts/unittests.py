@@ -30,7 +30,9 @@ from .layout import RULES_FILE, TESTS_DIR
 from .promql import duration, number, quote
 from .supplied import series_metric, served_metrics
 
-INSTANCES = ("exporter-0:29100", "exporter-1:29100")
+# Each exporter's scrape labels: on Kubernetes a pod label beside the instance, and the rules
+# deduplicate over both (a rule that kept either would count the exporters twice).
+EXPORTERS = tuple({"instance": f"exporter-{index}:29100", "pod": f"fairctl-exporter-{index}"} for index in range(2))
 OTHER_GROUP = "another-group"  # a second queue group of the same classes, scraped under the same job
 BUCKET_LABEL = "le"
 EXPR_PRECISION = 0.001
@@ -139,8 +141,8 @@ class Scenario:
         """``spec``'s series as ``exporters`` exporters serve it (identical values)."""
         name = spec.series(suffix) if suffix else spec.name
         group = labels.get(m.GROUP, self.group)
-        return [Series(name, {"job": self.job, "instance": instance, m.GROUP: group, m.SHARD: group, **labels}, values)
-                for instance in INSTANCES[:exporters]]
+        return [Series(name, {"job": self.job, **scrape, m.GROUP: group, m.SHARD: group, **labels}, values)
+                for scrape in EXPORTERS[:exporters]]
 
     def for_minutes(self, alert: str, queue: str | None = None) -> int:
         return minutes(self.alerts[alert].variant(queue).for_seconds)
@@ -152,6 +154,12 @@ class Scenario:
         expr_labels = {"job": self.job, **({m.GROUP: self.group} if grouped else {}),
                        **({m.QUEUE: queue} if queue else {}), **labels}
         return Firing({**expr_labels, "severity": self.alerts[alert].variant(queue).severity}, value, queried or {})
+
+    def edge(self, alert: str, fire_at: int, *firing: Firing) -> tuple[Check, ...]:
+        """The for: pinned from both sides: still pending one evaluation before ``fire_at``, firing
+        at it (a for: one interval longer or shorter fails one of the two; at minute 0 there is no
+        evaluation before)."""
+        return (*((Check(fire_at - 1, alert),) if fire_at > 0 else ()), Check(fire_at, alert, firing))
 
     def shard(self, index: int) -> str:
         """The ``shard`` label of shard ``index`` of a sharded queue (its queue group's name)."""
@@ -176,7 +184,8 @@ def _starving(s: Scenario) -> list[Case]:
     end = max(fire_at.values()) + 1
     growing = [x for c in s.config.classes for x in (
         *s.series(m.QUEUE_OLDEST_AGE, ramp(60, end), queue=c.name),
-        *s.series(m.QUEUE_MAX_AGE, flat(c.max_age, end), queue=c.name))]
+        *s.series(m.QUEUE_MAX_AGE, flat(c.max_age, end), queue=c.name),
+        *s.series(m.QUEUE_PAUSED, flat(0, end), queue=c.name))]  # served as 0 when not paused
     checks = tuple(
         Check(t, alert, tuple(s.firing(alert, 60 * t, c.name, {"slo": c.max_age})
                               for c in s.config.classes if fire_at[c.name] <= t))
@@ -186,7 +195,7 @@ def _starving(s: Scenario) -> list[Case]:
         *s.series(m.QUEUE_DEPTH, listed([0, 5000, 2500, 500, 0, 0, 0, 0, 0]), queue=c.name),
         *s.series(m.QUEUE_OLDEST_AGE, listed(c.max_age * f for f in (0, 0.5, 0.9, 0.6, 0, 0, 0, 0, 0)), queue=c.name),
         *s.series(m.QUEUE_MAX_AGE, flat(c.max_age, 8), queue=c.name))]
-    paused = [x for c in s.config.classes for x in s.series(m.QUEUE_PAUSED, flat(1, end), queue=c.name)]
+    paused = [replace(x, values=flat(1, end)) for x in growing if x.name == m.QUEUE_PAUSED.name]
     healthy = [x for c in s.config.classes for x in (
         *s.series(m.QUEUE_OLDEST_AGE, flat(0, end), queue=c.name, group=OTHER_GROUP),
         *s.series(m.QUEUE_MAX_AGE, flat(3 * c.max_age, end), queue=c.name, group=OTHER_GROUP))]  # its own SLOs
@@ -196,7 +205,8 @@ def _starving(s: Scenario) -> list[Case]:
         Case(f"the same beside a healthy group {OTHER_GROUP!r} of the same classes under the same job: only the "
              "starving group fires, each alert naming it and its own SLO", tuple(growing + healthy), checks),
         Case("the same, with every class paused (QueuePaused tells that story): silent throughout",
-             tuple(growing + paused), tuple(Check(chk.minute, alert) for chk in checks)),
+             tuple(x for x in growing if x.name != m.QUEUE_PAUSED.name) + tuple(paused),
+             tuple(Check(chk.minute, alert) for chk in checks)),
         Case("a burst drains while its oldest job is younger than the SLO: silent throughout",
              tuple(burst), tuple(Check(t, alert) for t in range(9))),
     ]
@@ -263,9 +273,17 @@ def _share_below_weight(s: Scenario) -> list[Case]:
     apart = shares(three, top, top_weight * tolerance / 2)
     separate = [{name: 3600 * apart[name] / 2} for name, _ in three for _ in range(2)]
     return [
-        Case(f"every class backlogged, {starved} realises a fraction of its weight: fires for it alone",
+        Case(f"every class backlogged, {starved} realises a fraction of its weight: pending from minute 1 (the "
+             "first rate), fires after for:, for it alone",
              inputs(weights, shares(weights, starved, starved_share)),
-             (Check(end, alert, (s.firing(alert, starved_share, starved, entitled),)),)),
+             (*s.edge(alert, 1 + s.for_minutes(alert), s.firing(alert, starved_share, starved, entitled)),
+              Check(end, alert, (s.firing(alert, starved_share, starved, entitled),)))),
+        *(Case(f"every class backlogged, {starved} realises {number(part * 100)}% of the tolerance x its weight: "
+               + ("just under it, fires" if part < 1 else "just over it, silent"),
+               inputs(weights, shares(weights, starved, starved_weight * tolerance * part)),
+               (Check(end, alert, (s.firing(alert, starved_weight * tolerance * part, starved, entitled),)
+                      if part < 1 else ()),))
+          for part in (0.95, 1.05)),
         Case(f"every class backlogged, {starved} never completed a job: fires for it",
              inputs(weights, {**shares(weights, starved, 0), starved: None}),
              (Check(end, alert, (s.firing(alert, 0, starved, entitled),)),)),
@@ -315,10 +333,20 @@ def _mix_drift(s: Scenario) -> list[Case]:
         return tuple(out)
 
     asked = (1 + budget) / 2
+    # Pending from the first minute with enough arrivals in the window (the counters start at 0).
+    fire_at = max(1, math.ceil(window / 100)) + s.for_minutes(alert)
+    drift = s.firing(alert, asked, queue, {"budget": budget})
     return [
-        Case(f"two exporters; {number(asked * 100)}% of arrivals ask for {queue}: fires once",
-             inputs(asked, 100 * enough, 2), (Check(end, alert, (s.firing(alert, asked, queue, {"budget": budget}),)),)),
+        Case(f"two exporters; {number(asked * 100)}% of arrivals ask for {queue}: fires once, after for:",
+             inputs(asked, 100 * enough, 2), (*s.edge(alert, fire_at, drift), Check(end, alert, (drift,)))),
         Case(f"{queue} asked for half its budget: silent", inputs(budget / 2, 100 * enough, 1), (Check(end, alert),)),
+        Case(f"{queue} asked for 105% of its budget: fires", inputs(budget * 1.05, 100 * enough, 1),
+             (Check(end, alert, (s.firing(alert, budget * 1.05, queue, {"budget": budget}),)),)),
+        Case(f"{queue} asked for 95% of its budget: silent", inputs(budget * 0.95, 100 * enough, 1), (Check(end, alert),)),
+        Case("105% of scheduler.budget_min_arrivals in the window, fewer of them for the drifting class alone: fires",
+             inputs(asked, 1.05 * enough, 1), (Check(end, alert, (drift,)),)),
+        Case("95% of scheduler.budget_min_arrivals in the window: too few to judge, silent",
+             inputs(asked, 0.95 * enough, 1), (Check(end, alert),)),
         Case("two exporters each see the same few arrivals, all for one class: fewer than "
              "scheduler.budget_min_arrivals once deduplicated, so silent",
              inputs(1.0, 0.75 * enough, 2), (Check(end, alert),)),
@@ -462,9 +490,10 @@ def _quiet_tenants(s: Scenario) -> list[Case]:
     cls = s.config.classes[0]
     fire_at = math.floor(cls.max_age / 60) + 1 + s.for_minutes(alert)
     slo = s.series(m.QUEUE_MAX_AGE, flat(cls.max_age, fire_at), queue=cls.name)
+    served = s.series(m.QUEUE_PAUSED, flat(0, fire_at), queue=cls.name)  # not paused: served as 0
     return [
         Case(f"the quiet tenants' oldest job in {cls.name} ages past the SLO: fires after for:",
-             tuple(slo + s.series(m.QUEUE_QUIET_OLDEST_AGE, ramp(60, fire_at), queue=cls.name)),
+             tuple(slo + served + s.series(m.QUEUE_QUIET_OLDEST_AGE, ramp(60, fire_at), queue=cls.name)),
              (Check(fire_at - 1, alert),
               Check(fire_at, alert, (s.firing(alert, 60 * fire_at, cls.name, {"slo": cls.max_age}),)))),
         Case(f"the same while {cls.name} is paused (QueuePaused tells that story): silent",
@@ -482,17 +511,51 @@ def _stalled(s: Scenario) -> list[Case]:
     alert = r.QUEUE_STALLED
     stall = minutes(alert_settings(s.config).stall_after)
     fire_at = stall + s.for_minutes(alert)
-    end = fire_at + 1
+    end = 2 * fire_at + 3
     (counted, _), (never, _) = s.classes(2)
 
-    def inputs(queue: str, paused: int, per_minute: float | None) -> list[Series]:
-        out = s.series(m.QUEUE_DEPTH, flat(500, end), queue=queue)
-        out += s.series(m.QUEUE_PAUSED, flat(paused, end), queue=queue)
+    def inputs(queue: str, paused: int, per_minute: float | None, *, due_from: int = 0,
+               served_until: int | None = None, empty_at: int | None = None, unscraped: int | None = None,
+               resumed_at: int = 0) -> list[Series]:
+        """500 due jobs from minute ``due_from`` (none before, nor at minute ``empty_at``; no
+        scrape at minute ``unscraped``); ``per_minute`` completions (None: the class never
+        completed one), until minute ``served_until`` when given; paused before ``resumed_at``."""
+        depth = " ".join("_" if t == unscraped else number(0 if t < due_from or t == empty_at else 500)
+                         for t in range(end + 1))
+        out = s.series(m.QUEUE_DEPTH, depth, queue=queue)
+        out += s.series(m.QUEUE_PAUSED, listed(1 if t < resumed_at else paused for t in range(end + 1)), queue=queue)
         if per_minute is not None:
-            out += s.series(m.JOBS_PROCESSED, ramp(per_minute, end, 1234), queue=queue)
+            served = ramp(per_minute, end, 1234) if served_until is None else (
+                f"{ramp(per_minute, served_until, 1234)} {flat(1234 + per_minute * served_until, end - served_until - 1)}")
+            out += s.series(m.JOBS_PROCESSED, served, queue=queue)
         return out
 
+    # Jobs due from minute 2 are stalled once they stayed due for stall_after: neither the
+    # window's first sample nor the depth stall_after ago may be 0. Completions that stop at
+    # minute 2 leave the window stall_after later.
+    late = 2
+    # Empty for one scrape at minute ``dip``: due jobs again after it, the window must pass it.
+    # A rule reading only the depth stall_after ago would fire at ``stall + for:``, before it.
+    for_minutes = s.for_minutes(alert)
+    dip = for_minutes + 1
     return [
+        Case(f"{counted} is empty for one scrape at minute {dip}, completing nothing: not even pending until the "
+             "window has passed it", tuple(inputs(counted, 0, 0, empty_at=dip)),
+             (Check(fire_at, alert), *s.edge(alert, dip + 1 + fire_at, s.firing(alert, 500, counted))),
+             (ExprCheck(dip + stall - 1, f"ALERTS{{alertname={quote(alert)}}}", ()),)),
+        Case(f"jobs arrive in {counted} between the scrapes of minutes {late - 1} and {late + 1} (none at "
+             f"{late}), none completes: the window must hold only due scrapes and start with one",
+             tuple(inputs(counted, 0, 0, due_from=late, unscraped=late)),
+             s.edge(alert, late + 1 + fire_at, s.firing(alert, 500, counted))),
+        Case(f"{counted} is paused until minute {late}, then completes nothing: fires once the pause left the window",
+             tuple(inputs(counted, 0, 0, resumed_at=late)),
+             s.edge(alert, late + fire_at, s.firing(alert, 500, counted))),
+        Case(f"500 jobs arrive in {counted} at minute {late} and none completes: fires {duration(60 * stall)} + "
+             "for: later", tuple(inputs(counted, 0, 0, due_from=late)),
+             s.edge(alert, late + fire_at, s.firing(alert, 500, counted))),
+        Case(f"{counted} completes a job a minute until minute {late}, then none: fires {duration(60 * stall)} + "
+             "for: later", tuple(inputs(counted, 0, 1, served_until=late)),
+             s.edge(alert, late + fire_at, s.firing(alert, 500, counted))),
         Case(f"{counted}'s completions stop, {never} never completed a job: both fire after {duration(60 * stall)} + for:",
              tuple(inputs(counted, 0, 0) + inputs(never, 0, None)),
              (Check(fire_at - 1, alert),
@@ -550,22 +613,47 @@ def _inversion(s: Scenario) -> list[Case]:
     # Below the limit once deduplicated, above it if two exporters' depths were summed.
     shallow = limit // 2 + 1 if limit else 0
 
-    def inputs(waits_over: float, depth: float, exporters: int) -> tuple[Series, ...]:
-        """Ten leases a minute, each having waited just over ``waits_over`` seconds."""
+    def inputs(waits_over: float, depth: float, exporters: int, resumed_at: int = 0,
+               leased: Callable[[float], float] | None = None) -> tuple[Series, ...]:
+        """Ten leases a minute, each having waited just over ``waits_over`` seconds (or
+        ``leased(bound)`` a minute waiting at most ``bound``); paused before minute ``resumed_at``."""
         out = s.series(m.QUEUE_DEPTH, flat(depth, end), exporters=exporters, queue=cls.name)
+        out += s.series(m.QUEUE_PAUSED, listed(int(t < resumed_at) for t in range(end + 1)), exporters=exporters,
+                        queue=cls.name)
         out += s.series(m.QUEUE_MAX_AGE, flat(cls.max_age, end), exporters=exporters, queue=cls.name)
         for bound in (*m.WAIT_BUCKETS, math.inf):
-            out += s.series(m.JOBS_WAIT, ramp(10 if bound > waits_over else 0, end), exporters=exporters,
+            per_minute = leased(bound) if leased else 10 if bound > waits_over else 0
+            out += s.series(m.JOBS_WAIT, ramp(per_minute, end), exporters=exporters,
                             suffix="_bucket", queue=cls.name, **{BUCKET_LABEL: floatToGoString(bound)})
         return tuple(out)
 
     p99 = low + (high - low) * 0.99
-    return [
-        Case(f"two exporters; {cls.name} waits over its SLO with {shallow} jobs due: fires once",
+    inverted = s.firing(alert, p99, cls.name, {"slo": cls.max_age, "depth": shallow})
+    resumed = 2  # a pause until then is in the window until minute rate_window + 2
+    end = max(end, s.window + resumed + s.for_minutes(alert) + 1)
+    cases = []
+    if cls.max_age == low and m.WAIT_BUCKETS.index(low) > 0:
+        # 99% of 6,000 leases a minute waited at most the SLO, the rest longer: once the window is
+        # full every rate is a whole number and the p99 is the SLO exactly, which is not over it.
+        cases.append(Case(f"{cls.name}'s p99 wait is exactly its SLO: silent",
+                          inputs(0, shallow, 1, leased=lambda bound: 0 if bound < low else 5940 if bound == low else 6000),
+                          (Check(end, alert),)))
+    return cases + [
+        Case(f"two exporters; {cls.name} waits over its SLO with {shallow} jobs due: fires once, for: after the "
+             "first rate",
              inputs(low, shallow, 2),
-             (Check(end, alert, (s.firing(alert, p99, cls.name, {"slo": cls.max_age, "depth": shallow}),)),)),
+             (*s.edge(alert, 1 + s.for_minutes(alert), inverted), Check(end, alert, (inverted,)))),
+        Case(f"{cls.name} waits over its SLO with {limit} jobs due, the most still called nearly empty: fires",
+             inputs(low, limit, 1),
+             (Check(end, alert, (s.firing(alert, p99, cls.name, {"slo": cls.max_age, "depth": limit}),)),)),
+        Case(f"{cls.name} waits over its SLO with {limit + 1} jobs due, one more than nearly empty: silent",
+             inputs(low, limit + 1, 1), (Check(end, alert),)),
         Case(f"{cls.name} waits over its SLO with a deep backlog (starvation, not inversion): silent",
              inputs(low, limit + 100, 1), (Check(end, alert),)),
+        Case(f"{cls.name} was paused until minute {resumed} (its waits then are the pause's): pending only once the "
+             "pause left the window", inputs(low, shallow, 1, resumed_at=resumed),
+             s.edge(alert, s.window + resumed + s.for_minutes(alert),
+                    s.firing(alert, p99, cls.name, {"slo": cls.max_age, "depth": shallow}))),
         Case(f"{cls.name}'s waits are short: silent", inputs(0, shallow, 1), (Check(end, alert),)),
     ]
 
@@ -577,17 +665,33 @@ def _redelivered(s: Scenario) -> list[Case]:
     for_minutes = s.for_minutes(alert)
     end = s.window + for_minutes + 1
 
-    def inputs(redelivered: str) -> tuple[Series, ...]:
-        return tuple(s.series(m.JOBS_PROCESSED, ramp(100, end), queue=queue)
+    def inputs(redelivered: str, completed: float = 100) -> tuple[Series, ...]:
+        return tuple(s.series(m.JOBS_PROCESSED, ramp(completed, end), queue=queue)
                      + s.series(m.QUEUE_WEIGHT_RATIO, flat(1, end), queue=queue)
                      + s.series(m.JOBS_REDELIVERED, redelivered, queue=queue))
 
+    # 6,000 completions a minute: once the window is full each rate is a whole number over the
+    # window's seconds, so a ratio of exactly the threshold is computed exactly where it can be.
+    many, at_ratio = 6000, 6000 * ratio
+    seconds = 60 * s.window
+    exact = at_ratio == round(at_ratio) and (at_ratio * s.window / seconds) / (many * s.window / seconds) == ratio
     cases = [
-        Case(f"leases expire at {number(4 * ratio * 100)}% of completions: fires",
-             inputs(ramp(400 * ratio, end)), (Check(end, alert, (s.firing(alert, 4 * ratio, queue),)),)),
+        Case(f"leases expire at {number(4 * ratio * 100)}% of completions: fires for: after the first rate",
+             inputs(ramp(400 * ratio, end)),
+             (*s.edge(alert, 1 + for_minutes, s.firing(alert, 4 * ratio, queue)),
+              Check(end, alert, (s.firing(alert, 4 * ratio, queue),)))),
         Case(f"leases expire at {number(ratio * 50)}% of completions: silent",
              inputs(ramp(50 * ratio, end)), (Check(end, alert),)),
+        Case(f"leases expire at {number(ratio * 105)}% of completions, just over the threshold: fires",
+             inputs(ramp(at_ratio * 1.05, end), many),
+             (Check(end, alert, (s.firing(alert, ratio * 1.05, queue),)),)),
+        Case("leases expire and no job completes (a ratio over 0): fires at +Inf",
+             inputs(ramp(10, end), 0), (Check(end, alert, (s.firing(alert, math.inf, queue),)),)),
+        Case("nothing expires and nothing completes (0 over 0): silent", inputs(flat(0, end), 0), (Check(end, alert),)),
     ]
+    if exact:
+        cases.append(Case(f"leases expire at exactly {number(ratio * 100)}% of completions: not over it, silent",
+                          inputs(ramp(at_ratio, end), many), (Check(end, alert),)))
     if for_minutes > s.window:  # a burst leaves the window before for: elapses
         burst = 400 * ratio * s.window
         cases.append(Case("one burst of expiries (a worker killed once): silent while it is in the window",
@@ -599,6 +703,7 @@ def _redelivered(s: Scenario) -> list[Case]:
 def _dead_lettered(s: Scenario) -> list[Case]:
     alert = r.JOBS_DEAD_LETTERED
     queue = s.config.classes[-1].name
+    fire_at = 1 + s.for_minutes(alert)  # the first increase, then for:
     end = s.window + s.for_minutes(alert) + 1
 
     def inputs(values: str) -> tuple[Series, ...]:
@@ -606,7 +711,8 @@ def _dead_lettered(s: Scenario) -> list[Case]:
 
     return [
         Case(f"two exporters; a job of {queue} dead-lettered every minute: fires once, counting each job once",
-             inputs(ramp(1, end)), (Check(end, alert, (s.firing(alert, s.window, queue),)),)),
+             inputs(ramp(1, end)), (*s.edge(alert, fire_at, s.firing(alert, min(fire_at, s.window), queue)),
+                                    Check(end, alert, (s.firing(alert, s.window, queue),)))),
         Case("old dead letters, none new in the window: silent", inputs(flat(3, end)), (Check(end, alert),)),
     ]
 
@@ -622,8 +728,9 @@ def _unhandled(s: Scenario) -> list[Case]:
         return tuple(s.series(m.JOBS_UNHANDLED, values, exporters=2, queue=queue))
 
     return [
-        Case(f"two exporters; a lease of {queue} given back every minute: fires once, counting each once",
-             inputs(ramp(1, end)), (Check(end, alert, (s.firing(alert, window, queue),)),)),
+        Case(f"two exporters; a lease of {queue} given back every minute: fires once after for:, counting each once",
+             inputs(ramp(1, end)), (*s.edge(alert, 1 + for_minutes, s.firing(alert, min(1 + for_minutes, window), queue)),
+                                    Check(end, alert, (s.firing(alert, window, queue),)))),
         Case("a rolling deploy: old workers give back 82 jobs at once, then none: silent before for: elapses, "
              "and once they left the window",
              inputs(f"{flat(0, 2)} {flat(82, end + window)}"),
@@ -642,8 +749,11 @@ def _refused(s: Scenario) -> list[Case]:
         return tuple(s.series(m.JOBS_REFUSED, values, exporters=2, queue=queue))
 
     return [
-        Case(f"two exporters; 10 arrivals for {queue} refused every minute: fires once, counting each refusal once",
-             inputs(ramp(10, end)), (Check(end, alert, (s.firing(alert, 10 * s.window, queue),)),)),
+        Case(f"two exporters; 10 arrivals for {queue} refused every minute: fires once after for:, counting each "
+             "refusal once",
+             inputs(ramp(10, end)),
+             (*s.edge(alert, 1 + for_minutes, s.firing(alert, 10 * min(1 + for_minutes, s.window), queue)),
+              Check(end, alert, (s.firing(alert, 10 * s.window, queue),)))),
         Case("one burst of refusals, then none: silent before for: elapses, and once it left the window",
              inputs(f"{flat(0, 2)} {flat(50, end + s.window)}"),
              (Check(2 + for_minutes - 1, alert), Check(end + s.window, alert))),
@@ -665,7 +775,8 @@ def _paused(s: Scenario) -> list[Case]:
 
     return [
         Case(f"two exporters; {cls.name} stays paused: fires once after for:",
-             inputs(1), (Check(paused_for - 1, alert), Check(end, alert, (s.firing(alert, 1, cls.name, {"depth": depth}),)))),
+             inputs(1), (*s.edge(alert, paused_for, s.firing(alert, 1, cls.name, {"depth": depth})),
+                         Check(end, alert, (s.firing(alert, 1, cls.name, {"depth": depth}),)))),
         Case(f"{cls.name} not paused: silent", inputs(0), (Check(end, alert),)),
     ]
 
@@ -692,7 +803,7 @@ def _unconfigured(s: Scenario) -> list[Case]:
     return [
         Case(f"two exporters; {total} jobs under {queue}, which the config does not name: fires once after for:",
              inputs(None),
-             (Check(for_minutes - 1, alert),
+             (*s.edge(alert, for_minutes, s.firing(alert, total, queue, {"age": age_start + 60 * for_minutes})),
               Check(end, alert, (s.firing(alert, total, queue, {"age": age_start + 60 * end}),)))),
         Case(f"{queue}'s jobs are moved to a configured class within for:: silent", inputs(for_minutes - 1),
              (Check(end, alert),)),
@@ -758,11 +869,11 @@ def _exporter_down(s: Scenario) -> list[Case]:
     up = r.UP
 
     def inputs(*values: int) -> tuple[Series, ...]:
-        return tuple(Series(up, {"job": s.job, "instance": instance}, flat(value, end))
-                     for instance, value in zip(INSTANCES, values))
+        return tuple(Series(up, {"job": s.job, **scrape}, flat(value, end)) for scrape, value in zip(EXPORTERS, values))
 
     return [
-        Case("both exporters down: fires once", inputs(0, 0), (Check(end, alert, (s.firing(alert, 0, grouped=False),)),)),
+        Case("both exporters down: fires once after for:", inputs(0, 0),
+             s.edge(alert, end - 1, s.firing(alert, 0, grouped=False))),
         Case("no exporter target at all: fires", (), (Check(end, alert, (s.firing(alert, 1, grouped=False),)),)),
         Case("one of two exporters down, the other still sees: silent", inputs(0, 1), (Check(end, alert),)),
     ]
@@ -777,13 +888,13 @@ def _redis_down(s: Scenario) -> list[Case]:
     def inputs(*values: int) -> tuple[Series, ...]:
         """Each exporter's redis_up, and the master both last read from the slot map."""
         where = {"job": s.job, m.GROUP: s.group, m.SHARD: s.group}
-        return tuple(x for instance, value in zip(INSTANCES, values) for x in (
-            Series(m.EXPORTER_REDIS_UP.name, {**where, "instance": instance}, flat(value, end)),
-            Series(m.REDIS_MASTER.name, {**where, "instance": instance, m.MASTER: master}, flat(1, end))))
+        return tuple(x for scrape, value in zip(EXPORTERS, values) for x in (
+            Series(m.EXPORTER_REDIS_UP.name, {**where, **scrape}, flat(value, end)),
+            Series(m.REDIS_MASTER.name, {**where, **scrape, m.MASTER: master}, flat(1, end))))
 
     return [
-        Case("no exporter can read Redis: fires once, naming the Redis", inputs(0, 0),
-             (Check(end, alert, (s.firing(alert, 0, None, {"master": master}, shard=s.group),)),)),
+        Case("no exporter can read Redis: fires once after for:, naming the Redis", inputs(0, 0),
+             s.edge(alert, end - 1, s.firing(alert, 0, None, {"master": master}, shard=s.group))),
         Case("one exporter cannot read Redis, the other can: silent", inputs(0, 1), (Check(end, alert),)),
     ]
 
@@ -840,7 +951,7 @@ def _config_split(s: Scenario) -> list[Case]:
              tuple(Check(t, alert) for t in range(applied_at, end + 1))),
         Case("an unsharded queue changes config, one exporter a minute after the other: silent",
              tuple(shard(None, applied_at, exporters=1)
-                   + [replace(x, labels={**x.labels, "instance": INSTANCES[1]})
+                   + [replace(x, labels={**x.labels, **EXPORTERS[1]})
                       for x in shard(None, applied_at + 1, exporters=1)]),
              tuple(Check(t, alert) for t in range(applied_at, end + 1))),
     ]
