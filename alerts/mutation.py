@@ -37,6 +37,7 @@ from fairness_core.config import format_duration, parse_duration
 from fairness_core.generated import yaml_text
 
 from . import promtool
+from . import recording as rec
 from .layout import GENERATED_DIR, RULES_FILE, TESTS_DIR
 from .promql import number
 
@@ -44,7 +45,7 @@ from .promql import number
 # Only rigorous arguments belong here: a survivor is a missing test until proven otherwise.
 EQUIVALENTS: dict[str, str] = {
     "QueueConfigSplit:number:2": "count() is a whole number: '> 1.25' holds for the same counts as '> 1' (2 and up)",
-    "TenantDominatingQueue:number:9": ("fairctl:queue_active_tenants:sum is a sum of maxima of tenant counts, a whole "
+    "TenantDominatingQueue:number:9": (f"{rec.ACTIVE_TENANTS} is a sum of maxima of tenant counts, a whole "
                                        "number: '>= 1.6' holds for the same values as '>= 2'"),
 }
 

@@ -119,6 +119,13 @@ def prom_round(value: float, to_nearest: float) -> float:
     return math.floor(value * inverse + 0.5) / inverse
 
 
+def near(value: float, part: float) -> float:
+    """``part`` of ``value`` to three significant digits: an input this close to a threshold whose
+    rendering (four digits) cannot fall on a tie that Prometheus's arithmetic would round the other
+    way."""
+    return float(f"{value * part:.3g}")
+
+
 def minutes(seconds: float) -> int:
     return math.ceil(seconds / 60)
 
@@ -250,7 +257,7 @@ def _share_below_weight(s: Scenario) -> list[Case]:
 
     weights = s.classes(max(2, len(s.config.classes)))
     starved, starved_weight = weights[-1]
-    starved_share = starved_weight * tolerance / 2
+    starved_share = near(starved_weight * tolerance, 0.5)
     entitled = {"entitled": starved_weight}
     three = s.classes(max(3, len(s.config.classes)))
     top, top_weight = three[0]
@@ -280,8 +287,8 @@ def _share_below_weight(s: Scenario) -> list[Case]:
               Check(end, alert, (s.firing(alert, starved_share, starved, entitled),)))),
         *(Case(f"every class backlogged, {starved} realises {number(part * 100)}% of the tolerance x its weight: "
                + ("just under it, fires" if part < 1 else "just over it, silent"),
-               inputs(weights, shares(weights, starved, starved_weight * tolerance * part)),
-               (Check(end, alert, (s.firing(alert, starved_weight * tolerance * part, starved, entitled),)
+               inputs(weights, shares(weights, starved, near(starved_weight * tolerance, part))),
+               (Check(end, alert, (s.firing(alert, near(starved_weight * tolerance, part), starved, entitled),)
                       if part < 1 else ()),))
           for part in (0.95, 1.05)),
         Case(f"every class backlogged, {starved} never completed a job: fires for it",
@@ -340,9 +347,10 @@ def _mix_drift(s: Scenario) -> list[Case]:
         Case(f"two exporters; {number(asked * 100)}% of arrivals ask for {queue}: fires once, after for:",
              inputs(asked, 100 * enough, 2), (*s.edge(alert, fire_at, drift), Check(end, alert, (drift,)))),
         Case(f"{queue} asked for half its budget: silent", inputs(budget / 2, 100 * enough, 1), (Check(end, alert),)),
-        Case(f"{queue} asked for 105% of its budget: fires", inputs(budget * 1.05, 100 * enough, 1),
-             (Check(end, alert, (s.firing(alert, budget * 1.05, queue, {"budget": budget}),)),)),
-        Case(f"{queue} asked for 95% of its budget: silent", inputs(budget * 0.95, 100 * enough, 1), (Check(end, alert),)),
+        Case(f"{queue} asked for 105% of its budget: fires", inputs(near(budget, 1.05), 100 * enough, 1),
+             (Check(end, alert, (s.firing(alert, near(budget, 1.05), queue, {"budget": budget}),)),)),
+        Case(f"{queue} asked for 95% of its budget: silent", inputs(near(budget, 0.95), 100 * enough, 1),
+             (Check(end, alert),)),
         Case("105% of scheduler.budget_min_arrivals in the window, fewer of them for the drifting class alone: fires",
              inputs(asked, 1.05 * enough, 1), (Check(end, alert, (drift,)),)),
         Case("95% of scheduler.budget_min_arrivals in the window: too few to judge, silent",
@@ -378,11 +386,28 @@ def _reason_shift(s: Scenario, step: int) -> list[Case]:
     # The new reason's share: 60%, or halfway from the threshold to all when the threshold is 50% or more.
     threshold = alert_settings(config).reason_shift
     share = 0.6 if threshold < 0.5 else round((1 + threshold) / 2, 2)
+    # A reason's share of a day ago, from which it rises by 95% and 105% of the threshold.
+    was = near((1 - 1.05 * threshold) / 2, 1)
+    enough = config.scheduler.budget_min_arrivals / minutes(config.scheduler.budget_window)  # arrivals a minute
     return [
         Case(f"a new reason brings {number(share * 100)}% of {queue}'s arrivals: fires for it, not for the one that shrank",
              inputs({old: (100, 100 * (1 - share)), new: (None, 100 * share)}),
              (Check(end, alert, (s.firing(alert, share, queue, {"baseline": 0}, reason=new),)),)),
         Case("the same mix as a day ago: silent", inputs({old: (70, 70), second: (30, 30)}), (Check(end, alert),)),
+        *(Case(f"{old} rises from {number(was * 100)}% to {number((was + near(threshold, part)) * 100)}% of "
+               f"{queue}'s arrivals, {number(part * 100)}% of the threshold: " + ("fires" if part > 1 else "silent"),
+               inputs({old: (100 * was, 100 * (was + near(threshold, part))),
+                       second: (100 * (1 - was), 100 * (1 - was - near(threshold, part)))}),
+               (Check(end, alert, (s.firing(alert, was + near(threshold, part), queue, {"baseline": was}, reason=old),)
+                      if part > 1 else ()),))
+          # A threshold near 1 leaves no room below it; a baseline shorter than the case reads
+          # the shift itself a baseline ago.
+          for part in ((0.95, 1.05) if was > 0 and after <= baseline else ())),
+        *(Case(f"a new reason brings {number(share * 100)}% of {number(part * 100)}% of scheduler.budget_min_arrivals "
+               "in the window (fewer of them its own): " + ("fires" if part > 1 else "too few to judge, silent"),
+               inputs({old: (enough, enough * part * (1 - share)), new: (None, enough * part * share)}),
+               (Check(end, alert, (s.firing(alert, share, queue, {"baseline": 0}, reason=new),) if part > 1 else ()),))
+          for part in (0.95, 1.05)),
         Case("no arrivals a day ago (a fresh install): silent",
              inputs({old: (None, 100 * (1 - share)), new: (None, 100 * share)}), (Check(end, alert),)),
     ]
@@ -412,17 +437,23 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
         """``shares``: each named tenant's share series (the exporter serves one only while the
         tenant is among the class's busiest of the window); ``completed``: the class's completions
         counter, ``per_minute`` a minute unless given."""
-        jobs = completed or ramp(per_minute, end + 20)
-        out = s.series(m.QUEUE_ACTIVE_TENANTS, flat(active, end + 20), exporters=exporters, queue=queue)
+        length = max(end, window) + 20
+        jobs = completed or ramp(per_minute, length)
+        out = s.series(m.QUEUE_ACTIVE_TENANTS, flat(active, length), exporters=exporters, queue=queue)
         out += s.series(m.JOBS_PROCESSED, jobs, exporters=exporters, queue=queue)
         if s.basis.counter != m.JOBS_PROCESSED:  # what the shares share
-            out += s.series(s.basis.counter, ramp(60, end + 20), exporters=exporters, queue=queue)
+            out += s.series(s.basis.counter, ramp(60, length), exporters=exporters, queue=queue)
         for tenant, values in shares.items():
             out += s.series(m.QUEUE_TENANT_SHARE, values, exporters=exporters, queue=queue, tenant=tenant)
         return tuple(out)
 
     def nothing_pending(*at: int) -> tuple[ExprCheck, ...]:
         return tuple(ExprCheck(minute, f"ALERTS{{alertname={quote(alert)}}}", ()) for minute in at)
+
+    def pending(minute: int, tenant: str) -> ExprCheck:
+        """Pending at ``minute``, or already firing when for: is that short."""
+        labels = {**s.firing(alert, 0, queue, tenant=tenant).labels, "alertname": alert}
+        return ExprCheck(minute, f"max without (alertstate) (ALERTS{{alertname={quote(alert)}}})", (Sample(labels, 1),))
 
     small = (1 - big) / 2
     rest = {"tenant-small-1": flat(small, end), "tenant-small-2": flat(small, end)}
@@ -439,7 +470,7 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
     # The flood stops: its share of the window falls as the window slides on, under the threshold
     # and then out of the top list.
     stops_at = for_minutes + 2
-    falling = [big] * (stops_at + 1) + [big * 0.8, d * 0.8, 0.2]
+    falling = [big] * (stops_at + 1) + [big * 0.8, d * 0.9, 0.2]
     stopping = {"tenant-big": f"{listed(falling)} stale", **rest}
     # Hysteresis: once firing (from minute 1 + for:), a share that falls to between the threshold
     # and the entry margin keeps it firing; a share there from the start never starts it.
@@ -454,7 +485,25 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
     # fewer than tenant_min_jobs jobs is no evidence.
     span = max(end, 8)
     resumed = listed([0] * 6 + [min_jobs - 1] * (span - 5))
+    # Exactly tenant_min_jobs completed: enough, when 100% of that many clears the entry margin.
+    evidence = listed([0] * 6 + [min_jobs] * (span - 5))
+    judged = d + r.DOMINANCE_MARGIN_SD * math.sqrt(d * (1 - d) / min_jobs) < 1
+    # Around the entry margin once the window is full: 1.9 and 2.1 of the share's noise over d.
+    sd = margin(window) / r.DOMINANCE_MARGIN_SD
+    full = window + 1
+    near_entry = [(k, d + k * sd) for k in (1.9, 2.1) if d + k * sd < 1]
     return [
+        Case(f"two tenants; one gets {number(big * 100)}% of {queue} while the other waits: fires",
+             inputs({"tenant-big": flat(big, end), "tenant-small": flat(d / 2, end)}, 2),  # under any threshold
+             (Check(end, alert, (s.firing(alert, big, queue, {"active": 2}, tenant="tenant-big"),)),)),
+        *([Case(f"one tenant has all of exactly {min_jobs} jobs completed in the window (tenant_min_jobs): pending",
+                inputs({"tenant-big": flat(1, span)}, 3, completed=evidence), (), (pending(6, "tenant-big"),))]
+          if judged else []),
+        *(Case(f"a tenant {k} times its share's noise over the threshold once the window is full: "
+               + ("pending" if k > r.DOMINANCE_MARGIN_SD else "not pending"),
+               inputs({"tenant-big": flat(share, end + window), **rest}, 3),
+               (), (pending(full, "tenant-big") if k > r.DOMINANCE_MARGIN_SD else nothing_pending(full)[0],))
+          for k, share in near_entry),
         Case(f"two exporters; one tenant gets {number(big * 100)}% of {queue} while two others wait: fires once for it",
              inputs({"tenant-big": flat(big, end), **rest}, 3, exporters=2),
              (Check(for_minutes - 1, alert),
@@ -507,6 +556,61 @@ def _quiet_tenants(s: Scenario) -> list[Case]:
     ]
 
 
+@dataclass(frozen=True)
+class Due:
+    """A class's (or one shard's) due jobs and completions in a stall test: 500 due jobs from
+    minute ``due_from`` (none before, nor at minute ``empty_at``; no scrape at ``unscraped``),
+    ``per_minute`` completions (None: it never completed one) until ``served_until`` when given,
+    and paused throughout when ``paused``, or before minute ``resumed_at``."""
+
+    per_minute: float | None = 0
+    paused: int = 0
+    due_from: int = 0
+    served_until: int | None = None
+    empty_at: int | None = None
+    unscraped: int | None = None
+    resumed_at: int = 0
+
+    def series(self, s: Scenario, end: int, queue: str, **labels: str) -> list[Series]:
+        depth = " ".join("_" if t == self.unscraped else number(0 if t < self.due_from or t == self.empty_at else 500)
+                         for t in range(end + 1))
+        out = s.series(m.QUEUE_DEPTH, depth, queue=queue, **labels)
+        out += s.series(m.QUEUE_PAUSED, listed(1 if t < self.resumed_at else self.paused for t in range(end + 1)),
+                        queue=queue, **labels)
+        if self.per_minute is not None:
+            n, until = self.per_minute, self.served_until
+            served = ramp(n, end, 1234) if until is None else f"{ramp(n, until, 1234)} {flat(1234 + n * until, end - until - 1)}"
+            out += s.series(m.JOBS_PROCESSED, served, queue=queue, **labels)
+        return out
+
+
+def _stall_timings(s: Scenario, alert: str, what: str, fire_at: int, firing: Firing,
+                   inputs: Callable[[Due], tuple[Series, ...]]) -> list[Case]:
+    """A stall alert's exact minutes, from both sides, for ``what`` (a class, or a shard) stalling
+    as ``inputs`` puts it: jobs due from minute 2 stall once they stayed due for stall_after
+    (neither the window's first scrape nor the depth stall_after ago may be 0, nor a scrape
+    missing there), completions that stop at minute 2 and a pause until then leave the window
+    stall_after later, and one empty scrape holds it off until the window passed it (a rule
+    reading only the depth stall_after ago would fire before)."""
+    stall = minutes(alert_settings(s.config).stall_after)
+    late, dip = 2, s.for_minutes(alert) + 1
+    return [
+        Case(f"{what} is empty for one scrape at minute {dip}, completing nothing: not even pending until the "
+             "window has passed it", inputs(Due(empty_at=dip)),
+             (Check(fire_at, alert), *s.edge(alert, dip + 1 + fire_at, firing)),
+             (ExprCheck(dip + stall - 1, f"ALERTS{{alertname={quote(alert)}}}", ()),)),
+        Case(f"jobs arrive in {what} between the scrapes of minutes {late - 1} and {late + 1} (none at {late}), "
+             "none completes: the window must hold only due scrapes and start with one",
+             inputs(Due(due_from=late, unscraped=late)), s.edge(alert, late + 1 + fire_at, firing)),
+        Case(f"{what} is paused until minute {late}, then completes nothing: fires once the pause left the window",
+             inputs(Due(resumed_at=late)), s.edge(alert, late + fire_at, firing)),
+        Case(f"500 jobs arrive in {what} at minute {late} and none completes: fires stall_after + for: later",
+             inputs(Due(due_from=late)), s.edge(alert, late + fire_at, firing)),
+        Case(f"{what} completes a job a minute until minute {late}, then none: fires stall_after + for: later",
+             inputs(Due(per_minute=1, served_until=late)), s.edge(alert, late + fire_at, firing)),
+    ]
+
+
 def _stalled(s: Scenario) -> list[Case]:
     alert = r.QUEUE_STALLED
     stall = minutes(alert_settings(s.config).stall_after)
@@ -514,55 +618,19 @@ def _stalled(s: Scenario) -> list[Case]:
     end = 2 * fire_at + 3
     (counted, _), (never, _) = s.classes(2)
 
-    def inputs(queue: str, paused: int, per_minute: float | None, *, due_from: int = 0,
-               served_until: int | None = None, empty_at: int | None = None, unscraped: int | None = None,
-               resumed_at: int = 0) -> list[Series]:
-        """500 due jobs from minute ``due_from`` (none before, nor at minute ``empty_at``; no
-        scrape at minute ``unscraped``); ``per_minute`` completions (None: the class never
-        completed one), until minute ``served_until`` when given; paused before ``resumed_at``."""
-        depth = " ".join("_" if t == unscraped else number(0 if t < due_from or t == empty_at else 500)
-                         for t in range(end + 1))
-        out = s.series(m.QUEUE_DEPTH, depth, queue=queue)
-        out += s.series(m.QUEUE_PAUSED, listed(1 if t < resumed_at else paused for t in range(end + 1)), queue=queue)
-        if per_minute is not None:
-            served = ramp(per_minute, end, 1234) if served_until is None else (
-                f"{ramp(per_minute, served_until, 1234)} {flat(1234 + per_minute * served_until, end - served_until - 1)}")
-            out += s.series(m.JOBS_PROCESSED, served, queue=queue)
-        return out
+    def inputs(queue: str, due: Due) -> list[Series]:
+        return due.series(s, end, queue)
 
-    # Jobs due from minute 2 are stalled once they stayed due for stall_after: neither the
-    # window's first sample nor the depth stall_after ago may be 0. Completions that stop at
-    # minute 2 leave the window stall_after later.
-    late = 2
-    # Empty for one scrape at minute ``dip``: due jobs again after it, the window must pass it.
-    # A rule reading only the depth stall_after ago would fire at ``stall + for:``, before it.
-    for_minutes = s.for_minutes(alert)
-    dip = for_minutes + 1
     return [
-        Case(f"{counted} is empty for one scrape at minute {dip}, completing nothing: not even pending until the "
-             "window has passed it", tuple(inputs(counted, 0, 0, empty_at=dip)),
-             (Check(fire_at, alert), *s.edge(alert, dip + 1 + fire_at, s.firing(alert, 500, counted))),
-             (ExprCheck(dip + stall - 1, f"ALERTS{{alertname={quote(alert)}}}", ()),)),
-        Case(f"jobs arrive in {counted} between the scrapes of minutes {late - 1} and {late + 1} (none at "
-             f"{late}), none completes: the window must hold only due scrapes and start with one",
-             tuple(inputs(counted, 0, 0, due_from=late, unscraped=late)),
-             s.edge(alert, late + 1 + fire_at, s.firing(alert, 500, counted))),
-        Case(f"{counted} is paused until minute {late}, then completes nothing: fires once the pause left the window",
-             tuple(inputs(counted, 0, 0, resumed_at=late)),
-             s.edge(alert, late + fire_at, s.firing(alert, 500, counted))),
-        Case(f"500 jobs arrive in {counted} at minute {late} and none completes: fires {duration(60 * stall)} + "
-             "for: later", tuple(inputs(counted, 0, 0, due_from=late)),
-             s.edge(alert, late + fire_at, s.firing(alert, 500, counted))),
-        Case(f"{counted} completes a job a minute until minute {late}, then none: fires {duration(60 * stall)} + "
-             "for: later", tuple(inputs(counted, 0, 1, served_until=late)),
-             s.edge(alert, late + fire_at, s.firing(alert, 500, counted))),
+        *_stall_timings(s, alert, counted, fire_at, s.firing(alert, 500, counted),
+                        lambda due: tuple(inputs(counted, due))),
         Case(f"{counted}'s completions stop, {never} never completed a job: both fire after {duration(60 * stall)} + for:",
-             tuple(inputs(counted, 0, 0) + inputs(never, 0, None)),
+             tuple(inputs(counted, Due()) + inputs(never, Due(per_minute=None))),
              (Check(fire_at - 1, alert),
               Check(fire_at, alert, tuple(s.firing(alert, 500, q) for q in sorted((counted, never))))),
              ),
-        Case(f"{counted} is paused: silent", tuple(inputs(counted, 1, 0)), (Check(end, alert),)),
-        Case(f"{counted} completes a job a minute: silent", tuple(inputs(counted, 0, 1)), (Check(end, alert),)),
+        Case(f"{counted} is paused: silent", tuple(inputs(counted, Due(paused=1))), (Check(end, alert),)),
+        Case(f"{counted} completes a job a minute: silent", tuple(inputs(counted, Due(per_minute=1))), (Check(end, alert),)),
     ]
 
 
@@ -571,20 +639,21 @@ def _shard_stalled(s: Scenario) -> list[Case]:
     stall = minutes(alert_settings(s.config).stall_after)
     fire_at = stall + s.for_minutes(alert)
     stalled_at = stall + s.for_minutes(r.QUEUE_STALLED)  # the queue's alert, with a for: of its own
-    end = max(fire_at, stalled_at) + 1
+    end = 2 * max(fire_at, stalled_at) + 3
     queue = s.config.classes[0].name
     masters = [f"10.0.0.{index + 1}:6379" for index in range(3)]
 
-    def shard(index: int | None, per_minute: float, paused: int = 0) -> list[Series]:
-        """One shard of ``queue`` (None: the unsharded queue, its own shard) with 500 due jobs."""
+    def shard(index: int | None, per_minute: float, paused: int = 0, due: Due | None = None) -> list[Series]:
+        """One shard of ``queue`` (None: the unsharded queue, its own shard) with 500 due jobs,
+        or as ``due`` says."""
         labels = {} if index is None else {m.SHARD: s.shard(index)}
-        out = s.series(m.QUEUE_DEPTH, flat(500, end), queue=queue, **labels)
-        out += s.series(m.QUEUE_PAUSED, flat(paused, end), queue=queue, **labels)
-        out += s.series(m.JOBS_PROCESSED, ramp(per_minute, end, 1234), queue=queue, **labels)
+        out = (due or Due(per_minute=per_minute, paused=paused)).series(s, end, queue, **labels)
         return out + s.series(m.REDIS_MASTER, flat(1, end), master=masters[index or 0], **labels)
 
     stuck = s.firing(alert, 500, queue, {"master": masters[1]}, shard=s.shard(1))
     return [
+        *_stall_timings(s, alert, "shard 1 (the others draining)", fire_at, stuck,
+                        lambda due: tuple(shard(0, 60) + shard(1, 0, due=due) + shard(2, 60))),
         Case(f"shard 1 of three completes nothing while the others drain: fires for it after "
              f"{duration(60 * stall)} + for:, naming its Redis; {r.QUEUE_STALLED} stays silent",
              tuple(shard(0, 60) + shard(1, 0) + shard(2, 60)),
@@ -682,9 +751,9 @@ def _redelivered(s: Scenario) -> list[Case]:
               Check(end, alert, (s.firing(alert, 4 * ratio, queue),)))),
         Case(f"leases expire at {number(ratio * 50)}% of completions: silent",
              inputs(ramp(50 * ratio, end)), (Check(end, alert),)),
-        Case(f"leases expire at {number(ratio * 105)}% of completions, just over the threshold: fires",
-             inputs(ramp(at_ratio * 1.05, end), many),
-             (Check(end, alert, (s.firing(alert, ratio * 1.05, queue),)),)),
+        Case(f"leases expire at {number(near(ratio, 1.05) * 100)}% of completions, just over the threshold: fires",
+             inputs(ramp(many * near(ratio, 1.05), end), many),
+             (Check(end, alert, (s.firing(alert, near(ratio, 1.05), queue),)),)),
         Case("leases expire and no job completes (a ratio over 0): fires at +Inf",
              inputs(ramp(10, end), 0), (Check(end, alert, (s.firing(alert, math.inf, queue),)),)),
         Case("nothing expires and nothing completes (0 over 0): silent", inputs(flat(0, end), 0), (Check(end, alert),)),
