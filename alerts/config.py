@@ -184,14 +184,16 @@ def _checked(alerts: AlertsConfig, core: Config) -> AlertsConfig:
 def _dump(a: AlertsConfig) -> dict[str, Any]:
     out: dict[str, Any] = {
         "rate_window": format_duration(a.rate_window), "share_tolerance": a.share_tolerance,
-        "tenant_dominance": a.tenant_dominance, "tenant_min_jobs": a.tenant_min_jobs, "reason_shift": a.reason_shift,
+        "tenant_dominance": a.tenant_dominance, "reason_shift": a.reason_shift,
         "reason_baseline": format_duration(a.reason_baseline), "stall_after": format_duration(a.stall_after),
         "inversion_max_depth": a.inversion_max_depth, "redelivery_ratio": a.redelivery_ratio,
         "memory_warning": a.memory_warning, "exporter_job": a.exporter_job,
         "for": {k: format_duration(v) for k, v in a.for_durations.items() if v is not None and v != ALERT_FOR[k]},
     }
     optional = {"runbook_url": a.runbook_url, "dashboard_url": a.dashboard_url, "grafana_url": a.grafana_url,
-                "worker_slots": a.worker_slots}
+                "worker_slots": a.worker_slots,
+                # Stored only when set, so the fingerprints of configs from before it stay the same.
+                "tenant_min_jobs": a.tenant_min_jobs if a.tenant_min_jobs != AlertsConfig.tenant_min_jobs else None}
     out.update({k: v for k, v in optional.items() if v is not None})
     return out
 

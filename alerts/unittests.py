@@ -575,8 +575,10 @@ class Due:
         depth = " ".join("_" if t == self.unscraped else number(0 if t < self.due_from or t == self.empty_at else 500)
                          for t in range(end + 1))
         out = s.series(m.QUEUE_DEPTH, depth, queue=queue, **labels)
-        out += s.series(m.QUEUE_PAUSED, listed(1 if t < self.resumed_at else self.paused for t in range(end + 1)),
-                        queue=queue, **labels)
+        # A flat 0 when never paused: the form a system that serves no pauses may be fed (_ZERO).
+        paused = listed(1 if t < self.resumed_at else self.paused for t in range(end + 1)) if self.resumed_at else (
+            flat(self.paused, end))
+        out += s.series(m.QUEUE_PAUSED, paused, queue=queue, **labels)
         if self.per_minute is not None:
             n, until = self.per_minute, self.served_until
             served = ramp(n, end, 1234) if until is None else f"{ramp(n, until, 1234)} {flat(1234 + n * until, end - until - 1)}"
