@@ -123,6 +123,12 @@ def unhandled_window(config: Config) -> float:
     return max(alert_settings(config).rate_window, 2 * config.leases.retry_backoff_max)
 
 
+def given_back(config: Config) -> str:
+    """Leases given back for want of a handler per class over :func:`unhandled_window`: what
+    JobsWithoutHandler and its runbook read."""
+    return logical("sum", over_time("increase", m.JOBS_UNHANDLED.name, unhandled_window(config)))
+
+
 def _one(config: Config, alert: str, expr: str, severity: str) -> tuple[Variant, ...]:
     return (Variant(expr, for_seconds(config, alert), severity),)
 
@@ -362,7 +368,7 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
                  "they have no handler for the job's task. The jobs wait, queued, for a worker that has one: "
                  "a worker runs an older build than the producers, or a task name is mistyped."),
             _one(config, JOBS_WITHOUT_HANDLER,
-                 f"{logical('sum', over_time('increase', m.JOBS_UNHANDLED.name, unhandled_window(config)))} > 0",
+                 f"{given_back(config)} > 0",
                  WARNING),
         ),
         Alert(

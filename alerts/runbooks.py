@@ -91,7 +91,7 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "dead_lettered": d(f"Jobs dead-lettered per class over the last {duration(window)}", rec.DEAD_LETTERED),
         "unhandled": d(f"Leases given back for want of a handler per class over the last "
                        f"{duration(r.unhandled_window(config))}",
-                       logical("sum", over_time("increase", m.JOBS_UNHANDLED.name, r.unhandled_window(config)))),
+                       r.given_back(config)),
         "refused": d(f"Arrivals refused at a tenant's admission limit per class over the last {duration(window)}",
                      rec.REFUSED),
         "paused_since": d("Time each class spent paused over the last day (seconds)",
