@@ -14,6 +14,7 @@ from prometheus_client.registry import CollectorRegistry
 from exporter import metrics as m
 from exporter.collector import FairnessCollector
 from fairness_core import Config, Scheduler, Snapshot
+from fairness_core.sharded import group_fingerprint
 from fairness_core.snapshot import UnconfiguredClass
 
 from .conftest import make_config
@@ -97,3 +98,15 @@ def test_the_collector_follows_the_schedulers_config_and_derives_only_on_a_chang
     scrape = scrape_of(collector)
     assert scrape.value(m.QUEUE_WEIGHT_RATIO.name, queue="jobs:low") == pytest.approx(70 / 160)
     assert scrape.value(m.QUEUE_WEIGHT_RATIO.name, queue="jobs:high") == pytest.approx(70 / 160)
+
+
+def test_a_live_scrape_names_its_master_counts_resets_and_the_groups_config(client: redis.Redis) -> None:
+    """The info gauges read 1 and the reset counter 0 on a Redis that kept its state; the master is
+    the server the client reached, and the group's fingerprint is the applied config's as the group's."""
+    scheduler, collector = hand_built(client, make_config())
+    scrape = scrape_of(collector)
+    reached = client.connection_pool.connection_kwargs
+    assert scrape.series(m.REDIS_MASTER.name) == {((m.MASTER, f"{reached['host']}:{reached['port']}"),): 1}
+    assert scrape.value(m.STATE_RESETS.name) == 0
+    fingerprint = group_fingerprint(scheduler.applied or scheduler.sync(), collector.group)
+    assert scrape.series(m.GROUP_CONFIG.name) == {((m.FINGERPRINT, fingerprint),): 1}
