@@ -49,7 +49,7 @@ EQUIVALENTS: dict[str, str] = {
                                        "number: '>= 1.6' holds for the same values as '>= 2'"),
 }
 
-EVALUATION_INTERVAL_S = 60  # every generated test file's evaluation_interval: a for: moves by one step
+EVALUATION_INTERVAL_S = 60.0  # a test file's evaluation_interval unless it sets one: a for: moves by one step
 SCALES = (0.8, 1.25)
 RECORDING_TESTS = "recording.yml"
 PROGRESS_EVERY = 50  # mutants between two progress lines on stderr: a full run takes minutes
@@ -268,22 +268,23 @@ def load_rules(rules_text: str) -> tuple[dict[str, Any], list[Rule]]:
     return document, rules
 
 
-def _for_changes(body: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+def _for_changes(body: Mapping[str, Any], step: float) -> Iterator[tuple[str, str]]:
     text = str(body.get("for", "0s"))
     seconds = parse_duration(text, "for") if re.search(r"[1-9]", text) else 0.0  # it refuses 0s
-    for delta in (-EVALUATION_INTERVAL_S, EVALUATION_INTERVAL_S):
+    for delta in (-step, step):
         if seconds + delta >= 0:
             yield text, format_duration(seconds + delta) if seconds + delta else "0s"
 
 
-def rule_mutants(rule: Rule) -> list[Mutant]:
-    """Every mutant of one rule, with ids ``label:kind:n`` counted per rule and kind."""
+def rule_mutants(rule: Rule, step: float = EVALUATION_INTERVAL_S) -> list[Mutant]:
+    """Every mutant of one rule, with ids ``label:kind:n`` counted per rule and kind; its ``for:``
+    moves by ``step``, the evaluation interval of the alert's test file."""
     changes: list[tuple[str, str, dict[str, Any]]] = []
     expr = rule.body["expr"]
     for edit in expression_edits(expr):
         changes.append((edit.kind, edit.describe(expr), {**rule.body, "expr": edit.apply(expr)}))
     if "alert" in rule.body:
-        for old, new in _for_changes(rule.body):
+        for old, new in _for_changes(rule.body, step):
             changes.append(("for", f"'for: {old}' -> 'for: {new}'", {**rule.body, "for": new}))
     counts: Counter[str] = Counter()
     found = []
@@ -293,9 +294,17 @@ def rule_mutants(rule: Rule) -> list[Mutant]:
     return found
 
 
-def mutants(rules_text: str) -> list[Mutant]:
-    """Every mutant of a rules file, rule by rule in file order."""
-    return [mutant for rule in load_rules(rules_text)[1] for mutant in rule_mutants(rule)]
+def mutants(rules_text: str, steps: Mapping[str, float] | None = None) -> list[Mutant]:
+    """Every mutant of a rules file, rule by rule in file order; ``steps``: an alert's test file's
+    evaluation interval, when not :data:`EVALUATION_INTERVAL_S`."""
+    return [mutant for rule in load_rules(rules_text)[1]
+            for mutant in rule_mutants(rule, (steps or {}).get(rule.name, EVALUATION_INTERVAL_S))]
+
+
+def evaluation_intervals(tests: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Each alert's test file's evaluation interval (in seconds), by alert name."""
+    return {Path(file).stem: parse_duration(str(document.get("evaluation_interval", "1m")), "evaluation_interval")
+            for file, document in tests.items()}
 
 
 def mutated_text(document: Mapping[str, Any], mutant: Mutant) -> str:
@@ -464,7 +473,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path(GENERATED_DIR),
                         help="the generated set (default: %(default)s)")
     args = parser.parse_args(argv)
-    selected = [x for x in mutants((args.dir / RULES_FILE).read_text()) if not args.only or x.rule.name in args.only]
+    every = mutants((args.dir / RULES_FILE).read_text(), evaluation_intervals(load_tests(args.dir)))
+    selected = [x for x in every if not args.only or x.rule.name in args.only]
     if not selected:
         parser.error(f"no mutant of {', '.join(args.only or [])}")
     if args.list:

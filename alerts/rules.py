@@ -174,10 +174,11 @@ def memory_fill() -> str:
 
 
 def may_evict(window: float) -> str:
-    """An evicting policy (with its name), or else keys evicted within ``window``, on any shard."""
+    """An evicting policy (with its name), or else keys evicted within ``window``, on any shard: per
+    queue group, since each group may have a Redis of its own."""
     unsafe = logical("max", excluding(m.REDIS_MEMORY_POLICY, m.POLICY, m.SAFE_POLICY))
     evicted = logical("max", over_time("increase", m.REDIS_EVICTED_KEYS.name, window))
-    return f"{unsafe}\n  or\n({evicted} > 0\n  unless on ({JOB})\n{unsafe})"
+    return f"{unsafe}\n  or\n({evicted} > 0\n  unless ignoring ({m.POLICY})\n{unsafe})"
 
 
 def stalled(config: Config, fold: Callable[[str, str], str]) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prometheus_client.utils import floatToGoString
@@ -28,7 +28,9 @@ from . import rules as r
 from .config import alert_settings
 from .layout import RULES_FILE, TESTS_DIR
 from .promql import duration, number, quote
+from .side_by_side import arranged
 from .supplied import series_metric, served_metrics
+from .unittest_cases import Case, Check, ExprCheck, Firing, Sample, Series, TestFile
 
 # Each exporter's scrape labels: on Kubernetes a pod label beside the instance, and the rules
 # deduplicate over both (a rule that kept either would count the exporters twice).
@@ -36,62 +38,6 @@ EXPORTERS = tuple({"instance": f"exporter-{index}:29100", "pod": f"fairctl-expor
 OTHER_GROUP = "another-group"  # a second queue group of the same classes, scraped under the same job
 BUCKET_LABEL = "le"
 EXPR_PRECISION = 0.001
-
-
-# ---------------------------------------------------------------------------------- the model
-
-@dataclass(frozen=True)
-class Series:
-    name: str
-    labels: Mapping[str, str]
-    values: str
-
-    def text(self) -> str:
-        return self.name + "{" + ", ".join(f"{k}={quote(v)}" for k, v in sorted(self.labels.items())) + "}"
-
-
-@dataclass(frozen=True)
-class Firing:
-    """One alert expected to fire: its labels (with severity), value and annotation query results."""
-
-    labels: Mapping[str, str]
-    value: float
-    queried: Mapping[str, float | str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Check:
-    minute: int
-    alert: str
-    firing: tuple[Firing, ...] = ()
-
-
-@dataclass(frozen=True)
-class Sample:
-    labels: Mapping[str, str]
-    value: float
-
-
-@dataclass(frozen=True)
-class ExprCheck:
-    minute: int
-    record: str
-    samples: tuple[Sample, ...]
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    series: tuple[Series, ...]
-    checks: tuple[Check, ...] = ()
-    expr_checks: tuple[ExprCheck, ...] = ()
-
-
-@dataclass(frozen=True)
-class TestFile:
-    name: str
-    cases: tuple[Case, ...]
-    interval_minutes: int = 1
 
 
 # ---------------------------------------------------------------------------------- value strings
@@ -1159,4 +1105,4 @@ def document(config: Config, test_file: TestFile) -> dict[str, Any]:
                                  for x in chk.samples]} for chk in c.expr_checks]
         return out
 
-    return {"rule_files": [rules_path], "evaluation_interval": step, "tests": [case(c) for c in test_file.cases]}
+    return {"rule_files": [rules_path], "evaluation_interval": step, "tests": [case(c) for c in arranged(test_file.cases)]}

@@ -20,6 +20,8 @@ from alerts.layout import GENERATED_DIR, RULES_FILE, TESTS_DIR, runbook_file
 from alerts.output import ALERTS, render
 from alerts.rules import ALERTS_SERIES, UP, build_alerts
 from alerts.runbooks import diagnostics
+from alerts.unittest_cases import Case
+from alerts.unittests import test_files as generated_test_files
 from exporter import metrics as m
 from fairctl.generate_command import OUTPUT_SETS
 from fairness_core import Config, load_config, parse_config
@@ -277,15 +279,22 @@ def test_every_design_alert_has_a_runbook_with_causes_actions_and_a_dashboard_se
     assert all(f"[{a}]({a}.md)" in index for a in DOCUMENTED_ALERTS)
 
 
+def _cases(alert: str) -> tuple[Case, ...]:
+    """The example config's cases for ``alert``, as generated before packing."""
+    return next(f.cases for f in generated_test_files(load_config(EXAMPLE_CONFIG)) if f.name == alert)
+
+
 def test_every_design_alert_has_a_firing_case_and_a_silent_control() -> None:
     for alert in DOCUMENTED_ALERTS:
-        cases = yaml.safe_load((GENERATED / TESTS_DIR / f"{alert}.yml").read_text())["tests"]
-        every = [c for case in cases for c in case.get("alert_rule_test", [])]  # some check only ALERTS
-        assert {c["alertname"] for c in every} <= set(DOCUMENTED_ALERTS)  # a related alert may be checked beside it
-        checks = [c for c in every if c["alertname"] == alert]
-        fired = [a for c in checks for a in c["exp_alerts"]]
-        assert fired and any(not c["exp_alerts"] for c in checks), alert
-        assert all(set(a["exp_annotations"]) == ANNOTATIONS and "severity" in a["exp_labels"] for a in fired)
+        checks = [c for case in _cases(alert) for c in case.checks]
+        assert {c.alert for c in checks} <= set(DOCUMENTED_ALERTS)  # a related alert may be checked beside it
+        own = [c for c in checks if c.alert == alert]
+        assert any(c.firing for c in own) and any(not c.firing for c in own), alert
+        assert all("severity" in f.labels for c in own for f in c.firing)
+        tests = yaml.safe_load((GENERATED / TESTS_DIR / f"{alert}.yml").read_text())["tests"]
+        fired = [a for case in tests for c in case.get("alert_rule_test", []) if c["alertname"] == alert
+                 for a in c["exp_alerts"]]  # the first firing case stays alone, with its annotations
+        assert fired and all(set(a["exp_annotations"]) == ANNOTATIONS for a in fired), alert
 
 
 @pytest.mark.parametrize(("alert", "control"), [
@@ -296,17 +305,17 @@ def test_every_design_alert_has_a_firing_case_and_a_silent_control() -> None:
     ("PriorityInversion", "two exporters; jobs:high waits over its SLO with 3 jobs due: fires once"),
 ])
 def test_the_required_controls_and_two_exporter_cases_are_there(alert: str, control: str) -> None:
-    names = [case["name"] for case in yaml.safe_load((GENERATED / TESTS_DIR / f"{alert}.yml").read_text())["tests"]]
+    names = [case.name for case in _cases(alert)]
     assert any(name.startswith(control) for name in names), names
 
 
 def test_two_exporters_in_the_test_inputs_differ_only_by_instance_and_pod() -> None:
-    cases = yaml.safe_load((GENERATED / TESTS_DIR / "recording.yml").read_text())["tests"]
-    two = next(case for case in cases if case["name"].startswith("two exporters"))
-    series = [s["series"] for s in two["input_series"]]
+    two = next(case for case in _cases("recording") if case.name.startswith("two exporters"))
     for label in ("instance", "pod"):
-        assert len({re.search(rf'{label}="([^"]+)"', s).group(1) for s in series}) == 2  # type: ignore[union-attr]
-    assert len({re.sub(r'(instance|pod)="[^"]+", ', "", s) for s in series}) == len(series) // 2
+        assert len({x.labels[label] for x in two.series}) == 2
+    others = {(x.name, tuple(sorted((k, v) for k, v in x.labels.items() if k not in ("instance", "pod"))))
+              for x in two.series}
+    assert len(others) == len(two.series) // 2
 
 
 # ------------------------------------------------------------------ the annotation texts
