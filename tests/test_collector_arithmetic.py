@@ -75,7 +75,7 @@ def test_heads_read_are_the_top_k_or_one_more_than_the_noisy_there_can_be() -> N
 def test_every_derived_figure_of_a_busy_reading() -> None:
     """jobs:high sits on the noisy rule's edges from below (exactly 10 %: not noisy), jobs:medium on
     its minimums from above (at the minimum and over 10 %: noisy); ties in the top-k go by name."""
-    config = make_config(exporter={"window": "10m", "topk_tenants": 2, "noisy_min_inflight": 3, "noisy_min_queued": 5})
+    config = make_config(exporter={"window": "10m", "topk_tenants": 3, "noisy_min_inflight": 3, "noisy_min_queued": 5})
     missing_bucket = 5
     stats = {
         stat("inflight", "jobs:high"): 30, stat("depth", "jobs:high"): 50, stat("delayed", "jobs:high"): 7,
@@ -87,9 +87,10 @@ def test_every_derived_figure_of_a_busy_reading() -> None:
         stat("depth", "old:a"): 3, stat("inflight", "old:a"): 2, stat("delayed", "old:a"): 1,
         "slots": 8,
     }
-    high = raw(heads=[("x", NOW_MS - 90_500), ("p", NOW_MS - 500), ("ahead", NOW_MS + 2_000)], active_tenants=3,
-               top_backlog=[("p", 5), ("x", 4), ("z", 1)], top_inflight=[("x", 3)],
-               served_now=[("n", 3), ("m", 3)], served_before=[("c", 8)], served_now_total=6, served_before_total=12,
+    heads = [("x", NOW_MS - 90_500), ("p", NOW_MS - 500), ("ahead", NOW_MS + 2_000), ("later", NOW_MS + 3_000)]
+    high = raw(heads=heads, active_tenants=4, top_backlog=[("p", 5), ("x", 4), ("z", 1), ("o", 1)],
+               top_inflight=[("x", 3)],
+               served_now=[("n", 3), ("m", 3)], served_before=[("w", 8)], served_now_total=6, served_before_total=12,
                sample=[("a", 2, 1, 4), ("b", 1, 3, 0)])
     medium = raw(heads=[("y", NOW_MS - 4_000), ("q", NOW_MS - 3_000), ("r", NOW_MS - 1_500)], active_tenants=3,
                  top_backlog=[("q", 5)], top_inflight=[("y", 3)], served_now=[("m", 1)], served_now_total=1)
@@ -99,22 +100,22 @@ def test_every_derived_figure_of_a_busy_reading() -> None:
     snap = build_snapshot(config, NOW_MS, stats, ["jobs:high"], raws, 6, unconfigured_heads)
     buckets = tuple(0 if i == missing_bucket else i for i in range(1, len(WAIT_BUCKETS_S) + 2))
     assert snap.classes["jobs:high"] == ClassSnapshot(
-        name="jobs:high", depth=50, inflight=30, delayed=7, paused=True, oldest_age=90.5, active_tenants=3,
+        name="jobs:high", depth=50, inflight=30, delayed=7, paused=True, oldest_age=90.5, active_tenants=4,
         counters={"processed": 11, "failed": 2, "redelivered": 0, "unhandled": 0, "dead": 0, "promoted": 0,
                   "demoted": 0, "rejected": 0, "refused": 0, "worktime": 0},
         enqueued={"default": 4, "over priority budget": 1}, wait_buckets=buckets, wait_sum=12.345, wait_count=9,
-        top_backlog=(("p", 5), ("x", 4)), top_inflight=(("x", 3),), noisy_tenants=(), quiet_oldest_age=90.5,
-        oldest_tenants=(("x", 90.5), ("p", 0.5)),
-        processed_window=6 + 12 * WEIGHT, top_processed=(("c", 8 * WEIGHT), ("m", 3.0)),
-        tenant_shares=(("c", 6 / 15), ("m", 3 / 15)),
+        top_backlog=(("p", 5), ("x", 4), ("z", 1)), top_inflight=(("x", 3),), noisy_tenants=(), quiet_oldest_age=90.5,
+        oldest_tenants=(("x", 90.5), ("p", 0.5), ("ahead", 0.0)),
+        processed_window=6 + 12 * WEIGHT, top_processed=(("w", 8 * WEIGHT), ("m", 3.0), ("n", 3.0)),
+        tenant_shares=(("w", 6 / 15), ("m", 3 / 15), ("n", 3 / 15)),
         # service (now + before * weight) * cost: a (1 + 3) * 2 = 8, b 3 * 1 = 3
         fairness_index=pytest.approx(11 * 11 / (2 * (8 * 8 + 3 * 3))),
     )
     mid = snap.classes["jobs:medium"]
     assert (mid.paused, mid.noisy_tenants, mid.oldest_age, mid.quiet_oldest_age) == (False, ("y", "q"), 4.0, 1.5)
     assert (mid.processed_window, mid.tenant_shares) == (1.0, (("m", 1.0),))
-    # All classes: c 6, m 3 + 1, d 4 of 15 + 1 + 4; d and m tie, d first by name, and k = 2.
-    assert snap.tenant_shares == (("c", 6 / 20), ("d", 4 / 20))
+    # All classes: w 6, m 3 + 1, d 4, n 3 of 15 + 1 + 4; most first, d before m by name, and k = 3.
+    assert snap.tenant_shares == (("w", 6 / 20), ("d", 4 / 20), ("m", 4 / 20))
     assert (snap.time, snap.worker_slots, snap.dead_letters) == (NOW_MS / 1000, 8, 6)
     assert snap.unconfigured == {
         "old:a": UnconfiguredClass("old:a", depth=3, inflight=2, delayed=1, oldest_age=0.5),
@@ -196,7 +197,7 @@ def test_families_refuse_what_the_contract_does_not_say() -> None:
 def test_errors_are_counted_by_reason_and_logged_once_per_change(
         error: Exception, logged: str, caplog: pytest.LogCaptureFixture) -> None:
     config = make_config()
-    failing = [True]
+    failing = [False]
 
     def read() -> Snapshot:
         if failing[0]:
@@ -206,18 +207,23 @@ def test_errors_are_counted_by_reason_and_logged_once_per_change(
     scheduler = FakeScheduler(read)
     collector = FairnessCollector(config, scheduler, version="test")  # type: ignore[arg-type]
     reason = "unavailable" if isinstance(error, RedisUnavailable) else "error"
-    caplog.set_level(logging.WARNING, logger="exporter.collector")
-    for count in (1, 2):
-        scrape = collect(config, scheduler, collector)
-        assert scrape.value(m.EXPORTER_SCRAPE_ERRORS.name, reason=reason) == count
-        assert scrape.value(m.EXPORTER_REDIS_UP.name) == 0
-    failing[0] = False
-    for _ in range(2):
-        assert collect(config, scheduler, collector).value(m.EXPORTER_REDIS_UP.name) == 1
-    failing[0] = True
-    collect(config, scheduler, collector)
     down = f"cannot read the scheduler's bookkeeping: {logged}; serving fairness_exporter_redis_up 0"
-    assert [r.getMessage() for r in caplog.records] == [down, "Redis readable again; serving queue metrics", down]
+    again = "Redis readable again; serving queue metrics"
+    caplog.set_level(logging.WARNING, logger="exporter.collector")
+
+    def scrape(fails: bool, up: float, logged_so_far: list[str]) -> float:
+        failing[0] = fails
+        result = collect(config, scheduler, collector)
+        assert result.value(m.EXPORTER_REDIS_UP.name) == up
+        assert [r.getMessage() for r in caplog.records] == logged_so_far
+        return result.value(m.EXPORTER_SCRAPE_ERRORS.name, reason=reason)
+
+    assert scrape(False, 1, []) == 0, "the first scrape that reads Redis logs nothing"
+    assert scrape(True, 0, [down]) == 1
+    assert scrape(True, 0, [down]) == 2, "counted at every scrape, logged once"
+    assert scrape(False, 1, [down, again]) == 2
+    assert scrape(False, 1, [down, again]) == 2
+    assert scrape(True, 0, [down, again, down]) == 3
 
 
 def test_a_bug_is_logged_with_its_traceback_once(caplog: pytest.LogCaptureFixture) -> None:

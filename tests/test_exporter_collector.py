@@ -3,6 +3,7 @@ histogram buckets, the scrape budget, error counting and recovery, listen addres
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -195,8 +196,9 @@ def test_redis_down_serves_config_and_health_only_counts_and_recovers() -> None:
     assert scrape.value(m.EXPORTER_SCRAPE_ERRORS.name, reason="unavailable") == 2
 
 
-def test_a_stalled_snapshot_costs_the_scrape_its_redis_series_not_its_answer() -> None:
+def test_a_stalled_snapshot_costs_the_scrape_its_redis_series_not_its_answer(caplog: pytest.LogCaptureFixture) -> None:
     config = quick(0.5)
+    caplog.set_level(logging.WARNING, logger="exporter.collector")
     release = threading.Event()
 
     def stalled() -> Snapshot:
@@ -216,6 +218,10 @@ def test_a_stalled_snapshot_costs_the_scrape_its_redis_series_not_its_answer() -
         assert scrape.seconds < 0.5 + 1.0
         assert scrape.value(m.EXPORTER_REDIS_UP.name) == 0
     assert scheduler.calls == 1, "concurrent scrapes wait for the read in flight instead of starting more"
+    # Logged by whichever scrape failed first (the three may race to it), with the deadline and the budget.
+    assert caplog.records and {r.getMessage() for r in caplog.records} == {
+        "cannot read the scheduler's bookkeeping: no snapshot within 0.40s (exporter.scrape_timeout 0.5s); "
+        "serving fairness_exporter_redis_up 0"}
     assert collect(config, scheduler, collector).value(m.EXPORTER_SCRAPE_ERRORS.name, reason="timeout") == 4
     release.set()
     time.sleep(0.05)
