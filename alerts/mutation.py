@@ -307,11 +307,11 @@ def evaluation_intervals(tests: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
             for file, document in tests.items()}
 
 
-def mutated_text(document: Mapping[str, Any], mutant: Mutant) -> str:
-    """The rules file with only the mutant's rule changed (comments are not kept)."""
+def mutated(document: Mapping[str, Any], mutant: Mutant) -> dict[str, Any]:
+    """The rules file with only the mutant's rule changed."""
     changed = copy.deepcopy(dict(document))
     changed["groups"][0]["rules"][mutant.rule.index] = dict(mutant.body)
-    return yaml_text(changed)
+    return changed
 
 
 def equivalence(mutant_id: str, equivalents: Mapping[str, str] = EQUIVALENTS) -> str | None:
@@ -340,27 +340,57 @@ def _closure(start: Iterable[str], reads: Mapping[str, set[str]]) -> set[str]:
     return seen
 
 
+def _named(text: str, names: set[str]) -> set[str]:
+    """The rule names a template text (an annotation's ``query``) mentions."""
+    return {name for name in names if re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", text)}
+
+
+def reads_of(bodies: Sequence[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """For each rule name, the other rules its expression and its annotations' queries read."""
+    names = {body.get("record") or body["alert"] for body in bodies}
+    reads: dict[str, set[str]] = {}
+    for body in bodies:
+        name = body.get("record") or body["alert"]
+        annotations = " ".join(str(v) for v in body.get("annotations", {}).values())
+        reads.setdefault(name, set()).update((_reads(body["expr"], names) | _named(annotations, names)) - {name})
+    return reads
+
+
+def direct_reads(document: Mapping[str, Any], names: set[str]) -> set[str]:
+    """The rules a test file's checks read: alerts by name, recordings and ``ALERTS`` in expressions."""
+    direct: set[str] = set()
+    for case in document.get("tests", []):
+        direct |= {test["alertname"] for test in case.get("alert_rule_test", [])}
+        for test in case.get("promql_expr_test", []):
+            direct |= _reads(test["expr"], names)
+    return direct
+
+
 def visibility(rules: Sequence[Rule], tests: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
     """For each rule name, the test files (by name) that read it directly or through other rules;
     a recording's mutants also run ``recording.yml``, which tests the recordings themselves."""
     names = {rule.name for rule in rules}
-    reads: dict[str, set[str]] = {}
-    for rule in rules:
-        reads.setdefault(rule.name, set()).update(_reads(rule.body["expr"], names) - {rule.name})
+    reads = reads_of([rule.body for rule in rules])
     seen_by: dict[str, list[str]] = {name: [] for name in names}
     for file, document in sorted(tests.items()):
-        direct: set[str] = set()
-        for case in document.get("tests", []):
-            direct |= {test["alertname"] for test in case.get("alert_rule_test", [])}
-            for test in case.get("promql_expr_test", []):
-                direct |= _reads(test["expr"], names)
-        for name in _closure(direct, reads):
+        for name in _closure(direct_reads(document, names), reads):
             if name in seen_by:
                 seen_by[name].append(file)
     for rule in rules:
         if "record" in rule.body and RECORDING_TESTS in tests and RECORDING_TESTS not in seen_by[rule.name]:
             seen_by[rule.name].append(RECORDING_TESTS)
     return seen_by
+
+
+def pruned(document: Mapping[str, Any], test: Mapping[str, Any]) -> dict[str, Any]:
+    """The rules file with only the rules ``test``'s checks read, directly or through other rules,
+    in their order. promtool evaluates every rule of its rules file at every step, and a rule no
+    check reads cannot change a check: the same verdicts, several times faster."""
+    bodies = document["groups"][0]["rules"]
+    needed = _closure(direct_reads(test, {body.get("record") or body["alert"] for body in bodies}), reads_of(bodies))
+    changed = copy.deepcopy(dict(document))
+    changed["groups"][0]["rules"] = [body for body in bodies if (body.get("record") or body["alert"]) in needed]
+    return changed
 
 
 def load_tests(generated: Path) -> dict[str, dict[str, Any]]:
@@ -385,22 +415,30 @@ class Outcome:
     detail: str  # the test file that killed it, promtool's complaint, or the equivalence reason
 
 
-def _run_in(directory: Path, rules_text: str, generated: Path, test_files: Sequence[str]) -> tuple[str, str]:
-    """Write the rules file and the given tests into ``directory`` (the generated set's layout),
-    check the rules, then run the test files cheapest first up to the first failure."""
+def _run_in(directory: Path, document: Mapping[str, Any], tests: Mapping[str, Mapping[str, Any]],
+            generated: Path, test_files: Sequence[str], rule: str | None = None) -> tuple[str, str]:
+    """Write the rules file into ``directory`` (the generated set's layout) and check it, then run
+    the given test files cheapest first up to the first failure, each against the rules it reads
+    (:func:`pruned`); a file whose checks cannot read ``rule`` (the mutated one) is skipped."""
     (directory / TESTS_DIR).mkdir(parents=True)
     rules = directory / RULES_FILE
-    rules.write_text(rules_text)
+    rules.write_text(yaml_text(document))
     try:
         promtool.check_rules(rules)
     except promtool.PromtoolFailed as failed:
         return "invalid", failed.report.splitlines()[-1]
     ordered = sorted(test_files, key=lambda name: (generated / TESTS_DIR / name).stat().st_size)
     for name in ordered:
-        copy_path = directory / TESTS_DIR / name
-        shutil.copyfile(generated / TESTS_DIR / name, copy_path)
+        own = pruned(document, tests[name])
+        if rule is not None and rule not in {b.get("record") or b["alert"] for b in own["groups"][0]["rules"]}:
+            continue
+        own_rules = rules.with_name(f"{Path(name).stem}.rules.yml")
+        own_rules.write_text(yaml_text(own))
+        test = {**tests[name], "rule_files": ["/".join([".."] * len(TESTS_DIR.parts) + [own_rules.name])]}
+        path = directory / TESTS_DIR / name
+        path.write_text(yaml_text(test))
         try:
-            promtool.test_rules(copy_path)
+            promtool.test_rules(path)
         except promtool.PromtoolFailed:
             return "killed", name
     return "survived", ""
@@ -416,12 +454,13 @@ def run(generated: Path, selected: Sequence[Mutant], jobs: int) -> list[Outcome]
     with tempfile.TemporaryDirectory(prefix="fairctl-mutation-") as scratch:
 
         def baseline(name: str) -> tuple[str, str]:
-            return _run_in(Path(scratch) / f"baseline-{name}", yaml_text(document), generated, [name])
+            return _run_in(Path(scratch) / f"baseline-{name}", document, tests, generated, [name])
 
         def one(numbered: tuple[int, Mutant]) -> Outcome:
             index, mutant = numbered
             directory = Path(scratch) / str(index)
-            status, detail = _run_in(directory, mutated_text(document, mutant), generated, seen_by[mutant.rule.name])
+            status, detail = _run_in(directory, mutated(document, mutant), tests, generated, seen_by[mutant.rule.name],
+                                     mutant.rule.name)
             shutil.rmtree(directory)
             reason = equivalence(mutant.id)
             if status == "survived" and reason:

@@ -12,6 +12,7 @@ import yaml
 
 from alerts import mutation, promtool
 from alerts.layout import GENERATED_DIR, RULES_FILE, TESTS_DIR
+from fairness_core.generated import yaml_text
 
 from .conftest import ROOT
 
@@ -103,7 +104,7 @@ def test_mutants_of_the_committed_rules_are_valid_rules_files(tmp_path: Path) ->
     files = []
     for index, mutant in enumerate(chosen):
         files.append(tmp_path / f"{index}.yml")
-        files[-1].write_text(mutation.mutated_text(document, mutant))
+        files[-1].write_text(yaml_text(mutation.mutated(document, mutant)))
     assert "FAILED" not in promtool.check_rules(*files)
 
 
@@ -116,6 +117,20 @@ def test_a_recording_is_seen_by_the_tests_of_every_alert_reading_it_even_through
     # QueueShareBelowWeight reads it only through fairctl:queue_weight_ratio:backlogged.
     assert "QueueShareBelowWeight.yml" in seen_by["fairctl:queue_depth:backlogged"]
     assert "QueueStarving.yml" not in seen_by["fairctl:queue_depth:backlogged"]
+
+
+def test_a_test_file_runs_against_only_the_rules_its_checks_read_in_their_order() -> None:
+    document, _ = mutation.load_rules((GENERATED / RULES_FILE).read_text())
+    tests = mutation.load_tests(GENERATED)
+    kept = [b.get("record") or b["alert"] for b in mutation.pruned(document, tests["QueueShareBelowWeight.yml"])["groups"][0]["rules"]]
+    assert "QueueShareBelowWeight" in kept and "fairctl:queue_weight_ratio:backlogged" in kept
+    assert "fairctl:queue_depth:backlogged" in kept  # read through the weight ratio
+    assert "RedisMemoryHigh" not in kept and "QueueStarving" not in kept
+    everything = [b.get("record") or b["alert"] for b in document["groups"][0]["rules"]]
+    assert kept == [name for name in everything if name in kept]
+    # An alert reading ALERTS keeps itself; a check on ALERTS{alertname=...} keeps that alert.
+    dominating = mutation.pruned(document, tests["TenantDominatingQueue.yml"])["groups"][0]["rules"]
+    assert "TenantDominatingQueue" in [b.get("alert") for b in dominating]
 
 
 def test_equivalents_match_ids_or_patterns() -> None:
