@@ -35,6 +35,7 @@ from .unittest_cases import Case, Check, ExprCheck, Firing, Sample, Series, Test
 # Each exporter's scrape labels: on Kubernetes a pod label beside the instance, and the rules
 # deduplicate over both (a rule that kept either would count the exporters twice).
 EXPORTERS = tuple({"instance": f"exporter-{index}:29100", "pod": f"fairctl-exporter-{index}"} for index in range(2))
+RETIRED = "jobs:retired"  # a class the config does not name (removed or renamed)
 OTHER_GROUP = "another-group"  # a second queue group of the same classes, scraped under the same job
 BUCKET_LABEL = "le"
 EXPR_PRECISION = 0.001
@@ -335,6 +336,7 @@ def _reason_shift(s: Scenario, step: int) -> list[Case]:
     # A reason's share of a day ago, from which it rises by 95% and 105% of the threshold.
     was = near((1 - 1.05 * threshold) / 2, 1)
     enough = config.scheduler.budget_min_arrivals / minutes(config.scheduler.budget_window)  # arrivals a minute
+    exact = _exact_reason_counts(config, step, share)
     return [
         Case(f"a new reason brings {number(share * 100)}% of {queue}'s arrivals: fires for it, not for the one that shrank",
              inputs({old: (100, 100 * (1 - share)), new: (None, 100 * share)}),
@@ -354,9 +356,70 @@ def _reason_shift(s: Scenario, step: int) -> list[Case]:
                inputs({old: (enough, enough * part * (1 - share)), new: (None, enough * part * share)}),
                (Check(end, alert, (s.firing(alert, share, queue, {"baseline": 0}, reason=new),) if part > 1 else ()),))
           for part in (0.95, 1.05)),
+        *(Case(f"a new reason brings {number(100 * name_new / (name_new + name_old))}% of {queue}'s arrivals, "
+               f"{what}: {verdict}",
+               inputs({old: (name_old + name_new, name_old), new: (None, name_new)}),
+               (Check(end, alert, (s.firing(alert, share, queue, {"baseline": 0}, reason=new),) if fires else ()),))
+          for what, verdict, fires, (name_new, name_old) in exact),
+        *_reason_shift_for(s, step, share, old, new),
         Case("no arrivals a day ago (a fresh install): silent",
              inputs({old: (None, 100 * (1 - share)), new: (None, 100 * share)}), (Check(end, alert),)),
     ]
+
+
+def _exact_reason_counts(config: Config, step: int, share: float) -> list[tuple[str, str, bool, tuple[int, int]]]:
+    """Arrivals a minute (new reason, the other) that put the rule exactly on its lines, as
+    Prometheus computes them over a full window of whole counts: exactly
+    ``scheduler.budget_min_arrivals`` in the window (enough: fires), and a new reason's share
+    exactly the threshold over a baseline of 0 (not above it: silent). A line no whole counts reach
+    exactly gets no case."""
+    window_m = minutes(config.scheduler.budget_window)
+    seconds = float(number(config.scheduler.budget_window))
+    per_step = max(1, window_m // step)  # whole counts per step: the per-minute rate is a multiple of it
+    least, threshold = config.scheduler.budget_min_arrivals, float(number(alert_settings(config).reason_shift))
+
+    def rate(per_minute: int) -> float:
+        return per_minute * window_m / seconds
+
+    found = []
+    splits = [(n, least // window_m - n) for n in range(1, least // window_m)] if least % window_m == 0 else []
+    enough = next(((n, o) for n, o in splits if n / (n + o) > threshold and n % per_step == 0 == o % per_step
+                   and (rate(n) + rate(o)) * seconds == least), None)
+    if enough:
+        found.append(("exactly scheduler.budget_min_arrivals in the window", "fires", True, enough))
+    lowest = max(1, math.ceil(least / window_m))
+    at_line = next(((n, t - n) for t in range(lowest, lowest + 400) for n in range(1, t)
+                    if rate(n) / (rate(n) + rate(t - n)) == 0 + threshold), None)
+    if at_line and share > threshold:
+        found.append(("exactly the threshold over a baseline of 0", "not above it, silent", False, at_line))
+    return found
+
+
+def _reason_shift_for(s: Scenario, step: int, share: float, old: str, new: str) -> list[Case]:
+    """The for: pinned from both sides. The other reason arrives from minute 0, the new one from
+    before the baseline's offset reaches the present, so a baseline first exists (two samples a
+    baseline ago) at a step the case knows: the alert is pending from there and fires ``for:``
+    later, while the new reason still had no arrivals a baseline before."""
+    alert = r.PRIORITY_REASON_SHIFT
+    config = s.config
+    baseline = minutes(alert_settings(config).reason_baseline)
+    window = minutes(config.scheduler.budget_window)
+    per_minute = max(100, 2 * math.ceil(config.scheduler.budget_min_arrivals / window))
+    start = -(-(baseline + step) // step) * step
+    fire_at = start + -(-s.for_minutes(alert) // step) * step
+    quiet = (start - window) // step  # the new reason's last step without arrivals
+    if window < 2 * step or quiet * step < fire_at - baseline or quiet < 1:
+        return []
+    steps = fire_at // step
+    queue = config.classes[0].name
+    other = ramp((1 - share) * per_minute * step, steps)
+    fresh = f"{flat(0, quiet)} {ramp(share * per_minute * step, steps - quiet - 1, share * per_minute * step)}"
+    return [Case(f"{new} arrives from before a baseline first exists, at minute {start}: pending then, "
+                 f"firing {fire_at - start}m later",
+                 (*s.series(m.JOBS_ENQUEUED, other, queue=queue, reason=old),
+                  *s.series(m.JOBS_ENQUEUED, fresh, queue=queue, reason=new)),
+                 (Check(fire_at - step, alert),
+                  Check(fire_at, alert, (s.firing(alert, share, queue, {"baseline": 0}, reason=new),))))]
 
 
 def _tenant_dominating(s: Scenario) -> list[Case]:
@@ -801,7 +864,7 @@ def _paused(s: Scenario) -> list[Case]:
 def _unconfigured(s: Scenario) -> list[Case]:
     """Jobs left under a class the config no longer names (removed without --move)."""
     alert = r.JOBS_UNDER_UNCONFIGURED_CLASS
-    queue = "jobs:retired"
+    queue = RETIRED
     for_minutes = s.for_minutes(alert)
     end = for_minutes + 1
     counts = {"queued": 40, "inflight": 3, "delayed": 2}
@@ -823,6 +886,9 @@ def _unconfigured(s: Scenario) -> list[Case]:
              (*s.edge(alert, for_minutes, s.firing(alert, total, queue, {"age": age_start + 60 * for_minutes})),
               Check(end, alert, (s.firing(alert, total, queue, {"age": age_start + 60 * end}),)))),
         Case(f"{queue}'s jobs are moved to a configured class within for:: silent", inputs(for_minutes - 1),
+             (Check(end, alert),)),
+        Case(f"{queue} served with 0 jobs in every state: silent",
+             tuple(x for state in counts for x in s.series(m.UNCONFIGURED_JOBS, flat(0, end), queue=queue, state=state)),
              (Check(end, alert),)),
     ]
 
@@ -1001,14 +1067,19 @@ def _recording(s: Scenario) -> list[Case]:
                              *s.series(m.QUEUE_WEIGHT_RATIO, flat(weights[0][1], end), queue=name, shard=s.shard(index)),
                              *s.series(s.basis.counter, ramp(rate, end), queue=name, shard=s.shard(index)))]
     over_shards += s.series(m.QUEUE_TENANT_SHARE, flat(0.5, end), queue=name, tenant="tenant-1", shard=s.shard(0))
+    over_shards += [x for index, age in enumerate((30, 90, 0))
+                    for x in s.series(m.UNCONFIGURED_OLDEST_AGE, flat(age, end), queue=RETIRED, shard=s.shard(index))]
+    series += s.series(m.UNCONFIGURED_OLDEST_AGE, flat(120, end), exporters=2, queue=RETIRED)
     logical = {"job": s.job, m.GROUP: s.group, m.QUEUE: name}
-    return [Case(
+    retired = {"job": s.job, m.GROUP: s.group, m.QUEUE: RETIRED}
+    return [_recorded_windows(s), Case(
         "three shards of one logical queue: depth summed, oldest age the oldest, a tenant's share over every shard",
         tuple(over_shards), expr_checks=(
             ExprCheck(end, rec.DEPTH, (Sample(logical, 12),)),
             ExprCheck(end, rec.OLDEST_AGE, (Sample(logical, 90),)),
             ExprCheck(end, s.basis.rate, (Sample(logical, 4),)),
             ExprCheck(end, s.basis.tenant_share, (Sample({**logical, m.TENANT: "tenant-1"}, 0.5 * 60 / 240),)),
+            ExprCheck(end, rec.UNCONFIGURED_AGE, (Sample(retired, 90),)),
         )), Case(
         "two exporters serve identical series: depth, rates and shares are those of one",
         tuple(series), expr_checks=(
@@ -1018,7 +1089,78 @@ def _recording(s: Scenario) -> list[Case]:
             ExprCheck(end, s.basis.share, samples(lambda name: served[name] / sum(served.values()))),
             ExprCheck(end, s.basis.tenant_share,
                       tuple(Sample({"job": s.job, m.GROUP: s.group, m.QUEUE: name, m.TENANT: "tenant-1"}, 0.25) for name, _ in weights)),
+            ExprCheck(end, rec.UNCONFIGURED_AGE, (Sample(retired, 120),)),
         ))]
+
+
+def _recorded_windows(s: Scenario) -> Case:
+    """Every windowed recording reads its whole window: each counter's rate triples after the
+    window's first minute (the first half of the rate window, for a window of 2m or less), the
+    class's depth is 0 and another class is paused only at the window's first sample, and a class
+    with no completions in the window has no tenant shares (not 0/0)."""
+    window, budget = s.window, minutes(s.config.scheduler.budget_window)
+    end = max(window, budget) + 1
+    names = [name for name, _ in s.classes(3)]
+    busy, paused, idle = names
+    labels = {"job": s.job, m.GROUP: s.group}
+
+    def turn(window: int) -> int:
+        """The last minute at the first rate: one increment of the window at it, none of the half window."""
+        return end - max(1, window - 1)
+
+    def counter(slow: float, window: int) -> str:
+        at = turn(window)
+        return f"{ramp(slow, at)} {ramp(3 * slow, end - at - 1, slow * at + 3 * slow)}"
+
+    def rate(slow: float, window: int) -> float:
+        at = turn(window)
+        return (slow * (at - (end - window)) + 3 * slow * (end - at)) / (window * 60)
+
+    def first_sample(value: float, then: float) -> str:
+        return f"{flat(value, end - window)} {flat(then, window - 1)}"
+
+    series = [
+        *s.series(m.QUEUE_DEPTH, first_sample(0, 5), queue=busy), *s.series(m.QUEUE_PAUSED, flat(0, end), queue=busy),
+        *s.series(m.QUEUE_DEPTH, flat(5, end), queue=paused), *s.series(m.QUEUE_PAUSED, first_sample(1, 0), queue=paused),
+        *s.series(m.QUEUE_DEPTH, flat(5, end), queue=idle), *s.series(m.QUEUE_PAUSED, flat(0, end), queue=idle),
+        *s.series(m.JOBS_PROCESSED, counter(60, window), queue=busy),
+        *s.series(m.QUEUE_WORKER_SECONDS, counter(30, window), queue=busy),
+        *s.series(m.JOBS_REDELIVERED, counter(6, window), queue=busy),
+        *s.series(m.JOBS_ENQUEUED, counter(60, budget), queue=busy, reason=(s.reasons(busy) or ["default"])[0]),
+        *s.series(m.JOBS_DEMOTED, counter(10, budget), queue=busy),
+        *s.series(m.JOBS_REJECTED, counter(20, budget), queue=busy),
+        *s.series(m.QUEUE_TENANT_SHARE, flat(0.25, end), queue=busy, tenant="tenant-1"),
+        *s.series(m.JOBS_PROCESSED, flat(0, end), queue=idle), *s.series(m.QUEUE_WORKER_SECONDS, flat(0, end), queue=idle),
+        *s.series(m.QUEUE_TENANT_SHARE, flat(0.25, end), queue=idle, tenant="tenant-1"),
+        # A class with a weight and nothing counted in the window: its rates are 0, not absent.
+        *s.series(m.QUEUE_WEIGHT_RATIO, flat(0.5, end), queue=paused),
+        *s.series(m.JOBS_DEMOTED, flat(0, end), queue=paused), *s.series(m.JOBS_REJECTED, flat(0, end), queue=paused),
+    ]
+    # Waits: the first rate's jobs within the first bound, the tripled rate's up to the second.
+    low, high = m.WAIT_BUCKETS[:2]
+    at = turn(window)
+    for bound in (*m.WAIT_BUCKETS, math.inf):
+        values = (flat(0, end) if bound < low else counter(60, window) if bound >= high
+                  else f"{ramp(60, at)} {flat(60 * at, end - at - 1)}")
+        series += s.series(m.JOBS_WAIT, values, suffix="_bucket", queue=busy, **{BUCKET_LABEL: floatToGoString(bound)})
+    under, total = 60 * (at - (end - window)) / (window * 60), rate(60, window)
+    p99 = low + (high - low) * ((0.99 * total - under) / (total - under))
+    one = {**labels, m.QUEUE: busy}
+    none = (Sample({**labels, m.QUEUE: paused}, 0), Sample({**labels, m.QUEUE: idle}, 0))
+    return Case(
+        "rates change within the window, depth and pauses at its first sample: each recording reads the whole window",
+        tuple(series), expr_checks=(
+            ExprCheck(end, rec.PROCESSED_RATE, (Sample(one, rate(60, window)), *none)),
+            ExprCheck(end, rec.WORKER_RATE, (Sample(one, rate(30, window)), *none)),
+            ExprCheck(end, rec.REDELIVERED_RATE, (Sample(one, rate(6, window)),)),
+            ExprCheck(end, rec.ENQUEUED_RATE, (Sample({**one, m.REASON: (s.reasons(busy) or ["default"])[0]},
+                                                     rate(60, budget)),)),
+            ExprCheck(end, rec.REQUESTED_RATE, (Sample(one, rate(60, budget) + rate(10, budget) + rate(20, budget)),
+                                                Sample({**labels, m.QUEUE: paused}, 0))),
+            ExprCheck(end, rec.WAIT_P99, (Sample(one, p99),)),
+            ExprCheck(end, rec.BACKLOGGED, tuple(Sample({**labels, m.QUEUE: name}, float(name == idle)) for name in names)),
+            ExprCheck(end, s.basis.tenant_share, (Sample({**one, m.TENANT: "tenant-1"}, 0.25),)),
+        ))
 
 
 REASON_SHIFT_STEP = 5  # minutes between samples: a day of history stays small
