@@ -43,7 +43,18 @@ from .promql import number
 
 # Mutant id (or fnmatch pattern over ids) -> why that change cannot alter any alert or recording.
 # Only rigorous arguments belong here: a survivor is a missing test until proven otherwise.
+# QueueShardStalled is "this shard stalls (A) unless the whole queue does (B)"; B's depth clauses
+# are implied by A's own on the shard A names (depths are never negative, so a shard's depth over 0
+# makes the shards' sum over 0), so wherever A holds they hold too, as written or mutated.
+_IMPLIED = "implied by the shard's own clause wherever the shard's part holds (depths are never negative)"
 EQUIVALENTS: dict[str, str] = {
+    "QueueShardStalled:comparison:10": f"the queue's 'sum of window minima > 0' as '>= 0': {_IMPLIED}",
+    "QueueShardStalled:comparison:12": f"the queue's 'depth a window ago > 0' as '>= 0': {_IMPLIED}",
+    "QueueShardStalled:clause:5": f"the queue's 'depth a window ago > 0' dropped: {_IMPLIED}",
+    "QueueShardStalled:window:4": f"the queue's window minima over half the window: {_IMPLIED}",
+    "fairctl:jobs_enqueued:reason_share_baseline:grouping:14": (
+        "'and ignoring (reason)' against the day-ago rates per reason instead of their sum: rates are "
+        "never negative, so one of them is over 0 exactly when their sum is"),
     "QueueConfigSplit:number:2": "count() is a whole number: '> 1.25' holds for the same counts as '> 1' (2 and up)",
     "TenantDominatingQueue:number:9": (f"{rec.ACTIVE_TENANTS} is a sum of maxima of tenant counts, a whole "
                                        "number: '>= 1.6' holds for the same values as '>= 2'"),

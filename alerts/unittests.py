@@ -362,6 +362,8 @@ def _reason_shift(s: Scenario, step: int) -> list[Case]:
                (Check(end, alert, (s.firing(alert, share, queue, {"baseline": 0}, reason=new),) if fires else ()),))
           for what, verdict, fires, (name_new, name_old) in exact),
         *_reason_shift_for(s, step, share, old, new),
+        Case("the class's arrivals were counted at 0 a day ago: no baseline to judge against, silent",
+             inputs({old: (0, 100 * (1 - share)), new: (None, 100 * share)}), (Check(end, alert),)),
         Case("no arrivals a day ago (a fresh install): silent",
              inputs({old: (None, 100 * (1 - share)), new: (None, 100 * share)}), (Check(end, alert),)),
     ]
@@ -677,6 +679,19 @@ def _shard_stalled(s: Scenario) -> list[Case]:
              tuple(shard(None, 0)), (Check(fire_at, alert),)),
         Case(f"shard 1 completes nothing while {queue} is paused: silent",
              tuple(shard(0, 0, 1) + shard(1, 0, 1) + shard(2, 60, 1)), (Check(end, alert),)),
+        # The queue as a whole is judged over the same window as the shard: a pause of the others
+        # (one that did not reach shard 1) or their completions, anywhere in it, keep the stall
+        # shard 1's alone.
+        Case(f"shards 0 and 2 are paused until minute {s.for_minutes(alert) + 1} (shard 1 never), then complete "
+             "nothing either: fires for shard 1 while their pause is in the window",
+             tuple(shard(0, 0, due=Due(resumed_at=s.for_minutes(alert) + 1)) + shard(1, 0)
+                   + shard(2, 0, due=Due(resumed_at=s.for_minutes(alert) + 1))),
+             s.edge(alert, fire_at, stuck)),
+        Case(f"shards 0 and 2 complete jobs until minute {s.for_minutes(alert) + 1}, then none: fires for shard 1 "
+             "while their completions are in the window",
+             tuple(shard(0, 0, due=Due(per_minute=60, served_until=s.for_minutes(alert) + 1)) + shard(1, 0)
+                   + shard(2, 0, due=Due(per_minute=60, served_until=s.for_minutes(alert) + 1))),
+             s.edge(alert, fire_at, stuck)),
     ]
 
 
