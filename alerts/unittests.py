@@ -73,6 +73,13 @@ def near(value: float, part: float) -> float:
     return float(f"{value * part:.3g}")
 
 
+def prom_rate(increase: float, window_s: float) -> float:
+    """``rate()`` of a counter that rose by ``increase`` between samples at both ends of its
+    window, operation for operation as Prometheus 2 computes it: the increase times one factor,
+    (covered / sampled) / window, which is not always ``increase / window``."""
+    return increase * (1.0 / window_s)
+
+
 def minutes(seconds: float) -> int:
     return math.ceil(seconds / 60)
 
@@ -271,17 +278,24 @@ def _mix_drift(s: Scenario) -> list[Case]:
     def inputs(asked: float, per_minute: float, exporters: int) -> tuple[Series, ...]:
         """``asked`` of ``per_minute`` arrivals ask for ``queue``; the budget admits its share."""
         admitted = min(asked, budget)
+        return counted(admitted * per_minute, (asked - admitted) * per_minute, (1 - asked) * per_minute, exporters)
+
+    def counted(admitted: float, over: float, others: float, exporters: int = 1,
+                gauge: str | None = None) -> tuple[Series, ...]:
+        """Arrivals a minute: ``admitted`` into ``queue``, ``over`` its budget (demoted or refused),
+        ``others`` into ``lower``; ``gauge``: the budget's series when not the config's."""
         counters = {name: {"demoted": 0.0, "rejected": 0.0} for name in names}
-        counters[queue]["demoted" if demotes else "rejected"] = (asked - admitted) * per_minute
-        enqueued = {(queue, (s.reasons(queue) or ["default"])[0]): admitted * per_minute,
-                    (lower, (s.reasons(lower) or ["default"])[0]): (1 - asked) * per_minute}
+        counters[queue]["demoted" if demotes else "rejected"] = over
+        enqueued = {(queue, (s.reasons(queue) or ["default"])[0]): admitted,
+                    (lower, (s.reasons(lower) or ["default"])[0]): others}
         if demotes:
-            enqueued[(lower, OVER_BUDGET_REASON)] = (asked - admitted) * per_minute
+            enqueued[(lower, OVER_BUDGET_REASON)] = over
         out = [x for (name, reason), rate in enqueued.items()
                for x in s.series(m.JOBS_ENQUEUED, ramp(rate, end), exporters=exporters, queue=name, reason=reason)]
         for name in names:
             out += s.series(m.QUEUE_WEIGHT_RATIO, flat(1 / len(names), end), exporters=exporters, queue=name)
-            out += s.series(m.QUEUE_ARRIVAL_BUDGET, flat(budget if name == queue else 1, end), exporters=exporters, queue=name)
+            limit = (gauge or flat(budget, end)) if name == queue else flat(1, end)
+            out += s.series(m.QUEUE_ARRIVAL_BUDGET, limit, exporters=exporters, queue=name)
             out += s.series(m.JOBS_DEMOTED, ramp(counters[name]["demoted"], end), exporters=exporters, queue=name)
             out += s.series(m.JOBS_REJECTED, ramp(counters[name]["rejected"], end), exporters=exporters, queue=name)
         return tuple(out)
@@ -302,10 +316,40 @@ def _mix_drift(s: Scenario) -> list[Case]:
              inputs(asked, 1.05 * enough, 1), (Check(end, alert, (drift,)),)),
         Case("95% of scheduler.budget_min_arrivals in the window: too few to judge, silent",
              inputs(asked, 0.95 * enough, 1), (Check(end, alert),)),
+        *(Case(f"{queue} asks for {what}: {verdict}", counted(*arrivals, gauge=gauge),
+               (Check(end, alert, (s.firing(alert, share, queue, {"budget": budget}),) if fires else ()),))
+          for what, verdict, fires, arrivals, share, gauge in _exact_mix(config, budget, end)),
         Case("two exporters each see the same few arrivals, all for one class: fewer than "
              "scheduler.budget_min_arrivals once deduplicated, so silent",
              inputs(1.0, 0.75 * enough, 2), (Check(end, alert),)),
     ]
+
+
+def _exact_mix(config: Config, budget: float, end: int
+               ) -> list[tuple[str, str, bool, tuple[int, int, int], float, str | None]]:
+    """Whole arrivals a minute (admitted, over the budget, into another class) that put
+    PriorityMixDrift exactly on its lines over a full window: exactly
+    ``scheduler.budget_min_arrivals`` in the window, all asking for the class (enough: fires),
+    admitted and over the budget in a split where Prometheus's arithmetic lands on it; and a
+    requested share of exactly 1/2 against a budget gauge of 1/2 (not above it: silent), from
+    rates that are multiples of 1/4 a second, exact however they are summed."""
+    window = minutes(config.scheduler.budget_window)
+    seconds = float(number(config.scheduler.budget_window))
+    least = config.scheduler.budget_min_arrivals
+    found: list[tuple[str, str, bool, tuple[int, int, int], float, str | None]] = []
+    each = least // window if least % window == 0 else 0
+
+    def requested(admitted: int, over: int) -> float:
+        return prom_rate(admitted * window, window * 60) + prom_rate(over * window, window * 60)
+
+    split = next((a for a in range(1, each) if requested(a, each - a) * seconds == least), None)
+    if split and budget < 1:
+        found.append(("all of exactly scheduler.budget_min_arrivals in the window", "fires", True,
+                      (split, each - split, 0), 1.0, None))
+    k = 2 ** max(0, math.ceil(math.log2(least / (120 * window))))  # a power of 2 keeps the rates exact
+    found.append(("a share of exactly 1/2 against a budget gauge of 1/2", "not above it, silent", False,
+                  (45 * k, 15 * k, 60 * k), 0.5, flat(0.5, end)))
+    return found
 
 
 def _reason_shift(s: Scenario, step: int) -> list[Case]:
@@ -381,7 +425,7 @@ def _exact_reason_counts(config: Config, step: int, share: float) -> list[tuple[
     least, threshold = config.scheduler.budget_min_arrivals, float(number(alert_settings(config).reason_shift))
 
     def rate(per_minute: int) -> float:
-        return per_minute * window_m / seconds
+        return prom_rate(per_minute * window_m, seconds)
 
     found = []
     splits = [(n, least // window_m - n) for n in range(1, least // window_m)] if least % window_m == 0 else []
@@ -427,6 +471,7 @@ def _reason_shift_for(s: Scenario, step: int, share: float, old: str, new: str) 
 def _tenant_dominating(s: Scenario) -> list[Case]:
     alert = r.TENANT_DOMINATING_QUEUE
     queue = s.config.classes[-1].name
+    elsewhere = next((name for name, _ in s.classes(2) if name != queue))
     for_minutes = s.for_minutes(alert)
     end = for_minutes + 2
     settings = alert_settings(s.config)
@@ -444,7 +489,7 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
         return r.DOMINANCE_MARGIN_SD * math.sqrt(d * (1 - d) / (per_minute * min(minute, window)))
 
     def inputs(shares: Mapping[str, str], active: int, *, exporters: int = 1,
-               completed: str | None = None) -> tuple[Series, ...]:
+               completed: str | None = None, queue: str = queue) -> tuple[Series, ...]:
         """``shares``: each named tenant's share series (the exporter serves one only while the
         tenant is among the class's busiest of the window); ``completed``: the class's completions
         counter, ``per_minute`` a minute unless given."""
@@ -458,8 +503,9 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
             out += s.series(m.QUEUE_TENANT_SHARE, values, exporters=exporters, queue=queue, tenant=tenant)
         return tuple(out)
 
-    def nothing_pending(*at: int) -> tuple[ExprCheck, ...]:
-        return tuple(ExprCheck(minute, f"ALERTS{{alertname={quote(alert)}}}", ()) for minute in at)
+    def nothing_pending(*at: int, **where: str) -> tuple[ExprCheck, ...]:
+        matchers = "".join(f", {k}={quote(v)}" for k, v in where.items())
+        return tuple(ExprCheck(minute, f"ALERTS{{alertname={quote(alert)}{matchers}}}", ()) for minute in at)
 
     def pending(minute: int, tenant: str) -> ExprCheck:
         """Pending at ``minute``, or already firing when for: is that short."""
@@ -503,7 +549,24 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
     sd = margin(window) / r.DOMINANCE_MARGIN_SD
     full = window + 1
     near_entry = [(k, d + k * sd) for k in (1.9, 2.1) if d + k * sd < 1]
+    # Exactly on each line, as Prometheus computes it once the window is full: the entry margin for
+    # the window's completions (not above it: never pending), and, once firing, the threshold
+    # itself (not above it: resolves).
+    served = prom_rate((60 if s.basis.counter != m.JOBS_PROCESSED else per_minute) * window, window * 60)
+    d_rule = float(number(d))
+    entry = d_rule + r.DOMINANCE_MARGIN_SD * math.sqrt(float(number(d * (1 - d))) / (per_minute * window))
+    on_entry, on_threshold = _share_input(entry, served), _share_input(d_rule, served)
+    exact = [
+        *([Case("a tenant exactly at the entry margin once the window is full: never pending",
+                inputs({"tenant-big": f"{on_entry!r}x{end + window}", **rest}, 3), (), nothing_pending(full))]
+          if on_entry is not None and entry < 1 else []),
+        *([Case("firing, the tenant's share falls to exactly the threshold: it resolves",
+                inputs({"tenant-big": f"{flat(big, fired + window)} {on_threshold!r}x3", **rest}, 3),
+                (Check(fired + window + 1, alert),))]
+          if on_threshold is not None else []),
+    ]
     return [
+        *exact,
         Case(f"two tenants; one gets {number(big * 100)}% of {queue} while the other waits: fires",
              inputs({"tenant-big": flat(big, end), "tenant-small": flat(d / 2, end)}, 2),  # under any threshold
              (Check(end, alert, (s.firing(alert, big, queue, {"active": 2}, tenant="tenant-big"),)),)),
@@ -537,12 +600,37 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
         Case(f"a tenant at {rising * 100:.1f}% from the start, above the threshold by less than the noise of "
              "its share: never pending",
              inputs({"tenant-big": flat(rising, end), **rest}, 3), (Check(end, alert),), nothing_pending(end)),
+        # Once pending or firing, a tenant holds while above the threshold: only the same tenant of
+        # the same class (its alert of the last evaluation), not its namesake in another class nor
+        # another tenant of the class whose alert has just resolved.
+        Case(f"tenant-big dominates {queue} and sits under the entry margin in {elsewhere}: never pending there",
+             (*inputs({"tenant-big": flat(big, end), **rest}, 3),
+              *inputs({"tenant-big": flat(rising, end), **rest}, 3, queue=elsewhere)),
+             (), nothing_pending(end, **{m.QUEUE: elsewhere})),
+        Case(f"tenant-a, pending, drops out at minute {late} as tenant-b rises to under the entry margin: "
+             "tenant-b never pending",
+             inputs({"tenant-a": f"{flat(big, late - 1)} {flat(min(0.2, d / 2), end - late)}",
+                     "tenant-b": f"{flat(min(0.2, d / 2), late - 1)} {flat(rising, end - late)}",
+                     "tenant-small": flat(small, end)}, 3),
+             (), nothing_pending(end, **{m.TENANT: "tenant-b"})),
         Case(f"two tenants at the line take turns {number(near * 100)} points above it: never pending",
              inputs(turns, 2), (Check(end, alert),), nothing_pending(end - 1, end)),
         Case(f"after a long pause one tenant has all of the {min_jobs - 1} jobs completed in the window: "
              f"too few to judge (tenant_min_jobs: {min_jobs}), never pending",
              inputs({"tenant-big": flat(1, span)}, 3, completed=resumed), (Check(span, alert),), nothing_pending(6)),
     ]
+
+
+def _share_input(share: float, served: float) -> float | None:
+    """The tenant share gauge that the share recording, ``gauge * rate / rate``, turns into exactly
+    ``share`` (a float within a few ulps of it), or None when none does."""
+    up = down = share
+    for _ in range(64):
+        for x in (up, down):
+            if x * served / served == share:
+                return x
+        up, down = math.nextafter(up, math.inf), math.nextafter(down, -math.inf)
+    return None
 
 
 def _quiet_tenants(s: Scenario) -> list[Case]:
@@ -769,7 +857,7 @@ def _redelivered(s: Scenario) -> list[Case]:
     # window's seconds, so a ratio of exactly the threshold is computed exactly where it can be.
     many, at_ratio = 6000, 6000 * ratio
     seconds = 60 * s.window
-    exact = at_ratio == round(at_ratio) and (at_ratio * s.window / seconds) / (many * s.window / seconds) == ratio
+    exact = at_ratio == round(at_ratio) and prom_rate(at_ratio * s.window, seconds) / prom_rate(many * s.window, seconds) == ratio
     cases = [
         Case(f"leases expire at {number(4 * ratio * 100)}% of completions: fires for: after the first rate",
              inputs(ramp(400 * ratio, end)),
