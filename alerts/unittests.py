@@ -381,6 +381,26 @@ def _reason_shift(s: Scenario, step: int) -> list[Case]:
     was = near((1 - 1.05 * threshold) / 2, 1)
     enough = config.scheduler.budget_min_arrivals / minutes(config.scheduler.budget_window)  # arrivals a minute
     exact = _exact_reason_counts(config, step, share)
+
+    def alternating(before: float, later: float) -> str:
+        """Like ``counter``, but the arrivals before the baseline come every other step (none, then
+        twice ``before``): a day-ago window of two steps or more sees the average, half of it not."""
+        values, total = [0.0], 0.0
+        for i in range(1, before_n + after_n + 1):
+            total += (2 * before * step * (i % 2 == 0)) if i <= before_n else later * step
+            values.append(total)
+        return listed(values)
+
+    def uneven(mix: Mapping[str, tuple[float | None, float, bool]]) -> tuple[Series, ...]:
+        return tuple(x for reason, (before, later, every_other) in mix.items()
+                     for x in s.series(m.JOBS_ENQUEUED, alternating(before or 0, later) if every_other
+                                       else counter(before, later), queue=queue, reason=reason))
+
+    # A day ago one reason came in every other step: 1/5 of the arrivals over the window, 0 or 2/5
+    # over half of it. Today it rises to just over the threshold above 1/5, under it above 2/5.
+    rise = 0.2 + threshold + 0.025
+    windowed = (minutes(config.scheduler.budget_window) >= 2 * step and after <= baseline and rise < 1
+                and baseline % step == 0)  # the day-ago windows start on a sample
     return [
         Case(f"a new reason brings {number(share * 100)}% of {queue}'s arrivals: fires for it, not for the one that shrank",
              inputs({old: (100, 100 * (1 - share)), new: (None, 100 * share)}),
@@ -405,6 +425,15 @@ def _reason_shift(s: Scenario, step: int) -> list[Case]:
                inputs({old: (name_old + name_new, name_old), new: (None, name_new)}),
                (Check(end, alert, (s.firing(alert, share, queue, {"baseline": 0}, reason=new),) if fires else ()),))
           for what, verdict, fires, (name_new, name_old) in exact),
+        *([Case(f"a day ago {old} came every other {step}m, 20% of {queue}'s arrivals over the window; now "
+                f"{number(rise * 100)}%: fires (a baseline over half the window would be 0% or 40%)",
+                uneven({old: (25, 100 * rise, True), second: (100, 100 * (1 - rise), False)}),
+                (Check(end, alert, (s.firing(alert, rise, queue, {"baseline": 0.2}, reason=old),)),)),
+           Case(f"a day ago {queue} got arrivals every other {step}m only; now a new reason brings "
+                f"{number(share * 100)}%: fires (half the window would see none a day ago)",
+                uneven({old: (100, 100 * (1 - share), True), new: (None, 100 * share, False)}),
+                (Check(end, alert, (s.firing(alert, share, queue, {"baseline": 0}, reason=new),)),))]
+          if windowed else []),
         *_reason_shift_for(s, step, share, old, new),
         Case("the class's arrivals were counted at 0 a day ago: no baseline to judge against, silent",
              inputs({old: (0, 100 * (1 - share)), new: (None, 100 * share)}), (Check(end, alert),)),

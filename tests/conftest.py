@@ -52,8 +52,9 @@ _prefixes = itertools.count()
 STACK_MODULES = frozenset({"test_drill", "test_interrupts", "test_worker_crash", "test_charge_live"})
 # Modules whose long tests may run beside anything and apart from each other: each test is a
 # group of its own, so the workers share them out (the live drills mostly wait on their
-# replay's clock; the sharded alert runs each take a minute, and a second cluster starts in 3 s).
-SPREAD_MODULES = frozenset({"test_drill_live", "test_sharded_alerts_live"})
+# replay's clock; the sharded alert runs each take a minute, and a second cluster starts in 3 s;
+# the mutation run of the alert rules is split in three).
+SPREAD_MODULES = frozenset({"test_drill_live", "test_sharded_alerts_live", "test_alert_mutation"})
 
 
 @pytest.hookimpl(tryfirst=True)
