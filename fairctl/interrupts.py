@@ -31,6 +31,11 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 QUIET_VARIABLE = "FAIRCTL_QUIET_INTERRUPT"
 _quiet = os.environ.pop(QUIET_VARIABLE, None) == "1"
 REDELIVER_AFTER_S = 0.01  # a signal whose exception Python swallowed is sent again this much later
+# Python functions whose C calls must not see an exception raised by a signal handler: hiredis's
+# pack_command (3.5, under redis-py's HiredisRespSerializer.pack) crashes the interpreter with
+# SIGSEGV when one is, so an interruption landing there is sent again a moment later instead.
+# Matched by file and name, so that no command imports redis to handle its Ctrl-C.
+UNSAFE_FRAMES = frozenset({(os.path.join("redis", "connection.py"), "pack")})
 WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 
 
@@ -62,6 +67,19 @@ def line(exc: BaseException) -> str:
     return f"fairctl: {WORDS.get(signum, f'signal {signum}')}" + (f"; {what}" if what else "")
 
 
+def inside_unsafe_call(frame: FrameType | None) -> bool:
+    """Whether the signal landed in a call listed in :data:`UNSAFE_FRAMES`."""
+    return frame is not None and any(frame.f_code.co_name == name and frame.f_code.co_filename.endswith(path)
+                                     for path, name in UNSAFE_FRAMES)
+
+
+def send_again(signum: int) -> None:
+    """The signal once more, :data:`REDELIVER_AFTER_S` from now."""
+    again = threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), signum))
+    again.daemon = True
+    again.start()
+
+
 @contextmanager
 def handled() -> Iterator[None]:
     """Around a whole command: turn SIGINT and SIGTERM into :class:`Interrupted`, and an
@@ -77,7 +95,10 @@ def handled() -> Iterator[None]:
     def note(signum: int, _frame: FrameType | None) -> None:
         arrived.append(signum)
 
-    def first(signum: int, _frame: FrameType | None) -> None:
+    def first(signum: int, frame: FrameType | None) -> None:
+        if inside_unsafe_call(frame):
+            send_again(signum)
+            return
         arrived.append(signum)
         for sig in SIGNALS:
             signal.signal(sig, note)
@@ -92,9 +113,7 @@ def handled() -> Iterator[None]:
             return
         for sig in SIGNALS:
             signal.signal(sig, first)
-        again = threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), unraisable.exc_value.signum))
-        again.daemon = True
-        again.start()
+        send_again(unraisable.exc_value.signum)
 
     previous = {sig: signal.signal(sig, first) for sig in SIGNALS}
     earlier_hook, sys.unraisablehook = sys.unraisablehook, swallowed
