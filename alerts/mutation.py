@@ -263,15 +263,20 @@ class Mutant:
     body: Mapping[str, Any]  # the rule as mutated
 
 
+def rule_name(body: Mapping[str, Any]) -> str:
+    """A rule's record or alert name."""
+    return str(body.get("record") or body["alert"])
+
+
 def load_rules(rules_text: str) -> tuple[dict[str, Any], list[Rule]]:
     """The parsed file (to write mutants from) and its rules, in order."""
     document = yaml.safe_load(rules_text)
     (group,) = document["groups"]
     bodies = group["rules"]
-    names = Counter(body.get("record") or body["alert"] for body in bodies)
+    names = Counter(rule_name(body) for body in bodies)
     rules = []
     for index, body in enumerate(bodies):
-        name = body.get("record") or body["alert"]
+        name = rule_name(body)
         label = name
         if names[name] > 1:
             label += f"[{body.get('labels', {}).get(m.QUEUE) or index}]"
@@ -358,10 +363,10 @@ def _named(text: str, names: set[str]) -> set[str]:
 
 def reads_of(bodies: Sequence[Mapping[str, Any]]) -> dict[str, set[str]]:
     """For each rule name, the other rules its expression and its annotations' queries read."""
-    names = {body.get("record") or body["alert"] for body in bodies}
+    names = {rule_name(body) for body in bodies}
     reads: dict[str, set[str]] = {}
     for body in bodies:
-        name = body.get("record") or body["alert"]
+        name = rule_name(body)
         annotations = " ".join(str(v) for v in body.get("annotations", {}).values())
         reads.setdefault(name, set()).update((_reads(body["expr"], names) | _named(annotations, names)) - {name})
     return reads
@@ -398,9 +403,9 @@ def pruned(document: Mapping[str, Any], test: Mapping[str, Any]) -> dict[str, An
     in their order. promtool evaluates every rule of its rules file at every step, and a rule no
     check reads cannot change a check: the same verdicts, several times faster."""
     bodies = document["groups"][0]["rules"]
-    needed = _closure(direct_reads(test, {body.get("record") or body["alert"] for body in bodies}), reads_of(bodies))
+    needed = _closure(direct_reads(test, {rule_name(body) for body in bodies}), reads_of(bodies))
     changed = copy.deepcopy(dict(document))
-    changed["groups"][0]["rules"] = [body for body in bodies if (body.get("record") or body["alert"]) in needed]
+    changed["groups"][0]["rules"] = [body for body in bodies if rule_name(body) in needed]
     return changed
 
 
@@ -441,7 +446,7 @@ def _run_in(directory: Path, document: Mapping[str, Any], tests: Mapping[str, Ma
     ordered = sorted(test_files, key=lambda name: (generated / TESTS_DIR / name).stat().st_size)
     for name in ordered:
         own = pruned(document, tests[name])
-        if rule is not None and rule not in {b.get("record") or b["alert"] for b in own["groups"][0]["rules"]}:
+        if rule is not None and rule not in {rule_name(b) for b in own["groups"][0]["rules"]}:
             continue
         own_rules = rules.with_name(f"{Path(name).stem}.rules.yml")
         own_rules.write_text(yaml_text(own))

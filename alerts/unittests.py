@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -325,6 +325,19 @@ def _mix_drift(s: Scenario) -> list[Case]:
     ]
 
 
+def _on_least(config: Config) -> Iterator[tuple[int, int]]:
+    """Splits of ``scheduler.budget_min_arrivals`` a window into two whole counts a minute whose
+    rates, summed and times the window's seconds as the rules compute it, land exactly on it (the
+    rate arithmetic rounds, so most splits miss by an ulp); none when no whole count a minute fits."""
+    window = minutes(config.scheduler.budget_window)
+    seconds = float(number(config.scheduler.budget_window))
+    least = config.scheduler.budget_min_arrivals
+    each = least // window if least % window == 0 else 0
+    for first in range(1, each):
+        if (prom_rate(first * window, seconds) + prom_rate((each - first) * window, seconds)) * seconds == least:
+            yield first, each - first
+
+
 def _exact_mix(config: Config, budget: float, end: int
                ) -> list[tuple[str, str, bool, tuple[int, int, int], float, str | None]]:
     """Whole arrivals a minute (admitted, over the budget, into another class) that put
@@ -334,18 +347,12 @@ def _exact_mix(config: Config, budget: float, end: int
     requested share of exactly 1/2 against a budget gauge of 1/2 (not above it: silent), from
     rates that are multiples of 1/4 a second, exact however they are summed."""
     window = minutes(config.scheduler.budget_window)
-    seconds = float(number(config.scheduler.budget_window))
     least = config.scheduler.budget_min_arrivals
     found: list[tuple[str, str, bool, tuple[int, int, int], float, str | None]] = []
-    each = least // window if least % window == 0 else 0
-
-    def requested(admitted: int, over: int) -> float:
-        return prom_rate(admitted * window, window * 60) + prom_rate(over * window, window * 60)
-
-    split = next((a for a in range(1, each) if requested(a, each - a) * seconds == least), None)
+    split = next(_on_least(config), None)
     if split and budget < 1:
         found.append(("all of exactly scheduler.budget_min_arrivals in the window", "fires", True,
-                      (split, each - split, 0), 1.0, None))
+                      (*split, 0), 1.0, None))
     k = 2 ** max(0, math.ceil(math.log2(least / (120 * window))))  # a power of 2 keeps the rates exact
     found.append(("a share of exactly 1/2 against a budget gauge of 1/2", "not above it, silent", False,
                   (45 * k, 15 * k, 60 * k), 0.5, flat(0.5, end)))
@@ -457,9 +464,8 @@ def _exact_reason_counts(config: Config, step: int, share: float) -> list[tuple[
         return prom_rate(per_minute * window_m, seconds)
 
     found = []
-    splits = [(n, least // window_m - n) for n in range(1, least // window_m)] if least % window_m == 0 else []
-    enough = next(((n, o) for n, o in splits if n / (n + o) > threshold and n % per_step == 0 == o % per_step
-                   and (rate(n) + rate(o)) * seconds == least), None)
+    enough = next(((n, o) for n, o in _on_least(config) if n / (n + o) > threshold and n % per_step == 0 == o % per_step),
+                  None)
     if enough:
         found.append(("exactly scheduler.budget_min_arrivals in the window", "fires", True, enough))
     lowest = max(1, math.ceil(least / window_m))

@@ -122,11 +122,11 @@ def test_a_recording_is_seen_by_the_tests_of_every_alert_reading_it_even_through
 def test_a_test_file_runs_against_only_the_rules_its_checks_read_in_their_order() -> None:
     document, _ = mutation.load_rules((GENERATED / RULES_FILE).read_text())
     tests = mutation.load_tests(GENERATED)
-    kept = [b.get("record") or b["alert"] for b in mutation.pruned(document, tests["QueueShareBelowWeight.yml"])["groups"][0]["rules"]]
+    kept = [mutation.rule_name(b) for b in mutation.pruned(document, tests["QueueShareBelowWeight.yml"])["groups"][0]["rules"]]
     assert "QueueShareBelowWeight" in kept and "fairctl:queue_weight_ratio:backlogged" in kept
     assert "fairctl:queue_depth:backlogged" in kept  # read through the weight ratio
     assert "RedisMemoryHigh" not in kept and "QueueStarving" not in kept
-    everything = [b.get("record") or b["alert"] for b in document["groups"][0]["rules"]]
+    everything = [mutation.rule_name(b) for b in document["groups"][0]["rules"]]
     assert kept == [name for name in everything if name in kept]
     # An alert reading ALERTS keeps itself; a check on ALERTS{alertname=...} keeps that alert.
     dominating = mutation.pruned(document, tests["TenantDominatingQueue.yml"])["groups"][0]["rules"]
