@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import fnmatch
+import functools
 import os
 import re
 import shutil
@@ -361,14 +362,21 @@ def _named(text: str, names: set[str]) -> set[str]:
     return {name for name in names if re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", text)}
 
 
+@functools.cache
+def _rule_reads(expr: str, annotations: str, names: frozenset[str]) -> frozenset[str]:
+    """The rule names an expression and its annotations' text read; cached, since a mutation run
+    asks for the same unmutated rules' reads once per test file of every mutant."""
+    return frozenset(_reads(expr, set(names)) | _named(annotations, set(names)))
+
+
 def reads_of(bodies: Sequence[Mapping[str, Any]]) -> dict[str, set[str]]:
     """For each rule name, the other rules its expression and its annotations' queries read."""
-    names = {rule_name(body) for body in bodies}
+    names = frozenset(rule_name(body) for body in bodies)
     reads: dict[str, set[str]] = {}
     for body in bodies:
         name = rule_name(body)
         annotations = " ".join(str(v) for v in body.get("annotations", {}).values())
-        reads.setdefault(name, set()).update((_reads(body["expr"], names) | _named(annotations, names)) - {name})
+        reads.setdefault(name, set()).update(_rule_reads(body["expr"], annotations, names) - {name})
     return reads
 
 
