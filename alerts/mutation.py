@@ -430,6 +430,26 @@ def load_tests(generated: Path) -> dict[str, dict[str, Any]]:
     return tests
 
 
+def _write_pruned(directory: Path, rules: Mapping[str, Any], name: str, test: Mapping[str, Any]) -> Path:
+    """Write test file ``name`` under ``directory``'s tests, loading ``rules`` written beside it as
+    its own rules file; returns the test file's path."""
+    own_rules = directory / f"{Path(name).stem}.rules.yml"
+    own_rules.write_text(yaml_text(rules))
+    path = directory / TESTS_DIR / name
+    path.write_text(yaml_text({**test, "rule_files": ["/".join([".."] * len(TESTS_DIR.parts) + [own_rules.name])]}))
+    return path
+
+
+def pruned_copies(generated: Path, directory: Path) -> list[Path]:
+    """Copies of a generated set's test files under ``directory``, each against only the rules its
+    checks read (:func:`pruned`): promtool passes and fails them as it does the originals, at about
+    a quarter of the CPU (the committed set: 2.5 s against 9.9 s)."""
+    document = yaml.safe_load((generated / RULES_FILE).read_text())
+    (directory / TESTS_DIR).mkdir(parents=True, exist_ok=True)
+    return [_write_pruned(directory, pruned(document, test), name, test)
+            for name, test in load_tests(generated).items()]
+
+
 # The run.
 
 @dataclass(frozen=True)
@@ -456,11 +476,7 @@ def _run_in(directory: Path, document: Mapping[str, Any], tests: Mapping[str, Ma
         own = pruned(document, tests[name])
         if rule is not None and rule not in {rule_name(b) for b in own["groups"][0]["rules"]}:
             continue
-        own_rules = rules.with_name(f"{Path(name).stem}.rules.yml")
-        own_rules.write_text(yaml_text(own))
-        test = {**tests[name], "rule_files": ["/".join([".."] * len(TESTS_DIR.parts) + [own_rules.name])]}
-        path = directory / TESTS_DIR / name
-        path.write_text(yaml_text(test))
+        path = _write_pruned(directory, own, name, tests[name])
         try:
             promtool.test_rules(path)
         except promtool.PromtoolFailed:

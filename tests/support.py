@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from alerts import promtool
+from alerts.mutation import pruned_copies
 from fairness_core import Config, Scheduler, load_config
 from fairness_core.worker import Worker
 
@@ -96,3 +98,11 @@ def running(worker: Worker) -> Iterator[threading.Thread]:
         worker.stop()
         thread.join(timeout=60)
     assert outcome == [True], "the worker settled every job before returning"
+
+
+def promtool_passes_generated_tests(generated: Path, scratch: Path) -> str:
+    """promtool on every test file of a generated alerts set, each against only the rules it reads
+    (alerts.mutation.pruned_copies: the same verdicts at a quarter of the CPU). The committed set
+    runs whole in tests/test_alerts.py, as a user runs it; a set generated for another config runs
+    pruned here."""
+    return promtool.test_rules(*pruned_copies(generated, scratch))

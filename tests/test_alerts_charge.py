@@ -21,6 +21,7 @@ from exporter import metrics as m
 from fairness_core import Config, parse_config
 from fairness_core.config import CHARGES
 
+from .support import promtool_passes_generated_tests
 from .test_alerts import generate_into, metric_names
 from .test_config import with_change
 
@@ -49,9 +50,8 @@ def test_every_charge_has_a_basis() -> None:
 def test_rules_and_unit_tests_generated_under_charge_runtime_pass_promtool(tmp_path: Path) -> None:
     generated = generate_into(charged("runtime"), tmp_path)
     promtool.check_rules(generated / RULES_FILE)
-    tests = sorted((generated / TESTS_DIR).glob("*.yml"))
-    assert len(tests) > 10
-    promtool.test_rules(*tests)
+    assert len(list((generated / TESTS_DIR).glob("*.yml"))) > 10
+    promtool_passes_generated_tests(generated, tmp_path / "pruned")
     # The share alert's cases feed worker time only: the rules read no completions for it.
     share_case = yaml.safe_load((generated / TESTS_DIR / f"{QUEUE_SHARE_BELOW_WEIGHT}.yml").read_text())
     fed = {s["series"].split("{")[0] for case in share_case["tests"] for s in case["input_series"]}
