@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
+from .accounts import account_of
 from .classification import classify
 from .config import MAX_SHARDS, Config
 from .config_store import NO_MOVES, Applied, ConfigConflict, ConfigRefused, Moves, fingerprint
@@ -520,28 +521,31 @@ class ShardedScheduler:
                     raise self.health.unavailable(self._hand(tenant), []) from None
 
     def _hand(self, tenant: str) -> tuple[int, ...]:
+        """The tenant's hand: its account's (every key of an account shares one hand), else its own."""
         layout = self.layout()
-        return hand(tenant, layout.shards, min(self.file_config.redis.shard_hand, layout.shards))
+        party = account_of(tenant, self.file_config.tenants.account_separator)
+        return hand(party, layout.shards, min(self.file_config.redis.shard_hand, layout.shards))
 
     def shard_for(self, task: str, tenant: str, *, tier: str | None = None, user_waiting: bool = False) -> int:
         """The shard a job of ``tenant`` goes to: of its hand's shards that answer, the one where
-        the tenant already has jobs of the class queued, else the one whose class is least
-        backlogged (first in the hand on a tie). A hand of one costs no read. RedisUnavailable,
-        naming each shard of the hand and its master, when none of them answers."""
+        the tenant (with accounts, its account) already has jobs of the class queued, else the one
+        whose class is least backlogged (first in the hand on a tie). A hand of one costs no read.
+        RedisUnavailable, naming each shard of the hand and its master, when none of them answers."""
         config = self.shard(0).config
         tenant = check_tenant(tenant, config)
         dealt = self._hand(tenant)
+        party = account_of(tenant, config.tenants.account_separator)
         if len(dealt) == 1:
             return dealt[0]
         queue = classify(config, task, tier=check_tier(tier, config), user_waiting=user_waiting).queue
 
         def read(pipe: Any, shard: Scheduler) -> None:
-            pipe.zscore(shard.keys.class_key(queue, CLASS_PARTS["backlog"]), tenant)
+            pipe.zscore(shard.keys.class_key(queue, CLASS_PARTS["tags"]), party)
             pipe.hget(shard.keys.stats, f"depth{SEP}{queue}")
 
         replies = self.health.read(dealt, read, per_shard=2)
         live = [i for i in dealt if i in replies]
-        return choose_shard(live, [bool(replies[i][0]) for i in live], [int(replies[i][1] or 0) for i in live])
+        return choose_shard(live, [replies[i][0] is not None for i in live], [int(replies[i][1] or 0) for i in live])
 
     # ------------------------------------------------------------------ consuming
 

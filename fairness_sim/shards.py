@@ -24,14 +24,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fairness_core.accounts import account_of
 from fairness_core.classification import classify
 from fairness_core.config import Config
 from fairness_core.config_store import NO_MOVES, Moves
 from fairness_core.jobs import SEP, Lease, Record, check_tier
+from fairness_core.merged_snapshot import merged_snapshot
 from fairness_core.model import Model
 from fairness_core.sharded import ShardedScheduler, ShardLoad, choose_shard, shard_config, tenant_weights
 from fairness_core.sharding import hand
-from fairness_core.merged_snapshot import merged_snapshot
 from fairness_core.snapshot import Snapshot
 
 from .scenario import class_job, sharded_config
@@ -77,13 +78,18 @@ class ShardedModel:
         self.served: Counter[tuple[str, str]] = Counter()  # (class, tenant) -> jobs acked
 
     def hand(self, tenant: str) -> tuple[int, ...]:
-        return hand(tenant, self.shards, self.hand_size)
+        return hand(self.party(tenant), self.shards, self.hand_size)
+
+    def party(self, tenant: str) -> str:
+        return account_of(tenant, self.models[0].config.tenants.account_separator)
 
     def shard_for(self, queue: str, tenant: str) -> int:
-        """ShardedScheduler.shard_for's rule: of the tenant's hand, the shard holding its queued
-        jobs of the class, else the one whose class is least backlogged (first in the hand on ties)."""
+        """ShardedScheduler.shard_for's rule: of the tenant's hand (its account's), the shard
+        holding its (account's) queued jobs of the class, else the one whose class is least
+        backlogged (first in the hand on ties)."""
         dealt = self.hand(tenant)
-        held = [queue in self.models[i].classes and bool(self.models[i].classes[queue].backlog.score(tenant))
+        party = self.party(tenant)
+        held = [queue in self.models[i].classes and self.models[i].classes[queue].tags.score(party) is not None
                 for i in dealt]
         return choose_shard(dealt, held, [self.models[i].stats.get(f"depth{SEP}{queue}", 0) for i in dealt])
 
