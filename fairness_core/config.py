@@ -156,6 +156,10 @@ class TenantsConfig:
     max_rate: float | None = None
     rate_window: float = 60.0
     limits: Mapping[str, TierLimits] = field(default_factory=dict)
+    # Two-level fairness: a tenant id names its account before this separator ("acme/ws-17" is
+    # key ws-17 of account acme), and fair queuing runs across accounts, then across each account's
+    # tenants (fairness_core.accounts). None: every tenant id is a party of its own.
+    account_separator: str | None = None
 
     def cost(self, tier: str) -> int:
         """Virtual-time cost of one job for a tenant of ``tier``: integer, so Lua and Python agree."""
@@ -418,9 +422,18 @@ def _tenants(value: object, path: str, source: str | None) -> TenantsConfig:
         max_rate=r.get("max_rate", None, _arrival_rate),
         rate_window=r.get("rate_window", TenantsConfig.rate_window, _rate_window),
         limits=r.get("limits", {}, limits),
+        account_separator=r.get("account_separator", None, _account_separator),
     )
     r.done()
     return out
+
+
+def _account_separator(value: object, path: str) -> str:
+    """1 to 4 visible characters: what splits an account from its key in a tenant id."""
+    text = nonempty_str(value, path)
+    if len(text) > 4 or any(c.isspace() or not c.isprintable() for c in text):
+        raise ConfigError(path, f"expected 1 to 4 visible characters without spaces, such as \"/\", got {text!r}")
+    return text
 
 
 def _or_unlimited(convert: Callable[[object, str], Any]) -> Callable[[object, str], Any]:

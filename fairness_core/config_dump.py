@@ -59,6 +59,8 @@ def config_to_data(config: Config) -> dict[str, Any]:
         tenants["rate_window"] = format_duration(t.rate_window)
     if t.limits:
         tenants["limits"] = {tier: _limits(lim) for tier, lim in t.limits.items()}
+    if t.account_separator is not None:  # only when set: a group's fingerprint holds across the upgrade
+        tenants["account_separator"] = t.account_separator
     scheduler: dict[str, Any] = {
         "policy": s.policy, "max_payload_bytes": s.max_payload_bytes, "budget_window": format_duration(s.budget_window),
         "budget_min_arrivals": s.budget_min_arrivals, "budget_action": s.budget_action}

@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any, Callable, Self, Sequence, get_type_hints
 
+from .accounts import split_problem
 from .config import NAME_PATTERN, Config
 
 
@@ -99,6 +100,9 @@ def check_tenant(tenant: object, config: Config) -> str:
         tenant.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidJob("tenant", f"is not valid Unicode text: {tenant!r}") from None
+    problem = split_problem(tenant, config.tenants.account_separator)
+    if problem is not None:
+        raise InvalidJob("tenant", f"{tenant!r} {problem}")
     if tenant.isspace():
         raise InvalidJob("tenant", f"must not be only whitespace: {tenant!r}")
     if tenant != tenant.strip():

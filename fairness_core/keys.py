@@ -53,10 +53,13 @@ TENANT_QUEUE = "t/"
 
 # The parts of a class, by the name the script uses for each.
 CLASS_PARTS: dict[str, str] = {
-    "tags": "tags",  # zset: tenant -> WFQ virtual finish tag
+    # The party fair queuing runs across: each tenant, or with tenants.account_separator each
+    # account (fairness_core.accounts), whose own zset holds its queued tenants' tags inside it.
+    "tags": "tags",  # zset: party -> WFQ virtual finish tag
+    "account": "a/",  # + account; zset: the account's queued tenants -> their tags among its tenants
     "heads": "heads",  # zset: tenant -> enqueue time (ms) of its head job
     "backlog": "backlog",  # zset: tenant -> queued jobs
-    "cost": "cost",  # hash: tenant -> the tier its jobs are charged at
+    "cost": "cost",  # hash: party -> the tier its jobs are charged at
     "vt": "vt",  # string: the class's virtual time
     "inflight": "inflight",  # zset: tenant -> leased jobs
     "served": "served:",  # + window bucket; zset: tenant -> jobs processed in that bucket

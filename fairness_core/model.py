@@ -12,15 +12,34 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Container, Mapping, Sequence
 
+from .accounts import account_of
 from .classification import classify
 from .config import Config
 from .config_store import NO_MOVES, ConfigRefused, Moves, Names
 from .jobs import (
-    SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, Envelope, Finished, InvalidJob, Lease, Popped, Record,
-    TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, named, one_line,
-    runtime_us, settled,
+    SEP,
+    BudgetRejected,
+    DeadLetter,
+    DeadOutcome,
+    Enqueued,
+    Envelope,
+    Finished,
+    InvalidJob,
+    Lease,
+    Popped,
+    Record,
+    TenantLimitReached,
+    check_job_id,
+    check_task,
+    check_tenant,
+    check_tier,
+    encode_payload,
+    named,
+    one_line,
+    runtime_us,
+    settled,
 )
-from .settings import SWEEP_BATCH, derive, rebases_tags, recorded_cost
+from .settings import SWEEP_BATCH, derive, rebases_tags, recorded_cost, regroups
 from .snapshot import RawClass, Snapshot, build_snapshot
 from .zset import ZSet
 
@@ -28,10 +47,11 @@ from .zset import ZSet
 @dataclass
 class _Class:
     queues: dict[str, deque[Envelope]] = field(default_factory=dict)
-    tags: ZSet = field(default_factory=ZSet)
+    tags: ZSet = field(default_factory=ZSet)  # party (the tenant, or its account) -> tag
+    accounts: dict[str, ZSet] = field(default_factory=dict)  # account -> its queued tenants' tags among them
     heads: ZSet = field(default_factory=ZSet)
     backlog: ZSet = field(default_factory=ZSet)
-    cost: dict[str, str] = field(default_factory=dict)  # tenant -> tier
+    cost: dict[str, str] = field(default_factory=dict)  # party -> tier
     vt: float = 0
     inflight: ZSet = field(default_factory=ZSet)
     served: dict[int, ZSet] = field(default_factory=dict)
@@ -95,6 +115,7 @@ class Model:
         before = self.settings
         self._use(config, every, Names(before.names).covering(config))
         rebase = rebases_tags(before, self.settings)
+        regroup = regroups(before, self.settings)
         others, held = self._unconfigured()
         refused = {c: held[c] for c in others if held[c] > 0 and c not in every.classes}
         tiers = sorted({tier for c in (*self.names, *others) for tier in self._cls(c).cost.values()
@@ -109,12 +130,28 @@ class Model:
             for c in (*self.names, *others):
                 self._cls(c).estimates.clear()
                 self._cls(c).tenant_estimates.clear()
-        if rebase:
+        if regroup:
+            for c in (*self.names, *others):
+                self._regroup(c)
+        elif rebase:
             for c in (*self.names, *others):
                 cls = self._cls(c)
-                for tenant, _ in list(cls.tags.items()):
-                    cls.tags.add(tenant, 0)
+                for party, _ in list(cls.tags.items()):
+                    cls.tags.add(party, 0)
+                for members in cls.accounts.values():
+                    for tenant, _ in list(members.items()):
+                        members.add(tenant, 0)
                 cls.vt = 0
+
+    def _regroup(self, queue: str) -> None:
+        """As the Lua's ``regroup``: the class's parties rebuilt from its queued tenants."""
+        cls = self._cls(queue)
+        for tier in set(cls.cost.values()):
+            self.stats[f"tenants{SEP}{queue}{SEP}{tier}"] = 0
+        cls.tags, cls.accounts, cls.cost, cls.vt = ZSet(), {}, {}, 0
+        for tenant, _ in cls.backlog.head(len(cls.backlog)):
+            jobs = cls.queues[tenant]
+            self._activate(queue, cls, tenant, self._named(jobs[-1].tier), jobs[0].enqueued_ms)
 
     def move(self, now: int, limit: int = 1000) -> int:
         """Move up to ``limit`` queued jobs of moved classes into their targets, as the Lua's
@@ -162,10 +199,33 @@ class Model:
         key = f"tenants{SEP}{queue}{SEP}{tier}"
         self.stats[key] = max(0, self.stats.get(key, 0) + delta)
 
+    def _party(self, tenant: str) -> str:
+        """As the Lua's ``party_of``: whom fair queuing counts ``tenant``'s work for."""
+        return account_of(tenant, self.settings.account_sep or None)
+
+    def _set_tier(self, queue: str, cls: _Class, party: str, tier: str) -> None:
+        """As the Lua's ``set_tier``: a party is charged as its latest job's tier."""
+        was = cls.cost.get(party)
+        if tier != was:
+            cls.cost[party] = tier
+            if was is not None:
+                self._count_tier(queue, was, -1)
+            self._count_tier(queue, tier, 1)
+
     def _activate(self, queue: str, cls: _Class, tenant: str, tier: str, enq: int) -> None:
-        cls.tags.add(tenant, cls.vt)
+        """As the Lua's ``activate``."""
         cls.heads.add(tenant, enq)
-        cls.cost[tenant] = tier
+        party = self._party(tenant)
+        if self.settings.account_sep:
+            members = cls.accounts.get(party)
+            if members is not None:
+                members.add(tenant, members.first()[1])  # type: ignore[index]
+                self._set_tier(queue, cls, party, tier)
+                return
+            cls.accounts[party] = members = ZSet()
+            members.add(tenant, 0)
+        cls.tags.add(party, cls.vt)
+        cls.cost[party] = tier
         self._count_tier(queue, tier, 1)
 
     def _push_tail(self, queue: str, tenant: str, jobs: Sequence[Envelope]) -> None:
@@ -178,17 +238,12 @@ class Model:
         if not q:
             self._activate(queue, cls, tenant, self._named(jobs[0].tier), jobs[0].enqueued_ms)
         q.extend(jobs)
-        cost, last = cls.cost, None
-        for job in jobs:  # the tenant is charged as its latest job's tier
+        party, last = self._party(tenant), None
+        for job in jobs:  # the party is charged as its latest job's tier
             if job.tier == last:
                 continue  # as the job before it: nothing changes
             last = job.tier
-            tier, was = self._named(last), cost.get(tenant)
-            if tier != was:
-                cost[tenant] = tier
-                if was is not None:
-                    self._count_tier(queue, was, -1)
-                self._count_tier(queue, tier, 1)
+            self._set_tier(queue, cls, party, self._named(last))
         cls.backlog.incr(tenant, len(jobs))
         self._stat("depth", queue, len(jobs))
 
@@ -213,12 +268,21 @@ class Model:
         items = [q.pop() if from_tail else q.popleft() for _ in range(min(n, len(q)))]
         if not q:
             del cls.queues[tenant]
-            cls.tags.remove(tenant)
             cls.heads.remove(tenant)
             cls.backlog.remove(tenant)
-            was = cls.cost.pop(tenant, None)
-            if was is not None:
-                self._count_tier(queue, was, -1)
+            party = self._party(tenant)
+            members = cls.accounts.get(party)
+            if members is not None:
+                members.remove(tenant)
+                if members:
+                    party = None  # the account has other tenants queued
+                else:
+                    del cls.accounts[party]
+            if party is not None:
+                cls.tags.remove(party)
+                was = cls.cost.pop(party, None)
+                if was is not None:
+                    self._count_tier(queue, was, -1)
         else:
             cls.backlog.incr(tenant, -len(items))
             if not from_tail:
@@ -290,8 +354,12 @@ class Model:
             task = self._named(entry.job.task)
             own[task] = _learned(own.get(task), ran, s.smoothing)
             cls.estimates[task] = _learned(cls.estimates.get(task), ran, s.smoothing)
-        if fix and tenant in cls.cost:
-            cls.tags.add(tenant, cls.tags.score(tenant) + fix * self.settings.cost_of(cls.cost[tenant]))  # type: ignore[operator]
+        party = self._party(tenant)
+        if fix and party in cls.cost:
+            cls.tags.add(party, cls.tags.score(party) + fix * self.settings.cost_of(cls.cost[party]))  # type: ignore[operator]
+            members = cls.accounts.get(party)
+            if members is not None and tenant in members:
+                members.add(tenant, members.score(tenant) + fix)  # type: ignore[operator]
         if s.policy in ("weighted", "weighted-fair"):
             self._correct_classes(queue, fix)
         return cost
@@ -543,14 +611,18 @@ class Model:
             queue = self.names[ci]
             cls = self._cls(queue)
             if policy == "weighted-fair":
-                tenant, tag = cls.tags.first()  # type: ignore[misc]
+                party, tag = cls.tags.first()  # type: ignore[misc]
+                members = cls.accounts.get(party)
+                tenant, inner = (party, 0.0) if members is None else members.first()  # type: ignore[misc]
                 cls.vt = tag
                 n = int(min(s.batch, max_jobs - len(out), cap[ci], len(cls.queues[tenant])))
-                cost = self.settings.cost_of(cls.cost[tenant])
+                cost = self.settings.cost_of(cls.cost[party])
                 items, left = self._take(queue, tenant, n)
                 work = self._charge(ci, tenant, items) if s.runtime else n
-                if left > 0:
-                    cls.tags.add(tenant, tag + work * cost)
+                if members is not None and left > 0:
+                    members.add(tenant, inner + work)
+                if left > 0 or party in cls.accounts:
+                    cls.tags.add(party, tag + work * cost)
                 self._lease(now, queue, tenant, items, out)
                 self._charge_visit(swrr, elig, ci, total, work)
             else:
@@ -759,12 +831,13 @@ class Model:
             cls = self._cls(name)
             served_now, served_before = cls.served.get(bucket, empty), cls.served.get(bucket - 1, empty)
             sample = [
-                (t, self.settings.cost_of(cls.cost[t]), served_now.score(t) or 0.0, served_before.score(t) or 0.0)
+                (t, self.settings.cost_of(cls.cost[self._party(t)]), served_now.score(t) or 0.0,
+                 served_before.score(t) or 0.0)
                 for t, _ in cls.backlog.top(s.sample)
             ]
             raw[name] = RawClass(
                 heads=cls.heads.head(s.heads),
-                active_tenants=len(cls.tags),
+                active_tenants=len(cls.backlog),
                 top_backlog=cls.backlog.top(s.backlog_top),
                 top_inflight=cls.inflight.top(s.inflight_top),
                 served_now=served_now.top(s.served_top),
@@ -787,6 +860,7 @@ class Model:
             entry = {
                 "queues": {t: [j.encode() for j in q] for t, q in cls.queues.items()},
                 "tags": dict(cls.tags.items()),
+                "accounts": {a: dict(m.items()) for a, m in cls.accounts.items()},
                 "heads": dict(cls.heads.items()),
                 "backlog": dict(cls.backlog.items()),
                 "cost": dict(cls.cost),

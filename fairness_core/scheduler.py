@@ -31,7 +31,7 @@ from .keys import WAKE_MEMBER, Keys
 from .library import Library, missing
 from .memory import MemoryGuard
 from .script import script_source
-from .settings import SWEEP_BATCH, derive, rebases_tags
+from .settings import SWEEP_BATCH, derive, rebases_tags, regroups
 from .snapshot import RawClass, Snapshot, build_snapshot
 
 MAX_POP = 1000
@@ -224,9 +224,10 @@ class Scheduler:
         names = (previous.names if previous else Names(self.settings.names)).covering(config)
         before = previous.config if previous else self.config
         rebase = previous is not None and rebases_tags(derive(before), derive(config))
+        regroup = previous is not None and regroups(derive(before), derive(config))
         seen = previous.fingerprint if previous else ""
         version = self._apply_script(config, every, names, expect=seen if expect is None else expect, rebase=rebase,
-                                     check=True)
+                                     regroup=regroup, check=True)
         self._compile(config, every, names)
         moved = 0
         while (n := self.move_pending()) > 0:
@@ -247,12 +248,13 @@ class Scheduler:
         return _in_calls(limit, one)
 
     def _apply_script(self, config: Config, moves: Moves, names: Names, *, expect: str, rebase: bool,
-                      check: bool) -> int:
+                      check: bool, regroup: bool = False) -> int:
         """The ``apply`` op, run by the script compiled from ``config``; the version applied.
-        ``check``: refuse to strand jobs (a group's first config, adopted, is not checked)."""
+        ``check``: refuse to strand jobs (a group's first config, adopted, is not checked).
+        ``regroup``: the parties of fair queuing changed (:func:`~fairness_core.settings.regroups`)."""
         library = Library(script_source(derive(config, moves, names)))
         args = self._argv("apply", expect, shared_text(config), moves.text(), "1" if rebase else "0",
-                          "1" if check else "0", names.text())
+                          "1" if check else "0", names.text(), "1" if regroup else "0")
         with redis_errors(self.client):
             reply = library.call(self._send, self._node, library.drain, self._declared, args)
         kind = _text(reply[0])

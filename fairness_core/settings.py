@@ -48,6 +48,7 @@ class Settings:
     promote_ms: tuple[int, ...]  # 0: never promoted
     policy: str
     batch: int
+    account_sep: str  # tenants.account_separator: "" when every tenant is a party of its own
     costs: Mapping[str, int]  # tier -> virtual-time cost of one job
     max_queued: Mapping[str, int]  # tier -> jobs a tenant enqueueing as it may have queued, 0 for no limit
     has_limit: bool  # some tier has one: only then does an enqueue count the tenant's queued jobs
@@ -118,6 +119,7 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
         promote_ms=tuple(int((c.promote_after or 0) * 1000) for c in classes),
         policy=config.scheduler.policy,
         batch=config.tenants.batch,
+        account_sep=config.tenants.account_separator or "",
         costs={tier: config.tenants.cost(tier) for tier in config.tenants.tiers},
         default_cost=config.tenants.cost(config.tenants.default_tier),
         runtime=config.scheduler.charge == "runtime",
@@ -155,3 +157,9 @@ def rebases_tags(before: Settings, after: Settings) -> bool:
     """Whether tags change unit from ``before`` to ``after``: a tier's cost changed, or the charge
     basis (jobs or microseconds of work). Then every tag and virtual time restarts from zero."""
     return dict(before.costs) != dict(after.costs) or before.runtime != after.runtime
+
+
+def regroups(before: Settings, after: Settings) -> bool:
+    """Whether the parties of fair queuing change from ``before`` to ``after`` (accounts turned on
+    or off, or split another way): then every class's tags are rebuilt from its queued tenants."""
+    return before.account_sep != after.account_sep

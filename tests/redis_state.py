@@ -10,7 +10,7 @@ from typing import Any
 import redis
 
 from fairness_core import Config
-from fairness_core.keys import RATE_SPACE, Keys
+from fairness_core.keys import CLASS_PARTS, RATE_SPACE, TENANT_QUEUE, Keys
 
 
 def _s(value: bytes) -> str:
@@ -38,26 +38,30 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
     # Every class the counters name: the configured ones, and removed ones that may hold state.
     counted = {_s(f).split("\t")[1] for f in client.hkeys(k.stats) if "\t" in _s(f)}
     for name in [*config.class_names, *sorted(counted - set(config.class_names))]:
-        prefix = k.class_key(name, "t/")
-        queues = {}
-        for key in client.scan_iter(match=_glob(prefix) + "*", count=1000):
-            tenant = _s(key)[len(prefix):]
-            queues[tenant] = [_s(e) for e in client.lrange(key, 0, -1)]
+        # One SCAN per class for its keyed parts: sub-queues, accounts, estimates, service buckets.
+        own = k.class_key(name, "")
+        queues, accounts, tenant_estimates, served, served_total = {}, {}, {}, {}, {}
+        for key in client.scan_iter(match=_glob(own) + "*", count=1000):
+            part = _s(key)[len(own):]
+            if part.startswith(TENANT_QUEUE):
+                queues[part[len(TENANT_QUEUE):]] = [_s(e) for e in client.lrange(key, 0, -1)]
+            elif part.startswith(CLASS_PARTS["account"]):
+                accounts[part[len(CLASS_PARTS["account"]):]] = _zset(client, key)
+            elif part.startswith(CLASS_PARTS["tenant_estimate"]):
+                tenant_estimates[part[len(CLASS_PARTS["tenant_estimate"]):]] = {
+                    _s(t): int(v) for t, v in client.hgetall(key).items()}
+            elif part.startswith("served"):
+                kind, bucket = part.split(":")
+                if int(bucket) >= now_ms // window_ms - 1:  # the model forgets what Redis expires
+                    if kind == "served":
+                        served[int(bucket)] = _zset(client, key)
+                    else:
+                        served_total[int(bucket)] = int(client.get(key))
         vt = client.get(k.class_key(name, "vt"))
-        own = k.class_key(name, "est/")
-        tenant_estimates = {_s(key)[len(own):]: {_s(t): int(v) for t, v in client.hgetall(key).items()}
-                            for key in client.scan_iter(match=_glob(own) + "*", count=1000)}
-        served, served_total = {}, {}
-        for key in client.scan_iter(match=k.class_key(name, "served*"), count=1000):
-            kind, bucket = _s(key).rsplit("/", 1)[1].split(":")
-            if int(bucket) >= now_ms // window_ms - 1:  # the model forgets what Redis expires
-                if kind == "served":
-                    served[int(bucket)] = _zset(client, key)
-                else:
-                    served_total[int(bucket)] = int(client.get(key))
         classes[name] = {
             "queues": queues,
             "tags": _zset(client, k.class_key(name, "tags")),
+            "accounts": accounts,
             "heads": _zset(client, k.class_key(name, "heads")),
             "backlog": _zset(client, k.class_key(name, "backlog")),
             "cost": {_s(t): _s(c) for t, c in client.hgetall(k.class_key(name, "cost")).items()},

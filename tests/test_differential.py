@@ -26,7 +26,9 @@ from .conftest import make_config
 from .redis_state import read_state
 
 TASKS = ["password_reset", "newsletter", "order", "nightly_digest"]
-TENANTS = ["acme", "b", "c{x}", ":colon", "ünï", "d e"]
+# With accounts (tenants.account_separator "/"), acme/1 is a key of the account acme beside its
+# one-key id acme, and ünï/ö one of ünï's; under "ï", ünï/ö and ünï are both the account ün's.
+TENANTS = ["acme", "b", "c{x}", ":colon", "ünï", "d e", "acme/1", "ünï/ö"]
 CLASSES = ["jobs:high", "jobs:medium", "jobs:low"]
 
 configs = st.fixed_dictionaries({
@@ -45,6 +47,8 @@ configs = st.fixed_dictionaries({
     "free_max_rate": st.sampled_from([None, 0.2]),
     # What fairness counts: jobs, or microseconds of work (estimates at the pop, corrected at the ack).
     "charge": st.sampled_from(["jobs", "runtime"]),
+    # Two-level fairness: every tenant its own party, or accounts before "/".
+    "accounts": st.sampled_from([None, "/"]),
 })
 # A runtime a worker reports (seconds): none, under the minimum charge, about the seed, far above it.
 runtimes = st.sampled_from([None, 0.0, 0.0004, 0.05, 0.2, 0.5, 2.0])
@@ -69,6 +73,8 @@ applies = st.tuples(st.just("apply"), st.fixed_dictionaries({
     "tiers": st.sampled_from(["same", "reweigh", "drop-free"]),
     "move_free": st.booleans(),
     "charge": st.sampled_from(["jobs", "runtime"]),
+    # Accounts turned on, off or split another way (a multi-byte separator): the parties regroup.
+    "accounts": st.sampled_from([None, "/", "ï"]),
 }))
 operations = st.lists(
     st.one_of(
@@ -108,6 +114,7 @@ def build_config(params: dict[str, Any]):
         scheduler={"policy": params["policy"], "budget_window": "10s", "budget_min_arrivals": 4,
                    "budget_action": params.get("budget_action", "demote"), "charge": params.get("charge", "jobs")},
         tenants={"batch": params["batch"], "max_queued": params.get("max_queued"),
+                 **({"account_separator": params["accounts"]} if params.get("accounts") else {}),
                  "max_rate": params.get("max_rate"), "rate_window": "10s",
                  **({"limits": {"free": {"max_queued": params.get("free_max_queued"),
                                          "max_rate": params.get("free_max_rate")}}}
@@ -132,6 +139,9 @@ def changed_config(config: Any, change: dict[str, Any]) -> tuple[Any, Moves]:
     data["scheduler"]["policy"] = change["policy"]
     data["scheduler"]["charge"] = change.get("charge", "jobs")
     data["tenants"]["batch"] = change["batch"]
+    data["tenants"].pop("account_separator", None)
+    if change.get("accounts"):
+        data["tenants"]["account_separator"] = change["accounts"]
     tiers = {"same": {"enterprise": 6, "pro": 3, "free": 1}, "reweigh": {"enterprise": 4, "pro": 3, "free": 1},
              "drop-free": {"enterprise": 6, "pro": 3}}[change["tiers"]]
     data["tenants"]["tiers"] = tiers
@@ -274,6 +284,19 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
     ("enqueue", "order", "acme", None, False, 3), ("pop", 2, None), ("ack", 0, 1.0),
     ("apply", {**RENAME, "low": "jobs:low", "move_low": False, "charge": "jobs"}), ("ack", 1, 1.0), ("pop", 1, None),
     ("apply", {**RENAME, "low": "jobs:low", "move_low": False, "charge": "runtime"}), ("ack", 2, 0.3)])
+# Two levels: the account acme (two keys and its own id) takes turns with b as one party, its keys
+# alternating inside its share; a key leaving keeps the account queued; then accounts are turned
+# off and on again under load, the parties rebuilt from the queued tenants each time.
+@example(params={**PLAIN, "batch": 1, "accounts": "/"}, ops=[
+    ("enqueue", "order", "acme/1", None, False, 3), ("enqueue", "order", "acme/2", "pro", False, 3),
+    ("enqueue", "order", "acme", None, False, 1), ("enqueue", "order", "b", None, False, 4), ("pop", 5, None),
+    ("apply", {**RENAME, "low": "jobs:low", "move_low": False, "accounts": None}), ("pop", 2, None),
+    ("apply", {**RENAME, "low": "jobs:low", "move_low": False, "accounts": "/"}), ("pop", 3, None)])
+# Accounts under runtime charging: a correction lands on the account's tag and on its key's.
+@example(params={**PLAIN, "charge": "runtime", "accounts": "/"}, ops=[
+    ("enqueue", "order", "acme/1", None, False, 3), ("enqueue", "order", "acme/2", None, False, 3),
+    ("enqueue", "newsletter", "b", "pro", False, 3), ("pop", 2, None), ("ack_and_pop", [(0, 2.0), (1, 0.05)], 2, None),
+    ("ack", 2, 0.5), ("pop", 3, None)])
 def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: list[tuple]) -> None:
     config = build_config(params)
     clock = [1_700_000_000_000]

@@ -91,13 +91,49 @@ local function count_tier(c, tier, delta)
   if redis.call('HINCRBY', K_STATS, field, delta) < 0 then redis.call('HSET', K_STATS, field, 0) end
 end
 
--- A tenant with new work joins its class at the class's current virtual time: no banked credit.
+-- Two-level fairness (tenants.account_separator, fairness_core.accounts): a class's tags, tiers
+-- and tier counts are kept per party, the tenant's account, and each account keeps its queued
+-- tenants' tags among themselves (akey). Without a separator every tenant is a party of its own.
+local ACCOUNTS = cfg.account_sep ~= ''
+local function account_of(tenant)
+  local at = string.find(tenant, cfg.account_sep, 1, true)
+  if at then return string.sub(tenant, 1, at - 1) end
+  return tenant
+end
+local function party_of(tenant)
+  if ACCOUNTS then return account_of(tenant) end
+  return tenant
+end
+local function akey(c, account) return ckey(c, PART_ACCOUNT .. account) end
+
+-- A party is charged as its latest job's tier.
+local function set_tier(c, party, tier)
+  local was = redis.call('HGET', ckey(c, PART_COST), party)
+  if was ~= tier then
+    redis.call('HSET', ckey(c, PART_COST), party, tier)
+    if was then count_tier(c, was, -1) end
+    count_tier(c, tier, 1)
+  end
+end
+
+-- A party with new work joins its class at the class's current virtual time: no banked credit.
+-- A tenant joining its account's other queued tenants joins at the lowest of their tags.
 local function activate(c, tenant, tier, enq)
-  local vt = num(redis.call('GET', ckey(c, PART_VT)))
-  redis.call('ZADD', ckey(c, PART_TAGS), vt, tenant)
   redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
-  redis.call('HSET', ckey(c, PART_COST), tenant, tier)
-  count_tier(c, tier, 1)
+  local party, inner = tenant, nil
+  if ACCOUNTS then
+    party = account_of(tenant)
+    local first = redis.call('ZRANGE', akey(c, party), 0, 0, 'WITHSCORES')
+    inner = tonumber(first[2])
+    redis.call('ZADD', akey(c, party), inner or 0, tenant)
+  end
+  if inner then
+    set_tier(c, party, tier)
+  else
+    redis.call('ZADD', ckey(c, PART_TAGS), num(redis.call('GET', ckey(c, PART_VT))), party)
+    redis.call('HSET', ckey(c, PART_COST), party, tier)
+    count_tier(c, tier, 1)
+  end
 end
 
 -- A removed class's jobs coming back (a reaped lease, a retry, a requeued dead letter) go where
@@ -207,12 +243,7 @@ local function push_tail(c, tenant, tier, env, enq)
   if redis.call('RPUSH', tkey(c, tenant), env) == 1 then
     activate(c, tenant, tier, enq)
   else
-    local was = redis.call('HGET', ckey(c, PART_COST), tenant)
-    if was ~= tier then  -- the tenant is charged as its latest job's tier
-      redis.call('HSET', ckey(c, PART_COST), tenant, tier)
-      if was then count_tier(c, was, -1) end
-      count_tier(c, tier, 1)
-    end
+    set_tier(c, party_of(tenant), tier)
   end
   redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
   stat('depth', c, 1)
@@ -242,13 +273,21 @@ local function take(c, tenant, n, from_tail)
   local left = tonumber(redis.call('ZINCRBY', ckey(c, PART_BACKLOG), -#items, tenant))
   if left <= 0 then
     left = 0
-    redis.call('ZREM', ckey(c, PART_TAGS), tenant)
     redis.call('ZREM', ckey(c, PART_HEADS), tenant)
     redis.call('ZREM', ckey(c, PART_BACKLOG), tenant)
-    local was = redis.call('HGET', ckey(c, PART_COST), tenant)
-    if was then
-      redis.call('HDEL', ckey(c, PART_COST), tenant)
-      count_tier(c, was, -1)
+    local party = tenant
+    if ACCOUNTS then
+      party = account_of(tenant)
+      redis.call('ZREM', akey(c, party), tenant)
+      if redis.call('EXISTS', akey(c, party)) == 1 then party = nil end  -- the account has other tenants queued
+    end
+    if party then
+      redis.call('ZREM', ckey(c, PART_TAGS), party)
+      local was = redis.call('HGET', ckey(c, PART_COST), party)
+      if was then
+        redis.call('HDEL', ckey(c, PART_COST), party)
+        count_tier(c, was, -1)
+      end
     end
   else
     if not from_tail then
@@ -562,11 +601,16 @@ local function finish_work(w)
     end
     redis.call('HSET', key, unpack(args))
   end
-  -- A tenant queued now pays (or gets back) the difference on its tag; one that left has no tag.
+  -- A party queued now pays (or gets back) the difference on its tag, and a tenant queued in its
+  -- account on its own among the account's tenants; one that left has no tag.
   for _, t in ipairs(w.tenants) do
     local fix = w.tenant_fix[t[3]]
-    local tier = fix ~= 0 and redis.call('HGET', ckey(t[1], PART_COST), t[2])
-    if tier then redis.call('ZINCRBY', ckey(t[1], PART_TAGS), fix * cost_of(tier), t[2]) end
+    local party = party_of(t[2])
+    local tier = fix ~= 0 and redis.call('HGET', ckey(t[1], PART_COST), party)
+    if tier then
+      redis.call('ZINCRBY', ckey(t[1], PART_TAGS), fix * cost_of(tier), party)
+      if ACCOUNTS then redis.call('ZADD', akey(t[1], party), 'XX', 'INCR', fix, t[2]) end
+    end
   end
   if #w.classes > 0 and (cfg.policy == 'weighted' or cfg.policy == 'weighted-fair') then correct_classes(w.fixes, w.classes) end
 end
@@ -702,18 +746,30 @@ function ops.pop()
     local tenant, n
     if policy == 'weighted-fair' then
       local t = redis.call('ZRANGE', ckey(c, PART_TAGS), 0, 0, 'WITHSCORES')
-      tenant = t[1]
+      local party, inner = t[1], nil
+      tenant = party
+      if ACCOUNTS and party then
+        local m = redis.call('ZRANGE', akey(c, party), 0, 0, 'WITHSCORES')
+        tenant, inner = m[1], tonumber(m[2])
+      end
       if tenant == nil then
         return redis.error_reply('FAIRCTL_DAMAGED ' .. c .. ' counts ' .. depth[ci] .. ' queued jobs but no tenant ' ..
           'holds any: scheduler keys were deleted or evicted (is maxmemory-policy noeviction?)')
       end
       local tag = tonumber(t[2])
       redis.call('SET', ckey(c, PART_VT), tag)
-      local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), tenant))
+      local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), party))
       local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci]))
       n = #items
       local work = cfg.runtime and record_charges(items, estimates(ci, tenant, items)) or n
-      if left > 0 then redis.call('ZADD', ckey(c, PART_TAGS), tag + work * cost, tenant) end
+      if inner then
+        if left > 0 then redis.call('ZADD', akey(c, party), inner + work, tenant) end
+        if left > 0 or redis.call('EXISTS', akey(c, party)) == 1 then
+          redis.call('ZADD', ckey(c, PART_TAGS), tag + work * cost, party)
+        end
+      elseif left > 0 then
+        redis.call('ZADD', ckey(c, PART_TAGS), tag + work * cost, party)
+      end
       lease(c, tenant, items, out)
       charge_visit(swrr, elig, ci, total, work)
     else
@@ -919,9 +975,26 @@ function ops.register()
   return 1
 end
 
+-- The parties changed (accounts turned on or off, or split another way): each class's tags, tiers
+-- and tier counts are rebuilt from its queued tenants, every party from zero, each charged as
+-- its tenants' latest jobs' tiers. One pass over the queued tenants, as rare as such an apply.
+local function regroup(c)
+  for _, party in ipairs(redis.call('ZRANGE', ckey(c, PART_TAGS), 0, -1)) do redis.call('DEL', akey(c, party)) end
+  for _, tier in ipairs(redis.call('HVALS', ckey(c, PART_COST))) do
+    redis.call('HSET', K_STATS, 'tenants' .. SEP .. c .. SEP .. tier, 0)
+  end
+  redis.call('DEL', ckey(c, PART_TAGS), ckey(c, PART_COST), ckey(c, PART_VT))
+  for _, tenant in ipairs(redis.call('ZRANGE', ckey(c, PART_BACKLOG), 0, -1)) do
+    local _, enq = header(redis.call('LINDEX', tkey(c, tenant), 0))
+    local _, _, _, tier = header(redis.call('LINDEX', tkey(c, tenant), -1))
+    activate(c, tenant, named(tier), enq)
+  end
+end
+
 -- ARGV[4]: the fingerprint the caller read ('' when none is applied), ARGV[5]: the config's text,
 -- ARGV[6]: its moves' text, ARGV[7]: '1' when some tier's cost or the charge basis changed,
--- ARGV[8]: '1' to check, ARGV[9]: the names jobs store as codes, as text ('' for none).
+-- ARGV[8]: '1' to check, ARGV[9]: the names jobs store as codes, as text ('' for none),
+-- ARGV[10]: '1' when the parties changed (regroup).
 -- Compiled from the config being applied. Checked, it is refused, changing nothing, when a class
 -- the config does not name still holds jobs and no move says where they go, or a tier it does not
 -- name is still a queued tenant's. The first config of a group (a process adopting its own) is
@@ -970,7 +1043,7 @@ function ops.apply()
   -- Runtime estimates are kept only while charging by runtime.
   if not cfg.runtime then
     for _, c in ipairs(classes) do
-      for _, part in ipairs({PART_TAGS, PART_INFLIGHT}) do
+      for _, part in ipairs({PART_BACKLOG, PART_INFLIGHT}) do
         for _, tenant in ipairs(redis.call('ZRANGE', ckey(c, part), 0, -1)) do redis.call('DEL', tenant_estimates(c, tenant)) end
       end
       redis.call('DEL', ckey(c, PART_ESTIMATE))
@@ -978,9 +1051,16 @@ function ops.apply()
   end
   -- Tags are in units of the tier costs and of the charge basis: across a change of either no
   -- tenant keeps its place.
-  if ARGV[7] == '1' then
+  if ARGV[10] == '1' then
+    for _, c in ipairs(classes) do regroup(c) end
+  elseif ARGV[7] == '1' then
     for _, c in ipairs(classes) do
       if redis.call('EXISTS', ckey(c, PART_TAGS)) == 1 then
+        if ACCOUNTS then
+          for _, party in ipairs(redis.call('ZRANGE', ckey(c, PART_TAGS), 0, -1)) do
+            redis.call('ZUNIONSTORE', akey(c, party), 1, akey(c, party), 'WEIGHTS', 0)
+          end
+        end
         redis.call('ZUNIONSTORE', ckey(c, PART_TAGS), 1, ckey(c, PART_TAGS), 'WEIGHTS', 0)
       end
       redis.call('DEL', ckey(c, PART_VT))
@@ -1025,7 +1105,12 @@ function ops.snapshot_class()
   local backlog = redis.call('ZREVRANGE', ckey(c, PART_BACKLOG), 0, cfg.sample - 1)
   local rows = {}
   if #backlog > 0 then
-    local tiers = redis.call('HMGET', ckey(c, PART_COST), unpack(backlog))
+    local parties = backlog
+    if ACCOUNTS then
+      parties = {}
+      for k, tenant in ipairs(backlog) do parties[k] = account_of(tenant) end
+    end
+    local tiers = redis.call('HMGET', ckey(c, PART_COST), unpack(parties))
     local now_served = redis.call('ZMSCORE', ckey(c, PART_SERVED .. bucket), unpack(backlog))
     local before = redis.call('ZMSCORE', ckey(c, PART_SERVED .. (bucket - 1)), unpack(backlog))
     for k, tenant in ipairs(backlog) do
@@ -1037,7 +1122,7 @@ function ops.snapshot_class()
   end
   return {
     redis.call('ZRANGE', ckey(c, PART_HEADS), 0, cfg.heads - 1, 'WITHSCORES'),
-    redis.call('ZCARD', ckey(c, PART_TAGS)),
+    redis.call('ZCARD', ckey(c, PART_BACKLOG)),
     redis.call('ZREVRANGE', ckey(c, PART_BACKLOG), 0, cfg.backlog_top - 1, 'WITHSCORES'),
     redis.call('ZREVRANGE', ckey(c, PART_INFLIGHT), 0, cfg.inflight_top - 1, 'WITHSCORES'),
     served(bucket, cfg.served_top),

@@ -1,0 +1,122 @@
+"""Two-level fairness (tenants.account_separator): accounts first, then each account's keys.
+
+The bound docs/scheduler.md states ("Accounts: fair to customers, not to keys"), checked on the
+reference model at every pop of random runs (the differential test holds the Lua to the model step
+for step): two accounts backlogged together differ in weighted service by at most V/w_a + V/w_b,
+and two keys of one account by at most 2V, where V is the most work one visit can charge
+(``tenants.batch`` jobs, or under runtime charging ``batch`` times the longest job).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairness_core import InvalidJob, Model, parse_config
+from fairness_core.accounts import account_of
+from fairness_core.jobs import check_tenant
+
+from .conftest import make_config
+
+NOW = 1_700_000_000_000
+TIERS = {"enterprise": 6, "pro": 3, "free": 1}
+SEED_S = 0.1  # the class's service_time: what a task's first job is charged under runtime
+
+
+def one_class(separator: str | None = "/", *, batch: int = 1, charge: str = "jobs") -> Model:
+    return Model(make_config(
+        classes=[{"name": "jobs", "weight": 1, "max_age": "1h", "arrival_rate": "1/s",
+                  "service_time": f"{int(SEED_S * 1000)}ms"}],
+        classification=[{"class": "jobs", "reason": "everything"}],
+        scheduler={"policy": "weighted-fair", "charge": charge},
+        tenants={"tiers": TIERS, "default_tier": "free", "batch": batch,
+                 **({"account_separator": separator} if separator else {})}))
+
+
+def test_an_id_names_its_account_before_the_first_separator() -> None:
+    assert account_of("acme/ws-17", "/") == "acme"
+    assert account_of("acme/ws/17", "/") == "acme"
+    assert account_of("acme", "/") == "acme"  # an account of one key
+    assert account_of("acme/ws-17", None) == "acme/ws-17"
+    assert account_of("ünï::ö", "::") == "ünï"
+
+
+@pytest.mark.parametrize("tenant, problem", [("/ws-1", "names no account before '/'"),
+                                             ("acme/", "names no key after '/'")])
+def test_an_id_with_an_empty_account_or_key_is_refused_naming_the_field(tenant: str, problem: str) -> None:
+    config = make_config(tenants={"account_separator": "/"})
+    with pytest.raises(InvalidJob, match=f"tenant: .*{problem}.*tenants.account_separator"):
+        check_tenant(tenant, config)
+    assert check_tenant(tenant, make_config()) == tenant  # without accounts any such id is a tenant
+
+
+@pytest.mark.parametrize("value, message", [("", "expected a non-empty string"), ("a b", "without spaces"),
+                                            ("/////", "1 to 4 visible characters"), (7, "expected a non-empty string")])
+def test_a_bad_separator_is_refused_naming_the_field(value: object, message: str) -> None:
+    data = {**make_config_data(), "tenants": {"account_separator": value}}
+    with pytest.raises(Exception, match=f"tenants.account_separator.*{message}"):
+        parse_config(data)
+
+
+def make_config_data() -> dict:
+    import yaml
+
+    from .conftest import EXAMPLE_CONFIG
+    return yaml.safe_load(EXAMPLE_CONFIG.read_text())
+
+
+def key_spread(separator: str | None, pops: int) -> Counter[str]:
+    """One account floods through 200 keys beside 50 accounts of one key: who gets the pops."""
+    model = one_class(separator)
+    for k in range(200):
+        model.submit_many(NOW, "newsletter", f"flood/k{k}", 50)
+    for a in range(50):
+        model.submit_many(NOW, "newsletter", f"acct{a}", 200)  # none runs dry in the pops
+    served: Counter[str] = Counter()
+    for _ in range(pops):
+        for lease in model.pop(NOW, 1):
+            served[account_of(lease.tenant, "/")] += 1
+    return served
+
+
+def test_an_account_spread_over_200_keys_gets_one_accounts_share() -> None:
+    flat, accounts = key_spread(None, 5100), key_spread("/", 5100)
+    assert flat["flood"] == 4050  # 200 of 250 parties: 20 visits each, then 100 more in id order
+    assert accounts["flood"] == 100  # 1 of 51 accounts
+    assert all(accounts[f"acct{a}"] == 100 for a in range(50))
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), batch=st.integers(1, 4), charge=st.sampled_from(["jobs", "runtime"]))
+def test_service_stays_within_the_stated_bound_at_every_pop(data: st.DataObject, batch: int, charge: str) -> None:
+    accounts = data.draw(st.lists(st.tuples(st.sampled_from(sorted(TIERS)), st.integers(1, 6)), min_size=2, max_size=6))
+    runtimes = [0.002, 0.05, 0.3]  # seconds; each key's jobs take one of these
+    model = one_class("/", batch=batch, charge=charge)
+    cost_s: dict[str, float] = {}
+    for a, (tier, keys) in enumerate(accounts):
+        for k in range(keys):
+            tenant = f"a{a}/k{k}"
+            cost_s[tenant] = data.draw(st.sampled_from(runtimes))
+            model.submit_many(NOW, "task", tenant, 1300, tier=tier)  # none runs dry in 300 visits
+    unit = (lambda t: 1.0) if charge == "jobs" else (lambda t: cost_s[t] * 1e6)
+    longest = 1.0 if charge == "jobs" else max(max(runtimes), SEED_S) * 1e6
+    visit = batch * longest  # V: the most one visit can charge
+    weight = {f"a{a}": TIERS[tier] for a, (tier, _) in enumerate(accounts)}
+    served: Counter[str] = Counter()
+    for _ in range(300):
+        for lease in model.pop(NOW, batch):
+            served[lease.tenant] += unit(lease.tenant)
+            model.ack(NOW, lease, runtime=cost_s[lease.tenant])
+        per_account: Counter[str] = Counter()
+        for tenant, work in served.items():
+            per_account[account_of(tenant, "/")] += work
+        for a in weight:
+            for b in weight:
+                gap = abs(per_account[a] / weight[a] - per_account[b] / weight[b])
+                assert gap <= visit / weight[a] + visit / weight[b] + 1e-6, (a, b, dict(per_account))
+        for a, (_, keys) in enumerate(accounts):
+            mine = [served[f"a{a}/k{k}"] for k in range(keys)]
+            assert max(mine) - min(mine) <= 2 * visit + 1e-6, (a, mine)
