@@ -141,6 +141,8 @@ class TierLimits:
 
 # A tier's limit of 0: the tier has none, whatever the group's (``unlimited`` in the file).
 UNLIMITED = 0
+# The names of the limits that hold per account (``account_max_queued``, ``account_max_rate``).
+ACCOUNT_LIMIT = "account_"
 
 
 @dataclass(frozen=True)
@@ -160,19 +162,27 @@ class TenantsConfig:
     # key ws-17 of account acme), and fair queuing runs across accounts, then across each account's
     # tenants (fairness_core.accounts). None: every tenant id is a party of its own.
     account_separator: str | None = None
+    # Admission per account, all its keys and classes together (None: no limit); only with accounts.
+    account_max_queued: int | None = None
+    account_max_rate: float | None = None
 
     def cost(self, tier: str) -> int:
         """Virtual-time cost of one job for a tenant of ``tier``: integer, so Lua and Python agree."""
         return math.lcm(*self.tiers.values()) // self.tiers[tier]
 
     def limit_field(self, tier: str, name: str) -> str:
-        """The config field that sets the limit ``name`` for ``tier``: its tier's own when set."""
+        """The config field that sets the limit ``name`` for ``tier``: its tier's own when set (an
+        account's limits, ``account_max_queued`` and ``account_max_rate``, have no tier's own)."""
+        if name.startswith(ACCOUNT_LIMIT):
+            return f"tenants.{name}"
         own = self.limits.get(tier)
         return f"tenants.limits.{tier}.{name}" if own is not None and getattr(own, name) is not None else f"tenants.{name}"
 
     def limit_for(self, tier: str, name: str) -> int | float | None:
         """The limit ``name`` (``max_queued``, ``max_rate``) of a tenant enqueueing as ``tier``:
         its tier's own, else the group's (None: no limit)."""
+        if name.startswith(ACCOUNT_LIMIT):
+            return getattr(self, name)
         own = self.limits.get(tier)
         if own is None or getattr(own, name) is None:
             return getattr(self, name)
@@ -423,7 +433,12 @@ def _tenants(value: object, path: str, source: str | None) -> TenantsConfig:
         rate_window=r.get("rate_window", TenantsConfig.rate_window, _rate_window),
         limits=r.get("limits", {}, limits),
         account_separator=r.get("account_separator", None, _account_separator),
+        account_max_queued=r.get("account_max_queued", None, int_between(1, MAX_QUEUED)),
+        account_max_rate=r.get("account_max_rate", None, _arrival_rate),
     )
+    for name in ("account_max_queued", "account_max_rate"):
+        if getattr(out, name) is not None and out.account_separator is None:
+            raise r.error(name, "limits accounts, and needs tenants.account_separator to tell a tenant's account")
     r.done()
     return out
 

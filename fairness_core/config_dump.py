@@ -61,6 +61,9 @@ def config_to_data(config: Config) -> dict[str, Any]:
         tenants["limits"] = {tier: _limits(lim) for tier, lim in t.limits.items()}
     if t.account_separator is not None:  # only when set: a group's fingerprint holds across the upgrade
         tenants["account_separator"] = t.account_separator
+    for name in ("account_max_queued", "account_max_rate"):
+        if getattr(t, name) is not None:
+            tenants[name] = getattr(t, name)
     scheduler: dict[str, Any] = {
         "policy": s.policy, "max_payload_bytes": s.max_payload_bytes, "budget_window": format_duration(s.budget_window),
         "budget_min_arrivals": s.budget_min_arrivals, "budget_action": s.budget_action}

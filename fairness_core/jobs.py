@@ -45,11 +45,12 @@ class TenantLimitReached(FairnessError):
 
     def __init__(self, tenant: str, limit: str, value: int | float) -> None:
         self.tenant, self.limit, self.value = tenant, limit, value
+        whose = "its account's" if ".account_" in limit else "its"
         if limit.endswith("max_rate"):
             rate = int(value) if float(value).is_integer() else value
-            super().__init__(f"tenant {tenant!r} is over its arrival rate of {rate:g}/s ({limit}); job refused")
+            super().__init__(f"tenant {tenant!r} is over {whose} arrival rate of {rate:g}/s ({limit}); job refused")
         else:
-            super().__init__(f"tenant {tenant!r} is at its limit of {value} queued jobs ({limit}); job refused")
+            super().__init__(f"tenant {tenant!r} is at {whose} limit of {value} queued jobs ({limit}); job refused")
 
     @classmethod
     def at(cls, config: Config, tenant: str, tier: str, name: str) -> TenantLimitReached:

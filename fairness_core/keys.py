@@ -31,9 +31,15 @@ CONFIG = "config"  # hash: the applied config (fairness_core.config_store): text
 # (tenants.max_rate), expiring two windows after a tenant's first job in it. Not in FIXED: the
 # script builds the two it reads from ``base``.
 RATE_SPACE = "rate:"
+# A rate bucket's field for an account (tenants.account_max_rate): this mark, then the account. No
+# tenant id holds a control character, so no tenant's field can be an account's.
+ACCOUNT_RATE_MARK = "\x01"
 # base + CHARGED; hash: job id -> the microseconds of worker time its pop charged (scheduler.charge:
 # runtime), so its ack corrects the charge by the difference. Built from ``base`` like RATE_SPACE.
 CHARGED = "charged"
+# base + ACCOUNT_QUEUED; hash: account -> its jobs queued in every class (with accounts only):
+# what tenants.account_max_queued is held to.
+ACCOUNT_QUEUED = "aqueued"
 # A sharded queue group's layout (fairness_core.sharded): hash of shards, serve and version, under
 # the logical group's own tag; each shard is a queue group of its own, tagged ``{prefix.i}``.
 LAYOUT = "layout"
@@ -42,7 +48,7 @@ LAYOUT = "layout"
 FIXED: dict[str, str] = {
     "stats": STATS, "swrr": SWRR, "paused": PAUSED, "arrivals": ARRIVALS, "seq": SEQ, "leases": LEASES,
     "leased": LEASED, "delayed": DELAYED, "dead": DEAD, "workers": WORKERS, "worker_slots": WORKER_SLOTS,
-    "config": CONFIG,
+    "config": CONFIG, "account_queued": ACCOUNT_QUEUED,
 }
 
 # Per-class keys: base + CLASS_SPACE + class + PART_SEP + part; a tenant's sub-queue is the part

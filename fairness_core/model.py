@@ -39,6 +39,7 @@ from .jobs import (
     runtime_us,
     settled,
 )
+from .keys import ACCOUNT_RATE_MARK
 from .settings import SWEEP_BATCH, derive, rebases_tags, recorded_cost, regroups
 from .snapshot import RawClass, Snapshot, build_snapshot
 from .zset import ZSet
@@ -70,7 +71,8 @@ class Model:
         self.swrr: dict[str, float] = {}
         self.paused: set[str] = set()
         self.arrivals: dict[str, float] = {}
-        self.rates: dict[int, dict[str, int]] = {}  # rate-window bucket -> tenant -> accepted jobs
+        self.rates: dict[int, dict[str, int]] = {}  # rate-window bucket -> tenant (or account field) -> accepted jobs
+        self.account_queued: dict[str, int] = {}  # account -> its jobs queued in every class (with accounts)
         self.seq = 0
         self.classes: dict[str, _Class] = {name: _Class() for name in self.names}
         self.leases = ZSet()
@@ -131,6 +133,7 @@ class Model:
                 self._cls(c).estimates.clear()
                 self._cls(c).tenant_estimates.clear()
         if regroup:
+            self.account_queued = {}
             for c in (*self.names, *others):
                 self._regroup(c)
         elif rebase:
@@ -152,6 +155,7 @@ class Model:
         for tenant, _ in cls.backlog.head(len(cls.backlog)):
             jobs = cls.queues[tenant]
             self._activate(queue, cls, tenant, self._named(jobs[-1].tier), jobs[0].enqueued_ms)
+            self._count_account(tenant, len(jobs))
 
     def move(self, now: int, limit: int = 1000) -> int:
         """Move up to ``limit`` queued jobs of moved classes into their targets, as the Lua's
@@ -203,6 +207,16 @@ class Model:
         """As the Lua's ``party_of``: whom fair queuing counts ``tenant``'s work for."""
         return account_of(tenant, self.settings.account_sep or None)
 
+    def _count_account(self, tenant: str, delta: int) -> None:
+        """As the Lua's ``count_account``: an account's jobs queued in every class (with accounts)."""
+        if self.settings.account_sep:
+            account = self._party(tenant)
+            left = self.account_queued.get(account, 0) + delta
+            if left > 0:
+                self.account_queued[account] = left
+            else:
+                self.account_queued.pop(account, None)
+
     def _set_tier(self, queue: str, cls: _Class, party: str, tier: str) -> None:
         """As the Lua's ``set_tier``: a party is charged as its latest job's tier."""
         was = cls.cost.get(party)
@@ -245,6 +259,7 @@ class Model:
             last = job.tier
             self._set_tier(queue, cls, party, self._named(last))
         cls.backlog.incr(tenant, len(jobs))
+        self._count_account(tenant, len(jobs))
         self._stat("depth", queue, len(jobs))
 
     def _push_head(self, queue: str, tenant: str, jobs: Sequence[Envelope]) -> None:
@@ -258,6 +273,7 @@ class Model:
         cls.heads.add(tenant, min(job.enqueued_ms for job in jobs), only_lower=True)
         q.extendleft(reversed(jobs))
         cls.backlog.incr(tenant, len(jobs))
+        self._count_account(tenant, len(jobs))
         self._stat("depth", queue, len(jobs))
 
     def _take(self, queue: str, tenant: str, n: int, *, from_tail: bool = False) -> tuple[list[Envelope], int]:
@@ -266,6 +282,7 @@ class Model:
         cls = self._cls(queue)
         q = cls.queues[tenant]
         items = [q.pop() if from_tail else q.popleft() for _ in range(min(n, len(q)))]
+        self._count_account(tenant, -len(items))
         if not q:
             del cls.queues[tenant]
             cls.heads.remove(tenant)
@@ -447,14 +464,21 @@ class Model:
         decision = classify(self.config, task, tier=tier, user_waiting=user_waiting)
         wanted = self.config.class_index(decision.queue)
         has_budget = self.settings.has_budget
-        limit = self.settings.max_queued.get(tier, 0)
+        s = self.settings
+        limit = s.max_queued.get(tier, 0)
         room: float = limit - self._queued(tenant) if limit else math.inf
-        rate_room = self._rate_room(now, tenant, tier)
+        account = self._party(tenant)
+        account_room: float = (s.account_max_queued - self.account_queued.get(account, 0)
+                               if s.account_max_queued else math.inf)
+        rate_room = self._rate_room(now, tenant, s.rate_allowed.get(tier, 0))
+        account_field = ACCOUNT_RATE_MARK + account
+        account_rate_room = self._rate_room(now, account_field, s.account_rate_allowed)
         runs: list[tuple[str, str, int]] = []
         left = count
         while left > 0:
             # Every job left is refused alike: nothing between them makes room, time stands still.
-            refused = "max_queued" if room <= 0 else "max_rate" if rate_room <= 0 else None
+            refused = ("max_queued" if room <= 0 else "account_max_queued" if account_room <= 0
+                       else "max_rate" if rate_room <= 0 else "account_max_rate" if account_rate_room <= 0 else None)
             if refused is not None:
                 self._stat("refused", decision.queue, left)
                 raise TenantLimitReached.at(self.config, tenant, tier, refused)
@@ -464,7 +488,7 @@ class Model:
                 if ci is None:
                     raise BudgetRejected(f"{decision.queue} is over its arrival budget; job for tenant {tenant!r} rejected")
             else:
-                n, ci, reason = int(min(left, room, rate_room)), wanted, decision.reason
+                n, ci, reason = int(min(left, room, account_room, rate_room, account_rate_room)), wanted, decision.reason
                 if has_budget:
                     self._roll_arrivals(now)
                     self._count_arrivals(ci, n)
@@ -483,26 +507,30 @@ class Model:
                 runs.append((queue, reason, n))
             if self.settings.has_rate:
                 self._count_rate(now, tenant, n)
+                if s.account_rate_allowed:
+                    self._count_rate(now, account_field, n)
             left -= n
             room -= n
+            account_room -= n
             rate_room -= n
+            account_rate_room -= n
         return runs
 
     def _queued(self, tenant: str) -> int:
         """As the Lua's ``at_limit`` counts: the tenant's queued jobs in every configured class."""
         return int(sum(self._cls(c).backlog.score(tenant) or 0 for c in self.names))
 
-    def _rate_room(self, now: int, tenant: str, tier: str) -> float:
-        """The jobs ``tenant`` may still have accepted at ``now`` as ``tier`` (inf: no rate limit),
-        each decided as the Lua's ``over_rate`` decides it, float for float: job k is accepted
-        while the estimate with the k before it counted stays under the allowance."""
-        allowed = self.settings.rate_allowed.get(tier, 0)
+    def _rate_room(self, now: int, field: str, allowed: float) -> float:
+        """The jobs the rate field ``field`` (a tenant, or an account's) may still have accepted at
+        ``now`` under ``allowed`` jobs a window (inf: 0, no rate limit), each decided as the Lua's
+        ``rate_estimate`` decides it, float for float: job k is accepted while the estimate with
+        the k before it counted stays under the allowance."""
         if not allowed:
             return math.inf
         window = self.settings.rate_window_ms
         bucket = math.floor(now / window)
-        part = self.rates.get(bucket - 1, {}).get(tenant, 0) * (window - (now - bucket * window)) / window
-        cur = self.rates.get(bucket, {}).get(tenant, 0)
+        part = self.rates.get(bucket - 1, {}).get(field, 0) * (window - (now - bucket * window)) / window
+        cur = self.rates.get(bucket, {}).get(field, 0)
 
         def accepted(k: int) -> bool:
             return part + (cur + k) < allowed
@@ -514,11 +542,11 @@ class Model:
             n += 1
         return n
 
-    def _count_rate(self, now: int, tenant: str, n: int) -> None:
+    def _count_rate(self, now: int, field: str, n: int) -> None:
         """As the Lua's ``count_rate``, ``n`` times; buckets before the previous one go, as Redis expires them."""
         bucket = math.floor(now / self.settings.rate_window_ms)
         counts = self.rates.setdefault(bucket, {})
-        counts[tenant] = counts.get(tenant, 0) + n
+        counts[field] = counts.get(field, 0) + n
         for old in [b for b in self.rates if b < bucket - 1]:
             del self.rates[old]
 
@@ -879,6 +907,7 @@ class Model:
             "paused": set(self.paused),
             "arrivals": {k: v for k, v in self.arrivals.items()},
             "rates": {b: dict(counts) for b, counts in self.rates.items() if b >= rates_live},
+            "account_queued": dict(self.account_queued),
             "seq": self.seq,
             "classes": classes,
             "leases": dict(self.leases.items()),

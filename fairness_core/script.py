@@ -17,7 +17,17 @@ from importlib import resources
 from typing import Any
 
 from .jobs import CODE_MARK, SEP, DeadLetter, Envelope, Fields, Record
-from .keys import CHARGED, CLASS_PARTS, CLASS_SPACE, FIXED, PART_SEP, RATE_SPACE, TENANT_QUEUE, WAKE_MEMBER
+from .keys import (
+    ACCOUNT_RATE_MARK,
+    CHARGED,
+    CLASS_PARTS,
+    CLASS_SPACE,
+    FIXED,
+    PART_SEP,
+    RATE_SPACE,
+    TENANT_QUEUE,
+    WAKE_MEMBER,
+)
 from .settings import SWEEP_BATCH, Settings
 
 _SOURCE = resources.files("fairness_core").joinpath("lua/scheduler.lua").read_text(encoding="utf-8")
@@ -71,6 +81,7 @@ def layout() -> dict[str, Any]:
         **{f"KEY_{name.upper()}": suffix for name, suffix in FIXED.items()},
         "CLASS_SPACE": CLASS_SPACE, "PART_SEP": PART_SEP, "TENANT_QUEUE": TENANT_QUEUE, "RATE_SPACE": RATE_SPACE,
         "CHARGED": CHARGED, "WAKE_MEMBER": WAKE_MEMBER, "SWEEP_BATCH": SWEEP_BATCH,
+        "ACCOUNT_RATE_MARK": ACCOUNT_RATE_MARK,
         **{f"PART_{name.upper()}": part for name, part in CLASS_PARTS.items()},
     }
 

@@ -56,6 +56,9 @@ class Settings:
     rate_allowed: Mapping[str, float]  # tier -> max_rate as jobs per rate window, what the estimate is held to
     rate_window_ms: int  # the window of the rate estimate, and the length of each of its buckets
     has_rate: bool  # some tier has one: only then does an enqueue read and count the tenant's arrivals
+    account_max_queued: int  # jobs one account may have queued, all its keys together; 0 for no limit
+    account_max_rate: float  # jobs per second one account may have accepted; 0 for no limit
+    account_rate_allowed: float  # account_max_rate as jobs per rate window
     default_cost: int  # the charge for a tier no config names (a job queued before its tier went)
     runtime: bool  # scheduler.charge is runtime: tags and class shares count microseconds of work
     seed_us: tuple[int, ...]  # per class: the estimate of a task no job of has reported yet
@@ -105,6 +108,7 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
     tenants = config.tenants
     limits = {tier: int(tenants.limit_for(tier, "max_queued") or 0) for tier in tenants.tiers}
     rates = {tier: float(tenants.limit_for(tier, "max_rate") or 0) for tier in tenants.tiers}
+    account_rate = float(tenants.account_max_rate or 0)
     return Settings(
         classes=tuple(c.name for c in classes),
         weights=tuple(c.weight for c in classes),
@@ -127,12 +131,15 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
         min_charge_us=MIN_CHARGE_US,
         smoothing=RUNTIME_SMOOTHING,
         max_queued=limits,
-        has_limit=any(limits.values()),
+        has_limit=any(limits.values()) or bool(tenants.account_max_queued),
         max_rate=rates,
         # Rounded: 0.3/s over 10s is 3 jobs, not 3.0000000000000004 (a fourth let in).
         rate_allowed={tier: round(rate * tenants.rate_window, 9) for tier, rate in rates.items()},
         rate_window_ms=int(tenants.rate_window * 1000),
-        has_rate=any(rates.values()),
+        has_rate=any(rates.values()) or bool(account_rate),
+        account_max_queued=tenants.account_max_queued or 0,
+        account_max_rate=account_rate,
+        account_rate_allowed=round(account_rate * tenants.rate_window, 9),
         fingerprint=stored or fingerprint(config, moves, names),
         moves=tuple(sorted(moves.classes.items())),
         moved=dict(moves.classes),

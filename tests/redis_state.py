@@ -10,7 +10,7 @@ from typing import Any
 import redis
 
 from fairness_core import Config
-from fairness_core.keys import CLASS_PARTS, RATE_SPACE, TENANT_QUEUE, Keys
+from fairness_core.keys import ACCOUNT_QUEUED, CLASS_PARTS, RATE_SPACE, TENANT_QUEUE, Keys
 
 
 def _s(value: bytes) -> str:
@@ -96,4 +96,5 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
         "workers": _zset(client, k.workers),
         "worker_slots": {_s(f): int(v) for f, v in client.hgetall(k.worker_slots).items()},
         "charged": {_s(f): int(v) for f, v in client.hgetall(k.charged).items()},
+        "account_queued": {_s(f): int(v) for f, v in client.hgetall(k.base + ACCOUNT_QUEUED).items()},
     }

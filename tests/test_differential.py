@@ -47,8 +47,11 @@ configs = st.fixed_dictionaries({
     "free_max_rate": st.sampled_from([None, 0.2]),
     # What fairness counts: jobs, or microseconds of work (estimates at the pop, corrected at the ack).
     "charge": st.sampled_from(["jobs", "runtime"]),
-    # Two-level fairness: every tenant its own party, or accounts before "/".
+    # Two-level fairness: every tenant its own party, or accounts before "/", with admission per
+    # account (used only with accounts): 4 jobs queued, 4 jobs per 10s window.
     "accounts": st.sampled_from([None, "/"]),
+    "account_max_queued": st.sampled_from([None, 4]),
+    "account_max_rate": st.sampled_from([None, 0.4]),
 })
 # A runtime a worker reports (seconds): none, under the minimum charge, about the seed, far above it.
 runtimes = st.sampled_from([None, 0.0, 0.0004, 0.05, 0.2, 0.5, 2.0])
@@ -114,7 +117,9 @@ def build_config(params: dict[str, Any]):
         scheduler={"policy": params["policy"], "budget_window": "10s", "budget_min_arrivals": 4,
                    "budget_action": params.get("budget_action", "demote"), "charge": params.get("charge", "jobs")},
         tenants={"batch": params["batch"], "max_queued": params.get("max_queued"),
-                 **({"account_separator": params["accounts"]} if params.get("accounts") else {}),
+                 **({"account_separator": params["accounts"],
+                     **{name: params[name] for name in ("account_max_queued", "account_max_rate") if params.get(name)}}
+                    if params.get("accounts") else {}),
                  "max_rate": params.get("max_rate"), "rate_window": "10s",
                  **({"limits": {"free": {"max_queued": params.get("free_max_queued"),
                                          "max_rate": params.get("free_max_rate")}}}
@@ -142,6 +147,9 @@ def changed_config(config: Any, change: dict[str, Any]) -> tuple[Any, Moves]:
     data["tenants"].pop("account_separator", None)
     if change.get("accounts"):
         data["tenants"]["account_separator"] = change["accounts"]
+    else:  # account limits need accounts
+        data["tenants"].pop("account_max_queued", None)
+        data["tenants"].pop("account_max_rate", None)
     tiers = {"same": {"enterprise": 6, "pro": 3, "free": 1}, "reweigh": {"enterprise": 4, "pro": 3, "free": 1},
              "drop-free": {"enterprise": 6, "pro": 3}}[change["tiers"]]
     data["tenants"]["tiers"] = tiers
@@ -292,6 +300,12 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
     ("enqueue", "order", "acme", None, False, 1), ("enqueue", "order", "b", None, False, 4), ("pop", 5, None),
     ("apply", {**RENAME, "low": "jobs:low", "move_low": False, "accounts": None}), ("pop", 2, None),
     ("apply", {**RENAME, "low": "jobs:low", "move_low": False, "accounts": "/"}), ("pop", 3, None)])
+# Admission per account: its keys together are refused at the account's queued limit (a pop makes
+# room) and at its arrival rate, naming the account's field; a key's own limit comes first.
+@example(params={**PLAIN, "accounts": "/", "account_max_queued": 4, "account_max_rate": 0.4, "max_queued": 3}, ops=[
+    ("enqueue", "order", "acme/1", None, False, 4), ("enqueue", "order", "acme/2", None, False, 2),
+    ("pop", 2, None), ("enqueue", "order", "acme", None, False, 2), ("enqueue", "order", "b", None, False, 5),
+    ("sleep", 6000), ("enqueue", "order", "acme/2", None, False, 1)])
 # Accounts under runtime charging: a correction lands on the account's tag and on its key's.
 @example(params={**PLAIN, "charge": "runtime", "accounts": "/"}, ops=[
     ("enqueue", "order", "acme/1", None, False, 3), ("enqueue", "order", "acme/2", None, False, 3),

@@ -25,7 +25,7 @@ local cfg = __SETTINGS__
 -- Set by `call` for each call: Redis runs one call at a time, and the functions below read them.
 local ARGV, op, base, now
 local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS, K_CONFIG,
-  K_CHARGED
+  K_CHARGED, K_AQUEUED
 local NCLASS = #cfg.classes
 
 local function ckey(c, part) return base .. CLASS_SPACE .. c .. PART_SEP .. part end
@@ -105,6 +105,12 @@ local function party_of(tenant)
   return tenant
 end
 local function akey(c, account) return ckey(c, PART_ACCOUNT .. account) end
+
+-- An account's jobs queued in every class (tenants.account_max_queued reads it); it goes at 0.
+local function count_account(tenant, delta)
+  local account = account_of(tenant)
+  if tonumber(redis.call('HINCRBY', K_AQUEUED, account, delta)) <= 0 then redis.call('HDEL', K_AQUEUED, account) end
+end
 
 -- A party is charged as its latest job's tier.
 local function set_tier(c, party, tier)
@@ -246,6 +252,7 @@ local function push_tail(c, tenant, tier, env, enq)
     set_tier(c, party_of(tenant), tier)
   end
   redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
+  if ACCOUNTS then count_account(tenant, 1) end
   stat('depth', c, 1)
   wake(c, 0)
 end
@@ -260,6 +267,7 @@ local function push_head(c, tenant, env)
     redis.call('ZADD', ckey(c, PART_HEADS), 'LT', enq, tenant)
   end
   redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
+  if ACCOUNTS then count_account(tenant, 1) end
   stat('depth', c, 1)
   wake(c, 0)
 end
@@ -271,6 +279,7 @@ local function take(c, tenant, n, from_tail)
   local qk = tkey(c, tenant)
   local items = redis.call(from_tail and 'RPOP' or 'LPOP', qk, n)
   local left = tonumber(redis.call('ZINCRBY', ckey(c, PART_BACKLOG), -#items, tenant))
+  if ACCOUNTS then count_account(tenant, -#items) end
   if left <= 0 then
     left = 0
     redis.call('ZREM', ckey(c, PART_HEADS), tenant)
@@ -406,22 +415,25 @@ end
 -- The arrival-rate limit (jobs per second) a tenant enqueueing as `tier` is over, or nil: as the
 -- budget estimates arrivals, its accepted jobs in the current rate-window bucket plus the previous
 -- bucket's weighted by the part of it still in the window, held to the rate times the window.
-local function over_rate(tenant, tier)
-  local allowed = cfg.rate_allowed[tier] or 0
-  if allowed == 0 then return nil end
+local function rate_estimate(field)
   local window = cfg.rate_window_ms
   local bucket = math.floor(now / window)
-  local prev = num(redis.call('HGET', base .. RATE_SPACE .. (bucket - 1), tenant))
-  local cur = num(redis.call('HGET', base .. RATE_SPACE .. bucket, tenant))
-  if prev * (window - (now - bucket * window)) / window + cur >= allowed then return cfg.max_rate[tier] end
-  return nil
+  local prev = num(redis.call('HGET', base .. RATE_SPACE .. (bucket - 1), field))
+  local cur = num(redis.call('HGET', base .. RATE_SPACE .. bucket, field))
+  return prev * (window - (now - bucket * window)) / window + cur
 end
 
--- Count an accepted job in its tenant's rate bucket; a bucket lives two windows from its tenant's
--- first job in it, as long as the estimate reads it.
-local function count_rate(tenant)
+local function over_rate(tenant, tier)
+  local allowed = cfg.rate_allowed[tier] or 0
+  if allowed == 0 or rate_estimate(tenant) < allowed then return nil end
+  return cfg.max_rate[tier]
+end
+
+-- Count an accepted job in its tenant's rate bucket (`field`: the tenant, or an account's field);
+-- a bucket lives two windows from a field's first job in it, as long as the estimate reads it.
+local function count_rate(field)
   local key = base .. RATE_SPACE .. math.floor(now / cfg.rate_window_ms)
-  if redis.call('HINCRBY', key, tenant, 1) == 1 then redis.call('PEXPIRE', key, 2 * cfg.rate_window_ms) end
+  if redis.call('HINCRBY', key, field, 1) == 1 then redis.call('PEXPIRE', key, 2 * cfg.rate_window_ms) end
 end
 
 -- ---------------------------------------------------------------- operations
@@ -435,11 +447,16 @@ local ops = {}
 -- either the rate or the budget.
 function ops.enqueue()
   local asked, tenant, tier = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+  local account_rate = cfg.account_rate_allowed > 0 and ACCOUNT_RATE_MARK .. account_of(tenant)
   if cfg.has_limit then
     local limit = at_limit(tenant, tier)
     if limit then
       stat('refused', cfg.classes[asked], 1)
       return {'', cfg.classes[asked], ARGV[8], 'max_queued', limit}
+    end
+    if cfg.account_max_queued > 0 and num(redis.call('HGET', K_AQUEUED, account_of(tenant))) >= cfg.account_max_queued then
+      stat('refused', cfg.classes[asked], 1)
+      return {'', cfg.classes[asked], ARGV[8], 'account_max_queued', cfg.account_max_queued}
     end
   end
   if cfg.has_rate then
@@ -448,10 +465,17 @@ function ops.enqueue()
       stat('refused', cfg.classes[asked], 1)
       return {'', cfg.classes[asked], ARGV[8], 'max_rate', tostring(rate)}
     end
+    if account_rate and rate_estimate(account_rate) >= cfg.account_rate_allowed then
+      stat('refused', cfg.classes[asked], 1)
+      return {'', cfg.classes[asked], ARGV[8], 'account_max_rate', tostring(cfg.account_max_rate)}
+    end
   end
   local ci, reason = apply_budget(asked, ARGV[8])
   if ci == nil then return {'', cfg.classes[asked], reason} end
-  if cfg.has_rate then count_rate(tenant) end
+  if cfg.has_rate then
+    count_rate(tenant)
+    if account_rate then count_rate(account_rate) end
+  end
   local c = cfg.classes[ci]
   local id = redis.call('INCR', K_SEQ)
   local e = {}
@@ -984,10 +1008,13 @@ local function regroup(c)
     redis.call('HSET', K_STATS, 'tenants' .. SEP .. c .. SEP .. tier, 0)
   end
   redis.call('DEL', ckey(c, PART_TAGS), ckey(c, PART_COST), ckey(c, PART_VT))
-  for _, tenant in ipairs(redis.call('ZRANGE', ckey(c, PART_BACKLOG), 0, -1)) do
+  local queued = redis.call('ZRANGE', ckey(c, PART_BACKLOG), 0, -1, 'WITHSCORES')
+  for k = 1, #queued, 2 do
+    local tenant = queued[k]
     local _, enq = header(redis.call('LINDEX', tkey(c, tenant), 0))
     local _, _, _, tier = header(redis.call('LINDEX', tkey(c, tenant), -1))
     activate(c, tenant, named(tier), enq)
+    if ACCOUNTS then count_account(tenant, tonumber(queued[k + 1])) end
   end
 end
 
@@ -1052,6 +1079,7 @@ function ops.apply()
   -- Tags are in units of the tier costs and of the charge basis: across a change of either no
   -- tenant keeps its place.
   if ARGV[10] == '1' then
+    redis.call('DEL', K_AQUEUED)
     for _, c in ipairs(classes) do regroup(c) end
   elseif ARGV[7] == '1' then
     for _, c in ipairs(classes) do
@@ -1158,7 +1186,7 @@ local function call(keys, args)
       base .. KEY_ARRIVALS, base .. KEY_SEQ, base .. KEY_LEASES
     K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS = base .. KEY_LEASED, base .. KEY_DELAYED, base .. KEY_DEAD,
       base .. KEY_WORKERS, base .. KEY_WORKER_SLOTS
-    K_CONFIG, K_CHARGED, keys_of = base .. KEY_CONFIG, base .. CHARGED, base
+    K_CONFIG, K_CHARGED, K_AQUEUED, keys_of = base .. KEY_CONFIG, base .. CHARGED, base .. KEY_ACCOUNT_QUEUED, base
   end
   -- Every call runs the applied config or nothing: code compiled from another config (a process
   -- that has not seen the latest `fairctl config apply`, or one that has not applied any) is
