@@ -28,7 +28,7 @@ from fairness_core.ages import human
 from fairness_core.config import MAX_SHARDS, POLICIES
 from fairness_sim.alert_evaluation import AlertEvaluationError
 from fairness_sim.policies import PROGRESS_EVERY_S, Check, Outcome, alert_label, run_policies
-from fairness_sim.report import fairness_text, shard_lines, verdict, worker_time_lines, write_report
+from fairness_sim.report import account_lines, fairness_text, shard_lines, verdict, worker_time_lines, write_report
 from fairness_sim.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 from fairness_sim.simulator import PolicyRun
 
@@ -99,7 +99,7 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
         lines.append(f"  tenant fairness index (1 = fair; while 2+ tenants wait): {fairness}")
         if scenario.reports_worker_time:
             lines.extend(f"  {line}" for line in worker_time_lines(scenario, run))
-        lines.extend(f"  {line}" for line in shard_lines(scenario, run))
+        lines.extend(f"  {line}" for line in account_lines(run) + shard_lines(scenario, run))
         lines.append(f"  verdict: {verdict(scenario, run).summary(outcome.alerts)}")
         if outcome.alerts is not None:
             if outcome.alerts:
@@ -147,6 +147,10 @@ def as_json(scenario: Scenario, outcomes: Sequence[Outcome]) -> dict[str, Any]:
             policies[run.name] |= worker_time_json(run, outcome.checks(scenario, outcomes))
         if run.shards is not None:
             policies[run.name]["sharded"] = run.shards.figures()
+        if run.accounts is not None:
+            policies[run.name]["accounts"] = {
+                "keys": run.accounts.keys, "wait_p99_s": run.accounts.wait_p99_s,
+                "single_key_wait_p99_s": run.accounts.single_key_p99_s}
     return {"scenario": scenario.name, "duration_s": scenario.duration, "seed": scenario.seed, "policies": policies}
 
 
@@ -159,7 +163,7 @@ def worker_time_json(run: PolicyRun, checks: Sequence[Check]) -> dict[str, Any]:
                "tenants": [{"tenant": row.tenant, "seconds": row.seconds, "share": row.share, "fair_share": row.fair_share}
                            for row in worker_time.tenants(name)[:TOP_TENANTS_JSON]]}
         for name in worker_time.seconds}
-    return {"policy": run.policy, "charge": run.charge, "worker_time": classes,
+    return {"policy": run.policy, "charge": run.charge, "variant": run.variant, "worker_time": classes,
             "stream_wait_p99_s": run.stream_wait_p99_s,
             "checks": [{"ok": c.ok, "text": c.text} for c in checks]}
 

@@ -359,7 +359,8 @@ def _summary_table(scenario: Scenario, outcome: Outcome) -> str:
             "class served something (1 = fair, 1/n = one tenant takes all; none served: tenants waited and the class "
             "served nothing; -: never two tenants waiting at once).")
     changes = "".join(f"<li>{html.escape(str(change))}</li>" for change in run.config_changes)
-    shown = (worker_time_lines(scenario, run) if scenario.reports_worker_time else []) + shard_lines(scenario, run)
+    shown = ((worker_time_lines(scenario, run) if scenario.reports_worker_time else []) + account_lines(run)
+             + shard_lines(scenario, run))
     worker_time = "".join(f"<p>{html.escape(line)}</p>" for line in shown)
     return (f"<p>{run.jobs_started:,} jobs started of {run.jobs_enqueued:,} enqueued.</p>"
             + ('<p>Config changes (SLOs and weights below: the config in force at the end):</p>'
@@ -397,7 +398,8 @@ def worker_time_lines(scenario: Scenario, run: PolicyRun) -> list[str]:
         rows = worker_time.tenants(name)
         heaviest = ", ".join(f"{row.tenant} {row.share:.1%}" + (f" (fair {row.fair_share:.1%})" if row.fair_share is not None
                                                                 else "") for row in rows[:HEAVIEST_SHOWN])
-        line = f"{name} worker time ({human(worker_time.total(name))}), heaviest tenants: {heaviest}"
+        whom = "accounts" if run.accounts is not None else "tenants"
+        line = f"{name} worker time ({human(worker_time.total(name))}), heaviest {whom}: {heaviest}"
         worst = worker_time.furthest_from_fair(name)
         if worst is not None and worst.fair_share is not None:
             line += (f"; {len(worker_time.backlogged[name]):,} backlogged throughout, furthest from its fair share: "
@@ -406,6 +408,27 @@ def worker_time_lines(scenario: Scenario, run: PolicyRun) -> list[str]:
     lines.append("p99 wait per stream: " + ", ".join(
         f"{name} {'-' if p99 is None else human(p99)}" for name, p99 in run.stream_wait_p99_s.items()))
     return lines
+
+
+def account_lines(run: PolicyRun) -> list[str]:
+    """Waits per account, as the terminal and the report state them (scenarios with accounts): each
+    account of several keys (the most keys first), then the one-key accounts together and the worst
+    of them, so a flat run and a two-level one compare account by account."""
+    figures = run.accounts
+    if figures is None:
+        return []
+    spread = sorted((a for a, n in figures.keys.items() if n > 1), key=lambda a: (-figures.keys[a], a))
+    parts = [f"{a} {_wait(figures.wait_p99_s[a])} ({figures.keys[a]:,} keys)" for a in spread[:HEAVIEST_SHOWN]]
+    single = [a for a, n in figures.keys.items() if n == 1]
+    if single:
+        worst = max(single, key=lambda a: (figures.wait_p99_s[a] or 0.0, a))
+        parts.append(f"{len(single):,} one-key account{'s' if len(single) != 1 else ''} {_wait(figures.single_key_p99_s)}, the worst {worst} "
+                     f"{_wait(figures.wait_p99_s[worst])}")
+    return ["p99 wait per account: " + "; ".join(parts)]
+
+
+def _wait(seconds: float | None) -> str:
+    return "-" if seconds is None else human(seconds)
 
 
 def shard_lines(scenario: Scenario, run: PolicyRun) -> list[str]:

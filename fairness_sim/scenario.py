@@ -267,19 +267,29 @@ class Scenario:
     source: str | None = None
     config_changes: tuple[ConfigChange, ...] = ()
     charges: tuple[str, ...] | None = None  # charge bases each policy runs under (None: the config's)
+    variants: Mapping[str, Config] | None = None  # name -> the config each policy also runs under (None: none)
     # Why the scenario's ``expect`` was dropped (a shortened run, another shard layout); None: it was not
     unchecked_because: str | None = None
 
     def run_names(self, policies: Sequence[str] | None = None) -> tuple[str, ...]:
         """The runs of ``policies`` (default: the scenario's): one per policy, or one per policy
-        and charge basis when the scenario lists ``charges``."""
-        return tuple(run_name(p, c) for p in (policies or self.policies) for c in (self.charges or (None,)))
+        and charge basis (or variant) when the scenario lists ``charges`` (or ``variants``)."""
+        seconds = self.charges or tuple(self.variants or ()) or (None,)
+        return tuple(run_name(p, c) for p in (policies or self.policies) for c in seconds)
+
+    @property
+    def account_separator(self) -> str | None:
+        """The separator that splits tenant ids into accounts in some config of the scenario (its
+        own or a variant's): every run's figures are then also told per account, so a run without
+        accounts compares with one with them (None: no config has accounts)."""
+        configs = (self.config, *(self.variants or {}).values())
+        return next((c.tenants.account_separator for c in configs if c.tenants.account_separator), None)
 
     @property
     def reports_worker_time(self) -> bool:
-        """Whether the output shows worker time: the scenario compares charge bases or charges
-        by runtime (the other scenarios' output stays as it was)."""
-        return self.charges is not None or any(
+        """Whether the output shows worker time: the scenario compares charge bases or variants,
+        or charges by runtime (the other scenarios' output stays as it was)."""
+        return self.charges is not None or self.variants is not None or any(
             c.scheduler.charge == "runtime" for c in (self.config, *(ch.config for ch in self.config_changes)))
 
     @property
@@ -328,13 +338,14 @@ def sharded_config(config: Config, shards: int, hand: int) -> Config:
 
 
 def run_name(policy: str, charge: str | None) -> str:
-    """A run's name: its policy, with the charge basis when the scenario compares them
-    (``weighted-fair/runtime``)."""
+    """A run's name: its policy, with the charge basis (or variant) when the scenario compares
+    them (``weighted-fair/runtime``, ``weighted-fair/two-level``)."""
     return policy if charge is None else f"{policy}/{charge}"
 
 
 def run_parts(name: str) -> tuple[str, str | None]:
-    """``weighted-fair/runtime`` -> (``weighted-fair``, ``runtime``); a policy alone -> (it, None)."""
+    """``weighted-fair/runtime`` -> (``weighted-fair``, ``runtime``); a policy alone -> (it, None);
+    a variant's name comes second as a charge basis does."""
     policy, _, charge = name.partition("/")
     return policy, charge or None
 
@@ -632,6 +643,34 @@ def _config(r: Reader, base: Path, instead: Path | None) -> tuple[Any, Config]:
     return data, parse_config(data, label)
 
 
+def _variants(r: Reader, data: Any, config: Config) -> dict[str, Config] | None:
+    """``variants``: name -> a patch on the scenario's config (config_patch included); each policy
+    runs once under each, so one scenario compares a config with and without a setting. Validated
+    now, so a bad variant fails at load."""
+    raw = r.get("variants", None, lambda v, p: v)
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or len(raw) < 2:
+        raise r.error("variants", f"expected a mapping of two or more names to config patches ({{}}: the config as "
+                      f"it is), got {raw!r}")
+    out: dict[str, Config] = {}
+    for name, patch in raw.items():
+        where = f"{r.sub('variants')}.{name}"
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+            raise ConfigError(where, "expected a name of letters, digits, '.', '_' or '-' (it names the run: "
+                              "weighted-fair/<name>)", r.source)
+        variant = copy.deepcopy(data)
+        try:
+            _patch(variant, patch, where)
+            out[name] = parse_config(variant)
+        except ConfigError as exc:
+            raise ConfigError(where, f"the patched config is invalid: {exc}", r.source) from None
+        if out[name].class_names != config.class_names:
+            raise ConfigError(where, "a variant keeps the scenario's classes (the runs compare class by class)",
+                              r.source)
+    return out
+
+
 def _moves(value: object, path: str) -> dict[str, str]:
     if not isinstance(value, dict):
         raise ConfigError(path, f"expected a mapping of removed class to the class its jobs move to, got {value!r}")
@@ -692,16 +731,21 @@ def parse_scenario(data: object, source: str | None = None, base: Path | None = 
     all_policies: tuple[str, ...] = POLICIES
     policies = r.get("policies", all_policies, _choices(POLICIES, "policies", "policy"))
     charges = r.get("charges", None, _choices(CHARGES, "charge bases", "charge basis"))
+    variants = _variants(r, data, config)
+    if variants is not None and charges is not None:
+        raise r.error("variants", "give charges or variants, not both (a variant may set scheduler.charge)")
     workers = tuple(_pool(w, f"workers[{i}]", source, config, i) for i, w in enumerate(workers_raw))
     streams = tuple(_stream(s, f"streams[{i}]", source, config, duration) for i, s in enumerate(streams_raw))
     changes = _config_changes(r, data, duration)
-    runs = tuple(run_name(p, c) for p in POLICIES for c in (charges or (None,)))
+    if variants is not None and changes:
+        raise r.error("variants", "give config_changes or variants, not both: a change patches one config")
+    runs = tuple(run_name(p, c) for p in POLICIES for c in (charges or tuple(variants or ()) or (None,)))
     classes = tuple(dict.fromkeys(c for cfg in (config, *(ch.config for ch in changes)) for c in cfg.class_names))
     names = _Names(classes, tuple(dict.fromkeys(s.name for s in streams)), runs)
 
     def expect(raw: object, path: str) -> dict[str, Expectation]:
         if not isinstance(raw, dict):
-            raise ConfigError(path, f"expected a mapping of {'policy/charge' if charges else 'policy'} to "
+            raise ConfigError(path, f"expected a mapping of {'policy/charge' if charges else 'policy/variant' if variants else 'policy'} to "
                               f"fire/silent lists, got {raw!r}")
         return {choice(runs)(p, f"{path}.{p}"): _expectation(v, f"{path}.{p}", source, names) for p, v in raw.items()}
 
@@ -720,6 +764,7 @@ def parse_scenario(data: object, source: str | None = None, base: Path | None = 
         source=source,
         config_changes=changes,
         charges=charges,
+        variants=variants,
     )
     r.done()
     for i, pool in enumerate(scenario.workers):

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairness_core.accounts import account_of
 from fairness_core.ages import human
 from fairness_core.config import Config
 from fairness_core.config_store import ConfigRefused, differences
@@ -122,19 +123,33 @@ class PolicyRun:
     wall_s: float
     config_changes: tuple[AppliedChange, ...] = ()
     charge: str | None = None  # the charge basis the scenario ran this policy under (None: the config's)
-    worker_time: WorkerTimeResult | None = None
+    variant: str | None = None  # the scenario's variant this run's config is (None: it has none)
+    worker_time: WorkerTimeResult | None = None  # per account when the scenario has accounts
     stream_wait_p99_s: dict[str, float | None] = field(default_factory=dict)  # per stream name, first leases
     shards: ShardFigures | None = None  # a sharded queue's figures (None: one queue group)
+    accounts: AccountFigures | None = None  # per account, when the scenario has accounts
 
     @property
     def name(self) -> str:
-        """The run's name, as ``expect`` keys it: the policy, or ``policy/charge``."""
-        return run_name(self.policy, self.charge)
+        """The run's name, as ``expect`` keys it: the policy, or ``policy/charge`` (``policy/variant``)."""
+        return run_name(self.policy, self.charge or self.variant)
 
     @property
     def title(self) -> str:
-        """The run as the output heads it: ``weighted-fair`` or ``weighted-fair, charge runtime``."""
-        return self.policy + (f", charge {self.charge}" if self.charge else "")
+        """The run as the output heads it: ``weighted-fair``, ``weighted-fair, charge runtime`` or
+        ``weighted-fair, two-level``."""
+        return self.policy + (f", charge {self.charge}" if self.charge else f", {self.variant}" if self.variant else "")
+
+
+@dataclass(frozen=True)
+class AccountFigures:
+    """Waits per account (tenant ids split by the scenario's separator, whether or not this run's
+    config has accounts, so a flat run compares with a two-level one): what two-level fairness
+    promises is that an account's keys do not multiply its share, so its neighbours' waits."""
+
+    keys: dict[str, int]  # account -> tenant keys that sent it jobs
+    wait_p99_s: dict[str, float | None]  # account -> p99 wait of its jobs' first leases (None: none started)
+    single_key_p99_s: float | None  # the p99 wait of every one-key account's jobs together (None: none started)
 
 
 def with_policy(config: Config, policy: str, charge: str | None = None) -> Config:
@@ -146,8 +161,11 @@ def with_policy(config: Config, policy: str, charge: str | None = None) -> Confi
 
 
 def scenario_config(scenario: Scenario, run: str) -> Config:
-    """The scenario's scheduler config for ``run``: a policy, or ``policy/charge``."""
-    return with_policy(scenario.config, *run_parts(run))
+    """The scenario's scheduler config for ``run``: a policy, or ``policy/charge`` (``policy/variant``)."""
+    policy, second = run_parts(run)
+    if scenario.variants is not None and second is not None:
+        return with_policy(scenario.variants[second], policy)
+    return with_policy(scenario.config, policy, second)
 
 
 def change_config(change: ConfigChange, run: str) -> Config:
@@ -177,7 +195,8 @@ class Simulation:
                  progress: Progress | None = None, reconfigure: Reconfigure | None = None) -> None:
         self.scenario = scenario
         self.run_name = policy
-        self.policy, self.charge = run_parts(policy)
+        self.policy, second = run_parts(policy)
+        self.charge, self.variant = (None, second) if scenario.variants is not None else (second, None)
         self.config = scenario_config(scenario, policy)
         # redis.shards > 1: the sharded queue, each shard this same model (see fairness_sim.shards)
         self.model: Model | ShardedModel = (ShardedModel(self.config, seed=scenario.seed)
@@ -203,7 +222,10 @@ class Simulation:
         self._waits: dict[str, array[int]] = {n: array("q") for n in self.names}
         self._stream_waits: list[array[int]] = [array("q") for _ in scenario.streams]
         self.worker_time = WorkerTime()
-        self._tiers: dict[str, str] = {}  # tenant -> the tier its latest jobs came with
+        self.separator = scenario.account_separator
+        self._tiers: dict[str, str] = {}  # tenant (account, with accounts) -> the tier its latest jobs came with
+        self._keys: dict[str, set[str]] = {}  # account -> its tenant keys (with accounts)
+        self._account_waits: dict[str, array[int]] = {}  # account -> first leases' waits (with accounts)
         self._completed: Counter[str] = Counter()
         self._completed_at_scrape: Counter[str] = Counter()
         self.timeline = Timeline()
@@ -229,8 +251,15 @@ class Simulation:
             self._submit(now, arrival.stream, stream, tenant, n)
         self._schedule_arrival(arrival.stream)
 
+    def _party(self, tenant: str) -> str:
+        """Whom worker time is told for: the tenant's account when the scenario has accounts."""
+        return account_of(tenant, self.separator)
+
     def _submit(self, now: int, i: int, stream: Stream, tenant: str, n: int) -> None:
-        self._tiers[tenant] = stream.tier
+        party = self._party(tenant)
+        self._tiers[party] = stream.tier
+        if self.separator is not None:
+            self._keys.setdefault(party, set()).add(tenant)
         before = self.model.seq
         try:
             self.model.submit_many(now, stream.task, tenant, n, tier=stream.tier, user_waiting=stream.user_waiting)
@@ -244,6 +273,8 @@ class Simulation:
         if entry.attempts == 1:
             self._waits[entry.queue].append(now - job.enqueued_ms)
             self._stream_waits[i].append(now - job.enqueued_ms)
+            if self.separator is not None:
+                self._account_waits.setdefault(self._party(entry.tenant), array("q")).append(now - job.enqueued_ms)
             self._top_up(now, i, entry.tenant)
         service_ms = max(1, round(self._service[i]() * 1000))
         lease = Lease(job_id=str(job.id), queue=entry.queue, tenant=entry.tenant, reason=job.reason, task=job.task,
@@ -263,7 +294,7 @@ class Simulation:
 
     def _worked(self, now: int, lease: Lease, started: int, *, finished: bool = True) -> None:
         """Count a slot's busy time on a job, worked to the end or until the slot died."""
-        self.worker_time.add(lease.queue, lease.tenant, now - started, finished=finished)
+        self.worker_time.add(lease.queue, self._party(lease.tenant), now - started, finished=finished)
 
     def _crash(self, now: int, pool: int, count: int) -> int:
         """Kill ``count`` slots of ``pool``, busy ones first (a crash takes running jobs with it;
@@ -322,7 +353,7 @@ class Simulation:
                 tl.active_tenants[name].append(0)
                 continue
             cls = self.model.classes.get(name)
-            self.worker_time.scrape(name, cls.queues if cls is not None else ())
+            self.worker_time.scrape(name, {self._party(t) for t in cls.queues} if cls is not None else ())
             noisy = [age for tenant, age in view.oldest_tenants if tenant in view.noisy_tenants]
             tl.oldest_age[name].append(view.oldest_age)
             tl.quiet_age[name].append(view.quiet_oldest_age)
@@ -438,7 +469,7 @@ class Simulation:
         tiers = self.config.tenants.tiers
         weights = {tenant: tiers.get(tier, tiers[self.config.tenants.default_tier]) for tenant, tier in self._tiers.items()}
         return PolicyRun(
-            policy=self.policy, charge=self.charge, classes=classes,
+            policy=self.policy, charge=self.charge, variant=self.variant, classes=classes,
             quiet_max_age_s={name: ages[-1] if ages else 0.0 for name, ages in quiet.items()},
             quiet_p95_age_s={name: _percentile(ages, 0.95) if ages else 0.0 for name, ages in quiet.items()},
             fairness_index=fairness, fairness_unserved=unserved, timeline=tl,
@@ -447,7 +478,17 @@ class Simulation:
             stream_wait_p99_s={name: _percentile(sorted(w), 0.99) / 1000.0 if w else None
                                for name, w in stream_waits.items()},
             shards=shard_figures(self.model) if isinstance(self.model, ShardedModel) else None,
+            accounts=self._account_figures() if self.separator is not None else None,
         )
+
+    def _account_figures(self) -> AccountFigures:
+        single = sorted(w for account, keys in self._keys.items() if len(keys) == 1
+                        for w in self._account_waits.get(account, ()))
+        return AccountFigures(
+            keys={account: len(keys) for account, keys in self._keys.items()},
+            wait_p99_s={account: _percentile(sorted(w), 0.99) / 1000.0 if w else None
+                        for account, w in ((a, self._account_waits.get(a, ())) for a in self._keys)},
+            single_key_p99_s=_percentile(single, 0.99) / 1000.0 if single else None)
 
 
 def simulate(scenario: Scenario, policy: str, *, observe: Observer | None = None,
