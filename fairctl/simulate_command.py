@@ -99,7 +99,9 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
         lines.append(f"  tenant fairness index (1 = fair; while 2+ tenants wait): {fairness}")
         if scenario.reports_worker_time:
             lines.extend(f"  {line}" for line in worker_time_lines(scenario, run))
-        lines.extend(f"  {line}" for line in account_lines(run) + shard_lines(scenario, run))
+        if scenario.account_separator is not None:
+            lines.extend(f"  {line}" for line in account_lines(run))
+        lines.extend(f"  {line}" for line in shard_lines(scenario, run))
         lines.append(f"  verdict: {verdict(scenario, run).summary(outcome.alerts)}")
         if outcome.alerts is not None:
             if outcome.alerts:

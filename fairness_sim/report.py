@@ -359,8 +359,8 @@ def _summary_table(scenario: Scenario, outcome: Outcome) -> str:
             "class served something (1 = fair, 1/n = one tenant takes all; none served: tenants waited and the class "
             "served nothing; -: never two tenants waiting at once).")
     changes = "".join(f"<li>{html.escape(str(change))}</li>" for change in run.config_changes)
-    shown = ((worker_time_lines(scenario, run) if scenario.reports_worker_time else []) + account_lines(run)
-             + shard_lines(scenario, run))
+    shown = ((worker_time_lines(scenario, run) if scenario.reports_worker_time else [])
+             + (account_lines(run) if scenario.account_separator is not None else []) + shard_lines(scenario, run))
     worker_time = "".join(f"<p>{html.escape(line)}</p>" for line in shown)
     return (f"<p>{run.jobs_started:,} jobs started of {run.jobs_enqueued:,} enqueued.</p>"
             + ('<p>Config changes (SLOs and weights below: the config in force at the end):</p>'
