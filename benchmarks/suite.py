@@ -23,7 +23,7 @@ from fairness_sim.scenario import DEFAULT_SCENARIO, load_scenario
 from fairness_sim.simulator import simulate
 from fairness_stack.servers import RedisServer
 
-from . import admission, charge, e2e, memory, peers, pickup, script_latency, sharded, startup, throughput
+from . import accounts, admission, charge, e2e, memory, peers, pickup, script_latency, sharded, startup, throughput
 from .exporter_scrape import scrape
 from .harness import Row, alternate, log, machine, per_second, server_us
 from .load import PAYLOAD_BYTES, fill, scheduler, work_some
@@ -91,6 +91,8 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
     lpop_us = server_us(client, "lpop", throughput.raw_lpop(client, "raw-list", n))
     log("pop+ack charged by runtime against by jobs")
     by_runtime = charge.row(server.url, tenants, n, sizes.repeats)
+    log("pop+ack with accounts against the same ids without")
+    with_accounts = accounts.row(server.url, n, sizes.repeats)
     log("exporter scrapes")
     small_jobs = sizes.small_tenants * sizes.small_jobs_per_tenant
     fill(server.url, "scrape-small", sizes.small_tenants, sizes.small_jobs_per_tenant)
@@ -109,6 +111,7 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
         Row("1b", "pop, then a separate ack call (two round trips per job)", per_second(separate),
             f"raw LPOP {per_second(raw)}", separate / raw, "informative", None),
         by_runtime,
+        with_accounts,
         Row("2", "pop+ack, batches of 10 (max_jobs 10, tenants.batch 10)", per_second(batched),
             f"raw LPOP {per_second(raw)}", batched / raw, "≥ 4", batched / raw >= 4,
             f"in Redis: {batch_us:.0f} µs per call of 10 pops and 10 acks"),

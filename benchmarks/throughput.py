@@ -8,7 +8,7 @@ before and leases the next (``ack_and_pop``), one job per call or ``batch`` per 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import redis
 
@@ -31,11 +31,13 @@ def raw_lpop(client: redis.Redis, key: str, jobs: int) -> Callable[[], float]:
     return run
 
 
-def refill(sched: Scheduler, tenants: int, jobs: int) -> None:
-    """Queue ``jobs`` jobs over ``tenants`` tenants, all in one class (jobs:medium)."""
-    per = -(-jobs // tenants)
-    for t in range(tenants):
-        sched.submit_many("sync_contacts", f"tenant-{t}", [payload(n) for n in range(per)])
+def refill(sched: Scheduler, tenants: int | Sequence[str], jobs: int) -> None:
+    """Queue ``jobs`` jobs over ``tenants`` tenants (a count, or their ids), all in one class
+    (jobs:medium)."""
+    ids = [f"tenant-{t}" for t in range(tenants)] if isinstance(tenants, int) else tenants
+    per = -(-jobs // len(ids))
+    for tenant in ids:
+        sched.submit_many("sync_contacts", tenant, [payload(n) for n in range(per)])
 
 
 def ran_for(lease: Lease) -> float:
@@ -69,7 +71,7 @@ def pop_then_ack(sched: Scheduler, jobs: int) -> None:
 
 
 def scheduler_run(sched: Scheduler, jobs: int, work: Callable[[Scheduler, int], None],
-                  tenants: int | None = None) -> Callable[[], float]:
+                  tenants: int | Sequence[str] | None = None) -> Callable[[], float]:
     """One run of ``work`` over ``jobs`` jobs; with ``tenants``, the queue is refilled first (a
     small state is drained by each run; the 100,000-tenant state is far larger than a run)."""
     def run() -> float:
@@ -79,7 +81,7 @@ def scheduler_run(sched: Scheduler, jobs: int, work: Callable[[Scheduler, int], 
     return run
 
 
-def script_us(client: redis.Redis, sched: Scheduler, tenants: int, jobs: int, per_call: int, *,
+def script_us(client: redis.Redis, sched: Scheduler, tenants: int | Sequence[str], jobs: int, per_call: int, *,
               report: bool = False) -> float:
     """Mean microseconds Redis spends in the script per call of :func:`drain` (what limits it)."""
     refill(sched, tenants, jobs)
