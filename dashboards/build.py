@@ -37,7 +37,7 @@ from alerts import recording as rec
 from alerts import runbooks as rb
 from alerts.config import alert_settings
 from alerts.layout import runbook_file
-from alerts.promql import number
+from alerts.promql import logical, number
 from alerts.rules import build_alerts, link, runbook_panel
 from alerts.supplied import fed
 from exporter import metrics as m
@@ -320,6 +320,7 @@ def tenant(config: Config) -> Dashboard:
     tenants = Template(
         name=q.TENANT_VAR, label="Tenant", dataSource=DATASOURCE, refresh=REFRESH_ON_TIME_RANGE_CHANGE,
         query=q.label_values(m.QUEUE_TENANT_SHARE.name, m.TENANT))
+    accounts = () if config.tenants.account_separator is None else (account_variable(),)
     return dashboard(config, TENANT_UID, "fairctl: tenant", "One tenant against the rest of its classes.", [
         ("Tenant $tenant", [
             (timeseries(f"Share of its classes' {b.served}",
@@ -341,7 +342,48 @@ def tenant(config: Config) -> Dashboard:
                          per_class(q.select(b.rate), " class")],
                         served_unit, dashed="class"), 12),
         ]),
-    ], tenants)
+        *account_sections(config),
+    ], tenants, *accounts)
+
+
+def account_variable() -> Template:
+    """The accounts that were among a class's busiest in the time range shown (one or several:
+    Grafana escapes the values of a multi-value variable for the regex matcher)."""
+    return Template(name=q.ACCOUNT_VAR, label="Account", dataSource=DATASOURCE, refresh=REFRESH_ON_TIME_RANGE_CHANGE,
+                    query=q.label_values(q.ACCOUNT_SHARE, q.ACCOUNT), multi=True)
+
+
+def account_sections(config: Config) -> list[Section]:
+    """With ``tenants.account_separator``, the level fair queuing is fair to first: the accounts
+    (every key of one together). Each panel reads only the top-k series the exporter serves, so
+    the series shown stay bounded however many accounts and keys there are. None without it."""
+    if config.tenants.account_separator is None:
+        return []
+    b, topk, window = rec.basis(config), config.exporter.topk_tenants, config.exporter.window
+    picked = q.re(q.ACCOUNT, q.var(q.ACCOUNT_VAR))
+    return [("Accounts", [
+        (timeseries(f"Top {topk} accounts' share of each class's {b.served}",
+                    f"Each class's {topk} busiest accounts over exporter.window ({format_duration(window)}), every "
+                    f"key of an account together, and their share of the class's {b.served}, each shard's "
+                    "weighted by what the shard served (AccountDominatingQueue).",
+                    [Query(q.account_share(b.counter, window), "{{" + m.QUEUE + "}}: {{" + q.ACCOUNT + "}}")],
+                    "percentunit", max_value=1), 12),
+        (timeseries("Keys of $account",
+                    f"The busiest keys (at most 3) of each account picked, and their share of the account's "
+                    f"{b.served} in the class over exporter.window, while the account is among the class's "
+                    f"{topk} busiest.",
+                    [Query(q.account_tenant_share(b.counter, window, picked),
+                           "{{" + m.QUEUE + "}}: {{" + m.TENANT + "}}")],
+                    "percentunit", max_value=1), 12),
+        (timeseries("Quiet accounts' oldest age",
+                    "Oldest due job among each class's keys whose account is not noisy (its keys together hold over "
+                    "10% of the class's in-flight or queued jobs), against the class's max_age SLO (dashed).",
+                    [per_class(logical("max", q.select(q.QUIET_ACCOUNTS_AGE)), " quiet"),
+                     per_class(q.select(rec.MAX_AGE), " SLO")], "s", dashed="SLO"), 12),
+        (timeseries("Active accounts", "Accounts with due jobs per class, added up over the shards (an account's "
+                    "jobs of a class stay on one shard of its hand while it has some queued there).",
+                    [per_class(logical("sum", q.select(q.ACTIVE_ACCOUNTS)))], "short"), 12),
+    ])]
 
 
 _RUNBOOK_LINK = re.compile(r"\]\((\w+)\.md(#[\w-]*)?\)")

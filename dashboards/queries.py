@@ -10,7 +10,7 @@ recording rules already are, and are used wherever one fits. The per-shard queri
 
 from __future__ import annotations
 
-from alerts.promql import dedup, deduped_rate, logical, logical_rate, over_shards, quote
+from alerts.promql import dedup, deduped_rate, logical, logical_rate, over_shards, over_time, quote
 from exporter import metrics as m
 from exporter.metrics import MetricSpec
 
@@ -19,10 +19,19 @@ from .layout import GROUP_VAR
 JOB = "job"
 JOB_VAR = "job"
 TENANT_VAR = "tenant"
+ACCOUNT_VAR = "account"
 SHARD_VAR = "shard"
 DATASOURCE_VAR = "datasource"
 # Prometheus's own series of firing/pending alerts: the only name here not from the contract.
 ALERTS = "ALERTS"
+# The exporter's account series (served only with tenants.account_separator set), by name until the
+# metric contract (exporter.metrics) has their MetricSpecs: QUEUE_ACCOUNT_SHARE, QUEUE_ACTIVE_ACCOUNTS,
+# QUEUE_QUIET_ACCOUNTS_OLDEST_AGE, QUEUE_ACCOUNT_TENANT_SHARE and the label ACCOUNT.
+ACCOUNT = "account"
+ACCOUNT_SHARE = "queue_account_share_ratio"
+ACTIVE_ACCOUNTS = "queue_active_accounts"
+QUIET_ACCOUNTS_AGE = "queue_quiet_accounts_oldest_message_age_seconds"
+ACCOUNT_TENANT_SHARE = "queue_account_tenant_share_ratio"
 
 
 def var(name: str) -> str:
@@ -65,12 +74,39 @@ def quantile(q: float, bucket_series: str, seconds: float, *matchers: str) -> st
     return f"histogram_quantile({q}, {rate(bucket_series, seconds, *matchers)})"
 
 
+def served(counter: MetricSpec, seconds: float, *matchers: str) -> str:
+    """What each shard served of each class: ``counter``'s rate over ``seconds`` (the exporter's
+    window), deduplicated, shard and class kept."""
+    return deduped_rate(select(counter.name, *matchers), seconds)
+
+
+def top_share(series: str, label: str, weight: str, *matchers: str) -> str:
+    """The logical queue's share of each ``label`` value from ``series``, the top-k shares each
+    shard serves of its own service, which do not add up: each weighted by ``weight`` (what that
+    shard served of what is shared out), as the recorded per-class tenant shares are."""
+    return over_shards(dedup(select(series, *matchers)), weight, label)
+
+
 def tenant_share(counter: MetricSpec, seconds: float, *matchers: str) -> str:
     """The top tenants' share of the logical queue's service (``counter`` over ``seconds``, the
-    exporter's window). Each shard serves its tenants' shares of its own service, which do not add
-    up: they are weighted by what each shard served, as the recorded per-class shares are."""
-    served = f"sum without ({m.QUEUE}) ({deduped_rate(select(counter.name), seconds)})"
-    return over_shards(dedup(select(m.TENANT_SHARE.name, *matchers)), served, m.TENANT)
+    exporter's window), weighted by what each shard served of every class."""
+    return top_share(m.TENANT_SHARE.name, m.TENANT, f"sum without ({m.QUEUE}) ({served(counter, seconds)})", *matchers)
+
+
+def account_share(counter: MetricSpec, seconds: float, *matchers: str) -> str:
+    """Each class's top accounts' share of its service over every shard (every key of an account
+    together), weighted by what each shard served of the class."""
+    return top_share(ACCOUNT_SHARE, ACCOUNT, served(counter, seconds), *matchers)
+
+
+def account_tenant_share(counter: MetricSpec, seconds: float, *matchers: str) -> str:
+    """The top accounts' busiest keys' share of their account's service in each class over every
+    shard, weighted by what each shard served of the account: its share times the class's, each
+    exporter's multiplied, then deduplicated (an aggregation: a bracketed operand right after
+    ``group_left`` would parse as its label list)."""
+    account_served = dedup(f"{select(ACCOUNT_SHARE, *matchers)} * ignoring ({ACCOUNT}) group_left "
+                           f"{over_time('rate', select(counter.name), seconds)}")
+    return top_share(ACCOUNT_TENANT_SHARE, m.TENANT, account_served, *matchers)
 
 
 def shard_gauge(aggregation: str, spec: MetricSpec, *matchers: str) -> str:

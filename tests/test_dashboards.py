@@ -17,7 +17,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as schema
 
-from alerts import recording
+from alerts import promtool, recording
 from alerts.config import alert_settings
 from alerts.rules import build_alerts
 from dashboards import queries as q
@@ -33,7 +33,7 @@ from dashboards.layout import (
 from dashboards.output import render
 from exporter import metrics as m
 from fairctl.cli import app
-from fairness_core import load_config
+from fairness_core import Config, load_config
 
 from .conftest import EXAMPLE_CONFIG, ROOT, make_config
 from .test_alerts import metric_names
@@ -85,9 +85,9 @@ def rows(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def unfolded(expr: str) -> set[str]:
-    """The raw series ``expr`` selects outside every aggregation that folds ``shard`` (``... without
-    (shard) (...)``): those it shows per shard."""
+def unfolded(expr: str, raw: set[str] = RAW_SERIES) -> set[str]:
+    """The raw series (of ``raw``) ``expr`` selects outside every aggregation that folds ``shard``
+    (``... without (shard) (...)``): those it shows per shard."""
     spans = []
     for match in FOLDING_SHARD.finditer(expr):
         end, depth = match.end(), 1
@@ -96,7 +96,7 @@ def unfolded(expr: str) -> set[str]:
             end += 1
         spans.append((match.end(), end))
     return {s.group(1) for s in SELECTOR.finditer(expr)
-            if s.group(1) in RAW_SERIES and not any(start <= s.start() < end for start, end in spans)}
+            if s.group(1) in raw and not any(start <= s.start() < end for start, end in spans)}
 
 
 def test_committed_output_is_what_the_example_config_generates() -> None:
@@ -140,17 +140,7 @@ def test_the_grafana_schema_parses_every_panel_target_variable_and_annotation() 
 
 @pytest.mark.parametrize("uid", UIDS)
 def test_panel_ids_are_unique_and_panels_fit_the_grid_without_overlap(uid: str) -> None:
-    placed = panels(committed(uid))
-    ids = [p["id"] for p in placed]
-    assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
-    cells: dict[tuple[int, int], str] = {}
-    for p in placed:
-        g = p["gridPos"]
-        assert g["x"] >= 0 and g["y"] >= 0 and g["w"] > 0 and g["h"] > 0 and g["x"] + g["w"] <= GRID_WIDTH, p["title"]
-        for x in range(g["x"], g["x"] + g["w"]):
-            for y in range(g["y"], g["y"] + g["h"]):
-                assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
-                cells[(x, y)] = p["title"]
+    fits_the_grid(panels(committed(uid)))
 
 
 @pytest.mark.parametrize("uid", UIDS)
@@ -270,3 +260,127 @@ def test_a_sharded_queue_opens_on_its_logical_queue_not_a_shard() -> None:
     for uid in UIDS:
         variables = {v["name"]: v for v in json.loads(render(config)[dashboard_file(uid)])["templating"]["list"]}
         assert variables[GROUP_VAR]["current"]["value"] == "shop"
+
+
+# The exporter's account series, served only with tenants.account_separator set.
+ACCOUNT_SERIES = {q.ACCOUNT_SHARE, q.ACCOUNT_TENANT_SHARE, q.QUIET_ACCOUNTS_AGE, q.ACTIVE_ACCOUNTS}
+
+
+def accounts_config(**overrides: Any) -> Config:
+    return make_config(tenants={"account_separator": "/"}, **overrides)
+
+
+def fits_the_grid(placed: list[dict[str, Any]]) -> None:
+    """Unique panel ids; every panel on the grid, none overlapping another."""
+    ids = [p["id"] for p in placed]
+    assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
+    cells: dict[tuple[int, int], str] = {}
+    for p in placed:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["y"] >= 0 and g["w"] > 0 and g["h"] > 0 and g["x"] + g["w"] <= GRID_WIDTH, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = p["title"]
+
+
+@pytest.mark.parametrize("charge", ["jobs", "runtime"])
+def test_with_accounts_the_tenant_board_gets_an_account_variable_and_row(charge: str) -> None:
+    config = accounts_config(scheduler={"charge": charge})
+    basis = recording.basis(config)
+    data = json.loads(render(config)[dashboard_file(TENANT_UID)])
+    variables = {v["name"]: v for v in data["templating"]["list"]}
+    account = variables[q.ACCOUNT_VAR]
+    assert account["type"] == "query" and account["multi"] is True and account["includeAll"] is False
+    assert re.fullmatch(rf"label_values\(.+, {q.ACCOUNT}\)", account["query"])
+    assert metric_names(variable_series(account["query"])) == {q.ACCOUNT_SHARE}
+    assert list(variables).index(q.TENANT_VAR) < list(variables).index(q.ACCOUNT_VAR)
+    board_rows = rows(data)
+    accounts = board_rows.pop("Accounts")
+    # The tenant's own row is as it is without accounts.
+    assert board_rows == rows(json.loads(render(make_config(scheduler={"charge": charge}))[dashboard_file(TENANT_UID)]))
+    reads = [set().union(*(metric_names(t["expr"]) for t in p["targets"])) for p in accounts]
+    assert reads == [{q.ACCOUNT_SHARE, basis.counter.name}, {q.ACCOUNT_TENANT_SHARE, q.ACCOUNT_SHARE, basis.counter.name},
+                     {q.QUIET_ACCOUNTS_AGE, recording.MAX_AGE}, {q.ACTIVE_ACCOUNTS}]
+    share, keys, quiet, active = accounts
+    assert [t["legendFormat"] for t in share["targets"]] == ["{{" + m.QUEUE + "}}: {{" + q.ACCOUNT + "}}"]
+    assert [t["legendFormat"] for t in keys["targets"]] == ["{{" + m.QUEUE + "}}: {{" + m.TENANT + "}}"]
+    assert basis.served in share["title"] and "$account" in keys["title"]
+    # The keys are the accounts picked: every account series it reads is selected by the variable.
+    (expr,) = [t["expr"] for t in keys["targets"]]
+    picked = f'{q.ACCOUNT}=~"{q.var(q.ACCOUNT_VAR)}"'
+    selectors = re.findall(rf"(?:{q.ACCOUNT_SHARE}|{q.ACCOUNT_TENANT_SHARE})\{{[^}}]*\}}", expr)
+    assert selectors and all(picked in s for s in selectors), expr
+    assert q.var(q.ACCOUNT_VAR) not in str(share["targets"]) + str(quiet["targets"]) + str(active["targets"])
+    assert quiet["fieldConfig"]["overrides"][0]["matcher"]["options"] == ".* SLO$"
+    for p in accounts:
+        for t in p["targets"]:
+            # Only the exporter's series (its top-k accounts and their top keys, per class), each
+            # folded over the shards; no query of its own widens or narrows them.
+            assert not re.search(r"\b(topk|bottomk|count|label_replace|group)\s*\(", t["expr"]), t["expr"]
+            assert not unfolded(t["expr"], RAW_SERIES | ACCOUNT_SERIES), t["expr"]
+            assert q.var(q.SHARD_VAR) not in t["expr"] and f'{q.JOB}=~"${q.JOB_VAR}"' in t["expr"]
+    contract = {spec.name for spec in m.ALL} | {recording_rule.name for recording_rule in recording.recording_rules(config)}
+    assert set().union(*reads) <= contract | ACCOUNT_SERIES
+    fits_the_grid(panels(data))
+    register_default_plugins()
+    assert panel_queries(json.loads(json.dumps(schema.Dashboard.from_json(data), cls=JSONEncoder))) == panel_queries(data)
+
+
+@pytest.mark.parametrize("charge", ["jobs", "runtime"])
+def test_without_accounts_no_dashboard_reads_an_account_series(charge: str) -> None:
+    config = make_config(scheduler={"charge": charge})
+    assert config.tenants.account_separator is None
+    for uid in UIDS:
+        data = json.loads(render(config)[dashboard_file(uid)])
+        assert "Accounts" not in rows(data)
+        assert q.ACCOUNT_VAR not in {v["name"] for v in data["templating"]["list"]}
+        assert not any(metric_names(expr) & ACCOUNT_SERIES for _, expr in panel_queries(data))
+
+
+def test_the_account_panels_weigh_each_shard_by_what_it_served(tmp_path: Path) -> None:
+    """promtool evaluates the account share and the account's keys' share on two shards that served
+    1 and 3 jobs/s of a class: account A holds half of the first and all of the second (7/8 over
+    both), and its keys' shares of it are weighted by what each shard served of A (0.5 and 3)."""
+    labels = 'job="fairctl",group="g",queue="q1"'
+    resolve = {q.var(q.JOB_VAR): "fairctl", q.var(GROUP_VAR): "g", q.var(q.ACCOUNT_VAR): "A"}
+
+    def resolved(expr: str) -> str:
+        for name, value in resolve.items():
+            expr = expr.replace(name, value)
+        return expr
+
+    rules = {"groups": [{"name": "accounts", "rules": [
+        {"record": "accounts", "expr": resolved(q.account_share(m.JOBS_PROCESSED, 600))},
+        {"record": "keys", "expr": resolved(q.account_tenant_share(m.JOBS_PROCESSED, 600,
+                                                                   q.re(q.ACCOUNT, q.var(q.ACCOUNT_VAR))))},
+    ]}]}
+
+    def series(name: str, shard: str, values: str, **extra: str) -> dict[str, str]:
+        more = "".join(f',{k}="{v}"' for k, v in extra.items())
+        return {"series": f'{name}{{{labels},shard="{shard}",instance="{shard}:9",pod="p"{more}}}', "values": values}
+
+    inputs = [
+        series(m.JOBS_PROCESSED.name, "s0", "0+60x20"), series(m.JOBS_PROCESSED.name, "s1", "0+180x20"),
+        series(q.ACCOUNT_SHARE, "s0", "0.5x20", account="A"), series(q.ACCOUNT_SHARE, "s0", "0.5x20", account="B"),
+        series(q.ACCOUNT_SHARE, "s1", "1x20", account="A"),
+        series(q.ACCOUNT_TENANT_SHARE, "s0", "1x20", account="A", tenant="A/k1"),
+        series(q.ACCOUNT_TENANT_SHARE, "s1", "0.5x20", account="A", tenant="A/k1"),
+        series(q.ACCOUNT_TENANT_SHARE, "s1", "0.5x20", account="A", tenant="A/k2"),
+    ]
+
+    def sample(name: str, value: float, **extra: str) -> dict[str, Any]:
+        return {"labels": name + "{" + ",".join([labels, *(f'{k}="{v}"' for k, v in extra.items())]) + "}",
+                "value": value}
+
+    tests = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": inputs, "promql_expr_test": [
+            {"expr": "accounts", "eval_time": "15m",
+             "exp_samples": [sample("accounts", 0.875, account="A"), sample("accounts", 0.125, account="B")]},
+            {"expr": "keys", "eval_time": "15m",
+             "exp_samples": [sample("keys", 2 / 3.5, account="A", tenant="A/k1"),
+                             sample("keys", 1.5 / 3.5, account="A", tenant="A/k2")]},
+        ]}]}
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules))
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump(tests))
+    promtool.test_rules(tmp_path / "tests.yml")
