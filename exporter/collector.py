@@ -315,6 +315,7 @@ class FairnessCollector(Collector):
 
     def _add_snapshot(self, families: Families, snapshot: Snapshot) -> None:
         # The snapshot's classes, not the config's: the config may have changed since it was read.
+        accounts = self.config.tenants.account_separator is not None  # the account views, only with accounts
         for name, view in snapshot.classes.items():
             for spec, value in (
                 (m.QUEUE_OLDEST_AGE, view.oldest_age), (m.QUEUE_DEPTH, view.depth),
@@ -336,6 +337,13 @@ class FairnessCollector(Collector):
                 families.add(m.TENANT_OLDEST_AGE, age, queue=name, tenant=tenant)
             for tenant, share in view.tenant_shares:
                 families.add(m.QUEUE_TENANT_SHARE, share, queue=name, tenant=tenant)
+            if accounts:
+                families.add(m.QUEUE_ACTIVE_ACCOUNTS, view.active_accounts, queue=name)
+                families.add(m.QUEUE_QUIET_ACCOUNTS_OLDEST_AGE, view.quiet_accounts_oldest_age, queue=name)
+                for account, share in view.account_shares:
+                    families.add(m.QUEUE_ACCOUNT_SHARE, share, queue=name, account=account)
+                for account, tenant, share in view.account_tenants:
+                    families.add(m.QUEUE_ACCOUNT_TENANT_SHARE, share, queue=name, account=account, tenant=tenant)
         for tenant, share in snapshot.tenant_shares:
             families.add(m.TENANT_SHARE, share, tenant=tenant)
         families.add(m.WORKER_SLOTS, snapshot.worker_slots)

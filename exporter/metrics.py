@@ -39,6 +39,7 @@ GROUP = "group"  # on every series: the logical queue (see the module docstring)
 SHARD = "shard"  # on every series: the shard (queue group) of the logical queue it was read from
 QUEUE = "queue"
 TENANT = "tenant"
+ACCOUNT = "account"
 REASON = "reason"
 VERSION = "version"
 STATE = "state"
@@ -190,6 +191,24 @@ TENANT_SHARE = _gauge(
     "tenant_share_ratio", (TENANT,),
     "Share of all service over exporter.window (of all completions, or of all worker time under "
     "scheduler.charge: runtime), for the top exporter.topk_tenants tenants.")
+# ------------------------------------------------------------------ per account (tenants.account_separator only)
+QUEUE_ACTIVE_ACCOUNTS = _gauge("queue_active_accounts", Q, "Accounts with due jobs in the class.")
+QUEUE_QUIET_ACCOUNTS_OLDEST_AGE = _gauge(
+    "queue_quiet_accounts_oldest_message_age_seconds", Q,
+    "Age of the oldest due job among the class's keys whose account is not noisy (its keys together hold more than "
+    "10% of the class's in-flight or queued jobs); 0 when none wait.")
+QUEUE_ACCOUNT_SHARE = _gauge(
+    "queue_account_share_ratio", (QUEUE, ACCOUNT),
+    "An account's share of the class's service over exporter.window, all its keys together (of completions, or of "
+    "worker time under scheduler.charge: runtime), for the class's exporter.topk_tenants busiest accounts.")
+QUEUE_ACCOUNT_TENANT_SHARE = _gauge(
+    "queue_account_tenant_share_ratio", (QUEUE, ACCOUNT, TENANT),
+    "For each account of queue_account_share_ratio, its busiest keys' (at most 3) shares of the account's service "
+    "over exporter.window.")
+ACCOUNTS: tuple[MetricSpec, ...] = (
+    QUEUE_ACTIVE_ACCOUNTS, QUEUE_QUIET_ACCOUNTS_OLDEST_AGE, QUEUE_ACCOUNT_SHARE, QUEUE_ACCOUNT_TENANT_SHARE,
+)
+
 TENANT_OLDEST_AGE = _gauge(
     "tenant_oldest_message_age_seconds", (QUEUE, TENANT),
     "Age of a tenant's oldest due job, for the exporter.topk_tenants oldest tenants of each class.")
@@ -256,7 +275,7 @@ FROM_REDIS: tuple[MetricSpec, ...] = (
     QUEUE_WORKER_SECONDS, JOBS_FAILED, JOBS_REDELIVERED, JOBS_UNHANDLED, JOBS_DEAD_LETTERED, JOBS_PROMOTED,
     JOBS_DEMOTED, JOBS_REJECTED, JOBS_REFUSED, JOBS_WAIT,
     QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION, GROUP_CONFIG,
-    STATE_RESETS, *UNCONFIGURED, *REDIS_MEMORY,
+    STATE_RESETS, *UNCONFIGURED, *REDIS_MEMORY, *ACCOUNTS,
 )
 # Served once known, and on while Redis cannot be read: where the shard's Redis is, which the
 # alerts about a Redis that cannot be read name.

@@ -37,9 +37,6 @@ ACCOUNT_RATE_MARK = "\x01"
 # base + CHARGED; hash: job id -> the microseconds of worker time its pop charged (scheduler.charge:
 # runtime), so its ack corrects the charge by the difference. Built from ``base`` like RATE_SPACE.
 CHARGED = "charged"
-# base + ACCOUNT_QUEUED; hash: account -> its jobs queued in every class (with accounts only):
-# what tenants.account_max_queued is held to.
-ACCOUNT_QUEUED = "aqueued"
 # A sharded queue group's layout (fairness_core.sharded): hash of shards, serve and version, under
 # the logical group's own tag; each shard is a queue group of its own, tagged ``{prefix.i}``.
 LAYOUT = "layout"
@@ -48,7 +45,7 @@ LAYOUT = "layout"
 FIXED: dict[str, str] = {
     "stats": STATS, "swrr": SWRR, "paused": PAUSED, "arrivals": ARRIVALS, "seq": SEQ, "leases": LEASES,
     "leased": LEASED, "delayed": DELAYED, "dead": DEAD, "workers": WORKERS, "worker_slots": WORKER_SLOTS,
-    "config": CONFIG, "account_queued": ACCOUNT_QUEUED,
+    "config": CONFIG,
 }
 
 # Per-class keys: base + CLASS_SPACE + class + PART_SEP + part; a tenant's sub-queue is the part
@@ -63,6 +60,8 @@ CLASS_PARTS: dict[str, str] = {
     # account (fairness_core.accounts), whose own zset holds its queued tenants' tags inside it.
     "tags": "tags",  # zset: party -> WFQ virtual finish tag
     "account": "a/",  # + account; zset: the account's queued tenants -> their tags among its tenants
+    "account_backlog": "abacklog",  # zset: account -> its queued jobs (with accounts)
+    "account_served": "aserved:",  # + window bucket; zset: account -> its service in that bucket (with accounts)
     "heads": "heads",  # zset: tenant -> enqueue time (ms) of its head job
     "backlog": "backlog",  # zset: tenant -> queued jobs
     "cost": "cost",  # hash: party -> the tier its jobs are charged at

@@ -52,11 +52,13 @@ class _Class:
     accounts: dict[str, ZSet] = field(default_factory=dict)  # account -> its queued tenants' tags among them
     heads: ZSet = field(default_factory=ZSet)
     backlog: ZSet = field(default_factory=ZSet)
+    account_backlog: ZSet = field(default_factory=ZSet)  # account -> queued jobs (with accounts)
     cost: dict[str, str] = field(default_factory=dict)  # party -> tier
     vt: float = 0
     inflight: ZSet = field(default_factory=ZSet)
     served: dict[int, ZSet] = field(default_factory=dict)
     served_total: dict[int, int] = field(default_factory=dict)
+    account_served: dict[int, ZSet] = field(default_factory=dict)  # bucket -> account -> service (with accounts)
     estimates: dict[str, int] = field(default_factory=dict)  # task -> runtime estimate (µs)
     tenant_estimates: dict[str, dict[str, int]] = field(default_factory=dict)  # tenant -> task -> µs
 
@@ -72,7 +74,6 @@ class Model:
         self.paused: set[str] = set()
         self.arrivals: dict[str, float] = {}
         self.rates: dict[int, dict[str, int]] = {}  # rate-window bucket -> tenant (or account field) -> accepted jobs
-        self.account_queued: dict[str, int] = {}  # account -> its jobs queued in every class (with accounts)
         self.seq = 0
         self.classes: dict[str, _Class] = {name: _Class() for name in self.names}
         self.leases = ZSet()
@@ -133,7 +134,6 @@ class Model:
                 self._cls(c).estimates.clear()
                 self._cls(c).tenant_estimates.clear()
         if regroup:
-            self.account_queued = {}
             for c in (*self.names, *others):
                 self._regroup(c)
         elif rebase:
@@ -151,11 +151,11 @@ class Model:
         cls = self._cls(queue)
         for tier in set(cls.cost.values()):
             self.stats[f"tenants{SEP}{queue}{SEP}{tier}"] = 0
-        cls.tags, cls.accounts, cls.cost, cls.vt = ZSet(), {}, {}, 0
+        cls.tags, cls.accounts, cls.cost, cls.vt, cls.account_backlog = ZSet(), {}, {}, 0, ZSet()
         for tenant, _ in cls.backlog.head(len(cls.backlog)):
             jobs = cls.queues[tenant]
             self._activate(queue, cls, tenant, self._named(jobs[-1].tier), jobs[0].enqueued_ms)
-            self._count_account(tenant, len(jobs))
+            self._count_account(cls, tenant, len(jobs))
 
     def move(self, now: int, limit: int = 1000) -> int:
         """Move up to ``limit`` queued jobs of moved classes into their targets, as the Lua's
@@ -207,15 +207,16 @@ class Model:
         """As the Lua's ``party_of``: whom fair queuing counts ``tenant``'s work for."""
         return account_of(tenant, self.settings.account_sep or None)
 
-    def _count_account(self, tenant: str, delta: int) -> None:
-        """As the Lua's ``count_account``: an account's jobs queued in every class (with accounts)."""
+    def _count_account(self, cls: _Class, tenant: str, delta: int) -> None:
+        """As the Lua's ``count_account``: an account's jobs queued in the class (with accounts)."""
         if self.settings.account_sep:
             account = self._party(tenant)
-            left = self.account_queued.get(account, 0) + delta
-            if left > 0:
-                self.account_queued[account] = left
-            else:
-                self.account_queued.pop(account, None)
+            if cls.account_backlog.incr(account, delta) <= 0:
+                cls.account_backlog.remove(account)
+
+    def _account_queued(self, account: str) -> int:
+        """As the Lua's ``account_queued``: the account's queued jobs in every configured class."""
+        return int(sum(self._cls(c).account_backlog.score(account) or 0 for c in self.names))
 
     def _set_tier(self, queue: str, cls: _Class, party: str, tier: str) -> None:
         """As the Lua's ``set_tier``: a party is charged as its latest job's tier."""
@@ -259,7 +260,7 @@ class Model:
             last = job.tier
             self._set_tier(queue, cls, party, self._named(last))
         cls.backlog.incr(tenant, len(jobs))
-        self._count_account(tenant, len(jobs))
+        self._count_account(cls, tenant, len(jobs))
         self._stat("depth", queue, len(jobs))
 
     def _push_head(self, queue: str, tenant: str, jobs: Sequence[Envelope]) -> None:
@@ -273,7 +274,7 @@ class Model:
         cls.heads.add(tenant, min(job.enqueued_ms for job in jobs), only_lower=True)
         q.extendleft(reversed(jobs))
         cls.backlog.incr(tenant, len(jobs))
-        self._count_account(tenant, len(jobs))
+        self._count_account(cls, tenant, len(jobs))
         self._stat("depth", queue, len(jobs))
 
     def _take(self, queue: str, tenant: str, n: int, *, from_tail: bool = False) -> tuple[list[Envelope], int]:
@@ -282,7 +283,7 @@ class Model:
         cls = self._cls(queue)
         q = cls.queues[tenant]
         items = [q.pop() if from_tail else q.popleft() for _ in range(min(n, len(q)))]
-        self._count_account(tenant, -len(items))
+        self._count_account(cls, tenant, -len(items))
         if not q:
             del cls.queues[tenant]
             cls.heads.remove(tenant)
@@ -468,7 +469,7 @@ class Model:
         limit = s.max_queued.get(tier, 0)
         room: float = limit - self._queued(tenant) if limit else math.inf
         account = self._party(tenant)
-        account_room: float = (s.account_max_queued - self.account_queued.get(account, 0)
+        account_room: float = (s.account_max_queued - self._account_queued(account)
                                if s.account_max_queued else math.inf)
         rate_room = self._rate_room(now, tenant, s.rate_allowed.get(tier, 0))
         account_field = ACCOUNT_RATE_MARK + account
@@ -691,9 +692,12 @@ class Model:
             served = cls.served[bucket] = ZSet()
         served.incr(tenant, units)
         cls.served_total[bucket] = cls.served_total.get(bucket, 0) + units
+        if self.settings.account_sep:
+            cls.account_served.setdefault(bucket, ZSet()).incr(self._party(tenant), units)
         for old in [b for b in cls.served if b < bucket - 1]:  # Redis expires these
             del cls.served[old]
             del cls.served_total[old]
+            cls.account_served.pop(old, None)
 
     def ack(self, now: int, lease: Lease, *, runtime: float | None = None) -> bool:
         ran = _runtime(runtime)
@@ -863,7 +867,14 @@ class Model:
                  served_before.score(t) or 0.0)
                 for t, _ in cls.backlog.top(s.sample)
             ]
+            by_account = {}
+            if s.account_sep:
+                by_account = {"active_accounts": len(cls.tags),
+                              "accounts_now": cls.account_served.get(bucket, empty).top(s.served_top),
+                              "accounts_before": cls.account_served.get(bucket - 1, empty).top(s.served_top),
+                              "accounts_backlog": cls.account_backlog.top(s.backlog_top)}
             raw[name] = RawClass(
+                **by_account,
                 heads=cls.heads.head(s.heads),
                 active_tenants=len(cls.backlog),
                 top_backlog=cls.backlog.top(s.backlog_top),
@@ -896,6 +907,8 @@ class Model:
                 "inflight": dict(cls.inflight.items()),
                 "served": {b: dict(z.items()) for b, z in cls.served.items() if b >= live},
                 "served_total": {b: n for b, n in cls.served_total.items() if b >= live},
+                "account_backlog": dict(cls.account_backlog.items()),
+                "account_served": {b: dict(z.items()) for b, z in cls.account_served.items() if b >= live},
                 "estimates": dict(cls.estimates),
                 "tenant_estimates": {t: dict(e) for t, e in cls.tenant_estimates.items() if e},
             }
@@ -907,7 +920,6 @@ class Model:
             "paused": set(self.paused),
             "arrivals": {k: v for k, v in self.arrivals.items()},
             "rates": {b: dict(counts) for b, counts in self.rates.items() if b >= rates_live},
-            "account_queued": dict(self.account_queued),
             "seq": self.seq,
             "classes": classes,
             "leases": dict(self.leases.items()),

@@ -661,8 +661,13 @@ def _pairs_int(flat: list[Any]) -> dict[str, int]:
 
 
 def _raw_class(reply: list[Any]) -> RawClass:
-    heads, active, backlog, inflight, now, before, now_total, before_total, rows = reply
+    heads, active, backlog, inflight, now, before, now_total, before_total, rows, accounts = reply
+    by_account = {}
+    if accounts:  # with accounts: the parties queued, their service in both buckets, their backlog
+        by_account = {"active_accounts": int(accounts[0]), "accounts_now": _pairs(accounts[1]),
+                      "accounts_before": _pairs(accounts[2]), "accounts_backlog": _pairs(accounts[3])}
     return RawClass(
+        **by_account,
         heads=_pairs(heads), active_tenants=int(active), top_backlog=_pairs(backlog), top_inflight=_pairs(inflight),
         served_now=_pairs(now), served_before=_pairs(before), served_now_total=int(now_total),
         served_before_total=int(before_total),

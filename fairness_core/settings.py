@@ -155,7 +155,7 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
         inflight_top=INFLIGHT_TOP,
         backlog_top=max(exp.topk_tenants, INFLIGHT_TOP),
         served_top=2 * exp.topk_tenants,
-        heads=heads_to_read(exp.topk_tenants),
+        heads=heads_to_read(exp.topk_tenants, config.tenants.account_separator is not None),
         sample=exp.fairness_sample,
     )
 

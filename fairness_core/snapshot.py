@@ -8,9 +8,11 @@ age, windowed shares, the fairness index) are computed by one piece of code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from .accounts import account_of
 from .config import Config
 from .jobs import SEP
 
@@ -37,12 +39,20 @@ INFLIGHT_TOP = 10
 MAX_NOISY = 2 * (INFLIGHT_TOP - 1)
 
 Pairs = Sequence[tuple[str, float]]
+# With accounts, each top account's busiest keys the exporter names (queue_account_tenant_share_ratio).
+ACCOUNT_KEYS = 3
 
 
-def heads_to_read(topk: int) -> int:
+# With accounts, tenant heads a snapshot reads to find a quiet account's: a noisy account may own
+# any number of the oldest keys, so more are read, at a bounded cost (about 0.1 ms of Redis a class).
+ACCOUNT_HEADS = 1000
+
+
+def heads_to_read(topk: int, accounts: bool = False) -> int:
     """Tenant heads a snapshot reads: the k oldest, and enough to skip every noisy tenant (however
-    many of the oldest heads are noisy, one more than the most there can be is a quiet one's)."""
-    return max(topk, MAX_NOISY + 1)
+    many of the oldest heads are noisy, one more than the most there can be is a quiet one's);
+    with accounts, :data:`ACCOUNT_HEADS`."""
+    return max(topk, MAX_NOISY + 1, ACCOUNT_HEADS if accounts else 0)
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,11 @@ class RawClass:
     served_now_total: int
     served_before_total: int
     sample: Sequence[tuple[str, int, float, float]]  # most backlogged: (tenant, cost, served now, before)
+    # With accounts (tenants.account_separator), the same one level up (nothing read without):
+    active_accounts: int = 0
+    accounts_now: Pairs = ()  # (account, service in the current bucket), most first
+    accounts_before: Pairs = ()
+    accounts_backlog: Pairs = ()  # (account, queued jobs), most first
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,11 @@ class ClassSnapshot:
     tenant_shares: tuple[tuple[str, float], ...]  # top_processed as shares of processed_window
     fairness_index: float  # Jain's index of weight-normalised service, sampled backlogged tenants
     # (1 with none backlogged; 0 when they wait and none of them was served in the window)
+    # With accounts (tenants.account_separator); empty or 0 without:
+    active_accounts: int = 0
+    account_shares: tuple[tuple[str, float], ...] = ()  # the top-k accounts' shares of processed_window
+    account_tenants: tuple[tuple[str, str, float], ...] = ()  # (account, key, share of the account's service)
+    quiet_accounts_oldest_age: float = 0.0  # the oldest due job of a key whose account is not noisy
 
 
 @dataclass(frozen=True)
@@ -157,7 +177,9 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
     def age(ms: float | None) -> float:
         return max(0.0, (now_ms - ms) / 1000.0) if ms is not None else 0.0
 
+    accounts = _accounts(config, raw, window, processed_window, weight, depth, inflight, age)
     return ClassSnapshot(
+        **accounts,
         name=name,
         depth=get("depth"),
         inflight=inflight,
@@ -180,6 +202,37 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
         tenant_shares=tuple((t, min(1.0, n / processed_window)) for t, n in top) if processed_window > 0 else (),
         fairness_index=jain_index(service),
     )
+
+
+def _accounts(config: Config, raw: RawClass, window: Mapping[str, float], processed_window: float, weight: float,
+              depth: int, inflight: int, age: Callable[[float | None], float]) -> dict[str, Any]:
+    """The account views of a class (none without tenants.account_separator): the top-k accounts'
+    shares; each one's busiest keys (of the keys the service lists read) as shares of its service;
+    and the oldest due job of a key whose account is noisy by the tenants' rule, its keys' in-flight
+    jobs (of those read) or its queued jobs counted together."""
+    separator, exp = config.tenants.account_separator, config.exporter
+    if separator is None:
+        return {}
+    served = _windowed(raw.accounts_now, raw.accounts_before, weight)
+    top = sorted(served.items(), key=lambda kv: (-kv[1], kv[0]))[: exp.topk_tenants]
+    keys: dict[str, list[tuple[str, float]]] = {}
+    for tenant, n in sorted(window.items(), key=lambda kv: (-kv[1], kv[0])):
+        keys.setdefault(account_of(tenant, separator), []).append((tenant, n))
+    in_flight: dict[str, float] = {}
+    for tenant, n in raw.top_inflight:
+        in_flight[account_of(tenant, separator)] = in_flight.get(account_of(tenant, separator), 0) + n
+    noisy = {a for a, n in in_flight.items() if n > NOISY_SHARE * inflight and n >= exp.noisy_min_inflight}
+    noisy |= {a for a, n in raw.accounts_backlog if n > NOISY_SHARE * depth and n >= exp.noisy_min_queued}
+    quiet = next((ms for t, ms in raw.heads if account_of(t, separator) not in noisy), None)
+    if quiet is None and len(raw.heads) >= ACCOUNT_HEADS:  # past every head read: at most the last one's age
+        quiet = raw.heads[-1][1]
+    return {
+        "active_accounts": raw.active_accounts,
+        "account_shares": tuple((a, min(1.0, n / processed_window)) for a, n in top) if processed_window > 0 else (),
+        "account_tenants": tuple((a, t, min(1.0, n / total)) for a, total in top if total > 0
+                                 for t, n in keys.get(a, [])[:ACCOUNT_KEYS]),
+        "quiet_accounts_oldest_age": age(quiet),
+    }
 
 
 def build_snapshot(config: Config, now_ms: float, stats: Mapping[str, int], paused: Sequence[str],

@@ -10,7 +10,7 @@ from typing import Any
 import redis
 
 from fairness_core import Config
-from fairness_core.keys import ACCOUNT_QUEUED, CLASS_PARTS, RATE_SPACE, TENANT_QUEUE, Keys
+from fairness_core.keys import CLASS_PARTS, RATE_SPACE, TENANT_QUEUE, Keys
 
 
 def _s(value: bytes) -> str:
@@ -40,7 +40,7 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
     for name in [*config.class_names, *sorted(counted - set(config.class_names))]:
         # One SCAN per class for its keyed parts: sub-queues, accounts, estimates, service buckets.
         own = k.class_key(name, "")
-        queues, accounts, tenant_estimates, served, served_total = {}, {}, {}, {}, {}
+        queues, accounts, tenant_estimates, served, served_total, account_served = {}, {}, {}, {}, {}, {}
         for key in client.scan_iter(match=_glob(own) + "*", count=1000):
             part = _s(key)[len(own):]
             if part.startswith(TENANT_QUEUE):
@@ -50,6 +50,10 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
             elif part.startswith(CLASS_PARTS["tenant_estimate"]):
                 tenant_estimates[part[len(CLASS_PARTS["tenant_estimate"]):]] = {
                     _s(t): int(v) for t, v in client.hgetall(key).items()}
+            elif part.startswith(CLASS_PARTS["account_served"]):
+                bucket = int(part[len(CLASS_PARTS["account_served"]):])
+                if bucket >= now_ms // window_ms - 1:  # the model forgets what Redis expires
+                    account_served[bucket] = _zset(client, key)
             elif part.startswith("served"):
                 kind, bucket = part.split(":")
                 if int(bucket) >= now_ms // window_ms - 1:  # the model forgets what Redis expires
@@ -69,6 +73,8 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
             "inflight": _zset(client, k.class_key(name, "inflight")),
             "served": served,
             "served_total": served_total,
+            "account_backlog": _zset(client, k.class_key(name, CLASS_PARTS["account_backlog"])),
+            "account_served": account_served,
             "estimates": {_s(t): int(v) for t, v in client.hgetall(k.class_key(name, "est")).items()},
             "tenant_estimates": tenant_estimates,
         }
@@ -96,5 +102,4 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
         "workers": _zset(client, k.workers),
         "worker_slots": {_s(f): int(v) for f, v in client.hgetall(k.worker_slots).items()},
         "charged": {_s(f): int(v) for f, v in client.hgetall(k.charged).items()},
-        "account_queued": {_s(f): int(v) for f, v in client.hgetall(k.base + ACCOUNT_QUEUED).items()},
     }

@@ -26,8 +26,9 @@ TIERS = {"enterprise": 6, "pro": 3, "free": 1}
 SEED_S = 0.1  # the class's service_time: what a task's first job is charged under runtime
 
 
-def one_class(separator: str | None = "/", *, batch: int = 1, charge: str = "jobs") -> Model:
+def one_class(separator: str | None = "/", *, batch: int = 1, charge: str = "jobs", topk: int = 10) -> Model:
     return Model(make_config(
+        exporter={"topk_tenants": topk},
         classes=[{"name": "jobs", "weight": 1, "max_age": "1h", "arrival_rate": "1/s",
                   "service_time": f"{int(SEED_S * 1000)}ms"}],
         classification=[{"class": "jobs", "reason": "everything"}],
@@ -120,3 +121,25 @@ def test_service_stays_within_the_stated_bound_at_every_pop(data: st.DataObject,
         for a, (_, keys) in enumerate(accounts):
             mine = [served[f"a{a}/k{k}"] for k in range(keys)]
             assert max(mine) - min(mine) <= 2 * visit + 1e-6, (a, mine)
+
+
+def test_the_snapshot_names_the_spread_account_not_its_keys() -> None:
+    """What the exporter serves with accounts: bigco's 200 keys, each a sliver of the class, are one
+    account of 51 by service; each top account's busiest keys are named; and the quiet accounts'
+    oldest age skips every key of the noisy account, however many of the oldest heads it holds."""
+    model = one_class("/", topk=51)
+    for k in range(200):
+        model.submit_many(NOW, "newsletter", f"bigco/k{k}", 50)
+    for a in range(50):
+        model.submit_many(NOW + 1000, "newsletter", f"acct{a}", 200)
+    later = NOW + 2000
+    for _ in range(5100):
+        for lease in model.pop(later, 1):
+            model.ack(later, lease)
+    view = model.snapshot(later).classes["jobs"]
+    assert view.active_accounts == 51 and view.active_tenants == 250
+    assert dict(view.account_shares)["bigco"] == pytest.approx(1 / 51)
+    bigco_keys = [(t, share) for a, t, share in view.account_tenants if a == "bigco"]
+    assert len(bigco_keys) == 3 and all(t.startswith("bigco/") and share == 0.01 for t, share in bigco_keys)  # 100 keys once
+    assert view.quiet_accounts_oldest_age == pytest.approx(1.0)  # the one-key accounts' heads, not bigco's
+    assert view.quiet_oldest_age == pytest.approx(2.0)  # by tenant, no bigco key is noisy: 19 heads read

@@ -25,7 +25,7 @@ local cfg = __SETTINGS__
 -- Set by `call` for each call: Redis runs one call at a time, and the functions below read them.
 local ARGV, op, base, now
 local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS, K_CONFIG,
-  K_CHARGED, K_AQUEUED
+  K_CHARGED
 local NCLASS = #cfg.classes
 
 local function ckey(c, part) return base .. CLASS_SPACE .. c .. PART_SEP .. part end
@@ -106,10 +106,13 @@ local function party_of(tenant)
 end
 local function akey(c, account) return ckey(c, PART_ACCOUNT .. account) end
 
--- An account's jobs queued in every class (tenants.account_max_queued reads it); it goes at 0.
-local function count_account(tenant, delta)
+-- An account's jobs queued in the class, as the backlog counts a tenant's: what
+-- tenants.account_max_queued and the exporter's noisy accounts read; the member goes at 0.
+local function count_account(c, tenant, delta)
   local account = account_of(tenant)
-  if tonumber(redis.call('HINCRBY', K_AQUEUED, account, delta)) <= 0 then redis.call('HDEL', K_AQUEUED, account) end
+  if tonumber(redis.call('ZINCRBY', ckey(c, PART_ACCOUNT_BACKLOG), delta, account)) <= 0 then
+    redis.call('ZREM', ckey(c, PART_ACCOUNT_BACKLOG), account)
+  end
 end
 
 -- A party is charged as its latest job's tier.
@@ -252,7 +255,7 @@ local function push_tail(c, tenant, tier, env, enq)
     set_tier(c, party_of(tenant), tier)
   end
   redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
-  if ACCOUNTS then count_account(tenant, 1) end
+  if ACCOUNTS then count_account(c, tenant, 1) end
   stat('depth', c, 1)
   wake(c, 0)
 end
@@ -267,7 +270,7 @@ local function push_head(c, tenant, env)
     redis.call('ZADD', ckey(c, PART_HEADS), 'LT', enq, tenant)
   end
   redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
-  if ACCOUNTS then count_account(tenant, 1) end
+  if ACCOUNTS then count_account(c, tenant, 1) end
   stat('depth', c, 1)
   wake(c, 0)
 end
@@ -279,7 +282,7 @@ local function take(c, tenant, n, from_tail)
   local qk = tkey(c, tenant)
   local items = redis.call(from_tail and 'RPOP' or 'LPOP', qk, n)
   local left = tonumber(redis.call('ZINCRBY', ckey(c, PART_BACKLOG), -#items, tenant))
-  if ACCOUNTS then count_account(tenant, -#items) end
+  if ACCOUNTS then count_account(c, tenant, -#items) end
   if left <= 0 then
     left = 0
     redis.call('ZREM', ckey(c, PART_HEADS), tenant)
@@ -412,6 +415,13 @@ local function at_limit(tenant, tier)
   return nil
 end
 
+-- An account's jobs queued in every class (tenants.account_max_queued), one ZSCORE per class.
+local function account_queued(account)
+  local queued = 0
+  for i = 1, NCLASS do queued = queued + num(redis.call('ZSCORE', ckey(cfg.classes[i], PART_ACCOUNT_BACKLOG), account)) end
+  return queued
+end
+
 -- The arrival-rate limit (jobs per second) a tenant enqueueing as `tier` is over, or nil: as the
 -- budget estimates arrivals, its accepted jobs in the current rate-window bucket plus the previous
 -- bucket's weighted by the part of it still in the window, held to the rate times the window.
@@ -454,7 +464,7 @@ function ops.enqueue()
       stat('refused', cfg.classes[asked], 1)
       return {'', cfg.classes[asked], ARGV[8], 'max_queued', limit}
     end
-    if cfg.account_max_queued > 0 and num(redis.call('HGET', K_AQUEUED, account_of(tenant))) >= cfg.account_max_queued then
+    if cfg.account_max_queued > 0 and account_queued(account_of(tenant)) >= cfg.account_max_queued then
       stat('refused', cfg.classes[asked], 1)
       return {'', cfg.classes[asked], ARGV[8], 'account_max_queued', cfg.account_max_queued}
     end
@@ -561,9 +571,12 @@ local function count_processed(c, tenant, n, units)
   local served = ckey(c, PART_SERVED .. bucket)
   local total = ckey(c, PART_SERVED_TOTAL .. bucket)
   redis.call('ZINCRBY', served, units, tenant)
+  local by_account = ACCOUNTS and ckey(c, PART_ACCOUNT_SERVED .. bucket)
+  if by_account then redis.call('ZINCRBY', by_account, units, account_of(tenant)) end
   if redis.call('INCRBY', total, units) == units then
     redis.call('PEXPIRE', served, 3 * cfg.window_ms)
     redis.call('PEXPIRE', total, 3 * cfg.window_ms)
+    if by_account then redis.call('PEXPIRE', by_account, 3 * cfg.window_ms) end
   end
 end
 
@@ -1007,14 +1020,14 @@ local function regroup(c)
   for _, tier in ipairs(redis.call('HVALS', ckey(c, PART_COST))) do
     redis.call('HSET', K_STATS, 'tenants' .. SEP .. c .. SEP .. tier, 0)
   end
-  redis.call('DEL', ckey(c, PART_TAGS), ckey(c, PART_COST), ckey(c, PART_VT))
+  redis.call('DEL', ckey(c, PART_TAGS), ckey(c, PART_COST), ckey(c, PART_VT), ckey(c, PART_ACCOUNT_BACKLOG))
   local queued = redis.call('ZRANGE', ckey(c, PART_BACKLOG), 0, -1, 'WITHSCORES')
   for k = 1, #queued, 2 do
     local tenant = queued[k]
     local _, enq = header(redis.call('LINDEX', tkey(c, tenant), 0))
     local _, _, _, tier = header(redis.call('LINDEX', tkey(c, tenant), -1))
     activate(c, tenant, named(tier), enq)
-    if ACCOUNTS then count_account(tenant, tonumber(queued[k + 1])) end
+    if ACCOUNTS then count_account(c, tenant, tonumber(queued[k + 1])) end
   end
 end
 
@@ -1079,7 +1092,6 @@ function ops.apply()
   -- Tags are in units of the tier costs and of the charge basis: across a change of either no
   -- tenant keeps its place.
   if ARGV[10] == '1' then
-    redis.call('DEL', K_AQUEUED)
     for _, c in ipairs(classes) do regroup(c) end
   elseif ARGV[7] == '1' then
     for _, c in ipairs(classes) do
@@ -1148,6 +1160,15 @@ function ops.snapshot_class()
       rows[#rows + 1] = before[k] or '0'
     end
   end
+  -- With accounts: the parties queued, their service in both buckets and their backlog.
+  local accounts = {}
+  if ACCOUNTS then
+    local function by_account(b)
+      return redis.call('ZREVRANGE', ckey(c, PART_ACCOUNT_SERVED .. b), 0, cfg.served_top - 1, 'WITHSCORES')
+    end
+    accounts = {redis.call('ZCARD', ckey(c, PART_TAGS)), by_account(bucket), by_account(bucket - 1),
+                redis.call('ZREVRANGE', ckey(c, PART_ACCOUNT_BACKLOG), 0, cfg.backlog_top - 1, 'WITHSCORES')}
+  end
   return {
     redis.call('ZRANGE', ckey(c, PART_HEADS), 0, cfg.heads - 1, 'WITHSCORES'),
     redis.call('ZCARD', ckey(c, PART_BACKLOG)),
@@ -1158,6 +1179,7 @@ function ops.snapshot_class()
     num(redis.call('GET', ckey(c, PART_SERVED_TOTAL .. bucket))),
     num(redis.call('GET', ckey(c, PART_SERVED_TOTAL .. (bucket - 1)))),
     rows,
+    accounts,
   }
 end
 
@@ -1186,7 +1208,7 @@ local function call(keys, args)
       base .. KEY_ARRIVALS, base .. KEY_SEQ, base .. KEY_LEASES
     K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS = base .. KEY_LEASED, base .. KEY_DELAYED, base .. KEY_DEAD,
       base .. KEY_WORKERS, base .. KEY_WORKER_SLOTS
-    K_CONFIG, K_CHARGED, K_AQUEUED, keys_of = base .. KEY_CONFIG, base .. CHARGED, base .. KEY_ACCOUNT_QUEUED, base
+    K_CONFIG, K_CHARGED, keys_of = base .. KEY_CONFIG, base .. CHARGED, base
   end
   -- Every call runs the applied config or nothing: code compiled from another config (a process
   -- that has not seen the latest `fairctl config apply`, or one that has not applied any) is
