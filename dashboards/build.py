@@ -350,7 +350,7 @@ def account_variable() -> Template:
     """The accounts that were among a class's busiest in the time range shown (one or several:
     Grafana escapes the values of a multi-value variable for the regex matcher)."""
     return Template(name=q.ACCOUNT_VAR, label="Account", dataSource=DATASOURCE, refresh=REFRESH_ON_TIME_RANGE_CHANGE,
-                    query=q.label_values(q.ACCOUNT_SHARE, q.ACCOUNT), multi=True)
+                    query=q.label_values(m.QUEUE_ACCOUNT_SHARE.name, m.ACCOUNT), multi=True)
 
 
 def account_sections(config: Config) -> list[Section]:
@@ -360,13 +360,13 @@ def account_sections(config: Config) -> list[Section]:
     if config.tenants.account_separator is None:
         return []
     b, topk, window = rec.basis(config), config.exporter.topk_tenants, config.exporter.window
-    picked = q.re(q.ACCOUNT, q.var(q.ACCOUNT_VAR))
+    picked = q.re(m.ACCOUNT, q.var(q.ACCOUNT_VAR))
     return [("Accounts", [
         (timeseries(f"Top {topk} accounts' share of each class's {b.served}",
                     f"Each class's {topk} busiest accounts over exporter.window ({format_duration(window)}), every "
                     f"key of an account together, and their share of the class's {b.served}, each shard's "
                     "weighted by what the shard served (AccountDominatingQueue).",
-                    [Query(q.account_share(b.counter, window), "{{" + m.QUEUE + "}}: {{" + q.ACCOUNT + "}}")],
+                    [Query(q.account_share(b.counter, window), "{{" + m.QUEUE + "}}: {{" + m.ACCOUNT + "}}")],
                     "percentunit", max_value=1), 12),
         (timeseries("Keys of $account",
                     f"The busiest keys (at most 3) of each account picked, and their share of the account's "
@@ -378,11 +378,11 @@ def account_sections(config: Config) -> list[Section]:
         (timeseries("Quiet accounts' oldest age",
                     "Oldest due job among each class's keys whose account is not noisy (its keys together hold over "
                     "10% of the class's in-flight or queued jobs), against the class's max_age SLO (dashed).",
-                    [per_class(logical("max", q.select(q.QUIET_ACCOUNTS_AGE)), " quiet"),
+                    [per_class(logical("max", q.select(m.QUEUE_QUIET_ACCOUNTS_OLDEST_AGE.name)), " quiet"),
                      per_class(q.select(rec.MAX_AGE), " SLO")], "s", dashed="SLO"), 12),
         (timeseries("Active accounts", "Accounts with due jobs per class, added up over the shards (an account's "
                     "jobs of a class stay on one shard of its hand while it has some queued there).",
-                    [per_class(logical("sum", q.select(q.ACTIVE_ACCOUNTS)))], "short"), 12),
+                    [per_class(logical("sum", q.select(m.QUEUE_ACTIVE_ACCOUNTS.name)))], "short"), 12),
     ])]
 
 

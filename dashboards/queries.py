@@ -24,14 +24,6 @@ SHARD_VAR = "shard"
 DATASOURCE_VAR = "datasource"
 # Prometheus's own series of firing/pending alerts: the only name here not from the contract.
 ALERTS = "ALERTS"
-# The exporter's account series (served only with tenants.account_separator set), by name until the
-# metric contract (exporter.metrics) has their MetricSpecs: QUEUE_ACCOUNT_SHARE, QUEUE_ACTIVE_ACCOUNTS,
-# QUEUE_QUIET_ACCOUNTS_OLDEST_AGE, QUEUE_ACCOUNT_TENANT_SHARE and the label ACCOUNT.
-ACCOUNT = "account"
-ACCOUNT_SHARE = "queue_account_share_ratio"
-ACTIVE_ACCOUNTS = "queue_active_accounts"
-QUIET_ACCOUNTS_AGE = "queue_quiet_accounts_oldest_message_age_seconds"
-ACCOUNT_TENANT_SHARE = "queue_account_tenant_share_ratio"
 
 
 def var(name: str) -> str:
@@ -96,7 +88,7 @@ def tenant_share(counter: MetricSpec, seconds: float, *matchers: str) -> str:
 def account_share(counter: MetricSpec, seconds: float, *matchers: str) -> str:
     """Each class's top accounts' share of its service over every shard (every key of an account
     together), weighted by what each shard served of the class."""
-    return top_share(ACCOUNT_SHARE, ACCOUNT, served(counter, seconds), *matchers)
+    return top_share(m.QUEUE_ACCOUNT_SHARE.name, m.ACCOUNT, served(counter, seconds), *matchers)
 
 
 def account_tenant_share(counter: MetricSpec, seconds: float, *matchers: str) -> str:
@@ -104,9 +96,9 @@ def account_tenant_share(counter: MetricSpec, seconds: float, *matchers: str) ->
     shard, weighted by what each shard served of the account: its share times the class's, each
     exporter's multiplied, then deduplicated (an aggregation: a bracketed operand right after
     ``group_left`` would parse as its label list)."""
-    account_served = dedup(f"{select(ACCOUNT_SHARE, *matchers)} * ignoring ({ACCOUNT}) group_left "
+    account_served = dedup(f"{select(m.QUEUE_ACCOUNT_SHARE.name, *matchers)} * ignoring ({m.ACCOUNT}) group_left "
                            f"{over_time('rate', select(counter.name), seconds)}")
-    return top_share(ACCOUNT_TENANT_SHARE, m.TENANT, account_served, *matchers)
+    return top_share(m.QUEUE_ACCOUNT_TENANT_SHARE.name, m.TENANT, account_served, *matchers)
 
 
 def shard_gauge(aggregation: str, spec: MetricSpec, *matchers: str) -> str:

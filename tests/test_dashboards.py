@@ -263,7 +263,7 @@ def test_a_sharded_queue_opens_on_its_logical_queue_not_a_shard() -> None:
 
 
 # The exporter's account series, served only with tenants.account_separator set.
-ACCOUNT_SERIES = {q.ACCOUNT_SHARE, q.ACCOUNT_TENANT_SHARE, q.QUIET_ACCOUNTS_AGE, q.ACTIVE_ACCOUNTS}
+ACCOUNT_SERIES = {m.QUEUE_ACCOUNT_SHARE.name, m.QUEUE_ACCOUNT_TENANT_SHARE.name, m.QUEUE_QUIET_ACCOUNTS_OLDEST_AGE.name, m.QUEUE_ACTIVE_ACCOUNTS.name}
 
 
 def accounts_config(**overrides: Any) -> Config:
@@ -292,24 +292,24 @@ def test_with_accounts_the_tenant_board_gets_an_account_variable_and_row(charge:
     variables = {v["name"]: v for v in data["templating"]["list"]}
     account = variables[q.ACCOUNT_VAR]
     assert account["type"] == "query" and account["multi"] is True and account["includeAll"] is False
-    assert re.fullmatch(rf"label_values\(.+, {q.ACCOUNT}\)", account["query"])
-    assert metric_names(variable_series(account["query"])) == {q.ACCOUNT_SHARE}
+    assert re.fullmatch(rf"label_values\(.+, {m.ACCOUNT}\)", account["query"])
+    assert metric_names(variable_series(account["query"])) == {m.QUEUE_ACCOUNT_SHARE.name}
     assert list(variables).index(q.TENANT_VAR) < list(variables).index(q.ACCOUNT_VAR)
     board_rows = rows(data)
     accounts = board_rows.pop("Accounts")
     # The tenant's own row is as it is without accounts.
     assert board_rows == rows(json.loads(render(make_config(scheduler={"charge": charge}))[dashboard_file(TENANT_UID)]))
     reads = [set().union(*(metric_names(t["expr"]) for t in p["targets"])) for p in accounts]
-    assert reads == [{q.ACCOUNT_SHARE, basis.counter.name}, {q.ACCOUNT_TENANT_SHARE, q.ACCOUNT_SHARE, basis.counter.name},
-                     {q.QUIET_ACCOUNTS_AGE, recording.MAX_AGE}, {q.ACTIVE_ACCOUNTS}]
+    assert reads == [{m.QUEUE_ACCOUNT_SHARE.name, basis.counter.name}, {m.QUEUE_ACCOUNT_TENANT_SHARE.name, m.QUEUE_ACCOUNT_SHARE.name, basis.counter.name},
+                     {m.QUEUE_QUIET_ACCOUNTS_OLDEST_AGE.name, recording.MAX_AGE}, {m.QUEUE_ACTIVE_ACCOUNTS.name}]
     share, keys, quiet, active = accounts
-    assert [t["legendFormat"] for t in share["targets"]] == ["{{" + m.QUEUE + "}}: {{" + q.ACCOUNT + "}}"]
+    assert [t["legendFormat"] for t in share["targets"]] == ["{{" + m.QUEUE + "}}: {{" + m.ACCOUNT + "}}"]
     assert [t["legendFormat"] for t in keys["targets"]] == ["{{" + m.QUEUE + "}}: {{" + m.TENANT + "}}"]
     assert basis.served in share["title"] and "$account" in keys["title"]
     # The keys are the accounts picked: every account series it reads is selected by the variable.
     (expr,) = [t["expr"] for t in keys["targets"]]
-    picked = f'{q.ACCOUNT}=~"{q.var(q.ACCOUNT_VAR)}"'
-    selectors = re.findall(rf"(?:{q.ACCOUNT_SHARE}|{q.ACCOUNT_TENANT_SHARE})\{{[^}}]*\}}", expr)
+    picked = f'{m.ACCOUNT}=~"{q.var(q.ACCOUNT_VAR)}"'
+    selectors = re.findall(rf"(?:{m.QUEUE_ACCOUNT_SHARE.name}|{m.QUEUE_ACCOUNT_TENANT_SHARE.name})\{{[^}}]*\}}", expr)
     assert selectors and all(picked in s for s in selectors), expr
     assert q.var(q.ACCOUNT_VAR) not in str(share["targets"]) + str(quiet["targets"]) + str(active["targets"])
     assert quiet["fieldConfig"]["overrides"][0]["matcher"]["options"] == ".* SLO$"
@@ -353,7 +353,7 @@ def test_the_account_panels_weigh_each_shard_by_what_it_served(tmp_path: Path) -
     rules = {"groups": [{"name": "accounts", "rules": [
         {"record": "accounts", "expr": resolved(q.account_share(m.JOBS_PROCESSED, 600))},
         {"record": "keys", "expr": resolved(q.account_tenant_share(m.JOBS_PROCESSED, 600,
-                                                                   q.re(q.ACCOUNT, q.var(q.ACCOUNT_VAR))))},
+                                                                   q.re(m.ACCOUNT, q.var(q.ACCOUNT_VAR))))},
     ]}]}
 
     def series(name: str, shard: str, values: str, **extra: str) -> dict[str, str]:
@@ -362,11 +362,11 @@ def test_the_account_panels_weigh_each_shard_by_what_it_served(tmp_path: Path) -
 
     inputs = [
         series(m.JOBS_PROCESSED.name, "s0", "0+60x20"), series(m.JOBS_PROCESSED.name, "s1", "0+180x20"),
-        series(q.ACCOUNT_SHARE, "s0", "0.5x20", account="A"), series(q.ACCOUNT_SHARE, "s0", "0.5x20", account="B"),
-        series(q.ACCOUNT_SHARE, "s1", "1x20", account="A"),
-        series(q.ACCOUNT_TENANT_SHARE, "s0", "1x20", account="A", tenant="A/k1"),
-        series(q.ACCOUNT_TENANT_SHARE, "s1", "0.5x20", account="A", tenant="A/k1"),
-        series(q.ACCOUNT_TENANT_SHARE, "s1", "0.5x20", account="A", tenant="A/k2"),
+        series(m.QUEUE_ACCOUNT_SHARE.name, "s0", "0.5x20", account="A"), series(m.QUEUE_ACCOUNT_SHARE.name, "s0", "0.5x20", account="B"),
+        series(m.QUEUE_ACCOUNT_SHARE.name, "s1", "1x20", account="A"),
+        series(m.QUEUE_ACCOUNT_TENANT_SHARE.name, "s0", "1x20", account="A", tenant="A/k1"),
+        series(m.QUEUE_ACCOUNT_TENANT_SHARE.name, "s1", "0.5x20", account="A", tenant="A/k1"),
+        series(m.QUEUE_ACCOUNT_TENANT_SHARE.name, "s1", "0.5x20", account="A", tenant="A/k2"),
     ]
 
     def sample(name: str, value: float, **extra: str) -> dict[str, Any]:
