@@ -872,7 +872,11 @@ class Model:
                 by_account = {"active_accounts": len(cls.tags),
                               "accounts_now": cls.account_served.get(bucket, empty).top(s.served_top),
                               "accounts_before": cls.account_served.get(bucket - 1, empty).top(s.served_top),
-                              "accounts_backlog": cls.account_backlog.top(s.backlog_top)}
+                              "accounts_backlog": cls.account_backlog.top(s.backlog_top),
+                              "account_keys": [
+                                  (account, key, served_now.score(key) or 0.0, served_before.score(key) or 0.0)
+                                  for account, _ in cls.account_served.get(bucket, empty).top(s.account_top)
+                                  for key, _ in cls.accounts.get(account, empty).top(s.account_keys)]}
             raw[name] = RawClass(
                 **by_account,
                 heads=cls.heads.head(s.heads),

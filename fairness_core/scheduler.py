@@ -664,8 +664,11 @@ def _raw_class(reply: list[Any]) -> RawClass:
     heads, active, backlog, inflight, now, before, now_total, before_total, rows, accounts = reply
     by_account = {}
     if accounts:  # with accounts: the parties queued, their service in both buckets, their backlog
+        keys = accounts[4]
         by_account = {"active_accounts": int(accounts[0]), "accounts_now": _pairs(accounts[1]),
-                      "accounts_before": _pairs(accounts[2]), "accounts_backlog": _pairs(accounts[3])}
+                      "accounts_before": _pairs(accounts[2]), "accounts_backlog": _pairs(accounts[3]),
+                      "account_keys": [(_text(keys[i]), _text(keys[i + 1]), float(keys[i + 2]), float(keys[i + 3]))
+                                       for i in range(0, len(keys), 4)]}
     return RawClass(
         **by_account,
         heads=_pairs(heads), active_tenants=int(active), top_backlog=_pairs(backlog), top_inflight=_pairs(inflight),

@@ -14,7 +14,7 @@ from typing import Mapping
 from .config import OVER_BUDGET_REASON, Config
 from .config_store import NO_MOVES, NO_NAMES, Moves, Names, fingerprint
 from .jobs import CODE_MARK
-from .snapshot import INFLIGHT_TOP, WAIT_BUCKETS_S, heads_to_read
+from .snapshot import ACCOUNT_KEYS, INFLIGHT_TOP, WAIT_BUCKETS_S, heads_to_read
 
 
 # Charging by runtime: a task's first job in a class is charged its class's service_time, or this
@@ -81,6 +81,8 @@ class Settings:
     served_top: int  # tenants a snapshot reads per service bucket
     heads: int  # tenant heads a snapshot reads
     sample: int  # backlogged tenants in the fairness sample
+    account_top: int  # with accounts: the accounts whose busiest keys a snapshot reads
+    account_keys: int  # and how many of each one's keys
 
     def cost_of(self, tier: str) -> int:
         """As the Lua's ``cost_of``: a job's virtual-time cost from its tenant's tier."""
@@ -157,6 +159,8 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
         served_top=2 * exp.topk_tenants,
         heads=heads_to_read(exp.topk_tenants, config.tenants.account_separator is not None),
         sample=exp.fairness_sample,
+        account_top=exp.topk_tenants,
+        account_keys=ACCOUNT_KEYS,
     )
 
 

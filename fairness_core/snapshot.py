@@ -73,6 +73,8 @@ class RawClass:
     accounts_now: Pairs = ()  # (account, service in the current bucket), most first
     accounts_before: Pairs = ()
     accounts_backlog: Pairs = ()  # (account, queued jobs), most first
+    # The busiest accounts' busiest queued keys: (account, key, served now, served before).
+    account_keys: Sequence[tuple[str, str, float, float]] = ()
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,7 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
     def age(ms: float | None) -> float:
         return max(0.0, (now_ms - ms) / 1000.0) if ms is not None else 0.0
 
-    accounts = _accounts(config, raw, window, processed_window, weight, depth, inflight, age)
+    accounts = _accounts(config, raw, processed_window, weight, depth, inflight, age)
     return ClassSnapshot(
         **accounts,
         name=name,
@@ -204,20 +206,20 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
     )
 
 
-def _accounts(config: Config, raw: RawClass, window: Mapping[str, float], processed_window: float, weight: float,
-              depth: int, inflight: int, age: Callable[[float | None], float]) -> dict[str, Any]:
+def _accounts(config: Config, raw: RawClass, processed_window: float, weight: float, depth: int, inflight: int,
+              age: Callable[[float | None], float]) -> dict[str, Any]:
     """The account views of a class (none without tenants.account_separator): the top-k accounts'
-    shares; each one's busiest keys (of the keys the service lists read) as shares of its service;
-    and the oldest due job of a key whose account is noisy by the tenants' rule, its keys' in-flight
-    jobs (of those read) or its queued jobs counted together."""
+    shares; each one's busiest queued keys as shares of its service; and the oldest due job of a
+    key whose account is not noisy by the tenants' rule, its keys' in-flight jobs (of those read)
+    or its queued jobs counted together."""
     separator, exp = config.tenants.account_separator, config.exporter
     if separator is None:
         return {}
     served = _windowed(raw.accounts_now, raw.accounts_before, weight)
     top = sorted(served.items(), key=lambda kv: (-kv[1], kv[0]))[: exp.topk_tenants]
     keys: dict[str, list[tuple[str, float]]] = {}
-    for tenant, n in sorted(window.items(), key=lambda kv: (-kv[1], kv[0])):
-        keys.setdefault(account_of(tenant, separator), []).append((tenant, n))
+    for account, key, now, before in raw.account_keys:
+        keys.setdefault(account, []).append((key, float(now) + float(before) * weight))
     in_flight: dict[str, float] = {}
     for tenant, n in raw.top_inflight:
         in_flight[account_of(tenant, separator)] = in_flight.get(account_of(tenant, separator), 0) + n
@@ -230,7 +232,7 @@ def _accounts(config: Config, raw: RawClass, window: Mapping[str, float], proces
         "active_accounts": raw.active_accounts,
         "account_shares": tuple((a, min(1.0, n / processed_window)) for a, n in top) if processed_window > 0 else (),
         "account_tenants": tuple((a, t, min(1.0, n / total)) for a, total in top if total > 0
-                                 for t, n in keys.get(a, [])[:ACCOUNT_KEYS]),
+                                 for t, n in sorted(keys.get(a, []), key=lambda kv: (-kv[1], kv[0]))),
         "quiet_accounts_oldest_age": age(quiet),
     }
 

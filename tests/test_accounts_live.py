@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 
+from exporter import metrics as m
 from fairness_core import load_config, open_queue, redis_client
 from fairness_core.sharded import ShardedScheduler
-from fairness_stack.servers import RedisClusterServers, RedisServer
+from fairness_stack.servers import RedisClusterServers, RedisServer, free_port
 
 from .crash_support import stop_all
-from .support import spawn_worker, wait_for, write_config
+from .exporter_support import scrape, scrape_if_serving
+from .support import spawn_exporter, spawn_worker, wait_for, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +30,7 @@ SLOTS = WORKERS * CONCURRENCY  # jobs in flight at most when a completion is cou
 COUNTED = 40 * ACCOUNTS  # the first completions judged: 40 per account if fair
 BATCH = 1  # tenants.batch: V, the most one visit serves, is one job
 JOB = {"service_s": 0.002}
+QUEUE = "jobs:low"  # where the example config classifies newsletters
 RECORD_KEY = "accounts-record"
 
 
@@ -72,15 +75,35 @@ def check_shares(served: Counter[str], slack: float) -> None:
 
 def config_for(tmp_path: Path, url: str, **redis_section: Any) -> Path:
     path, config = write_config(tmp_path, url, tenants={"account_separator": "/", "batch": BATCH},
-                                redis={"url": url, **redis_section})
+                                redis={"url": url, **redis_section},
+                                exporter={"topk_tenants": ACCOUNTS + 4})  # every account is served a share
     assert config.tenants.account_separator == "/"
     return path
 
 
 def test_workers_share_a_class_by_account_within_the_bound(redis_server: RedisServer, tmp_path: Path) -> None:
+    """And a fairctl exporter on the group then serves the account level: the 21 accounts queued,
+    bigco's share of the window at one account's, and its busiest keys."""
     path = config_for(tmp_path, redis_server.url)
     served = served_by_account(redis_server.url, path, tmp_path)
     check_shares(served, SLOTS)
+    port = free_port()
+    exporter = spawn_exporter(path, tmp_path / "exporter.log", "--listen", f"127.0.0.1:{port}")
+    try:
+        wait_for(lambda: scrape_if_serving(f"http://127.0.0.1:{port}/metrics") is not None, 60, "the exporter")
+        metrics = scrape(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        stop_all([exporter])
+
+    def of(name: str) -> dict[str, float]:
+        return {dict(labels).get("account", ""): v for labels, v in metrics.series(name).items()
+                if dict(labels)["queue"] == QUEUE}
+    shares = of(m.QUEUE_ACCOUNT_SHARE.name)
+    assert of(m.QUEUE_ACTIVE_ACCOUNTS.name) == {"": ACCOUNTS}
+    assert abs(shares.get("bigco", 0) - 1 / ACCOUNTS) <= (account_bound(ACCOUNTS) + SLOTS) / COUNTED, shares
+    keys = [dict(labels)["tenant"] for labels in metrics.series(m.QUEUE_ACCOUNT_TENANT_SHARE.name)
+            if dict(labels)["account"] == "bigco"]
+    assert len(keys) == 3 and all(key.startswith("bigco/") for key in keys), keys
     print(f"\none Redis, {COUNTED} first completions: bigco (200 keys) {served['bigco']}, one-key accounts "
           f"{min(served[f'shop-{a}'] for a in range(SMALL_ACCOUNTS))}-"
           f"{max(served[f'shop-{a}'] for a in range(SMALL_ACCOUNTS))}; fair {COUNTED / ACCOUNTS:.0f}, "

@@ -1166,8 +1166,24 @@ function ops.snapshot_class()
     local function by_account(b)
       return redis.call('ZREVRANGE', ckey(c, PART_ACCOUNT_SERVED .. b), 0, cfg.served_top - 1, 'WITHSCORES')
     end
+    -- The busiest accounts' busiest queued keys (the highest tags among them: served most) with
+    -- their service in both buckets: a spread account's keys are each too small for the class's lists.
+    local keys = {}
+    for _, account in ipairs(redis.call('ZREVRANGE', ckey(c, PART_ACCOUNT_SERVED .. bucket), 0, cfg.account_top - 1)) do
+      local busiest = redis.call('ZREVRANGE', akey(c, account), 0, cfg.account_keys - 1)
+      if #busiest > 0 then
+        local now_served = redis.call('ZMSCORE', ckey(c, PART_SERVED .. bucket), unpack(busiest))
+        local before = redis.call('ZMSCORE', ckey(c, PART_SERVED .. (bucket - 1)), unpack(busiest))
+        for k, key in ipairs(busiest) do
+          keys[#keys + 1] = account
+          keys[#keys + 1] = key
+          keys[#keys + 1] = now_served[k] or '0'
+          keys[#keys + 1] = before[k] or '0'
+        end
+      end
+    end
     accounts = {redis.call('ZCARD', ckey(c, PART_TAGS)), by_account(bucket), by_account(bucket - 1),
-                redis.call('ZREVRANGE', ckey(c, PART_ACCOUNT_BACKLOG), 0, cfg.backlog_top - 1, 'WITHSCORES')}
+                redis.call('ZREVRANGE', ckey(c, PART_ACCOUNT_BACKLOG), 0, cfg.backlog_top - 1, 'WITHSCORES'), keys}
   end
   return {
     redis.call('ZRANGE', ckey(c, PART_HEADS), 0, cfg.heads - 1, 'WITHSCORES'),
