@@ -57,8 +57,9 @@ EQUIVALENTS: dict[str, str] = {
         "'and ignoring (reason)' against the day-ago rates per reason instead of their sum: rates are "
         "never negative, so one of them is over 0 exactly when their sum is"),
     "QueueConfigSplit:number:2": "count() is a whole number: '> 1.25' holds for the same counts as '> 1' (2 and up)",
-    "TenantDominatingQueue:number:9": (f"{rec.ACTIVE_TENANTS} is a sum of maxima of tenant counts, a whole "
-                                       "number: '>= 1.6' holds for the same values as '>= 2'"),
+    # TenantDominatingQueue, or AccountDominatingQueue in its place under accounts.
+    "*DominatingQueue:number:9": (f"{rec.ACTIVE_TENANTS} (under accounts {rec.ACTIVE_ACCOUNTS}) is a sum of "
+                                  "maxima of counts, a whole number: '>= 1.6' holds for the same values as '>= 2'"),
 }
 
 EVALUATION_INTERVAL_S = 60.0  # a test file's evaluation_interval unless it sets one: a for: moves by one step

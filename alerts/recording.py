@@ -53,6 +53,41 @@ DEAD_LETTERED = _name(m.JOBS_DEAD_LETTERED, "increase")
 REFUSED = _name(m.JOBS_REFUSED, "increase")
 WAIT_P99 = _name(m.JOBS_WAIT, "p99")
 
+# The exporter's account series, served only with tenants.account_separator set: stand-ins for
+# exporter.metrics.QUEUE_ACCOUNT_SHARE and QUEUE_ACTIVE_ACCOUNTS (same names and labels) until the
+# exporter defines them.
+ACCOUNT = "account"
+QUEUE_ACCOUNT_SHARE = m.MetricSpec(
+    "queue_account_share_ratio", m.Kind.GAUGE, (m.QUEUE, ACCOUNT),
+    "An account's share of the class's service over exporter.window, all of its keys together.")
+QUEUE_ACTIVE_ACCOUNTS = m.MetricSpec("queue_active_accounts", m.Kind.GAUGE, (m.QUEUE,),
+                                     "Accounts with due jobs in the class.")
+# Folded over the shards as active tenants are: an account's due jobs of a class sit on one shard.
+ACCOUNT_GAUGES: tuple[tuple[m.MetricSpec, str], ...] = ((QUEUE_ACTIVE_ACCOUNTS, "sum"),)
+ACTIVE_ACCOUNTS = _name(QUEUE_ACTIVE_ACCOUNTS, "sum")
+
+
+@dataclass(frozen=True)
+class Level:
+    """Whom the per-party figures judge: each tenant, or with ``tenants.account_separator`` each
+    account (all of its keys together), the party fair queuing is fair to."""
+
+    noun: str  # "tenant", "account"
+    one: str  # "a tenant", "an account"
+    label: str  # the party's label on its series
+    share_metric: m.MetricSpec  # the exporter's share of the class per party, for the busiest
+    active_metric: m.MetricSpec  # parties with due jobs per class
+    active: str  # recorded: ``active_metric`` of the logical queue
+
+
+TENANTS = Level("tenant", "a tenant", m.TENANT, m.QUEUE_TENANT_SHARE, m.QUEUE_ACTIVE_TENANTS, ACTIVE_TENANTS)
+ACCOUNTS = Level(ACCOUNT, "an account", ACCOUNT, QUEUE_ACCOUNT_SHARE, QUEUE_ACTIVE_ACCOUNTS, ACTIVE_ACCOUNTS)
+
+
+def level(config: Config) -> Level:
+    """The party the config's fair queuing is fair to: accounts when it names them, else tenants."""
+    return TENANTS if config.tenants.account_separator is None else ACCOUNTS
+
 
 @dataclass(frozen=True)
 class Basis:
@@ -70,6 +105,11 @@ class Basis:
     served: str  # what is shared out: "of all {served}", "a class's {served}"
     served_for: str  # "{served_for} the backlogged classes"
     served_in: str  # "{served_in} a class"
+
+    def share_of(self, party: Level) -> str:
+        """A party's part of its class's service over exporter.window, over every shard
+        (:attr:`tenant_share` for tenants)."""
+        return _name(self.counter, f"{party.noun}_share")
 
 
 def _basis(counter: m.MetricSpec, rate: str, share_noun: str, served: str, served_for: str,
@@ -133,7 +173,7 @@ def every_recording(config: Config) -> tuple[Recording, ...]:
         *(Recording(_name(spec, operation), logical(operation, spec.name),
                     f"{spec.name} of the logical queue: the {operation} over its shards, one value whatever the "
                     "number of exporters.")
-          for spec, operation in LOGICAL_GAUGES),
+          for spec, operation in LOGICAL_GAUGES + (ACCOUNT_GAUGES if level(config) is ACCOUNTS else ())),
         Recording(
             BACKLOGGED,
             f"(\n  {logical('max', over_time('min_over_time', m.QUEUE_DEPTH.name, window) + ' > bool 0')}\n)"
@@ -160,13 +200,13 @@ def every_recording(config: Config) -> tuple[Recording, ...]:
             "Jobs completed per class over exporter.window, the window of the tenant shares: how much "
             "evidence a share stands on, whatever scheduler.charge is.",
         ),
-        Recording(
-            b.tenant_share,
-            tenant_share(b.counter, config.exporter.window),
-            f"The part of its class's {b.served} over exporter.window of each of the class's busiest tenants "
-            f"in that window, over every shard: each shard's {m.QUEUE_TENANT_SHARE.name} weighted by what the "
+        *(Recording(
+            b.share_of(party),
+            party_share(party, b.counter, config.exporter.window),
+            f"The part of its class's {b.served} over exporter.window of each of the class's busiest {party.noun}s "
+            f"in that window, over every shard: each shard's {party.share_metric.name} weighted by what the "
             "shard served of the class.",
-        ),
+        ) for party in dict.fromkeys((TENANTS, level(config)))),
         Recording(ENTITLED_SHARE, share(backlogged_part, m.QUEUE),
                   f"The share of {b.served} each backlogged class's weight entitles it to among the backlogged classes."),
         Recording(b.backlogged_share, share(served_part, m.QUEUE),
@@ -201,7 +241,8 @@ def every_recording(config: Config) -> tuple[Recording, ...]:
     )
 
 
-def tenant_share(counter: m.MetricSpec, window: float) -> str:
-    """A tenant's share of its class's service over every shard: each shard's share of the tenant
-    (over ``window``, exporter.window) weighted by what that shard served of the class."""
-    return over_shards(dedup(m.QUEUE_TENANT_SHARE.name), deduped_rate(counter.name, window), m.TENANT)
+def party_share(party: Level, counter: m.MetricSpec, window: float) -> str:
+    """A tenant's (or an account's) share of its class's service over every shard: each shard's
+    share of the party (over ``window``, exporter.window) weighted by what that shard served of the
+    class."""
+    return over_shards(dedup(party.share_metric.name), deduped_rate(counter.name, window), party.label)

@@ -37,6 +37,7 @@ QUEUE_SHARE_BELOW_WEIGHT = "QueueShareBelowWeight"
 PRIORITY_MIX_DRIFT = "PriorityMixDrift"
 PRIORITY_REASON_SHIFT = "PriorityReasonShift"
 TENANT_DOMINATING_QUEUE = "TenantDominatingQueue"
+ACCOUNT_DOMINATING_QUEUE = "AccountDominatingQueue"  # TenantDominatingQueue's place under accounts
 QUIET_TENANTS_STARVING = "QuietTenantsStarving"
 QUEUE_STALLED = "QueueStalled"
 QUEUE_SHARD_STALLED = "QueueShardStalled"
@@ -137,20 +138,28 @@ def _class(name: str) -> str:
     return f"{{{m.QUEUE}={quote(name)}}}"
 
 
+def dominating_alert(party: rec.Level) -> str:
+    """The dominance alert of ``party``'s level: TenantDominatingQueue, or under accounts
+    AccountDominatingQueue in its place (an account of many keys dominates while none of its keys
+    does, and an account of one key must not page twice)."""
+    return ACCOUNT_DOMINATING_QUEUE if party is rec.ACCOUNTS else TENANT_DOMINATING_QUEUE
+
+
 def dominating(config: Config) -> str:
-    """A tenant taking more than ``tenant_dominance`` of its class, with hysteresis: it starts
-    clearly above the line (by :data:`DOMINANCE_MARGIN_SD` of the share's noise, so two tenants
-    splitting a class near 50/50 do not take turns), stays while above it, and is judged only on
-    ``tenant_min_jobs`` completions of the window (after a long pause, one job is 100%)."""
-    a, b = alert_settings(config), rec.basis(config)
-    d = number(a.tenant_dominance)
+    """A tenant (under accounts, an account) taking more than ``tenant_dominance`` of its class,
+    with hysteresis: it starts clearly above the line (by :data:`DOMINANCE_MARGIN_SD` of the share's
+    noise, so two tenants splitting a class near 50/50 do not take turns), stays while above it, and
+    is judged only on ``tenant_min_jobs`` completions of the window (after a long pause, one job is
+    100%)."""
+    a, b, party = alert_settings(config), rec.basis(config), rec.level(config)
+    d, label, share = number(a.tenant_dominance), party.label, b.share_of(party)
     entry = (f"{d} + {DOMINANCE_MARGIN_SD} * sqrt({number(a.tenant_dominance * (1 - a.tenant_dominance))} / "
              f"{rec.TENANT_WINDOW_JOBS})")
-    already = selector(ALERTS_SERIES, alertname=TENANT_DOMINATING_QUEUE)
-    return (f"(\n{b.tenant_share}\n  > ignoring ({m.TENANT}) group_left\n{entry}\n  or\n"
-            f"{b.tenant_share} > {d}\n  and on ({m.GROUP}, {m.QUEUE}, {m.TENANT})\n{already}\n)\n"
-            f"  and ignoring ({m.TENANT})\n{rec.ACTIVE_TENANTS} >= 2\n"
-            f"  and ignoring ({m.TENANT})\n{rec.TENANT_WINDOW_JOBS} >= {a.tenant_min_jobs}")
+    already = selector(ALERTS_SERIES, alertname=dominating_alert(party))
+    return (f"(\n{share}\n  > ignoring ({label}) group_left\n{entry}\n  or\n"
+            f"{share} > {d}\n  and on ({m.GROUP}, {m.QUEUE}, {label})\n{already}\n)\n"
+            f"  and ignoring ({label})\n{party.active} >= 2\n"
+            f"  and ignoring ({label})\n{rec.TENANT_WINDOW_JOBS} >= {a.tenant_min_jobs}")
 
 
 def unless_paused(config: Config, expr: str, queue: str | None = None) -> str:
@@ -230,7 +239,8 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
     urgent = config.classes[0].name
     stall = a.stall_after
     up = selector(UP, **{JOB: a.exporter_job})
-    b = rec.basis(config)
+    b, party = rec.basis(config), rec.level(config)
+    whom = "tenant" if party is rec.TENANTS else "account (all of a customer's keys together)"
     return (
         Alert(
             QUEUE_STARVING,
@@ -285,15 +295,16 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
                  f"{number(config.scheduler.budget_window)} >= {min_arrivals}", INFO),
         ),
         Alert(
-            TENANT_DOMINATING_QUEUE,
-            f"one tenant gets more than {number(a.tenant_dominance * 100)}% of a class's {b.served} over "
-            f"{tenant_window} (exporter.window) while at least one other tenant has jobs waiting in it: clearly "
+            dominating_alert(party),
+            f"one {whom} gets more than {number(a.tenant_dominance * 100)}% of a class's {b.served} over "
+            f"{tenant_window} (exporter.window) while at least one other {party.noun} has jobs waiting in it: clearly "
             f"more to start (beyond the noise of a share of that many jobs), judged on at least "
             f"{a.tenant_min_jobs} jobs completed in the window",
-            Text("Tenant $tenant takes most of $queue"),
-            Text(f"Over the last {tenant_window}, tenant $tenant got $value:percent of {b.served_in} $queue "
-                 "while $active:number tenants had jobs waiting in it.",
-                 {"active": Query(rec.ACTIVE_TENANTS)}),
+            Text(f"{party.noun.capitalize()} ${party.label} takes most of $queue"),
+            Text(f"Over the last {tenant_window}, {party.noun} ${party.label} got $value:percent of {b.served_in} "
+                 f"$queue while $active:number {party.noun}s had jobs waiting in it.",
+                 {"active": Query(party.active)}),
+            # Its for: and thresholds are TenantDominatingQueue's: the same alert, judged per account.
             _one(config, TENANT_DOMINATING_QUEUE, dominating(config), WARNING),
         ),
         Alert(

@@ -126,6 +126,18 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
                            over_time("rate", m.EXPORTER_SCRAPE_ERRORS.name, 300)),
         "scrape_duration": d(f"Time a scrape takes (exporter.scrape_timeout is {duration(budget)})",
                              m.EXPORTER_SCRAPE_DURATION.name),
+        **(_account_diagnostics(config) if rec.level(config) is rec.ACCOUNTS else {}),
+    }
+
+
+def _account_diagnostics(config: Config) -> Mapping[str, Diagnostic]:
+    """The queries about accounts, recorded only when the config names them."""
+    b = rec.basis(config)
+    return {
+        "top_accounts": Diagnostic(f"The five accounts (all of a customer's keys together) with the largest share of "
+                                   f"their class's {b.served} over {duration(config.exporter.window)}",
+                                   f"topk(5, {b.share_of(rec.ACCOUNTS)})"),
+        "active_accounts": Diagnostic("Accounts with due jobs per class", rec.ACTIVE_ACCOUNTS),
     }
 
 
@@ -145,7 +157,8 @@ def render(config: Config) -> dict[PurePosixPath, str]:
         "q": diagnostics(config), "alerts": alerts, "duration": duration, "number": number,
         "urgent": config.classes[0].name, "bulk": config.classes[-1].name,
         "link": lambda alert, key: r.link(config, alert, key), "over_budget_reason": OVER_BUDGET_REASON,
-        "tenant_share_metric": m.QUEUE_TENANT_SHARE.name, "basis": rec.basis(config),
+        "tenant_share_metric": m.QUEUE_TENANT_SHARE.name, "account_share_metric": rec.QUEUE_ACCOUNT_SHARE.name,
+        "basis": rec.basis(config),
         "runtime": config.scheduler.charge == "runtime", "unhandled_window": r.unhandled_window(config),
     }
     files = {runbook_file(a.name): env.get_template(f"runbooks/{a.name}.md.j2").render(alert=a, **common)

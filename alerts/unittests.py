@@ -93,6 +93,8 @@ class Scenario:
         self.config = config
         self.alerts = {a.name: a for a in r.every_alert(config)}
         self.basis = rec.basis(config)
+        # Whose shares the exporter serves: tenants', and under accounts accounts' too.
+        self.parties = tuple(dict.fromkeys((rec.TENANTS, rec.level(config))))
         self.job = alert_settings(config).exporter_job
         self.group = m.group_of(config)
         self.window = minutes(alert_settings(config).rate_window)
@@ -104,6 +106,18 @@ class Scenario:
         group = labels.get(m.GROUP, self.group)
         return [Series(name, {"job": self.job, **scrape, m.GROUP: group, m.SHARD: group, **labels}, values)
                 for scrape in EXPORTERS[:exporters]]
+
+    def shares(self, values: str, *, exporters: int = 1, **labels: str) -> list[Series]:
+        """The share series of the first party of each level ("tenant-1"; "account-1" too under
+        accounts), as :meth:`series`."""
+        return [x for p in self.parties
+                for x in self.series(p.share_metric, values, exporters=exporters, **labels, **{p.label: f"{p.noun}-1"})]
+
+    def share_checks(self, minute: int, value: float, *where: Mapping[str, str]) -> list[ExprCheck]:
+        """Each level's share recording at ``minute`` for the first party of :meth:`shares`: ``value``
+        in each class ``where`` names (its labels)."""
+        return [ExprCheck(minute, self.basis.share_of(p), tuple(Sample({**w, p.label: f"{p.noun}-1"}, value) for w in where))
+                for p in self.parties]
 
     def for_minutes(self, alert: str, queue: str | None = None) -> int:
         return minutes(self.alerts[alert].variant(queue).for_seconds)
@@ -503,8 +517,11 @@ def _reason_shift_for(s: Scenario, step: int, share: float, old: str, new: str) 
                   Check(fire_at, alert, (s.firing(alert, share, queue, {"baseline": 0}, reason=new),))))]
 
 
-def _tenant_dominating(s: Scenario) -> list[Case]:
-    alert = r.TENANT_DOMINATING_QUEUE
+def _dominating(s: Scenario, party: rec.Level) -> list[Case]:
+    """TenantDominatingQueue's cases, or under accounts AccountDominatingQueue's: the same cases,
+    judging each ``party`` (tenant or account), and under accounts those of :func:`_customers`."""
+    alert = r.dominating_alert(party)
+    who, one, label = party.noun, party.one, party.label  # its ids start with who: "tenant-big", "account-big"
     queue = s.config.classes[-1].name
     elsewhere = next((name for name, _ in s.classes(2) if name != queue))
     for_minutes = s.for_minutes(alert)
@@ -530,40 +547,40 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
         counter, ``per_minute`` a minute unless given."""
         length = max(end, window) + 20
         jobs = completed or ramp(per_minute, length)
-        out = s.series(m.QUEUE_ACTIVE_TENANTS, flat(active, length), exporters=exporters, queue=queue)
+        out = s.series(party.active_metric, flat(active, length), exporters=exporters, queue=queue)
         out += s.series(m.JOBS_PROCESSED, jobs, exporters=exporters, queue=queue)
         if s.basis.counter != m.JOBS_PROCESSED:  # what the shares share
             out += s.series(s.basis.counter, ramp(60, length), exporters=exporters, queue=queue)
-        for tenant, values in shares.items():
-            out += s.series(m.QUEUE_TENANT_SHARE, values, exporters=exporters, queue=queue, tenant=tenant)
+        for name, values in shares.items():
+            out += s.series(party.share_metric, values, exporters=exporters, queue=queue, **{label: name})
         return tuple(out)
 
     def nothing_pending(*at: int, **where: str) -> tuple[ExprCheck, ...]:
         matchers = "".join(f", {k}={quote(v)}" for k, v in where.items())
         return tuple(ExprCheck(minute, f"ALERTS{{alertname={quote(alert)}{matchers}}}", ()) for minute in at)
 
-    def pending(minute: int, tenant: str) -> ExprCheck:
+    def pending(minute: int, name: str) -> ExprCheck:
         """Pending at ``minute``, or already firing when for: is that short."""
-        labels = {**s.firing(alert, 0, queue, tenant=tenant).labels, "alertname": alert}
+        labels = {**s.firing(alert, 0, queue, **{label: name}).labels, "alertname": alert}
         return ExprCheck(minute, f"max without (alertstate) (ALERTS{{alertname={quote(alert)}}})", (Sample(labels, 1),))
 
     small = (1 - big) / 2
-    rest = {"tenant-small-1": flat(small, end), "tenant-small-2": flat(small, end)}
+    rest = {f"{who}-small-1": flat(small, end), f"{who}-small-2": flat(small, end)}
     # 100,000 tenants ever seen: the exporter names the k busiest of each window. Until minute
     # ``late``, k old tenants share the class; then a tenant first seen after all of them floods it
     # and takes the top place while the old ones drop out of the list (a series that leaves the
     # scrape goes stale at once).
     many, late = 100_000, 3
-    old = {f"tenant-{i}": f"{flat(1 / k, late - 1)} stale" for i in range(1, k + 1)}
-    newcomer = f"tenant-{many + 1}"
+    old = {f"{who}-{i}": f"{flat(1 / k, late - 1)} stale" for i in range(1, k + 1)}
+    newcomer = f"{who}-{many + 1}"
     takeover = {**old, newcomer: f"_x{late} {flat(big, end + 17 - late)}",
-                **{f"tenant-{i}": f"_x{late} {flat((1 - big) / (k - 1), end + 17 - late)}" for i in range(k + 1, 2 * k)}}
+                **{f"{who}-{i}": f"_x{late} {flat((1 - big) / (k - 1), end + 17 - late)}" for i in range(k + 1, 2 * k)}}
     fire_at = late + for_minutes
     # The flood stops: its share of the window falls as the window slides on, under the threshold
     # and then out of the top list.
     stops_at = for_minutes + 2
     falling = [big] * (stops_at + 1) + [big * 0.8, d * 0.9, 0.2]
-    stopping = {"tenant-big": f"{listed(falling)} stale", **rest}
+    stopping = {f"{who}-big": f"{listed(falling)} stale", **rest}
     # Hysteresis: once firing (from minute 1 + for:), a share that falls to between the threshold
     # and the entry margin keeps it firing; a share there from the start never starts it.
     fired = 1 + for_minutes
@@ -571,8 +588,8 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
     rising = d + margin(end) / 2
     # Two tenants at the line take turns just above it (50.08% / 49.92% at 50%).
     near = min(0.0008, margin(end) / 4)
-    turns = {"tenant-a": listed(d + (near if i % 2 else -near) for i in range(end + 1)),
-             "tenant-b": listed(d + (-near if i % 2 else near) for i in range(end + 1))}
+    turns = {f"{who}-a": listed(d + (near if i % 2 else -near) for i in range(end + 1)),
+             f"{who}-b": listed(d + (-near if i % 2 else near) for i in range(end + 1))}
     # After a pause longer than the window, the first completions are one tenant's: 100% of
     # fewer than tenant_min_jobs jobs is no evidence.
     span = max(end, 8)
@@ -592,67 +609,98 @@ def _tenant_dominating(s: Scenario) -> list[Case]:
     entry = d_rule + r.DOMINANCE_MARGIN_SD * math.sqrt(float(number(d * (1 - d))) / (per_minute * window))
     on_entry, on_threshold = _share_input(entry, served), _share_input(d_rule, served)
     exact = [
-        *([Case("a tenant exactly at the entry margin once the window is full: never pending",
-                inputs({"tenant-big": f"{on_entry!r}x{end + window}", **rest}, 3), (), nothing_pending(full))]
+        *([Case(f"{one} exactly at the entry margin once the window is full: never pending",
+                inputs({f"{who}-big": f"{on_entry!r}x{end + window}", **rest}, 3), (), nothing_pending(full))]
           if on_entry is not None and entry < 1 else []),
-        *([Case("firing, the tenant's share falls to exactly the threshold: it resolves",
-                inputs({"tenant-big": f"{flat(big, fired + window)} {on_threshold!r}x3", **rest}, 3),
+        *([Case(f"firing, the {who}'s share falls to exactly the threshold: it resolves",
+                inputs({f"{who}-big": f"{flat(big, fired + window)} {on_threshold!r}x3", **rest}, 3),
                 (Check(fired + window + 1, alert),))]
           if on_threshold is not None else []),
     ]
     return [
         *exact,
-        Case(f"two tenants; one gets {number(big * 100)}% of {queue} while the other waits: fires",
-             inputs({"tenant-big": flat(big, end), "tenant-small": flat(d / 2, end)}, 2),  # under any threshold
-             (Check(end, alert, (s.firing(alert, big, queue, {"active": 2}, tenant="tenant-big"),)),)),
-        *([Case(f"one tenant has all of exactly {min_jobs} jobs completed in the window (tenant_min_jobs): pending",
-                inputs({"tenant-big": flat(1, span)}, 3, completed=evidence), (), (pending(6, "tenant-big"),))]
+        *(_customers(s, alert, end, big, inputs) if party is rec.ACCOUNTS else []),
+        Case(f"two {who}s; one gets {number(big * 100)}% of {queue} while the other waits: fires",
+             inputs({f"{who}-big": flat(big, end), f"{who}-small": flat(d / 2, end)}, 2),  # under any threshold
+             (Check(end, alert, (s.firing(alert, big, queue, {"active": 2}, **{label: f"{who}-big"}),)),)),
+        *([Case(f"one {who} has all of exactly {min_jobs} jobs completed in the window (tenant_min_jobs): pending",
+                inputs({f"{who}-big": flat(1, span)}, 3, completed=evidence), (), (pending(6, f"{who}-big"),))]
           if judged else []),
-        *(Case(f"a tenant {k} times its share's noise over the threshold once the window is full: "
+        *(Case(f"{one} {k} times its share's noise over the threshold once the window is full: "
                + ("pending" if k > r.DOMINANCE_MARGIN_SD else "not pending"),
-               inputs({"tenant-big": flat(share, end + window), **rest}, 3),
-               (), (pending(full, "tenant-big") if k > r.DOMINANCE_MARGIN_SD else nothing_pending(full)[0],))
+               inputs({f"{who}-big": flat(share, end + window), **rest}, 3),
+               (), (pending(full, f"{who}-big") if k > r.DOMINANCE_MARGIN_SD else nothing_pending(full)[0],))
           for k, share in near_entry),
-        Case(f"two exporters; one tenant gets {number(big * 100)}% of {queue} while two others wait: fires once for it",
-             inputs({"tenant-big": flat(big, end), **rest}, 3, exporters=2),
+        Case(f"two exporters; one {who} gets {number(big * 100)}% of {queue} while two others wait: fires once for it",
+             inputs({f"{who}-big": flat(big, end), **rest}, 3, exporters=2),
              (Check(for_minutes - 1, alert),
-              Check(end, alert, (s.firing(alert, big, queue, {"active": 3}, tenant="tenant-big"),)))),
-        Case("the big tenant is alone in the class: silent", inputs({"tenant-big": flat(1, end)}, 1), (Check(end, alert),)),
-        Case(f"{many:,} tenants seen before; {newcomer}, first seen at minute {late}, floods {queue}: fires for it "
-             f"after for:, as it would for the first tenant ever seen",
+              Check(end, alert, (s.firing(alert, big, queue, {"active": 3}, **{label: f"{who}-big"}),)))),
+        Case(f"the big {who} is alone in the class: silent", inputs({f"{who}-big": flat(1, end)}, 1), (Check(end, alert),)),
+        Case(f"{many:,} {who}s seen before; {newcomer}, first seen at minute {late}, floods {queue}: fires for it "
+             f"after for:, as it would for the first {who} ever seen",
              inputs(takeover, many + 1),
              (Check(fire_at - 1, alert),
-              Check(fire_at, alert, (s.firing(alert, big, queue, {"active": many + 1}, tenant=newcomer),)))),
-        Case("the flooding tenant stops: its windowed share falls below the threshold and the alert resolves",
+              Check(fire_at, alert, (s.firing(alert, big, queue, {"active": many + 1}, **{label: newcomer}),)))),
+        Case(f"the flooding {who} stops: its windowed share falls below the threshold and the alert resolves",
              inputs(stopping, 3),
-             (Check(stops_at, alert, (s.firing(alert, big, queue, {"active": 3}, tenant="tenant-big"),)),
+             (Check(stops_at, alert, (s.firing(alert, big, queue, {"active": 3}, **{label: f"{who}-big"}),)),
               Check(stops_at + 2, alert), Check(stops_at + 4, alert))),
-        Case(f"firing, the tenant's share falls to {holding * 100:.1f}%: above the threshold, under the entry "
+        Case(f"firing, the {who}'s share falls to {holding * 100:.1f}%: above the threshold, under the entry "
              "margin: it keeps firing",
-             inputs({"tenant-big": f"{flat(big, fired)} {listed([holding] * 3)}", **rest}, 3),
-             tuple(Check(minute, alert, (s.firing(alert, holding, queue, {"active": 3}, tenant="tenant-big"),))
+             inputs({f"{who}-big": f"{flat(big, fired)} {listed([holding] * 3)}", **rest}, 3),
+             tuple(Check(minute, alert, (s.firing(alert, holding, queue, {"active": 3}, **{label: f"{who}-big"}),))
                    for minute in range(fired + 1, fired + 4))),
-        Case(f"a tenant at {rising * 100:.1f}% from the start, above the threshold by less than the noise of "
+        Case(f"{one} at {rising * 100:.1f}% from the start, above the threshold by less than the noise of "
              "its share: never pending",
-             inputs({"tenant-big": flat(rising, end), **rest}, 3), (Check(end, alert),), nothing_pending(end)),
+             inputs({f"{who}-big": flat(rising, end), **rest}, 3), (Check(end, alert),), nothing_pending(end)),
         # Once pending or firing, a tenant holds while above the threshold: only the same tenant of
         # the same class (its alert of the last evaluation), not its namesake in another class nor
         # another tenant of the class whose alert has just resolved.
-        Case(f"tenant-big dominates {queue} and sits under the entry margin in {elsewhere}: never pending there",
-             (*inputs({"tenant-big": flat(big, end), **rest}, 3),
-              *inputs({"tenant-big": flat(rising, end), **rest}, 3, queue=elsewhere)),
+        Case(f"{who}-big dominates {queue} and sits under the entry margin in {elsewhere}: never pending there",
+             (*inputs({f"{who}-big": flat(big, end), **rest}, 3),
+              *inputs({f"{who}-big": flat(rising, end), **rest}, 3, queue=elsewhere)),
              (), nothing_pending(end, **{m.QUEUE: elsewhere})),
-        Case(f"tenant-a, pending, drops out at minute {late} as tenant-b rises to under the entry margin: "
-             "tenant-b never pending",
-             inputs({"tenant-a": f"{flat(big, late - 1)} {flat(min(0.2, d / 2), end - late)}",
-                     "tenant-b": f"{flat(min(0.2, d / 2), late - 1)} {flat(rising, end - late)}",
-                     "tenant-small": flat(small, end)}, 3),
-             (), nothing_pending(end, **{m.TENANT: "tenant-b"})),
-        Case(f"two tenants at the line take turns {number(near * 100)} points above it: never pending",
+        Case(f"{who}-a, pending, drops out at minute {late} as {who}-b rises to under the entry margin: "
+             f"{who}-b never pending",
+             inputs({f"{who}-a": f"{flat(big, late - 1)} {flat(min(0.2, d / 2), end - late)}",
+                     f"{who}-b": f"{flat(min(0.2, d / 2), late - 1)} {flat(rising, end - late)}",
+                     f"{who}-small": flat(small, end)}, 3),
+             (), nothing_pending(end, **{label: f"{who}-b"})),
+        Case(f"two {who}s at the line take turns {number(near * 100)} points above it: never pending",
              inputs(turns, 2), (Check(end, alert),), nothing_pending(end - 1, end)),
-        Case(f"after a long pause one tenant has all of the {min_jobs - 1} jobs completed in the window: "
+        Case(f"after a long pause one {who} has all of the {min_jobs - 1} jobs completed in the window: "
              f"too few to judge (tenant_min_jobs: {min_jobs}), never pending",
-             inputs({"tenant-big": flat(1, span)}, 3, completed=resumed), (Check(span, alert),), nothing_pending(6)),
+             inputs({f"{who}-big": flat(1, span)}, 3, completed=resumed), (Check(span, alert),), nothing_pending(6)),
+    ]
+
+
+def _customers(s: Scenario, alert: str, end: int, big: float,
+               inputs: Callable[[Mapping[str, str], int], tuple[Series, ...]]) -> list[Case]:
+    """AccountDominatingQueue's own cases: a customer that floods a class through many keys, each
+    far under the threshold, fires it; many customers of one small key each do not. ``inputs``
+    builds the accounts' series (shares by account, active accounts); the keys' own series are
+    served beside them, as the exporter serves both."""
+    queue, k = s.config.classes[-1].name, s.config.exporter.topk_tenants
+    separator = s.config.tenants.account_separator
+    flood, keys, others, small = max(0.9, big), 200, 20, 200
+
+    def with_keys(shares: Mapping[str, str], active: int) -> tuple[Series, ...]:
+        """The keys' series: each listed key's share of the class, and the keys with due jobs."""
+        return (*s.series(m.QUEUE_ACTIVE_TENANTS, flat(active, end), queue=queue),
+                *(x for key, values in shares.items()
+                  for x in s.series(m.QUEUE_TENANT_SHARE, values, queue=queue, **{m.TENANT: key})))
+
+    # The exporter lists the k busiest keys (all bigco's) and the k busiest accounts.
+    flooding = {"bigco": flat(flood, end), **{f"account-{i}": flat((1 - flood) / others, end) for i in range(1, k)}}
+    its_keys = {f"bigco{separator}key-{i}": flat(flood / keys, end) for i in range(1, k + 1)}
+    singles = {f"account-{i}": flat(1 / small, end) for i in range(1, k + 1)}
+    return [
+        Case(f"a {keys}-key flood: account bigco's keys get {number(flood / keys * 100)}% of {queue} each, "
+             f"{number(flood * 100)}% together, while {others} other accounts wait: fires, naming the account",
+             (*inputs(flooding, others + 1), *with_keys(its_keys, keys + others)),
+             (Check(end, alert, (s.firing(alert, flood, queue, {"active": others + 1}, **{rec.ACCOUNT: "bigco"}),)),)),
+        Case(f"{small} small accounts, each one key with {number(100 / small)}% of {queue}: silent",
+             (*inputs(singles, small), *with_keys(singles, small)), (Check(end, alert),)),
     ]
 
 
@@ -1191,7 +1239,7 @@ def _recording(s: Scenario) -> list[Case]:
         *s.series(m.QUEUE_WEIGHT_RATIO, flat(w, end), exporters=2, queue=name),
         *s.series(m.JOBS_PROCESSED, ramp(per_minute[name], end), exporters=2, queue=name),
         *s.series(m.QUEUE_WORKER_SECONDS, ramp(seconds_per_minute[name], end), exporters=2, queue=name),
-        *s.series(m.QUEUE_TENANT_SHARE, flat(0.25, end), exporters=2, queue=name, tenant="tenant-1"))]
+        *s.shares(flat(0.25, end), exporters=2, queue=name))]
 
     def samples(value: Callable[[str], float]) -> tuple[Sample, ...]:
         return tuple(Sample({"job": s.job, m.GROUP: s.group, m.QUEUE: name}, value(name)) for name, _ in weights)
@@ -1204,7 +1252,7 @@ def _recording(s: Scenario) -> list[Case]:
                              *s.series(m.QUEUE_OLDEST_AGE, flat(age, end), queue=name, shard=s.shard(index)),
                              *s.series(m.QUEUE_WEIGHT_RATIO, flat(weights[0][1], end), queue=name, shard=s.shard(index)),
                              *s.series(s.basis.counter, ramp(rate, end), queue=name, shard=s.shard(index)))]
-    over_shards += s.series(m.QUEUE_TENANT_SHARE, flat(0.5, end), queue=name, tenant="tenant-1", shard=s.shard(0))
+    over_shards += s.shares(flat(0.5, end), queue=name, shard=s.shard(0))
     over_shards += [x for index, age in enumerate((30, 90, 0))
                     for x in s.series(m.UNCONFIGURED_OLDEST_AGE, flat(age, end), queue=RETIRED, shard=s.shard(index))]
     series += s.series(m.UNCONFIGURED_OLDEST_AGE, flat(120, end), exporters=2, queue=RETIRED)
@@ -1216,7 +1264,7 @@ def _recording(s: Scenario) -> list[Case]:
             ExprCheck(end, rec.DEPTH, (Sample(logical, 12),)),
             ExprCheck(end, rec.OLDEST_AGE, (Sample(logical, 90),)),
             ExprCheck(end, s.basis.rate, (Sample(logical, 4),)),
-            ExprCheck(end, s.basis.tenant_share, (Sample({**logical, m.TENANT: "tenant-1"}, 0.5 * 60 / 240),)),
+            *s.share_checks(end, 0.5 * 60 / 240, logical),
             ExprCheck(end, rec.UNCONFIGURED_AGE, (Sample(retired, 90),)),
         )), Case(
         "two exporters serve identical series: depth, rates and shares are those of one",
@@ -1225,8 +1273,7 @@ def _recording(s: Scenario) -> list[Case]:
             ExprCheck(end, rec.PROCESSED_RATE, samples(lambda name: per_minute[name] / 60)),
             ExprCheck(end, rec.WORKER_RATE, samples(lambda name: seconds_per_minute[name] / 60)),
             ExprCheck(end, s.basis.share, samples(lambda name: served[name] / sum(served.values()))),
-            ExprCheck(end, s.basis.tenant_share,
-                      tuple(Sample({"job": s.job, m.GROUP: s.group, m.QUEUE: name, m.TENANT: "tenant-1"}, 0.25) for name, _ in weights)),
+            *s.share_checks(end, 0.25, *({"job": s.job, m.GROUP: s.group, m.QUEUE: name} for name, _ in weights)),
             ExprCheck(end, rec.UNCONFIGURED_AGE, (Sample(retired, 120),)),
         ))]
 
@@ -1267,9 +1314,9 @@ def _recorded_windows(s: Scenario) -> Case:
         *s.series(m.JOBS_ENQUEUED, counter(60, budget), queue=busy, reason=(s.reasons(busy) or ["default"])[0]),
         *s.series(m.JOBS_DEMOTED, counter(10, budget), queue=busy),
         *s.series(m.JOBS_REJECTED, counter(20, budget), queue=busy),
-        *s.series(m.QUEUE_TENANT_SHARE, flat(0.25, end), queue=busy, tenant="tenant-1"),
+        *s.shares(flat(0.25, end), queue=busy),
         *s.series(m.JOBS_PROCESSED, flat(0, end), queue=idle), *s.series(m.QUEUE_WORKER_SECONDS, flat(0, end), queue=idle),
-        *s.series(m.QUEUE_TENANT_SHARE, flat(0.25, end), queue=idle, tenant="tenant-1"),
+        *s.shares(flat(0.25, end), queue=idle),
         # A class with a weight and nothing counted in the window: its rates are 0, not absent.
         *s.series(m.QUEUE_WEIGHT_RATIO, flat(0.5, end), queue=paused),
         *s.series(m.JOBS_DEMOTED, flat(0, end), queue=paused), *s.series(m.JOBS_REJECTED, flat(0, end), queue=paused),
@@ -1297,7 +1344,7 @@ def _recorded_windows(s: Scenario) -> Case:
                                                 Sample({**labels, m.QUEUE: paused}, 0))),
             ExprCheck(end, rec.WAIT_P99, (Sample(one, p99),)),
             ExprCheck(end, rec.BACKLOGGED, tuple(Sample({**labels, m.QUEUE: name}, float(name == idle)) for name in names)),
-            ExprCheck(end, s.basis.tenant_share, (Sample({**one, m.TENANT: "tenant-1"}, 0.25),)),
+            *s.share_checks(end, 0.25, one),
         ))
 
 
@@ -1334,7 +1381,7 @@ def _every_test_file(config: Config) -> tuple[TestFile, ...]:
         TestFile(r.QUEUE_SHARE_BELOW_WEIGHT, tuple(_share_below_weight(s))),
         TestFile(r.PRIORITY_MIX_DRIFT, tuple(_mix_drift(s))),
         TestFile(r.PRIORITY_REASON_SHIFT, tuple(_reason_shift(s, REASON_SHIFT_STEP)), REASON_SHIFT_STEP),
-        TestFile(r.TENANT_DOMINATING_QUEUE, tuple(_tenant_dominating(s))),
+        TestFile(r.dominating_alert(rec.level(config)), tuple(_dominating(s, rec.level(config)))),
         TestFile(r.QUIET_TENANTS_STARVING, tuple(_quiet_tenants(s))),
         TestFile(r.QUEUE_STALLED, tuple(_stalled(s))),
         TestFile(r.QUEUE_SHARD_STALLED, tuple(_shard_stalled(s))),
