@@ -53,18 +53,10 @@ DEAD_LETTERED = _name(m.JOBS_DEAD_LETTERED, "increase")
 REFUSED = _name(m.JOBS_REFUSED, "increase")
 WAIT_P99 = _name(m.JOBS_WAIT, "p99")
 
-# The exporter's account series, served only with tenants.account_separator set: stand-ins for
-# exporter.metrics.QUEUE_ACCOUNT_SHARE and QUEUE_ACTIVE_ACCOUNTS (same names and labels) until the
-# exporter defines them.
-ACCOUNT = "account"
-QUEUE_ACCOUNT_SHARE = m.MetricSpec(
-    "queue_account_share_ratio", m.Kind.GAUGE, (m.QUEUE, ACCOUNT),
-    "An account's share of the class's service over exporter.window, all of its keys together.")
-QUEUE_ACTIVE_ACCOUNTS = m.MetricSpec("queue_active_accounts", m.Kind.GAUGE, (m.QUEUE,),
-                                     "Accounts with due jobs in the class.")
-# Folded over the shards as active tenants are: an account's due jobs of a class sit on one shard.
-ACCOUNT_GAUGES: tuple[tuple[m.MetricSpec, str], ...] = ((QUEUE_ACTIVE_ACCOUNTS, "sum"),)
-ACTIVE_ACCOUNTS = _name(QUEUE_ACTIVE_ACCOUNTS, "sum")
+# With tenants.account_separator set, the exporter serves account series too; the active accounts
+# are folded over the shards as active tenants are (an account's due jobs of a class sit on one shard).
+ACCOUNT_GAUGES: tuple[tuple[m.MetricSpec, str], ...] = ((m.QUEUE_ACTIVE_ACCOUNTS, "sum"),)
+ACTIVE_ACCOUNTS = _name(m.QUEUE_ACTIVE_ACCOUNTS, "sum")
 
 
 @dataclass(frozen=True)
@@ -81,7 +73,7 @@ class Level:
 
 
 TENANTS = Level("tenant", "a tenant", m.TENANT, m.QUEUE_TENANT_SHARE, m.QUEUE_ACTIVE_TENANTS, ACTIVE_TENANTS)
-ACCOUNTS = Level(ACCOUNT, "an account", ACCOUNT, QUEUE_ACCOUNT_SHARE, QUEUE_ACTIVE_ACCOUNTS, ACTIVE_ACCOUNTS)
+ACCOUNTS = Level("account", "an account", m.ACCOUNT, m.QUEUE_ACCOUNT_SHARE, m.QUEUE_ACTIVE_ACCOUNTS, ACTIVE_ACCOUNTS)
 
 
 def level(config: Config) -> Level:

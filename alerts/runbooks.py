@@ -157,7 +157,7 @@ def render(config: Config) -> dict[PurePosixPath, str]:
         "q": diagnostics(config), "alerts": alerts, "duration": duration, "number": number,
         "urgent": config.classes[0].name, "bulk": config.classes[-1].name,
         "link": lambda alert, key: r.link(config, alert, key), "over_budget_reason": OVER_BUDGET_REASON,
-        "tenant_share_metric": m.QUEUE_TENANT_SHARE.name, "account_share_metric": rec.QUEUE_ACCOUNT_SHARE.name,
+        "tenant_share_metric": m.QUEUE_TENANT_SHARE.name, "account_share_metric": m.QUEUE_ACCOUNT_SHARE.name,
         "basis": rec.basis(config),
         "runtime": config.scheduler.charge == "runtime", "unhandled_window": r.unhandled_window(config),
     }

@@ -698,7 +698,7 @@ def _customers(s: Scenario, alert: str, end: int, big: float,
         Case(f"a {keys}-key flood: account bigco's keys get {number(flood / keys * 100)}% of {queue} each, "
              f"{number(flood * 100)}% together, while {others} other accounts wait: fires, naming the account",
              (*inputs(flooding, others + 1), *with_keys(its_keys, keys + others)),
-             (Check(end, alert, (s.firing(alert, flood, queue, {"active": others + 1}, **{rec.ACCOUNT: "bigco"}),)),)),
+             (Check(end, alert, (s.firing(alert, flood, queue, {"active": others + 1}, **{m.ACCOUNT: "bigco"}),)),)),
         Case(f"{small} small accounts, each one key with {number(100 / small)}% of {queue}: silent",
              (*inputs(singles, small), *with_keys(singles, small)), (Check(end, alert),)),
     ]

@@ -13,6 +13,7 @@ import yaml
 from alerts import mutation, promtool, recording
 from alerts.layout import RULES_FILE, TESTS_DIR, runbook_file
 from alerts.rules import ACCOUNT_DOMINATING_QUEUE, TENANT_DOMINATING_QUEUE
+from exporter import metrics as m
 from fairness_core import parse_config
 
 from .conftest import EXAMPLE_CONFIG
@@ -44,7 +45,7 @@ def test_accounts_replace_the_tenant_dominance_alert(generated: Path) -> None:
     assert f'ALERTS{{alertname="{ACCOUNT_DOMINATING_QUEUE}"}}' in expr and "tenant_share" not in expr
     assert rules[ACCOUNT_DOMINATING_QUEUE]["for"] == "15m"  # TenantDominatingQueue's
     assert {share, recording.ACTIVE_ACCOUNTS} <= set(rules)
-    assert rules[share]["expr"].count(recording.QUEUE_ACCOUNT_SHARE.name) == 1
+    assert rules[share]["expr"].count(m.QUEUE_ACCOUNT_SHARE.name) == 1
     assert "$labels.account" in rules[ACCOUNT_DOMINATING_QUEUE]["annotations"]["summary"]
     assert (generated / runbook_file(ACCOUNT_DOMINATING_QUEUE)).is_file()
     assert not (generated / runbook_file(TENANT_DOMINATING_QUEUE)).exists()
@@ -55,7 +56,7 @@ def test_accounts_replace_the_tenant_dominance_alert(generated: Path) -> None:
 def test_the_account_runbook_says_what_to_do(generated: Path) -> None:
     runbook = (generated / runbook_file(ACCOUNT_DOMINATING_QUEUE)).read_text()
     for words in ("TenantDominatingQueue", "tenants.account_max_queued", "tenants.account_max_rate",
-                  "tenants.tiers", recording.QUEUE_ACCOUNT_SHARE.name, recording.ACTIVE_ACCOUNTS):
+                  "tenants.tiers", m.QUEUE_ACCOUNT_SHARE.name, recording.ACTIVE_ACCOUNTS):
         assert words in runbook, words
 
 
