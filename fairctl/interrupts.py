@@ -13,6 +13,7 @@ process killed by them.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -80,13 +81,23 @@ def send_again(signum: int) -> None:
     again.start()
 
 
+def _ignore_signals() -> None:
+    """At exit: SIGINT and SIGTERM ignored while the interpreter finalises (Python-level handlers
+    no longer run then, and the default would kill it half way)."""
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 @contextmanager
 def handled() -> Iterator[None]:
     """Around a whole command: turn SIGINT and SIGTERM into :class:`Interrupted`, and an
     interruption that reaches here into its one line and exit code. Without a signal, the
     previous handlers come back (a command run in-process, as tests do, leaves nothing behind);
-    after one, further signals stay ignored until the process exits, so the interpreter's own exit
-    (joining threads) is not interrupted either."""
+    after one, further signals are only noted until the process exits, so the interpreter's own
+    exit (joining threads) is not interrupted either, and ignored once it finalises. Noted, not
+    ignored, until then: an ignored signal is inherited by every process started afterwards, and
+    a command run in-process would leave its caller's future children deaf to SIGTERM (a
+    multiprocessing pool could then never be terminated)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -124,8 +135,9 @@ def handled() -> Iterator[None]:
         yield
     except KeyboardInterrupt as exc:
         arrived.append(signal_of(exc))  # a bare KeyboardInterrupt (no signal of ours) ends it all too
-        for sig in SIGNALS:  # the clean-up is done; ignored, not noted: the interpreter's finalisation
-            signal.signal(sig, signal.SIG_IGN)  # puts back the default (death) for Python-level handlers
+        for sig in SIGNALS:  # the clean-up is done: what arrives now is only noted
+            signal.signal(sig, note)
+        atexit.register(_ignore_signals)  # the interpreter's finalisation runs no Python-level handler
         if not _quiet:
             click.echo(line(exc), err=True)
         raise Exit(exit_code(signal_of(exc))) from None

@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -59,3 +61,14 @@ def test_a_signal_where_python_swallows_exceptions_still_interrupts_the_command(
         time.sleep(2)  # the signal, sent again, interrupts this
         finished = True
     assert (exit_info.value.exit_code, finished) == (130, False)
+    assert_children_still_die_on_sigterm()
+
+
+def assert_children_still_die_on_sigterm() -> None:
+    """An interrupted command run in-process leaves no signal ignored: an ignored SIGTERM would be
+    inherited by every process its caller starts afterwards (a multiprocessing pool started later
+    in the same test process could then never be terminated, and the suite hung on one)."""
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child.terminate()
+    assert child.wait(timeout=10) == -signal.SIGTERM
