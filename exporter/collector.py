@@ -292,7 +292,7 @@ class FairnessCollector(Collector):
         families = Families(self.group, self.shard)
         reading = self._health.read(self._reader, serving(config).scrape_timeout)
         if reading is not None:
-            self._add_snapshot(families, reading.snapshot)
+            self._add_snapshot(families, reading.snapshot, config)
             if self._live:  # the simulator's stand-in has no applied config
                 applied = self.scheduler.applied or self.scheduler.sync()  # read once; a change syncs again
                 families.add(m.CONFIG_VERSION, applied.version, fingerprint=applied.fingerprint)
@@ -313,9 +313,11 @@ class FairnessCollector(Collector):
 
     # ------------------------------------------------------------------ families
 
-    def _add_snapshot(self, families: Families, snapshot: Snapshot) -> None:
+    def _add_snapshot(self, families: Families, snapshot: Snapshot, config: Config) -> None:
+        """``config``: the one this scrape serves (read once per scrape: reading it again could
+        follow a config applied meanwhile, with other classes than the rest of the scrape's)."""
         # The snapshot's classes, not the config's: the config may have changed since it was read.
-        accounts = self.config.tenants.account_separator is not None  # the account views, only with accounts
+        accounts = config.tenants.account_separator is not None  # the account views, only with accounts
         for name, view in snapshot.classes.items():
             for spec, value in (
                 (m.QUEUE_OLDEST_AGE, view.oldest_age), (m.QUEUE_DEPTH, view.depth),
