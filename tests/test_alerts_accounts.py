@@ -84,6 +84,7 @@ def test_promtool_accepts_the_rules_and_passes_the_tests_generated_under_account
     promtool_passes_generated_tests(generated, tmp_path / "pruned")
 
 
+@pytest.mark.slow  # a mutation run, as tests/test_alert_mutation.py's: out of the fast tier
 def test_no_mutant_of_the_account_rules_survives(generated: Path) -> None:
     """The account alert and the recordings only it reads are pinned as the tenant ones are (the
     active-count '>= 2' as '>= 1.6' is listed equivalent, as for tenants)."""
