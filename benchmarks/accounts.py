@@ -11,17 +11,15 @@ tenants of one level (the same number of parties, no second level).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 import redis
 
-from fairness_core import Scheduler, redis_client
 from fairness_stack.servers import RedisServer
 
 from . import throughput
 from .harness import Row, alternate, per_second
-from .load import bench_config
+from .load import scheduler
 from .report import table
 
 ACCOUNTS, KEYS = 10, 10
@@ -29,17 +27,11 @@ IDS = [f"acct-{a}/key-{k}" for a in range(ACCOUNTS) for k in range(KEYS)]
 TARGET = 0.85  # within 15% of the flat case
 
 
-def _scheduler(url: str, prefix: str, separator: str | None) -> Scheduler:
-    config = bench_config(url, prefix)
-    tenants = dataclasses.replace(config.tenants, account_separator=separator)
-    return Scheduler(dataclasses.replace(config, tenants=tenants), redis_client(url))
-
-
 def row(url: str, jobs: int, repeats: int) -> Row:
     """Row 1d: jobs per second with accounts against the same ids without, and the script's µs
     per call in Redis (each the median of ``repeats`` runs, taking turns)."""
     client = redis.Redis.from_url(url)
-    accounts, flat = _scheduler(url, "accounts", "/"), _scheduler(url, "accounts-flat", None)
+    accounts, flat = scheduler(url, "accounts", account_separator="/"), scheduler(url, "accounts-flat")
     parties = [f"acct-{a}" for a in range(ACCOUNTS)]  # as many parties as the accounts, one level
     ours, baseline, few = alternate(
         repeats,

@@ -28,17 +28,19 @@ def payload(n: int) -> dict[str, Any]:
 PAYLOAD_BYTES = len(json.dumps(payload(0), separators=(",", ":")))
 
 
-def bench_config(url: str, prefix: str, charge: str = "jobs") -> Config:
-    """The example config on ``url`` under ``prefix`` and ``scheduler.charge``, with arrival budgets
-    off: the load is not a realistic arrival mix, and demotions would only move jobs between classes."""
+def bench_config(url: str, prefix: str, charge: str = "jobs", account_separator: str | None = None) -> Config:
+    """The example config on ``url`` under ``prefix``, ``scheduler.charge`` and
+    ``tenants.account_separator``, with arrival budgets off: the load is not a realistic arrival
+    mix, and demotions would only move jobs between classes."""
     config = load_config(EXAMPLE_CONFIG)
     return dataclasses.replace(
         config, redis=dataclasses.replace(config.redis, url=url, prefix=prefix),
-        scheduler=dataclasses.replace(config.scheduler, budget_min_arrivals=10**9, charge=charge))
+        scheduler=dataclasses.replace(config.scheduler, budget_min_arrivals=10**9, charge=charge),
+        tenants=dataclasses.replace(config.tenants, account_separator=account_separator))
 
 
-def scheduler(url: str, prefix: str, charge: str = "jobs") -> Scheduler:
-    return Scheduler(bench_config(url, prefix, charge), redis_client(url))
+def scheduler(url: str, prefix: str, charge: str = "jobs", account_separator: str | None = None) -> Scheduler:
+    return Scheduler(bench_config(url, prefix, charge, account_separator), redis_client(url))
 
 
 def _load_tenants(url: str, prefix: str, first: int, last: int, jobs_per_tenant: int) -> None:

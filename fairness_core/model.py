@@ -214,10 +214,6 @@ class Model:
             if cls.account_backlog.incr(account, delta) <= 0:
                 cls.account_backlog.remove(account)
 
-    def _account_queued(self, account: str) -> int:
-        """As the Lua's ``account_queued``: the account's queued jobs in every configured class."""
-        return int(sum(self._cls(c).account_backlog.score(account) or 0 for c in self.names))
-
     def _set_tier(self, queue: str, cls: _Class, party: str, tier: str) -> None:
         """As the Lua's ``set_tier``: a party is charged as its latest job's tier."""
         was = cls.cost.get(party)
@@ -469,7 +465,7 @@ class Model:
         limit = s.max_queued.get(tier, 0)
         room: float = limit - self._queued(tenant) if limit else math.inf
         account = self._party(tenant)
-        account_room: float = (s.account_max_queued - self._account_queued(account)
+        account_room: float = (s.account_max_queued - self._queued(account, account=True)
                                if s.account_max_queued else math.inf)
         rate_room = self._rate_room(now, tenant, s.rate_allowed.get(tier, 0))
         account_field = ACCOUNT_RATE_MARK + account
@@ -517,9 +513,11 @@ class Model:
             account_rate_room -= n
         return runs
 
-    def _queued(self, tenant: str) -> int:
-        """As the Lua's ``at_limit`` counts: the tenant's queued jobs in every configured class."""
-        return int(sum(self._cls(c).backlog.score(tenant) or 0 for c in self.names))
+    def _queued(self, member: str, *, account: bool = False) -> int:
+        """As the Lua's ``queued_in_classes``: a tenant's (an ``account``'s) queued jobs in every
+        configured class."""
+        return int(sum((cls.account_backlog if account else cls.backlog).score(member) or 0
+                       for cls in map(self._cls, self.names)))
 
     def _rate_room(self, now: int, field: str, allowed: float) -> float:
         """The jobs the rate field ``field`` (a tenant, or an account's) may still have accepted at

@@ -222,7 +222,8 @@ def _accounts(config: Config, raw: RawClass, processed_window: float, weight: fl
         keys.setdefault(account, []).append((key, float(now) + float(before) * weight))
     in_flight: dict[str, float] = {}
     for tenant, n in raw.top_inflight:
-        in_flight[account_of(tenant, separator)] = in_flight.get(account_of(tenant, separator), 0) + n
+        account = account_of(tenant, separator)
+        in_flight[account] = in_flight.get(account, 0) + n
     noisy = {a for a, n in in_flight.items() if n > NOISY_SHARE * inflight and n >= exp.noisy_min_inflight}
     noisy |= {a for a, n in raw.accounts_backlog if n > NOISY_SHARE * depth and n >= exp.noisy_min_queued}
     quiet = next((ms for t, ms in raw.heads if account_of(t, separator) not in noisy), None)

@@ -406,20 +406,18 @@ end
 -- The queued-jobs limit a tenant enqueueing as `tier` is at (nil when below it or unlimited): its
 -- jobs queued in every class, read from the backlog counts pushes and pops keep, one ZSCORE per
 -- class. Leased and retrying jobs are not queued: a pop makes room.
+-- A tenant's (PART_BACKLOG) or an account's (PART_ACCOUNT_BACKLOG) jobs queued in every class.
+local function queued_in_classes(part, member)
+  local queued = 0
+  for i = 1, NCLASS do queued = queued + num(redis.call('ZSCORE', ckey(cfg.classes[i], part), member)) end
+  return queued
+end
+
 local function at_limit(tenant, tier)
   local limit = cfg.max_queued[tier] or 0
   if limit == 0 then return nil end
-  local queued = 0
-  for i = 1, NCLASS do queued = queued + num(redis.call('ZSCORE', ckey(cfg.classes[i], PART_BACKLOG), tenant)) end
-  if queued >= limit then return limit end
+  if queued_in_classes(PART_BACKLOG, tenant) >= limit then return limit end
   return nil
-end
-
--- An account's jobs queued in every class (tenants.account_max_queued), one ZSCORE per class.
-local function account_queued(account)
-  local queued = 0
-  for i = 1, NCLASS do queued = queued + num(redis.call('ZSCORE', ckey(cfg.classes[i], PART_ACCOUNT_BACKLOG), account)) end
-  return queued
 end
 
 -- The arrival-rate limit (jobs per second) a tenant enqueueing as `tier` is over, or nil: as the
@@ -464,7 +462,7 @@ function ops.enqueue()
       stat('refused', cfg.classes[asked], 1)
       return {'', cfg.classes[asked], ARGV[8], 'max_queued', limit}
     end
-    if cfg.account_max_queued > 0 and account_queued(account_of(tenant)) >= cfg.account_max_queued then
+    if cfg.account_max_queued > 0 and queued_in_classes(PART_ACCOUNT_BACKLOG, account_of(tenant)) >= cfg.account_max_queued then
       stat('refused', cfg.classes[asked], 1)
       return {'', cfg.classes[asked], ARGV[8], 'account_max_queued', cfg.account_max_queued}
     end
