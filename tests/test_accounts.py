@@ -62,6 +62,15 @@ def test_a_bad_separator_is_refused_naming_the_field(value: object, message: str
         parse_config(data)
 
 
+@pytest.mark.parametrize("field", ["account_max_queued", "account_max_rate"])
+def test_an_account_limit_without_accounts_is_refused_naming_the_field(field: str) -> None:
+    data = make_config_data()
+    tenants = data["tenants"]
+    with pytest.raises(Exception, match=f"tenants.{field}: .*needs tenants.account_separator"):
+        parse_config({**data, "tenants": {**tenants, field: 5}})
+    assert getattr(parse_config({**data, "tenants": {**tenants, field: 5, "account_separator": "/"}}).tenants, field) == 5
+
+
 def make_config_data() -> dict:
     import yaml
 
@@ -114,10 +123,10 @@ def test_service_stays_within_the_stated_bound_at_every_pop(data: st.DataObject,
         per_account: Counter[str] = Counter()
         for tenant, work in served.items():
             per_account[account_of(tenant, "/")] += work
-        for a in weight:
-            for b in weight:
-                gap = abs(per_account[a] / weight[a] - per_account[b] / weight[b])
-                assert gap <= visit / weight[a] + visit / weight[b] + 1e-6, (a, b, dict(per_account))
+        for a, w_a in weight.items():
+            for b, w_b in weight.items():
+                gap = abs(per_account[a] / w_a - per_account[b] / w_b)
+                assert gap <= visit / w_a + visit / w_b + 1e-6, (a, b, dict(per_account))
         for a, (_, keys) in enumerate(accounts):
             mine = [served[f"a{a}/k{k}"] for k in range(keys)]
             assert max(mine) - min(mine) <= 2 * visit + 1e-6, (a, mine)
