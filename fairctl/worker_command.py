@@ -12,7 +12,7 @@ import click
 from click.exceptions import Exit
 
 from fairness_core.config import ConfigError, parse_duration
-from fairness_core.worker import UNHANDLED, UNHANDLED_WAIT, HandlerRegistry, Worker, require_noeviction_of
+from fairness_core.worker import BATCH, UNHANDLED, UNHANDLED_WAIT, HandlerRegistry, Worker, require_noeviction_of
 
 from .common import (
     check_classes,
@@ -60,14 +60,18 @@ def _duration_or_zero(value: str, option: str) -> float:
               help="module:attribute of the HandlerRegistry that runs each task (myapp.jobs:handlers for "
                    "./myapp/jobs.py: the current directory comes first, as with python -m).")
 @click.option("--concurrency", metavar="N", type=click.IntRange(1, 1000), default=4,
-              help="Jobs worked at once (threads); counted as fleet slots for reserved_slots.")
+              help="Jobs worked at once (threads); counted as fleet slots for reserved_slots, times --batch while "
+                   "the slots lease ahead.")
 @click.option("--classes", help="Serve only these classes, comma-separated (a reserved pool), e.g. jobs:high.")
-@click.option("--batch", metavar="N", type=click.IntRange(1, 1000), default=1,
-              help="Jobs leased per pop at most; each slot works them in turn.")
-@click.option("--prefetch", metavar="DURATION", default="10ms",
-              help="With --batch: lease ahead no more jobs than the slot expects to finish within this, by the "
-                   "average runtime of this worker's jobs, so a more urgent job arriving meanwhile waits at most "
-                   "about this long for the slot (0: always --batch).")
+@click.option("--batch", metavar="N", type=click.IntRange(1, 1000), default=BATCH, show_default=True,
+              help="Jobs a slot leases per pop at most, within --prefetch; it works them in turn, and their acks "
+                   "ride with its next pop. Short jobs then cost a round trip per N jobs, not per job; --batch 1 "
+                   "leases one job at a time.")
+@click.option("--prefetch", metavar="DURATION", default="10ms", show_default=True,
+              help="Lease ahead no more jobs than the slot expects to finish within this, by the average runtime "
+                   "of this worker's jobs (one until a job has run), so a more urgent job arriving meanwhile waits "
+                   "at most about this long for the slot: jobs longer than half of it go one at a time "
+                   "(0: always --batch).")
 @click.option("--grace", metavar="SECONDS", type=click.FloatRange(min=0), default=30.0,
               help="Seconds running jobs get to finish after SIGTERM/SIGINT.")
 @click.option("--log-every", metavar="DURATION", default="60s",

@@ -45,7 +45,9 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Lease], None]
 T = TypeVar("T")
 
+BATCH = 10  # the most jobs a slot leases per pop (--batch), within the prefetch bound
 PREFETCH_S = 0.01  # a slot leases ahead no more than it expects to finish within this (--prefetch)
+REREGISTER_MIN_S = 1.0  # a slot that starts or stops leasing ahead registers again at most this often
 PACE_SMOOTHING = 0.2  # weight of a job's runtime in the worker's moving average
 IDLE_WAIT_S = 5.0  # an idle worker's longest blocking wait for work: its one periodic look when nothing comes
 OUTAGE_MIN_S, OUTAGE_MAX_S = 0.1, 5.0  # Redis unreachable: capped exponential backoff
@@ -254,8 +256,10 @@ class Throttle:
 class Worker:
     """Work leased jobs with ``concurrency`` threads until :meth:`stop` or SIGTERM/SIGINT.
 
-    ``classes`` limits the worker to some classes (a reserved pool); ``batch`` jobs are leased per
-    pop and worked in turn by one slot. On stop it stops popping, lets running jobs finish for at
+    ``classes`` limits the worker to some classes (a reserved pool). A slot leases up to ``batch``
+    jobs per pop and works them in turn, but no more than it expects to finish within
+    ``prefetch`` seconds (:meth:`_lease_ahead`): short jobs go ten a round trip by default, long
+    ones one at a time, so that a more urgent job waits at most about ``prefetch`` for a slot. On stop it stops popping, lets running jobs finish for at
     most ``grace`` seconds, settles them and unregisters; a second signal abandons them at once
     (their leases expire and the reaper hands them to another worker).
 
@@ -266,7 +270,7 @@ class Worker:
     """
 
     def __init__(self, scheduler: Scheduler | ShardedScheduler, handlers: HandlerRegistry, *, concurrency: int = 4,
-                 classes: Sequence[str] | None = None, batch: int = 1, worker_id: str | None = None,
+                 classes: Sequence[str] | None = None, batch: int = BATCH, worker_id: str | None = None,
                  grace: float = 30.0, registration_ttl: float = 15.0, log_every: float = LOG_EVERY_S,
                  prefetch: float = PREFETCH_S, unhandled: str = UNHANDLED_WAIT) -> None:
         if concurrency < 1:
@@ -291,6 +295,9 @@ class Worker:
         self.unhandled = unhandled
         self._unhandled_seen = Throttle(UNHANDLED_LOG_EVERY_S)
         self._pace: float | None = None  # moving average of this worker's job runtimes (s)
+        self._registered = 0  # the slots last registered
+        self._registered_at = -math.inf  # when (time.monotonic())
+        self._registration_lock = threading.Lock()
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.grace = grace
         self.registration_ttl = registration_ttl
@@ -472,10 +479,29 @@ class Worker:
         with redis_errors(self.scheduler.client):
             self.scheduler.client.ping()
 
+    def _slots_held(self, ahead: int) -> int:
+        """The fleet counts leases, not threads, against ``reserved_slots``. A slot that leases
+        one job at a time holds one, so a reservation keeps whole threads free for its class, as
+        long jobs need; a slot that leases ahead may hold ``batch``, and a reserved class then waits
+        at most about ``prefetch`` for a slot, as its jobs are that short."""
+        return self.concurrency * (self.batch if ahead > 1 else 1)
+
     def _register(self) -> None:
-        """The fleet counts leases, not threads, against ``reserved_slots``: a slot holding a
-        batch holds ``batch`` leases, so it registers that many."""
-        self.scheduler.register_worker(self.worker_id, self.concurrency * self.batch, self.registration_ttl)
+        with self._registration_lock:
+            slots = self._slots_held(self._lease_ahead())
+            self.scheduler.register_worker(self.worker_id, slots, self.registration_ttl)
+            self._registered, self._registered_at = slots, time.monotonic()
+
+    def _keep_registered(self, ahead: int) -> None:
+        """Register again, at most once a second, when the slots start or stop leasing ahead (the
+        periodic registration would tell the fleet only within a third of its TTL). An outage
+        skips it: the periodic registration rides it out."""
+        if self._slots_held(ahead) == self._registered or time.monotonic() - self._registered_at < REREGISTER_MIN_S:
+            return
+        try:
+            self._register()
+        except RedisUnavailable:
+            pass
 
     def _holds(self, lease: Lease) -> bool:
         """Still held: a lease the heartbeat copied may have been acked since (its extend then
@@ -506,8 +532,10 @@ class Worker:
         in between loses no job: the unacked lease expires and the job runs again (at least once)."""
         done: list[Finished] = []
         while not self._stopping.is_set():
+            ahead = self._lease_ahead()
+            self._keep_registered(ahead)
             try:
-                popped = self._call(lambda: self.scheduler.ack_and_pop(done, self._lease_ahead(), classes=self.classes),
+                popped = self._call(lambda: self.scheduler.ack_and_pop(done, ahead, classes=self.classes),
                                     self._stopping)
             except Exception:  # a bug or a Redis error reply: keep the slot alive, do not spin
                 log.exception("pop failed")

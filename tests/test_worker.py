@@ -340,7 +340,7 @@ def test_a_batch_leases_ahead_only_what_the_slot_finishes_within_the_prefetch_bu
 
     scheduler.ack_and_pop = recording  # type: ignore[method-assign]
     scheduler.submit_many("newsletter", "t", [{"service_s": 0.03}] * 12)
-    with running(Worker(scheduler, sleep_handlers, concurrency=1, batch=10, prefetch=0.1)):
+    with running(Worker(scheduler, sleep_handlers, concurrency=3, prefetch=0.1)):  # 3 slots: 1 beside 2 reserved
         wait_for(lambda: totals(scheduler)["processed"] == 12, 30, "the slow jobs")
     assert asked[0] == 1 and 1 <= min(asked) and max(asked) <= 3, asked
     worker = Worker(scheduler, sleep_handlers, batch=10)
@@ -351,3 +351,33 @@ def test_a_batch_leases_ahead_only_what_the_slot_finishes_within_the_prefetch_bu
     worker.prefetch = 0
     worker._pace = 1.0
     assert worker._lease_ahead() == 10
+
+
+def test_a_worker_registers_its_batch_only_while_it_leases_ahead(client: redis.Redis) -> None:
+    """Reservations count leases. Before a job has run, and for jobs past the prefetch budget, a
+    slot leases one job at a time and registers one; once jobs are short enough to lease ahead,
+    the worker registers concurrency x batch (its default flags: --batch 10, --prefetch 10ms)."""
+    scheduler = Scheduler(make_config(), client)  # jobs:high reserves 2 slots
+    with running(Worker(scheduler, sleep_handlers, concurrency=3, registration_ttl=3.0)):
+        wait_for(lambda: scheduler.snapshot().worker_slots == 3, 10, "one slot registered per thread")
+        scheduler.submit_many("newsletter", "t", [{"service_s": 0}] * 200)
+        wait_for(lambda: scheduler.snapshot().worker_slots == 30, 10, "the batch registered for no-op jobs")
+        scheduler.submit_many("newsletter", "t", [{"service_s": 0.03}] * 40)
+        wait_for(lambda: scheduler.snapshot().worker_slots == 3, 10, "one slot each again for 30 ms jobs")
+
+
+def test_with_default_flags_a_reservation_keeps_threads_free_for_long_jobs(client: redis.Redis) -> None:
+    """jobs:high reserves 2 slots; a worker of 4 threads with default flags works a flood of
+    50 ms jobs:low jobs one at a time, so jobs:low never holds more than the other 2 threads."""
+    scheduler = Scheduler(make_config(), client)
+    scheduler.submit_many("newsletter", "t", [{"service_s": 0.05}] * 60)
+    seen: list[int] = []
+
+    def sampled_until_done() -> bool:
+        snapshot = scheduler.snapshot()
+        seen.append(snapshot.classes["jobs:low"].inflight)
+        return sum(view.counters.get("processed", 0) for view in snapshot.classes.values()) == 60
+
+    with running(Worker(scheduler, sleep_handlers, concurrency=4)):
+        wait_for(sampled_until_done, 30, "the 60 jobs")
+    assert max(seen) == 2, seen

@@ -1,6 +1,6 @@
-"""``fairctl worker --processes N``: N worker processes under one parent that registers N x
-concurrency x batch slots, works jobs, passes each signal on once and fails when a child fails;
-the children drain when the parent dies."""
+"""``fairctl worker --processes N``: N worker processes under one parent that register N x
+concurrency slots (times the batch while they lease ahead), work jobs, pass each signal on once
+and fail when a child fails; the children drain when the parent dies."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ def test_processes_register_their_slots_work_jobs_and_drain_on_sigterm(
     proc = spawn_worker(path, log, key, redis_server.url, "--processes", str(PROCESSES),
                         "--concurrency", str(CONCURRENCY), "--batch", str(BATCH))
     try:
-        wait_for(lambda: scheduler.snapshot().worker_slots == PROCESSES * CONCURRENCY * BATCH, 60,
+        # no job has run yet: each slot leases one at a time, and registers one
+        wait_for(lambda: scheduler.snapshot().worker_slots == PROCESSES * CONCURRENCY, 60,
                  "every process to register")
         assert len(_children(log)) == PROCESSES
         for i in range(40):
