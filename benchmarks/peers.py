@@ -133,11 +133,12 @@ def _wait(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.02)
 
 
-def fairctl(url: str, run: str, jobs: int, concurrency: int, batch: int = 1, processes: int = 1,
+def fairctl(url: str, run: str, jobs: int, concurrency: int, batch: int | None = None, processes: int = 1,
             handlers: str = "fairctl.handlers:sleep_handlers") -> float:
-    """Seconds for ``jobs`` jobs through one ``fairctl worker --concurrency N --batch B``
-    (``--processes P``: P processes of ``concurrency`` slots each), no-op jobs unless ``handlers``
-    (a module:attribute the worker imports from the repository's root) do something."""
+    """Seconds for ``jobs`` jobs through one ``fairctl worker --concurrency N`` with its default
+    lease-ahead, or ``--batch B`` (``--processes P``: P processes of ``concurrency`` slots each),
+    no-op jobs unless ``handlers`` (a module:attribute the worker imports from the repository's
+    root) do something."""
     config = bench_config(url, f"e2e-{run}")
     data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
     data["redis"] = {"url": url, "prefix": config.redis.prefix}
@@ -147,7 +148,7 @@ def fairctl(url: str, run: str, jobs: int, concurrency: int, batch: int = 1, pro
     sched = Scheduler(config, redis_client(url))
     worker = subprocess.Popen(
         [sys.executable, "-m", "fairctl", "worker", "--config", file.name, "--handlers",
-         handlers, "--concurrency", str(concurrency), "--batch", str(batch),
+         handlers, "--concurrency", str(concurrency), *(["--batch", str(batch)] if batch else []),
          "--processes", str(processes)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

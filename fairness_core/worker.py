@@ -535,7 +535,7 @@ class Worker:
             ahead = self._lease_ahead()
             self._keep_registered(ahead)
             try:
-                popped = self._call(lambda: self.scheduler.ack_and_pop(done, ahead, classes=self.classes),
+                popped = self._call(partial(self.scheduler.ack_and_pop, done, ahead, classes=self.classes),
                                     self._stopping)
             except Exception:  # a bug or a Redis error reply: keep the slot alive, do not spin
                 log.exception("pop failed")
