@@ -59,6 +59,7 @@ class Settings:
     account_max_queued: int  # jobs one account may have queued, all its keys together; 0 for no limit
     account_max_rate: float  # jobs per second one account may have accepted; 0 for no limit
     account_rate_allowed: float  # account_max_rate as jobs per rate window
+    default_tier: str  # tenants.default_tier: a queued party with no cost entry is charged as it
     default_cost: int  # the charge for a tier no config names (a job queued before its tier went)
     runtime: bool  # scheduler.charge is runtime: tags and class shares count microseconds of work
     seed_us: tuple[int, ...]  # per class: the estimate of a task no job of has reported yet
@@ -127,6 +128,7 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
         batch=config.tenants.batch,
         account_sep=config.tenants.account_separator or "",
         costs={tier: config.tenants.cost(tier) for tier in config.tenants.tiers},
+        default_tier=config.tenants.default_tier,
         default_cost=config.tenants.cost(config.tenants.default_tier),
         runtime=config.scheduler.charge == "runtime",
         seed_us=tuple(round((c.service_time or DEFAULT_RUNTIME_S) * 1_000_000) for c in classes),

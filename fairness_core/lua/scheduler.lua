@@ -115,12 +115,19 @@ local function count_account(c, tenant, delta)
   end
 end
 
--- A party is charged as its latest job's tier.
+-- A party is charged as its latest job's tier. The cost hash holds only the queued parties off
+-- the default tier: a queued party with no entry is of the default tier (most tenants, so most
+-- enqueues write nothing there). Entries of the default tier, which earlier releases wrote, read
+-- the same and go when their party leaves.
 local function set_tier(c, party, tier)
-  local was = redis.call('HGET', ckey(c, PART_COST), party)
+  local was = redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier
   if was ~= tier then
-    redis.call('HSET', ckey(c, PART_COST), party, tier)
-    if was then count_tier(c, was, -1) end
+    if tier == cfg.default_tier then
+      redis.call('HDEL', ckey(c, PART_COST), party)
+    else
+      redis.call('HSET', ckey(c, PART_COST), party, tier)
+    end
+    count_tier(c, was, -1)
     count_tier(c, tier, 1)
   end
 end
@@ -140,7 +147,7 @@ local function activate(c, tenant, tier, enq)
     set_tier(c, party, tier)
   else
     redis.call('ZADD', ckey(c, PART_TAGS), num(redis.call('GET', ckey(c, PART_VT))), party)
-    redis.call('HSET', ckey(c, PART_COST), party, tier)
+    if tier ~= cfg.default_tier then redis.call('HSET', ckey(c, PART_COST), party, tier) end
     count_tier(c, tier, 1)
   end
 end
@@ -296,10 +303,8 @@ local function take(c, tenant, n, from_tail)
     if party then
       redis.call('ZREM', ckey(c, PART_TAGS), party)
       local was = redis.call('HGET', ckey(c, PART_COST), party)
-      if was then
-        redis.call('HDEL', ckey(c, PART_COST), party)
-        count_tier(c, was, -1)
-      end
+      if was then redis.call('HDEL', ckey(c, PART_COST), party) end
+      count_tier(c, was or cfg.default_tier, -1)
     end
   else
     if not from_tail then
@@ -641,8 +646,8 @@ local function finish_work(w)
   for _, t in ipairs(w.tenants) do
     local fix = w.tenant_fix[t[3]]
     local party = party_of(t[2])
-    local tier = fix ~= 0 and redis.call('HGET', ckey(t[1], PART_COST), party)
-    if tier then
+    if fix ~= 0 and redis.call('ZSCORE', ckey(t[1], PART_TAGS), party) then
+      local tier = redis.call('HGET', ckey(t[1], PART_COST), party) or cfg.default_tier
       redis.call('ZINCRBY', ckey(t[1], PART_TAGS), fix * cost_of(tier), party)
       if ACCOUNTS then redis.call('ZADD', akey(t[1], party), 'XX', 'INCR', fix, t[2]) end
     end
@@ -793,7 +798,7 @@ function ops.pop()
       end
       local tag = tonumber(t[2])
       redis.call('SET', ckey(c, PART_VT), tag)
-      local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), party))
+      local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier)
       local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci]))
       n = #items
       local work = cfg.runtime and record_charges(items, estimates(ci, tenant, items)) or n
@@ -1018,6 +1023,7 @@ local function regroup(c)
   for _, tier in ipairs(redis.call('HVALS', ckey(c, PART_COST))) do
     redis.call('HSET', K_STATS, 'tenants' .. SEP .. c .. SEP .. tier, 0)
   end
+  redis.call('HSET', K_STATS, 'tenants' .. SEP .. c .. SEP .. cfg.default_tier, 0)
   redis.call('DEL', ckey(c, PART_TAGS), ckey(c, PART_COST), ckey(c, PART_VT), ckey(c, PART_ACCOUNT_BACKLOG))
   local queued = redis.call('ZRANGE', ckey(c, PART_BACKLOG), 0, -1, 'WITHSCORES')
   for k = 1, #queued, 2 do
@@ -1032,7 +1038,9 @@ end
 -- ARGV[4]: the fingerprint the caller read ('' when none is applied), ARGV[5]: the config's text,
 -- ARGV[6]: its moves' text, ARGV[7]: '1' when some tier's cost or the charge basis changed,
 -- ARGV[8]: '1' to check, ARGV[9]: the names jobs store as codes, as text ('' for none),
--- ARGV[10]: '1' when the parties changed (regroup).
+-- ARGV[10]: '1' when the parties changed (regroup), ARGV[11]: the default tier of the config
+-- applied until now when it is not this config's ('' otherwise): queued parties with no cost entry
+-- are of it, and keep it (their entries are written in).
 -- Compiled from the config being applied. Checked, it is refused, changing nothing, when a class
 -- the config does not name still holds jobs and no move says where they go, or a tier it does not
 -- name is still a queued tenant's. The first config of a group (a process adopting its own) is
@@ -1053,13 +1061,18 @@ function ops.apply()
   local classes = {}  -- every class that may hold tenants: the configured ones, then the others
   for i = 1, NCLASS do classes[i] = cfg.classes[i] end
   for _, c in ipairs(others) do classes[#classes + 1] = c end
+  local implied = ARGV[11] or ''
   local tiers, bad = {}, {}
+  local function check_tier(tier)
+    if not (cfg.costs[tier] or cfg.tier_moved[tier] or recorded_cost(tier) or bad[tier]) then
+      bad[tier] = true
+      tiers[#tiers + 1] = tier
+    end
+  end
   for _, c in ipairs(classes) do
-    for _, tier in ipairs(redis.call('HVALS', ckey(c, PART_COST))) do
-      if not (cfg.costs[tier] or cfg.tier_moved[tier] or recorded_cost(tier) or bad[tier]) then
-        bad[tier] = true
-        tiers[#tiers + 1] = tier
-      end
+    for _, tier in ipairs(redis.call('HVALS', ckey(c, PART_COST))) do check_tier(tier) end
+    if implied ~= '' and redis.call('ZCARD', ckey(c, PART_TAGS)) > redis.call('HLEN', ckey(c, PART_COST)) then
+      check_tier(implied)
     end
   end
   if ARGV[8] == '1' and (#refused > 0 or #tiers > 0) then
@@ -1085,6 +1098,16 @@ function ops.apply()
         for _, tenant in ipairs(redis.call('ZRANGE', ckey(c, part), 0, -1)) do redis.call('DEL', tenant_estimates(c, tenant)) end
       end
       redis.call('DEL', ckey(c, PART_ESTIMATE))
+    end
+  end
+  -- The default tier changed: the queued parties of the old one (no cost entry) keep it. One pass
+  -- over the queued parties, as rare as such an apply.
+  if implied ~= '' then
+    for _, c in ipairs(classes) do
+      local cost = ckey(c, PART_COST)
+      for _, party in ipairs(redis.call('ZRANGE', ckey(c, PART_TAGS), 0, -1)) do
+        if redis.call('HEXISTS', cost, party) == 0 then redis.call('HSET', cost, party, implied) end
+      end
     end
   end
   -- Tags are in units of the tier costs and of the charge basis: across a change of either no
@@ -1153,7 +1176,7 @@ function ops.snapshot_class()
     local before = redis.call('ZMSCORE', ckey(c, PART_SERVED .. (bucket - 1)), unpack(backlog))
     for k, tenant in ipairs(backlog) do
       rows[#rows + 1] = tenant
-      rows[#rows + 1] = cost_of(tiers[k] or nil)
+      rows[#rows + 1] = cost_of(tiers[k] or cfg.default_tier)
       rows[#rows + 1] = now_served[k] or '0'
       rows[#rows + 1] = before[k] or '0'
     end
