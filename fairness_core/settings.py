@@ -13,7 +13,7 @@ from typing import Mapping
 
 from .config import OVER_BUDGET_REASON, Config
 from .config_store import NO_MOVES, NO_NAMES, Moves, Names, fingerprint
-from .jobs import CODE_MARK
+from .jobs import code
 from .snapshot import ACCOUNT_KEYS, INFLIGHT_TOP, WAIT_BUCKETS_S, heads_to_read
 
 
@@ -70,7 +70,7 @@ class Settings:
     moved: Mapping[str, str]  # the same as a map: leased and retried jobs of a removed class return there
     tier_moved: Mapping[str, str]  # removed tier -> the tier its tenants are charged as
     names: tuple[str, ...]  # the names jobs store as codes: code i is names[i - 1]
-    codes: Mapping[str, str]  # name -> what a job stores for it (CODE_MARK and its code)
+    codes: Mapping[str, str]  # name -> what a job stores for it (CODE_MARK and its place, fairness_core.jobs.code)
     visibility_ms: int
     max_attempts: int
     backoff_ms: int
@@ -149,7 +149,7 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
         moved=dict(moves.classes),
         tier_moved=dict(moves.tiers),
         names=names.names,
-        codes={name: f"{CODE_MARK}{i}" for i, name in enumerate(names.names, start=1)},
+        codes={name: code(i) for i, name in enumerate(names.names, start=1)},
         visibility_ms=int(config.leases.visibility_timeout * 1000),
         max_attempts=config.leases.max_attempts,
         backoff_ms=int(config.leases.retry_backoff * 1000),

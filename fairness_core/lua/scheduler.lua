@@ -11,8 +11,9 @@
 -- Nothing Python defines is written here by hand; fairness_core.script.script_source compiles it in:
 -- cfg (in place of __SETTINGS__) holds every value derived from the config, the fields of
 -- fairness_core.settings.Settings; and each upper-case layout name is replaced by its value, a
--- literal constant in the code: the field separator of every stored line and the mark of a coded
--- name (CODE_MARK, fairness_core.jobs); ENV_<FIELD>, REC_<FIELD>
+-- literal constant in the code: the field separator of every stored line, the mark of a coded
+-- name and the place of each letter of a code (CODE_MARK, CODE_PLACES), and the digits of an
+-- enqueue time with each one's value (STAMP_DIGITS, STAMP_VALUES; fairness_core.jobs); ENV_<FIELD>, REC_<FIELD>
 -- and DEAD_<FIELD>, the 1-based field positions of fairness_core.jobs' Envelope, Record and
 -- DeadLetter (and ENV_HEAD, REC_HEAD, patterns capturing the fields read here); KEY_<NAME>, the
 -- suffix of each group-wide key of fairness_core.keys.FIXED; and the per-class key layout and parts
@@ -53,21 +54,51 @@ local function head(line, pattern)
 end
 
 -- What an envelope stores for a name (fairness_core.config_store.Names): its code where the
--- group's names list holds it, else the name itself; and the name a stored field holds.
+-- group's names list holds it, else the name itself; and the name a stored field holds. A code's
+-- place is a letter (fairness_core.jobs.code), or decimal digits as earlier releases wrote it.
+local code_place = CODE_PLACES  -- letter -> place
 local function coded(name) return cfg.codes[name] or name end
 local function named(field)
   if string.sub(field, 1, 1) ~= CODE_MARK then return field end
-  return cfg.names[tonumber(string.sub(field, 2))] or field
+  local place = string.sub(field, 2)
+  return cfg.names[code_place[place] or tonumber(place)] or field
 end
 
+-- An envelope's enqueue time: ms in base 62 led by a letter (fairness_core.jobs.stamp), or the
+-- decimal digits an earlier release stored, which lead with a digit.
+local stamp_digits, stamp_value = STAMP_DIGITS, STAMP_VALUES  -- the digits; a digit's byte -> its value
+-- Every pop reads one or two: seven digits (every time from 1971 to 2063) are read in one call.
+local function stamp_ms(field)
+  local a, b, c, d, e, f, g = string.byte(field, 1, 7)
+  if a == nil or a <= 57 then return tonumber(field) end
+  local v = stamp_value
+  if #field == 7 then
+    return (((((v[a] * 62 + v[b]) * 62 + v[c]) * 62 + v[d]) * 62 + v[e]) * 62 + v[f]) * 62 + v[g]
+  end
+  local ms = 0
+  for i = 1, #field do ms = ms * 62 + v[string.byte(field, i)] end
+  return ms
+end
+local function stamp(ms)
+  local out = ''
+  repeat
+    local digit = ms % 62
+    out = string.sub(stamp_digits, digit + 1, digit + 1) .. out
+    ms = (ms - digit) / 62
+  until ms == 0
+  if string.byte(out, 1) <= 57 then out = 'A' .. out end
+  return out
+end
+
+-- Attempts 0 (a job not yet retried) is stored as nothing.
 local function header(env)
   local f = head(env, ENV_HEAD)
-  return f[ENV_ID], tonumber(f[ENV_ENQUEUED_MS]), tonumber(f[ENV_ATTEMPTS]), f[ENV_TIER]
+  return f[ENV_ID], stamp_ms(f[ENV_ENQUEUED_MS]), tonumber(f[ENV_ATTEMPTS]) or 0, f[ENV_TIER]
 end
 
 local function with_attempts(env, attempts)
   local f, len = head(env, ENV_HEAD)
-  f[ENV_ATTEMPTS] = attempts
+  f[ENV_ATTEMPTS] = attempts > 0 and attempts or ''
   return table.concat(f, SEP) .. SEP .. string.sub(env, len + 1)
 end
 
@@ -493,7 +524,7 @@ function ops.enqueue()
   local id = redis.call('INCR', K_SEQ)
   local e = {}
   e[ENV_ID], e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS], e[ENV_TIER], e[ENV_TASK], e[ENV_REASON], e[ENV_PAYLOAD] =
-    id, now, 0, coded(tier), coded(ARGV[7]), coded(reason), ARGV[9]
+    id, stamp(now), '', coded(tier), coded(ARGV[7]), coded(reason), ARGV[9]
   local env = table.concat(e, SEP)
   push_tail(c, tenant, tier, env, now)
   redis.call('HINCRBY', K_STATS, 'enq' .. SEP .. c .. SEP .. reason, 1)
@@ -990,7 +1021,7 @@ function ops.dead()
         stat('deadlist', c, -1)
         if action == 'requeue' then
           local e, elen = head(env, ENV_HEAD)
-          e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS] = now, 0
+          e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS] = stamp(now), ''
           push_tail(c, tenant, named(e[ENV_TIER]), table.concat(e, SEP) .. SEP .. string.sub(env, elen + 1), now)
         end
         done[#done + 1] = id
