@@ -340,7 +340,7 @@ _DECIMAL = frozenset(string.digits)
 
 def stamp(ms: int) -> str:
     """The stored form of an enqueue time in ms (>= 0)."""
-    digits = []
+    digits: list[str] = []
     while True:
         ms, digit = divmod(ms, 62)
         digits.append(STAMP_DIGITS[digit])
