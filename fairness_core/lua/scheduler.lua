@@ -1135,9 +1135,17 @@ function ops.apply()
   -- over the queued parties, as rare as such an apply.
   if implied ~= '' then
     for _, c in ipairs(classes) do
-      local cost = ckey(c, PART_COST)
-      for _, party in ipairs(redis.call('ZRANGE', ckey(c, PART_TAGS), 0, -1)) do
-        if redis.call('HEXISTS', cost, party) == 0 then redis.call('HSET', cost, party, implied) end
+      local cost, parties = ckey(c, PART_COST), redis.call('ZRANGE', ckey(c, PART_TAGS), 0, -1)
+      for first = 1, #parties, 1000 do  -- a thousand a command: unpack's limit is a few thousand
+        local some = {unpack(parties, first, math.min(first + 999, #parties))}
+        local have, add = redis.call('HMGET', cost, unpack(some)), {}
+        for k, party in ipairs(some) do
+          if not have[k] then
+            add[#add + 1] = party
+            add[#add + 1] = implied
+          end
+        end
+        if #add > 0 then redis.call('HSET', cost, unpack(add)) end
       end
     end
   end
