@@ -2,7 +2,8 @@
 
 Measured as ``used_memory`` deltas on a redis-server holding nothing else that changes meanwhile:
 the scheduler's figure includes everything a queued job and its tenant cost (envelope header,
-tenant sub-queue keys, the per-class sorted sets of tags, heads and backlog, the cost hash).
+tenant sub-queue keys, the per-class sorted sets of tags, heads and backlog, the cost hash of the
+tenants off the default tier).
 """
 
 from __future__ import annotations

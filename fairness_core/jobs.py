@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 import unicodedata
 from dataclasses import dataclass, fields
 from functools import cache
@@ -328,9 +329,43 @@ def _readers(cls: type[Fields]) -> tuple[Callable[[str], Any], ...]:
     return tuple(hints[name].decode if issubclass(hints[name], Fields) else hints[name] for name in _names(cls))
 
 
+# An envelope's enqueue time is stored as its milliseconds in base 62, these digits in this
+# order, led by a letter: 'A' (a zero) goes first when the leading digit would be 0-9. Seven
+# characters from 1971 to 2063 (eight after), in place of thirteen decimal digits. An envelope queued by an earlier
+# release holds decimal digits, which lead with a digit, and reads back as them.
+STAMP_DIGITS = string.ascii_uppercase + string.ascii_lowercase + string.digits
+_STAMP_VALUE = {c: i for i, c in enumerate(STAMP_DIGITS)}
+_DECIMAL = frozenset(string.digits)
+
+
+def stamp(ms: int) -> str:
+    """The stored form of an enqueue time in ms (>= 0)."""
+    digits: list[str] = []
+    while True:
+        ms, digit = divmod(ms, 62)
+        digits.append(STAMP_DIGITS[digit])
+        if not ms:
+            break
+    if digits[-1] in _DECIMAL:
+        digits.append("A")
+    return "".join(reversed(digits))
+
+
+def stamp_ms(text: str) -> int:
+    """An enqueue time read back from its stored form, or from the decimal digits of an envelope
+    an earlier release queued."""
+    if text[:1] in _DECIMAL:
+        return int(text)
+    ms = 0
+    for c in text:
+        ms = ms * 62 + _STAMP_VALUE[c]
+    return ms
+
+
 @dataclass(slots=True)
 class Envelope(Fields):
-    """A queued job, one list element; the payload (JSON text) is last."""
+    """A queued job, one list element; the payload (JSON text) is last. The enqueue time is stored
+    as :func:`stamp` writes it, and attempts 0 (every job not yet retried) as nothing."""
 
     id: int
     enqueued_ms: int
@@ -341,6 +376,15 @@ class Envelope(Fields):
     task: str
     reason: str
     payload: str
+
+    def encode(self) -> str:
+        return SEP.join((str(self.id), stamp(self.enqueued_ms), str(self.attempts) if self.attempts else "",
+                         self.tier, self.task, self.reason, self.payload))
+
+    @classmethod
+    def from_fields(cls, values: Sequence[str]) -> Self:
+        job_id, enqueued, attempts, tier, task, reason, payload = values
+        return cls(int(job_id), stamp_ms(enqueued), int(attempts or 0), tier, task, reason, payload)
 
     def lease(self, queue: str, tenant: str, attempts: int, names: Sequence[str]) -> Lease:
         return _lease(self.id, self.enqueued_ms, self.task, self.reason, self.payload, queue, tenant, attempts, names)
@@ -359,6 +403,15 @@ def _lease(job_id: int, enqueued_ms: int, task: str, reason: str, payload: str, 
 # holds, before the name's 1-based place there. No stored name can start with it: tiers and tasks
 # are A-Z a-z 0-9 _ . : - and reasons hold no tab, CR or LF, in this release and every earlier one.
 CODE_MARK = "\r"
+# The place is one letter, A-Z then a-z, for the first 52 names; decimal digits after them, as an
+# earlier release wrote every place (those codes read back as they were).
+CODE_LETTERS = string.ascii_uppercase + string.ascii_lowercase
+_CODE_PLACE = {c: i for i, c in enumerate(CODE_LETTERS, start=1)}
+
+
+def code(place: int) -> str:
+    """What an envelope stores for the name at 1-based ``place`` of the group's names."""
+    return CODE_MARK + (CODE_LETTERS[place - 1] if place <= len(CODE_LETTERS) else str(place))
 
 
 def named(field: str, names: Sequence[str]) -> str:
@@ -367,8 +420,9 @@ def named(field: str, names: Sequence[str]) -> str:
     under queued jobs can hold: it shows, rather than failing every pop that meets it)."""
     if field[:1] != CODE_MARK:
         return field
-    code = field[1:]
-    return names[int(code) - 1] if code.isdigit() and 0 < int(code) <= len(names) else field
+    rest = field[1:]
+    place = _CODE_PLACE.get(rest) or (int(rest) if rest.isdigit() else 0)
+    return names[place - 1] if 0 < place <= len(names) else field
 
 
 @dataclass(slots=True)
@@ -398,7 +452,7 @@ def popped_lease(names: Sequence[str], queue: bytes | str, tenant: bytes | str, 
     read straight from the envelope line without the generic field readers, because every job a
     worker runs passes through here."""
     fields = decoded(envelope).split(SEP, len(_ENVELOPE_AT) - 1)
-    return _lease(int(fields[_ID]), int(fields[_ENQUEUED]), fields[_TASK], fields[_REASON], fields[_PAYLOAD],
+    return _lease(int(fields[_ID]), stamp_ms(fields[_ENQUEUED]), fields[_TASK], fields[_REASON], fields[_PAYLOAD],
                   decoded(queue), decoded(tenant), int(attempts), names)
 
 

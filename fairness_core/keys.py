@@ -64,7 +64,7 @@ CLASS_PARTS: dict[str, str] = {
     "account_served": "aserved:",  # + window bucket; zset: account -> its service in that bucket (with accounts)
     "heads": "heads",  # zset: tenant -> enqueue time (ms) of its head job
     "backlog": "backlog",  # zset: tenant -> queued jobs
-    "cost": "cost",  # hash: party -> the tier its jobs are charged at
+    "cost": "cost",  # hash: queued party -> the tier its jobs are charged at, for parties off the default tier
     "vt": "vt",  # string: the class's virtual time
     "inflight": "inflight",  # zset: tenant -> leased jobs
     "served": "served:",  # + window bucket; zset: tenant -> jobs processed in that bucket

@@ -119,14 +119,23 @@ class Model:
         self._use(config, every, Names(before.names).covering(config))
         rebase = rebases_tags(before, self.settings)
         regroup = regroups(before, self.settings)
+        # Queued parties of the default tier have no cost entry: a new default tier must not take them.
+        implied = before.default_tier if before.default_tier != self.settings.default_tier else ""
         others, held = self._unconfigured()
         refused = {c: held[c] for c in others if held[c] > 0 and c not in every.classes}
-        tiers = sorted({tier for c in (*self.names, *others) for tier in self._cls(c).cost.values()
-                        if tier not in self.settings.costs and tier not in self.settings.tier_moved
-                        and recorded_cost(tier) is None})
+        held_tiers = {tier for c in (*self.names, *others) for tier in self._cls(c).cost.values()}
+        if implied and any(len(self._cls(c).tags) > len(self._cls(c).cost) for c in (*self.names, *others)):
+            held_tiers.add(implied)
+        tiers = sorted(tier for tier in held_tiers if tier not in self.settings.costs
+                       and tier not in self.settings.tier_moved and recorded_cost(tier) is None)
         if refused or tiers:
             self._use(*old)
             raise ConfigRefused(refused, tuple(tiers))
+        if implied:
+            for c in (*self.names, *others):
+                cls = self._cls(c)
+                for party, _ in cls.tags.items():
+                    cls.cost.setdefault(party, implied)
         self.swrr = {}
         self.charged = {}
         if not self.settings.runtime:
@@ -149,7 +158,7 @@ class Model:
     def _regroup(self, queue: str) -> None:
         """As the Lua's ``regroup``: the class's parties rebuilt from its queued tenants."""
         cls = self._cls(queue)
-        for tier in set(cls.cost.values()):
+        for tier in {*cls.cost.values(), self.settings.default_tier}:
             self.stats[f"tenants{SEP}{queue}{SEP}{tier}"] = 0
         cls.tags, cls.accounts, cls.cost, cls.vt, cls.account_backlog = ZSet(), {}, {}, 0, ZSet()
         for tenant, _ in cls.backlog.head(len(cls.backlog)):
@@ -215,13 +224,20 @@ class Model:
                 cls.account_backlog.remove(account)
 
     def _set_tier(self, queue: str, cls: _Class, party: str, tier: str) -> None:
-        """As the Lua's ``set_tier``: a party is charged as its latest job's tier."""
-        was = cls.cost.get(party)
+        """As the Lua's ``set_tier``: a party is charged as its latest job's tier; only the parties
+        off the default tier have a cost entry."""
+        was = cls.cost.get(party, self.settings.default_tier)
         if tier != was:
-            cls.cost[party] = tier
-            if was is not None:
-                self._count_tier(queue, was, -1)
+            if tier == self.settings.default_tier:
+                cls.cost.pop(party, None)
+            else:
+                cls.cost[party] = tier
+            self._count_tier(queue, was, -1)
             self._count_tier(queue, tier, 1)
+
+    def _tier(self, cls: _Class, party: str) -> str:
+        """The tier a queued party is charged as: its cost entry, else the default tier."""
+        return cls.cost.get(party, self.settings.default_tier)
 
     def _activate(self, queue: str, cls: _Class, tenant: str, tier: str, enq: int) -> None:
         """As the Lua's ``activate``."""
@@ -236,7 +252,8 @@ class Model:
             cls.accounts[party] = members = ZSet()
             members.add(tenant, 0)
         cls.tags.add(party, cls.vt)
-        cls.cost[party] = tier
+        if tier != self.settings.default_tier:
+            cls.cost[party] = tier
         self._count_tier(queue, tier, 1)
 
     def _push_tail(self, queue: str, tenant: str, jobs: Sequence[Envelope]) -> None:
@@ -294,9 +311,7 @@ class Model:
                     del cls.accounts[party]
             if party is not None:
                 cls.tags.remove(party)
-                was = cls.cost.pop(party, None)
-                if was is not None:
-                    self._count_tier(queue, was, -1)
+                self._count_tier(queue, cls.cost.pop(party, self.settings.default_tier), -1)
         else:
             cls.backlog.incr(tenant, -len(items))
             if not from_tail:
@@ -369,8 +384,8 @@ class Model:
             own[task] = _learned(own.get(task), ran, s.smoothing)
             cls.estimates[task] = _learned(cls.estimates.get(task), ran, s.smoothing)
         party = self._party(tenant)
-        if fix and party in cls.cost:
-            cls.tags.add(party, cls.tags.score(party) + fix * self.settings.cost_of(cls.cost[party]))  # type: ignore[operator]
+        if fix and party in cls.tags:
+            cls.tags.add(party, cls.tags.score(party) + fix * self.settings.cost_of(self._tier(cls, party)))  # type: ignore[operator]
             members = cls.accounts.get(party)
             if members is not None and tenant in members:
                 members.add(tenant, members.score(tenant) + fix)  # type: ignore[operator]
@@ -643,7 +658,7 @@ class Model:
                 tenant, inner = (party, 0.0) if members is None else members.first()  # type: ignore[misc]
                 cls.vt = tag
                 n = int(min(s.batch, max_jobs - len(out), cap[ci], len(cls.queues[tenant])))
-                cost = self.settings.cost_of(cls.cost[party])
+                cost = self.settings.cost_of(self._tier(cls, party))
                 items, left = self._take(queue, tenant, n)
                 work = self._charge(ci, tenant, items) if s.runtime else n
                 if members is not None and left > 0:
@@ -861,7 +876,7 @@ class Model:
             cls = self._cls(name)
             served_now, served_before = cls.served.get(bucket, empty), cls.served.get(bucket - 1, empty)
             sample = [
-                (t, self.settings.cost_of(cls.cost[self._party(t)]), served_now.score(t) or 0.0,
+                (t, self.settings.cost_of(self._tier(cls, self._party(t))), served_now.score(t) or 0.0,
                  served_before.score(t) or 0.0)
                 for t, _ in cls.backlog.top(s.sample)
             ]

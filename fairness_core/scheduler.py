@@ -223,11 +223,14 @@ class Scheduler:
         # A group's first apply lists this process's names too, as the reference model does.
         names = (previous.names if previous else Names(self.settings.names)).covering(config)
         before = previous.config if previous else self.config
-        rebase = previous is not None and rebases_tags(derive(before), derive(config))
-        regroup = previous is not None and regroups(derive(before), derive(config))
+        was, will = derive(before), derive(config)
+        rebase = previous is not None and rebases_tags(was, will)
+        regroup = previous is not None and regroups(was, will)
         seen = previous.fingerprint if previous else ""
+        # Queued parties of the default tier have no cost entry: a new default tier must not take them.
+        implied = was.default_tier if previous and was.default_tier != will.default_tier else ""
         version = self._apply_script(config, every, names, expect=seen if expect is None else expect, rebase=rebase,
-                                     regroup=regroup, check=True)
+                                     regroup=regroup, check=True, implied=implied)
         self._compile(config, every, names)
         moved = 0
         while (n := self.move_pending()) > 0:
@@ -248,13 +251,15 @@ class Scheduler:
         return _in_calls(limit, one)
 
     def _apply_script(self, config: Config, moves: Moves, names: Names, *, expect: str, rebase: bool,
-                      check: bool, regroup: bool = False) -> int:
+                      check: bool, regroup: bool = False, implied: str = "") -> int:
         """The ``apply`` op, run by the script compiled from ``config``; the version applied.
         ``check``: refuse to strand jobs (a group's first config, adopted, is not checked).
-        ``regroup``: the parties of fair queuing changed (:func:`~fairness_core.settings.regroups`)."""
+        ``regroup``: the parties of fair queuing changed (:func:`~fairness_core.settings.regroups`).
+        ``implied``: the default tier applied until now, when ``config`` has another: the queued
+        parties of it have no cost entry, and are written one to keep it."""
         library = Library(script_source(derive(config, moves, names)))
         args = self._argv("apply", expect, shared_text(config), moves.text(), "1" if rebase else "0",
-                          "1" if check else "0", names.text(), "1" if regroup else "0")
+                          "1" if check else "0", names.text(), "1" if regroup else "0", implied)
         with redis_errors(self.client):
             reply = library.call(self._send, self._node, library.drain, self._declared, args)
         kind = _text(reply[0])

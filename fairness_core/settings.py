@@ -13,7 +13,7 @@ from typing import Mapping
 
 from .config import OVER_BUDGET_REASON, Config
 from .config_store import NO_MOVES, NO_NAMES, Moves, Names, fingerprint
-from .jobs import CODE_MARK
+from .jobs import code
 from .snapshot import ACCOUNT_KEYS, INFLIGHT_TOP, WAIT_BUCKETS_S, heads_to_read
 
 
@@ -59,6 +59,7 @@ class Settings:
     account_max_queued: int  # jobs one account may have queued, all its keys together; 0 for no limit
     account_max_rate: float  # jobs per second one account may have accepted; 0 for no limit
     account_rate_allowed: float  # account_max_rate as jobs per rate window
+    default_tier: str  # tenants.default_tier: a queued party with no cost entry is charged as it
     default_cost: int  # the charge for a tier no config names (a job queued before its tier went)
     runtime: bool  # scheduler.charge is runtime: tags and class shares count microseconds of work
     seed_us: tuple[int, ...]  # per class: the estimate of a task no job of has reported yet
@@ -69,7 +70,7 @@ class Settings:
     moved: Mapping[str, str]  # the same as a map: leased and retried jobs of a removed class return there
     tier_moved: Mapping[str, str]  # removed tier -> the tier its tenants are charged as
     names: tuple[str, ...]  # the names jobs store as codes: code i is names[i - 1]
-    codes: Mapping[str, str]  # name -> what a job stores for it (CODE_MARK and its code)
+    codes: Mapping[str, str]  # name -> what a job stores for it (CODE_MARK and its place, fairness_core.jobs.code)
     visibility_ms: int
     max_attempts: int
     backoff_ms: int
@@ -127,6 +128,7 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
         batch=config.tenants.batch,
         account_sep=config.tenants.account_separator or "",
         costs={tier: config.tenants.cost(tier) for tier in config.tenants.tiers},
+        default_tier=config.tenants.default_tier,
         default_cost=config.tenants.cost(config.tenants.default_tier),
         runtime=config.scheduler.charge == "runtime",
         seed_us=tuple(round((c.service_time or DEFAULT_RUNTIME_S) * 1_000_000) for c in classes),
@@ -147,7 +149,7 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
         moved=dict(moves.classes),
         tier_moved=dict(moves.tiers),
         names=names.names,
-        codes={name: f"{CODE_MARK}{i}" for i, name in enumerate(names.names, start=1)},
+        codes={name: code(i) for i, name in enumerate(names.names, start=1)},
         visibility_ms=int(config.leases.visibility_timeout * 1000),
         max_attempts=config.leases.max_attempts,
         backoff_ms=int(config.leases.retry_backoff * 1000),

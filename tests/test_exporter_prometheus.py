@@ -17,6 +17,7 @@ from alerts.rules import TENANT_DOMINATING_QUEUE
 from exporter import metrics as m
 from fairctl.handlers import sleep_handlers
 from fairness_core import Scheduler, redis_client
+from fairness_core.jobs import Envelope
 from fairness_core.keys import Keys
 from fairness_core.worker import Worker
 from fairness_stack.servers import RedisServer
@@ -57,7 +58,7 @@ def oldest_enqueued_s(url: str, keys: Keys, queue: str, tenants: list[str]) -> f
     """Ground truth from the jobs: the earliest enqueue time among the tenants' head envelopes."""
     with redis.Redis.from_url(url, decode_responses=True) as client:
         heads = [client.lindex(keys.tenant_queue(queue, tenant), 0) for tenant in tenants]
-    return min(int(head.split("\t")[1]) for head in heads if head) / 1000.0
+    return min(Envelope.decode(head).enqueued_ms for head in heads if head) / 1000.0
 
 
 def test_prometheus_sees_the_configured_shares_the_top_tenant_and_the_oldest_ages(

@@ -11,7 +11,7 @@ import redis
 from fairness_core import Config, Scheduler
 from fairness_core.config import Rule
 from fairness_core.config_store import NO_MOVES, NO_NAMES
-from fairness_core.jobs import CODE_MARK, SEP, DeadLetter
+from fairness_core.jobs import CODE_MARK, SEP, DeadLetter, code
 
 from .conftest import make_config
 
@@ -39,7 +39,7 @@ def test_jobs_read_back_the_same_across_a_group_without_names_and_later_applies(
     assert stored_fields(client, scheduler, "jobs:high", "acme") == [["free", "password_reset", "a human is blocked on this"]]
 
     scheduler.apply(config)  # the next apply lists the names
-    coded = {name: f"{CODE_MARK}{i}" for i, name in enumerate(scheduler.settings.names, start=1)}
+    coded = {name: code(i) for i, name in enumerate(scheduler.settings.names, start=1)}
     scheduler.enqueue("password_reset", "acme", {"n": 2})
     scheduler.enqueue("resize_image", "acme", {"n": 3}, tier="pro")  # no rule names this task
     assert stored_fields(client, scheduler, "jobs:high", "acme")[1] == [

@@ -8,6 +8,7 @@ config-derived value from the one Settings object. These checks fail as soon as 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -32,7 +33,7 @@ def test_the_script_hard_codes_no_separator_key_layout_or_keys_index() -> None:
 
 
 def test_every_layout_name_the_script_uses_is_compiled_in_and_every_one_is_used() -> None:
-    names = set(re.findall(r"\b(?:SEP|CODE_MARK|CLASS_SPACE|RATE_SPACE|CHARGED|WAKE_MEMBER|SWEEP_BATCH|PART_SEP|TENANT_QUEUE|ACCOUNT_RATE_MARK|(?:ENV|REC|DEAD|KEY|PART)_[A-Z_]+)\b", CODE))
+    names = set(re.findall(r"\b(?:SEP|CODE_MARK|CODE_PLACES|STAMP_DIGITS|STAMP_VALUES|CLASS_SPACE|RATE_SPACE|CHARGED|WAKE_MEMBER|SWEEP_BATCH|PART_SEP|TENANT_QUEUE|ACCOUNT_RATE_MARK|(?:ENV|REC|DEAD|KEY|PART)_[A-Z_]+)\b", CODE))
     assert names == set(layout())
 
 
@@ -81,8 +82,12 @@ def test_the_scripts_group_keys_are_the_keys_module_s() -> None:
 
 def test_lines_keep_their_bytes_and_read_back() -> None:
     job = Envelope(7, 1_700_000_000_000, 2, "pro", "order", "user waiting", '{"a":"x\\ty"}')
-    line = '7\t1700000000000\t2\tpro\torder\tuser waiting\t{"a":"x\\ty"}'
+    line = '7\td5myuqs\t2\tpro\torder\tuser waiting\t{"a":"x\\ty"}'  # the time in base 62
     assert SEP == "\t" and job.encode() == line and Envelope.decode(line) == job
+    # As an earlier release stored it: the time in decimal digits.
+    assert Envelope.decode('7\t1700000000000\t2\tpro\torder\tuser waiting\t{"a":"x\\ty"}') == job
+    fresh = dataclasses.replace(job, attempts=0)  # attempts 0 is stored as nothing
+    assert fresh.encode() == line.replace("\t2\t", "\t\t", 1) and Envelope.decode(fresh.encode()) == fresh
     record = Record("jobs:high", "acme", 2, job)
     assert record.encode() == "jobs:high\tacme\t2\t" + line and Record.decode(record.encode()) == record
     dead = DeadLetter("jobs:high", "acme", 2, 99, "boom", job)

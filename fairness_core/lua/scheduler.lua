@@ -11,8 +11,9 @@
 -- Nothing Python defines is written here by hand; fairness_core.script.script_source compiles it in:
 -- cfg (in place of __SETTINGS__) holds every value derived from the config, the fields of
 -- fairness_core.settings.Settings; and each upper-case layout name is replaced by its value, a
--- literal constant in the code: the field separator of every stored line and the mark of a coded
--- name (CODE_MARK, fairness_core.jobs); ENV_<FIELD>, REC_<FIELD>
+-- literal constant in the code: the field separator of every stored line, the mark of a coded
+-- name and the place of each letter of a code (CODE_MARK, CODE_PLACES), and the digits of an
+-- enqueue time with each one's value (STAMP_DIGITS, STAMP_VALUES; fairness_core.jobs); ENV_<FIELD>, REC_<FIELD>
 -- and DEAD_<FIELD>, the 1-based field positions of fairness_core.jobs' Envelope, Record and
 -- DeadLetter (and ENV_HEAD, REC_HEAD, patterns capturing the fields read here); KEY_<NAME>, the
 -- suffix of each group-wide key of fairness_core.keys.FIXED; and the per-class key layout and parts
@@ -53,21 +54,51 @@ local function head(line, pattern)
 end
 
 -- What an envelope stores for a name (fairness_core.config_store.Names): its code where the
--- group's names list holds it, else the name itself; and the name a stored field holds.
+-- group's names list holds it, else the name itself; and the name a stored field holds. A code's
+-- place is a letter (fairness_core.jobs.code), or decimal digits as earlier releases wrote it.
+local code_place = CODE_PLACES  -- letter -> place
 local function coded(name) return cfg.codes[name] or name end
 local function named(field)
   if string.sub(field, 1, 1) ~= CODE_MARK then return field end
-  return cfg.names[tonumber(string.sub(field, 2))] or field
+  local place = string.sub(field, 2)
+  return cfg.names[code_place[place] or tonumber(place)] or field
 end
 
+-- An envelope's enqueue time: ms in base 62 led by a letter (fairness_core.jobs.stamp), or the
+-- decimal digits an earlier release stored, which lead with a digit.
+local stamp_digits, stamp_value = STAMP_DIGITS, STAMP_VALUES  -- the digits; a digit's byte -> its value
+-- Every pop reads one or two: seven digits (every time from 1971 to 2063) are read in one call.
+local function stamp_ms(field)
+  local a, b, c, d, e, f, g = string.byte(field, 1, 7)
+  if a == nil or a <= 57 then return tonumber(field) end
+  local v = stamp_value
+  if #field == 7 then
+    return (((((v[a] * 62 + v[b]) * 62 + v[c]) * 62 + v[d]) * 62 + v[e]) * 62 + v[f]) * 62 + v[g]
+  end
+  local ms = 0
+  for i = 1, #field do ms = ms * 62 + v[string.byte(field, i)] end
+  return ms
+end
+local function stamp(ms)
+  local out = ''
+  repeat
+    local digit = ms % 62
+    out = string.sub(stamp_digits, digit + 1, digit + 1) .. out
+    ms = (ms - digit) / 62
+  until ms == 0
+  if string.byte(out, 1) <= 57 then out = 'A' .. out end
+  return out
+end
+
+-- Attempts 0 (a job not yet retried) is stored as nothing.
 local function header(env)
   local f = head(env, ENV_HEAD)
-  return f[ENV_ID], tonumber(f[ENV_ENQUEUED_MS]), tonumber(f[ENV_ATTEMPTS]), f[ENV_TIER]
+  return f[ENV_ID], stamp_ms(f[ENV_ENQUEUED_MS]), tonumber(f[ENV_ATTEMPTS]) or 0, f[ENV_TIER]
 end
 
 local function with_attempts(env, attempts)
   local f, len = head(env, ENV_HEAD)
-  f[ENV_ATTEMPTS] = attempts
+  f[ENV_ATTEMPTS] = attempts > 0 and attempts or ''
   return table.concat(f, SEP) .. SEP .. string.sub(env, len + 1)
 end
 
@@ -115,12 +146,19 @@ local function count_account(c, tenant, delta)
   end
 end
 
--- A party is charged as its latest job's tier.
+-- A party is charged as its latest job's tier. The cost hash holds only the queued parties off
+-- the default tier: a queued party with no entry is of the default tier (most tenants, so most
+-- enqueues write nothing there). Entries of the default tier, which earlier releases wrote, read
+-- the same and go when their party leaves.
 local function set_tier(c, party, tier)
-  local was = redis.call('HGET', ckey(c, PART_COST), party)
+  local was = redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier
   if was ~= tier then
-    redis.call('HSET', ckey(c, PART_COST), party, tier)
-    if was then count_tier(c, was, -1) end
+    if tier == cfg.default_tier then
+      redis.call('HDEL', ckey(c, PART_COST), party)
+    else
+      redis.call('HSET', ckey(c, PART_COST), party, tier)
+    end
+    count_tier(c, was, -1)
     count_tier(c, tier, 1)
   end
 end
@@ -140,7 +178,7 @@ local function activate(c, tenant, tier, enq)
     set_tier(c, party, tier)
   else
     redis.call('ZADD', ckey(c, PART_TAGS), num(redis.call('GET', ckey(c, PART_VT))), party)
-    redis.call('HSET', ckey(c, PART_COST), party, tier)
+    if tier ~= cfg.default_tier then redis.call('HSET', ckey(c, PART_COST), party, tier) end
     count_tier(c, tier, 1)
   end
 end
@@ -296,10 +334,8 @@ local function take(c, tenant, n, from_tail)
     if party then
       redis.call('ZREM', ckey(c, PART_TAGS), party)
       local was = redis.call('HGET', ckey(c, PART_COST), party)
-      if was then
-        redis.call('HDEL', ckey(c, PART_COST), party)
-        count_tier(c, was, -1)
-      end
+      if was then redis.call('HDEL', ckey(c, PART_COST), party) end
+      count_tier(c, was or cfg.default_tier, -1)
     end
   else
     if not from_tail then
@@ -488,7 +524,7 @@ function ops.enqueue()
   local id = redis.call('INCR', K_SEQ)
   local e = {}
   e[ENV_ID], e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS], e[ENV_TIER], e[ENV_TASK], e[ENV_REASON], e[ENV_PAYLOAD] =
-    id, now, 0, coded(tier), coded(ARGV[7]), coded(reason), ARGV[9]
+    id, stamp(now), '', coded(tier), coded(ARGV[7]), coded(reason), ARGV[9]
   local env = table.concat(e, SEP)
   push_tail(c, tenant, tier, env, now)
   redis.call('HINCRBY', K_STATS, 'enq' .. SEP .. c .. SEP .. reason, 1)
@@ -641,8 +677,8 @@ local function finish_work(w)
   for _, t in ipairs(w.tenants) do
     local fix = w.tenant_fix[t[3]]
     local party = party_of(t[2])
-    local tier = fix ~= 0 and redis.call('HGET', ckey(t[1], PART_COST), party)
-    if tier then
+    if fix ~= 0 and redis.call('ZSCORE', ckey(t[1], PART_TAGS), party) then
+      local tier = redis.call('HGET', ckey(t[1], PART_COST), party) or cfg.default_tier
       redis.call('ZINCRBY', ckey(t[1], PART_TAGS), fix * cost_of(tier), party)
       if ACCOUNTS then redis.call('ZADD', akey(t[1], party), 'XX', 'INCR', fix, t[2]) end
     end
@@ -793,7 +829,7 @@ function ops.pop()
       end
       local tag = tonumber(t[2])
       redis.call('SET', ckey(c, PART_VT), tag)
-      local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), party))
+      local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier)
       local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci]))
       n = #items
       local work = cfg.runtime and record_charges(items, estimates(ci, tenant, items)) or n
@@ -985,7 +1021,7 @@ function ops.dead()
         stat('deadlist', c, -1)
         if action == 'requeue' then
           local e, elen = head(env, ENV_HEAD)
-          e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS] = now, 0
+          e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS] = stamp(now), ''
           push_tail(c, tenant, named(e[ENV_TIER]), table.concat(e, SEP) .. SEP .. string.sub(env, elen + 1), now)
         end
         done[#done + 1] = id
@@ -1018,6 +1054,7 @@ local function regroup(c)
   for _, tier in ipairs(redis.call('HVALS', ckey(c, PART_COST))) do
     redis.call('HSET', K_STATS, 'tenants' .. SEP .. c .. SEP .. tier, 0)
   end
+  redis.call('HSET', K_STATS, 'tenants' .. SEP .. c .. SEP .. cfg.default_tier, 0)
   redis.call('DEL', ckey(c, PART_TAGS), ckey(c, PART_COST), ckey(c, PART_VT), ckey(c, PART_ACCOUNT_BACKLOG))
   local queued = redis.call('ZRANGE', ckey(c, PART_BACKLOG), 0, -1, 'WITHSCORES')
   for k = 1, #queued, 2 do
@@ -1032,7 +1069,9 @@ end
 -- ARGV[4]: the fingerprint the caller read ('' when none is applied), ARGV[5]: the config's text,
 -- ARGV[6]: its moves' text, ARGV[7]: '1' when some tier's cost or the charge basis changed,
 -- ARGV[8]: '1' to check, ARGV[9]: the names jobs store as codes, as text ('' for none),
--- ARGV[10]: '1' when the parties changed (regroup).
+-- ARGV[10]: '1' when the parties changed (regroup), ARGV[11]: the default tier of the config
+-- applied until now when it is not this config's ('' otherwise): queued parties with no cost entry
+-- are of it, and keep it (their entries are written in).
 -- Compiled from the config being applied. Checked, it is refused, changing nothing, when a class
 -- the config does not name still holds jobs and no move says where they go, or a tier it does not
 -- name is still a queued tenant's. The first config of a group (a process adopting its own) is
@@ -1053,13 +1092,18 @@ function ops.apply()
   local classes = {}  -- every class that may hold tenants: the configured ones, then the others
   for i = 1, NCLASS do classes[i] = cfg.classes[i] end
   for _, c in ipairs(others) do classes[#classes + 1] = c end
+  local implied = ARGV[11] or ''
   local tiers, bad = {}, {}
+  local function check_tier(tier)
+    if not (cfg.costs[tier] or cfg.tier_moved[tier] or recorded_cost(tier) or bad[tier]) then
+      bad[tier] = true
+      tiers[#tiers + 1] = tier
+    end
+  end
   for _, c in ipairs(classes) do
-    for _, tier in ipairs(redis.call('HVALS', ckey(c, PART_COST))) do
-      if not (cfg.costs[tier] or cfg.tier_moved[tier] or recorded_cost(tier) or bad[tier]) then
-        bad[tier] = true
-        tiers[#tiers + 1] = tier
-      end
+    for _, tier in ipairs(redis.call('HVALS', ckey(c, PART_COST))) do check_tier(tier) end
+    if implied ~= '' and redis.call('ZCARD', ckey(c, PART_TAGS)) > redis.call('HLEN', ckey(c, PART_COST)) then
+      check_tier(implied)
     end
   end
   if ARGV[8] == '1' and (#refused > 0 or #tiers > 0) then
@@ -1085,6 +1129,24 @@ function ops.apply()
         for _, tenant in ipairs(redis.call('ZRANGE', ckey(c, part), 0, -1)) do redis.call('DEL', tenant_estimates(c, tenant)) end
       end
       redis.call('DEL', ckey(c, PART_ESTIMATE))
+    end
+  end
+  -- The default tier changed: the queued parties of the old one (no cost entry) keep it. One pass
+  -- over the queued parties, as rare as such an apply.
+  if implied ~= '' then
+    for _, c in ipairs(classes) do
+      local cost, parties = ckey(c, PART_COST), redis.call('ZRANGE', ckey(c, PART_TAGS), 0, -1)
+      for first = 1, #parties, 1000 do  -- a thousand a command: unpack's limit is a few thousand
+        local some = {unpack(parties, first, math.min(first + 999, #parties))}
+        local have, add = redis.call('HMGET', cost, unpack(some)), {}
+        for k, party in ipairs(some) do
+          if not have[k] then
+            add[#add + 1] = party
+            add[#add + 1] = implied
+          end
+        end
+        if #add > 0 then redis.call('HSET', cost, unpack(add)) end
+      end
     end
   end
   -- Tags are in units of the tier costs and of the charge basis: across a change of either no
@@ -1153,7 +1215,7 @@ function ops.snapshot_class()
     local before = redis.call('ZMSCORE', ckey(c, PART_SERVED .. (bucket - 1)), unpack(backlog))
     for k, tenant in ipairs(backlog) do
       rows[#rows + 1] = tenant
-      rows[#rows + 1] = cost_of(tiers[k] or nil)
+      rows[#rows + 1] = cost_of(tiers[k] or cfg.default_tier)
       rows[#rows + 1] = now_served[k] or '0'
       rows[#rows + 1] = before[k] or '0'
     end
