@@ -23,15 +23,54 @@
 
 local cfg = __SETTINGS__
 -- Set by `call` for each call: Redis runs one call at a time, and the functions below read them.
-local ARGV, op, base, now
+local ARGV, op, base, now, now_s
+-- `now` as text, made once per call when first asked.
+local function now_text()
+  if now_s == nil then now_s = tostring(now) end
+  return now_s
+end
 local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS, K_CONFIG,
   K_CHARGED
 local NCLASS = #cfg.classes
+-- The stats fields a pop reads: each class's queued and in-flight counts, then the worker slots.
+local DEPTH_FIELDS, POP_FIELDS = {}, {}
+for i = 1, NCLASS do
+  DEPTH_FIELDS[i] = 'depth' .. SEP .. cfg.classes[i]
+  POP_FIELDS[2 * i - 1], POP_FIELDS[2 * i] = DEPTH_FIELDS[i], 'inflight' .. SEP .. cfg.classes[i]
+end
+POP_FIELDS[2 * NCLASS + 1] = 'slots'
+local NONE = {}  -- an empty table, never written
 
 local function ckey(c, part) return base .. CLASS_SPACE .. c .. PART_SEP .. part end
 local function tkey(c, tenant) return base .. CLASS_SPACE .. c .. PART_SEP .. TENANT_QUEUE .. tenant end
-local function stat(name, c, delta) redis.call('HINCRBY', K_STATS, name .. SEP .. c, delta) end
 local function num(v) return tonumber(v) or 0 end
+
+-- Small integers as the text Redis would make of them. A number passed to redis.call is formatted
+-- by Redis (snprintf "%.17g", about 0.5 µs an argument); a string goes as it is.
+local INTS = {}
+for i = -64, 1024 do INTS[i] = '' .. i end  -- (tostring is not reachable while a library loads)
+local function int(n) return INTS[n] or n end
+
+-- The counters a call changes (field of the stats hash -> delta), written once per field when the
+-- call ends (flush_stats): a pop+ack's in-flight count goes down for the ack and up for the pop,
+-- which is no write at all. A read of the stats hash during the call adds what is pending (`stats_now`).
+local pending = {}
+local function stat(name, c, delta)
+  local field = name .. SEP .. c
+  pending[field] = (pending[field] or 0) + delta
+end
+local function stats_now(fields)
+  local raw = redis.call('HMGET', K_STATS, unpack(fields))
+  local out = {}
+  for i = 1, #fields do out[i] = num(raw[i]) + (pending[fields[i]] or 0) end
+  return out
+end
+local function flush_stats()
+  for field, delta in pairs(pending) do
+    if delta ~= 0 then redis.call('HINCRBY', K_STATS, field, int(delta)) end
+    pending[field] = nil
+  end
+end
 
 -- A cost an older release recorded in place of the tier (digits only), or nil.
 local function recorded_cost(tier) return tier and string.match(tier, '^%d+$') and tonumber(tier) end
@@ -197,21 +236,24 @@ local function forget(c, tenant)
   end
 end
 
--- Smooth weighted round-robin's current value per class, in class order, and back.
+-- Smooth weighted round-robin's current value per class, in class order (and the values as
+-- stored), and back: only the values that changed are written.
 local function load_swrr()
   local cur = redis.call('HMGET', K_SWRR, unpack(cfg.classes))
   local swrr = {}
   for i = 1, NCLASS do swrr[i] = num(cur[i]) end
-  return swrr
+  return swrr, cur
 end
 
-local function save_swrr(swrr)
+local function save_swrr(swrr, stored)
   local args = {}
   for i = 1, NCLASS do
-    args[#args + 1] = cfg.classes[i]
-    args[#args + 1] = swrr[i]
+    if swrr[i] ~= tonumber(stored[i]) then
+      args[#args + 1] = cfg.classes[i]
+      args[#args + 1] = swrr[i]
+    end
   end
-  redis.call('HSET', K_SWRR, unpack(args))
+  if #args > 0 then redis.call('HSET', K_SWRR, unpack(args)) end
 end
 
 -- Shift class shares of worker time by `fixes` (class -> µs more than charged): the class pays it
@@ -220,18 +262,16 @@ end
 local function correct_classes(fixes, order)
   local index = {}
   for i = 1, NCLASS do index[cfg.classes[i]] = i end
-  local fields = {}
-  for i = 1, NCLASS do fields[i] = 'depth' .. SEP .. cfg.classes[i] end
-  local depth = redis.call('HMGET', K_STATS, unpack(fields))
+  local depth = stats_now(DEPTH_FIELDS)
   local paused = {}
   for _, name in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[name] = true end
-  local swrr = load_swrr()
+  local swrr, stored = load_swrr()
   for _, c in ipairs(order) do
     local ci, fix = index[c], fixes[c]
     if ci and fix ~= 0 then
       local total = 0
       for i = 1, NCLASS do
-        if i == ci or (num(depth[i]) > 0 and not paused[cfg.classes[i]]) then
+        if i == ci or (depth[i] > 0 and not paused[cfg.classes[i]]) then
           total = total + cfg.weights[i]
           swrr[i] = swrr[i] + cfg.weights[i] * fix
         end
@@ -239,13 +279,13 @@ local function correct_classes(fixes, order)
       swrr[ci] = swrr[ci] - total * fix
     end
   end
-  save_swrr(swrr)
+  save_swrr(swrr, stored)
 end
 
 -- Wake an idle worker blocked on the class (BZPOPMIN on its wake key): `at` 0 when the class may
 -- have work to take now, else when (ms) a retry of it comes due. One member, lowest time kept:
 -- a burst of enqueues is one wake-up, and each pop that leaves work behind arms the next.
-local function wake(c, at) redis.call('ZADD', ckey(c, PART_WAKE), 'LT', at, WAKE_MEMBER) end
+local function wake(c, at) redis.call('ZADD', ckey(c, PART_WAKE), 'LT', int(at), WAKE_MEMBER) end
 
 local function push_tail(c, tenant, tier, env, enq)
   c = served_by(c)
@@ -280,8 +320,8 @@ end
 -- and take changes both), so its new value says what is left without an LLEN.
 local function take(c, tenant, n, from_tail)
   local qk = tkey(c, tenant)
-  local items = redis.call(from_tail and 'RPOP' or 'LPOP', qk, n)
-  local left = tonumber(redis.call('ZINCRBY', ckey(c, PART_BACKLOG), -#items, tenant))
+  local items = redis.call(from_tail and 'RPOP' or 'LPOP', qk, int(n))
+  local left = tonumber(redis.call('ZINCRBY', ckey(c, PART_BACKLOG), int(-#items), tenant))
   if ACCOUNTS then count_account(c, tenant, -#items) end
   if left <= 0 then
     left = 0
@@ -303,7 +343,7 @@ local function take(c, tenant, n, from_tail)
     end
   else
     if not from_tail then
-      local _, enq = header(redis.call('LINDEX', qk, 0))
+      local _, enq = header(redis.call('LINDEX', qk, '0'))
       redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
     end
   end
@@ -324,7 +364,7 @@ end
 
 -- Move up to `limit` retries whose backoff has passed back to the head of their sub-queue; how many.
 local function release_delayed(limit)
-  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, limit)
+  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now_text(), 'LIMIT', '0', int(limit))
   for _, rec in ipairs(due) do
     redis.call('ZREM', K_DELAYED, rec)
     local c, tenant, att, env = parse_record(rec)
@@ -512,9 +552,10 @@ local function lease(c, tenant, items, out)
     att = att + 1
     deadlines[#deadlines + 1] = deadline
     deadlines[#deadlines + 1] = id
-    local rec = record(c, tenant, att, env)
+    local rec = record(c, tenant, INTS[att] or att, env)
     records[#records + 1] = id
     records[#records + 1] = table.concat(rec, SEP)
+    rec[REC_ATTEMPTS] = att  -- a number in the reply
     if att == 1 then
       local idx = wait_bucket(now - enq)
       buckets[idx] = (buckets[idx] or 0) + 1
@@ -524,13 +565,13 @@ local function lease(c, tenant, items, out)
   end
   redis.call('ZADD', K_LEASES, unpack(deadlines))
   redis.call('HSET', K_LEASED, unpack(records))
-  for idx, n in pairs(buckets) do redis.call('HINCRBY', K_STATS, 'wb' .. SEP .. c .. SEP .. idx, n) end
+  for idx, n in pairs(buckets) do stat('wb', c .. SEP .. idx, n) end
   if first > 0 then
     stat('ws', c, waited)
     stat('wc', c, first)
   end
   stat('inflight', c, #items)
-  redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), #items, tenant)
+  redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), int(#items), tenant)
 end
 
 -- Look up a live lease; a lease whose job was reaped (or redelivered since) is stale.
@@ -545,7 +586,7 @@ end
 -- Take n off a tenant's in-flight count (the member goes when it reaches zero).
 local function release_inflight(c, tenant, n)
   stat('inflight', c, -n)
-  if tonumber(redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), -n, tenant)) <= 0 then
+  if tonumber(redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), int(-n), tenant)) <= 0 then
     redis.call('ZREM', ckey(c, PART_INFLIGHT), tenant)
     if cfg.runtime then forget(c, tenant) end
   end
@@ -568,10 +609,11 @@ local function count_processed(c, tenant, n, units)
   local bucket = math.floor(now / cfg.window_ms)
   local served = ckey(c, PART_SERVED .. bucket)
   local total = ckey(c, PART_SERVED_TOTAL .. bucket)
-  redis.call('ZINCRBY', served, units, tenant)
+  local by = int(units)
+  redis.call('ZINCRBY', served, by, tenant)
   local by_account = ACCOUNTS and ckey(c, PART_ACCOUNT_SERVED .. bucket)
-  if by_account then redis.call('ZINCRBY', by_account, units, account_of(tenant)) end
-  if redis.call('INCRBY', total, units) == units then
+  if by_account then redis.call('ZINCRBY', by_account, by, account_of(tenant)) end
+  if redis.call('INCRBY', total, by) == units then
     redis.call('PEXPIRE', served, 3 * cfg.window_ms)
     redis.call('PEXPIRE', total, 3 * cfg.window_ms)
     if by_account then redis.call('PEXPIRE', by_account, 3 * cfg.window_ms) end
@@ -580,7 +622,10 @@ end
 
 -- The work of the jobs settled in one call (runtimes in µs), applied once by finish_work: worker
 -- time per class, charge corrections per class and per tenant, estimate updates.
-local function new_work() return {classes = {}, time = {}, fixes = {}, tenants = {}, tenant_fix = {}, keys = {}, est = {}} end
+local function new_work()
+  if not cfg.runtime then return {classes = {}, time = {}, fixes = {}} end
+  return {classes = {}, time = {}, fixes = {}, tenants = {}, tenant_fix = {}, keys = {}, est = {}}
+end
 
 -- A measured runtime moves an estimate (key, task) by the smoothing weight; the first one sets it.
 local function learn(w, key, task, ran)
@@ -659,7 +704,7 @@ local function settle(first)
   for i = first, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
   if #ids == 0 then return acked end
   local records = redis.call('HMGET', K_LEASED, unpack(ids))
-  local charged = cfg.runtime and redis.call('HMGET', K_CHARGED, unpack(ids)) or {}
+  local charged = cfg.runtime and redis.call('HMGET', K_CHARGED, unpack(ids)) or NONE
   local gone, taken, tenants, order = {}, {}, {}, {}
   local w = new_work()
   for k, id in ipairs(ids) do
@@ -711,7 +756,7 @@ local function charge_visit(swrr, elig, ci, total, work)
 end
 
 local function head_score(c)
-  local h = redis.call('ZRANGE', ckey(c, PART_HEADS), 0, 0, 'WITHSCORES')
+  local h = redis.call('ZRANGE', ckey(c, PART_HEADS), '0', '0', 'WITHSCORES')
   return h[1], tonumber(h[2])
 end
 
@@ -730,21 +775,15 @@ function ops.pop()
   end
   local paused = {}
   for _, name in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[name] = true end
-  local fields = {}
-  for i = 1, NCLASS do
-    fields[#fields + 1] = 'depth' .. SEP .. cfg.classes[i]
-    fields[#fields + 1] = 'inflight' .. SEP .. cfg.classes[i]
-  end
-  fields[#fields + 1] = 'slots'
-  local raw = redis.call('HMGET', K_STATS, unpack(fields))
+  local raw = stats_now(POP_FIELDS)
   local depth, inflight = {}, {}
   for i = 1, NCLASS do
-    depth[i], inflight[i] = num(raw[2 * i - 1]), num(raw[2 * i])
+    depth[i], inflight[i] = raw[2 * i - 1], raw[2 * i]
   end
-  local slots = num(raw[2 * NCLASS + 1])
+  local slots = raw[2 * NCLASS + 1]
   local policy = cfg.policy
-  local swrr = nil
-  if policy == 'weighted' or policy == 'weighted-fair' then swrr = load_swrr() end
+  local swrr, stored = nil, nil
+  if policy == 'weighted' or policy == 'weighted-fair' then swrr, stored = load_swrr() end
 
   local out, took = {}, {}
   while #out < want do
@@ -780,11 +819,11 @@ function ops.pop()
     local c = cfg.classes[ci]
     local tenant, n
     if policy == 'weighted-fair' then
-      local t = redis.call('ZRANGE', ckey(c, PART_TAGS), 0, 0, 'WITHSCORES')
+      local t = redis.call('ZRANGE', ckey(c, PART_TAGS), '0', '0', 'WITHSCORES')
       local party, inner = t[1], nil
       tenant = party
       if ACCOUNTS and party then
-        local m = redis.call('ZRANGE', akey(c, party), 0, 0, 'WITHSCORES')
+        local m = redis.call('ZRANGE', akey(c, party), '0', '0', 'WITHSCORES')
         tenant, inner = m[1], tonumber(m[2])
       end
       if tenant == nil then
@@ -792,7 +831,7 @@ function ops.pop()
           'holds any: scheduler keys were deleted or evicted (is maxmemory-policy noeviction?)')
       end
       local tag = tonumber(t[2])
-      redis.call('SET', ckey(c, PART_VT), tag)
+      redis.call('SET', ckey(c, PART_VT), t[2])  -- the score's text: the same number
       local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), party))
       local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci]))
       n = #items
@@ -827,8 +866,8 @@ function ops.pop()
     if depth[ci] > 0 then wake(cfg.classes[ci], 0) end
   end
 
-  if swrr ~= nil and #out > 0 then save_swrr(swrr) end
-  return {tostring(now), out, acked}
+  if swrr ~= nil and #out > 0 then save_swrr(swrr, stored) end
+  return {now_text(), out, acked}
 end
 
 -- ARGV[4]: job id, ARGV[5]: attempts of the lease, ARGV[6]: µs it ran ('' not reported)
@@ -1230,6 +1269,7 @@ local function call(keys, args)
   if op ~= 'apply' and redis.call('HGET', K_CONFIG, 'fingerprint') ~= cfg.fingerprint then
     return redis.error_reply('FAIRCTL_STALE_CONFIG the queue group runs another config than this process')
   end
+  now_s = nil
   if ARGV[3] ~= '' then
     now = tonumber(ARGV[3])
   else
@@ -1238,5 +1278,8 @@ local function call(keys, args)
   end
   local fn = ops[op]
   if fn == nil then return redis.error_reply('fairctl: unknown operation ' .. tostring(op)) end
-  return fn()
+  if next(pending) ~= nil then pending = {} end  -- left by a call that failed: never written
+  local out = fn()
+  flush_stats()
+  return out
 end
