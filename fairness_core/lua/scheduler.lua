@@ -559,17 +559,14 @@ local function lease(c, tenant, items, out)
     if att == 1 then
       local idx = wait_bucket(now - enq)
       buckets[idx] = (buckets[idx] or 0) + 1
-      waited, first = waited + now - enq, first + 1
+      waited, first = waited + now - enq, first + 1  -- the count is the buckets' sum
     end
     out[#out + 1] = rec
   end
   redis.call('ZADD', K_LEASES, unpack(deadlines))
   redis.call('HSET', K_LEASED, unpack(records))
   for idx, n in pairs(buckets) do stat('wb', c .. SEP .. idx, n) end
-  if first > 0 then
-    stat('ws', c, waited)
-    stat('wc', c, first)
-  end
+  if first > 0 then stat('ws', c, waited) end
   stat('inflight', c, #items)
   redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), int(#items), tenant)
 end
