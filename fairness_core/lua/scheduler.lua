@@ -40,6 +40,8 @@ for i = 1, NCLASS do
 end
 POP_FIELDS[2 * NCLASS + 1] = 'slots'
 local NONE = {}  -- an empty table, never written
+local ALL = {}  -- every class index, true; never written
+for i = 1, NCLASS do ALL[i] = true end
 
 local function ckey(c, part) return base .. CLASS_SPACE .. c .. PART_SEP .. part end
 local function tkey(c, tenant) return base .. CLASS_SPACE .. c .. PART_SEP .. TENANT_QUEUE .. tenant end
@@ -580,12 +582,16 @@ local function held(id, attempts)
   return c, tenant, att, env
 end
 
--- Take n off a tenant's in-flight count (the member goes when it reaches zero).
+-- Take n off a tenant's in-flight count (the member goes when it reaches zero). Read first: the
+-- usual release takes the last (ZSCORE and ZREM cost less than ZINCRBY, whose reply is a formatted double).
 local function release_inflight(c, tenant, n)
   stat('inflight', c, -n)
-  if tonumber(redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), int(-n), tenant)) <= 0 then
-    redis.call('ZREM', ckey(c, PART_INFLIGHT), tenant)
+  local key = ckey(c, PART_INFLIGHT)
+  if num(redis.call('ZSCORE', key, tenant)) <= n then
+    redis.call('ZREM', key, tenant)
     if cfg.runtime then forget(c, tenant) end
+  else
+    redis.call('ZINCRBY', key, int(-n), tenant)
   end
 end
 
@@ -600,15 +606,28 @@ end
 -- exporter reads the current and the previous one; each lives three windows from its first
 -- write). No cumulative count per tenant: every tenant is counted the same way, whenever it came,
 -- and the exporter names the heaviest of the window, not the first ever seen.
+-- The current window bucket's keys of each class ({bucket, served, total, by account}), kept while
+-- the bucket and the key base last seen last (a number made text costs a formatting each time).
+local window_keys, window_base = {}, nil
+local function window_of(c)
+  local bucket = math.floor(now / cfg.window_ms)
+  if window_base ~= base then window_keys, window_base = {}, base end
+  local w = window_keys[c]
+  if w == nil or w[1] ~= bucket then
+    w = {bucket, ckey(c, PART_SERVED .. bucket), ckey(c, PART_SERVED_TOTAL .. bucket),
+         ACCOUNTS and ckey(c, PART_ACCOUNT_SERVED .. bucket)}
+    window_keys[c] = w
+  end
+  return w
+end
+
 local function count_processed(c, tenant, n, units)
   release_inflight(c, tenant, n)
   stat('processed', c, n)
-  local bucket = math.floor(now / cfg.window_ms)
-  local served = ckey(c, PART_SERVED .. bucket)
-  local total = ckey(c, PART_SERVED_TOTAL .. bucket)
+  local w = window_of(c)
+  local served, total, by_account = w[2], w[3], w[4]
   local by = int(units)
   redis.call('ZINCRBY', served, by, tenant)
-  local by_account = ACCOUNTS and ckey(c, PART_ACCOUNT_SERVED .. bucket)
   if by_account then redis.call('ZINCRBY', by_account, by, account_of(tenant)) end
   if redis.call('INCRBY', total, by) == units then
     redis.call('PEXPIRE', served, 3 * cfg.window_ms)
@@ -707,7 +726,9 @@ local function settle(first)
   for k, id in ipairs(ids) do
     acked[k] = 0
     if records[k] and not taken[id] then
-      local c, tenant, att, env = parse_record(records[k])
+      local f, len = head(records[k], REC_HEAD)
+      local c, tenant, att = f[REC_QUEUE], f[REC_TENANT], tonumber(f[REC_ATTEMPTS])
+      local env = cfg.runtime and string.sub(records[k], len + 1)  -- read only to learn runtimes
       if att == tonumber(ARGV[first + 3 * k - 2]) then
         acked[k], taken[id] = 1, true
         gone[#gone + 1] = id
@@ -764,14 +785,17 @@ function ops.pop()
   local acked = settle(6)
   release_delayed(SWEEP_BATCH)
   local want = tonumber(ARGV[4])
-  local allowed = {}
-  if ARGV[5] == '' then
-    for i = 1, NCLASS do allowed[i] = true end
-  else
+  local allowed = ALL
+  if ARGV[5] ~= '' then
+    allowed = {}
     for i in string.gmatch(ARGV[5], '%d+') do allowed[tonumber(i)] = true end
   end
-  local paused = {}
-  for _, name in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[name] = true end
+  local paused = NONE
+  local names = redis.call('SMEMBERS', K_PAUSED)
+  if #names > 0 then
+    paused = {}
+    for _, name in ipairs(names) do paused[name] = true end
+  end
   local raw = stats_now(POP_FIELDS)
   local depth, inflight = {}, {}
   for i = 1, NCLASS do
