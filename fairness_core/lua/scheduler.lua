@@ -548,10 +548,11 @@ function ops.enqueue()
 end
 
 local function wait_bucket(wait)
-  for i, le in ipairs(cfg.buckets_ms) do
-    if wait <= le then return i end
+  local edges = cfg.buckets_ms
+  for i = 1, #edges do
+    if wait <= edges[i] then return i end
   end
-  return #cfg.buckets_ms + 1
+  return #edges + 1
 end
 
 -- Lease popped envelopes: deadlines in the lease set, records in the leased hash, first-attempt
@@ -577,7 +578,7 @@ local function lease(c, tenant, items, out)
   end
   redis.call('ZADD', K_LEASES, unpack(deadlines))
   redis.call('HSET', K_LEASED, unpack(records))
-  for idx, n in pairs(buckets) do stat('wb', c .. SEP .. idx, n) end
+  for idx, n in pairs(buckets) do stat('wb', c .. SEP .. INTS[idx], n) end
   if first > 0 then stat('ws', c, waited) end
   stat('inflight', c, #items)
   redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), int(#items), tenant)
