@@ -11,19 +11,30 @@ reads and writes included, the time it waited for a core left out, so the steadi
 loaded machine). Make the old checkout with ``git worktree add --detach DIR COMMIT``::
 
     python -m benchmarks.lua_ab --old /tmp/ab-old --rounds 7
+
+On a shared machine the times move by more than most changes to the Lua are worth. With
+``--callgrind`` it counts instead the instructions redis-server runs inside ``FCALL`` per pop+ack
+(valgrind's callgrind, collecting only in ``fcallCommand``), the same from run to run: redis-server
+runs under valgrind, each checkout in turn drains ``--jobs`` jobs (300 is plenty) after a warm-up.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
-from fairness_stack.servers import RedisServer
+import redis
+
+from fairness_stack.servers import RedisServer, free_port
 
 # Run in each checkout (its directory first on sys.path): one line "run JOBS" in, one JSON line out.
 CHILD = r"""
@@ -55,6 +66,53 @@ for line in sys.stdin:
 """
 
 
+# Run in each checkout under --callgrind: warm up, zero the counts, drain, dump the counts as TAG.
+CALLGRIND_CHILD = r"""
+import subprocess, sys
+from benchmarks.load import scheduler
+from benchmarks.throughput import drain, refill
+url, prefix, tenants, pid, jobs = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+sched = scheduler(url, prefix)
+refill(sched, tenants, 100 + jobs)
+drain(sched, 100, 1)
+subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
+drain(sched, jobs, 1)
+subprocess.run(["callgrind_control", "-d", prefix, pid], check=True, capture_output=True)
+"""
+
+
+def instructions(trees: dict[str, Path], jobs: int, tenants: int) -> dict[str, float]:
+    """Instructions redis-server ran inside FCALL per call of row 1's loop, for each checkout."""
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="lua-ab-callgrind-") as directory:
+        port = free_port()
+        server = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--toggle-collect=fcallCommand",
+             f"--callgrind-out-file={directory}/callgrind.%p", shutil.which("redis-server") or "redis-server",
+             "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", directory],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=directory)
+        try:
+            client = redis.Redis(port=port)
+            for _ in range(600):
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    time.sleep(0.1)
+            for name, tree in trees.items():
+                subprocess.run([sys.executable, "-c", CALLGRIND_CHILD, f"redis://127.0.0.1:{port}/0", f"ab-{name}",
+                                str(tenants), str(server.pid), str(jobs)],
+                               cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)), check=True)
+                dump = max(glob.glob(f"{directory}/callgrind.{server.pid}.*"), key=os.path.getmtime)
+                with open(dump, encoding="utf-8") as lines:
+                    total = next(int(line.split()[1]) for line in lines if line.startswith(("summary:", "totals:")))
+                out[name] = total / (jobs + 1)  # the drain's last call acks alone
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+    return out
+
+
 def child(tree: Path, url: str, prefix: str, tenants: int) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(tree))
     return subprocess.Popen([sys.executable, "-c", CHILD, url, prefix, str(tenants)], cwd=tree, env=env,
@@ -79,7 +137,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--jobs", type=int, default=2000, help="jobs per round and side")
     parser.add_argument("--tenants", type=int, default=10)
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count redis-server's instructions per pop+ack instead of timing (needs valgrind)")
     args = parser.parse_args()
+    if args.callgrind:
+        counted = instructions({"old": args.old.resolve(), "new": args.new.resolve()}, args.jobs, args.tenants)
+        for name, count in counted.items():
+            print(f"{name}: {count:,.0f} instructions in Redis per pop+ack (FCALL, {args.jobs} calls)")
+        print(f"new/old: {counted['new'] / counted['old']:.3f}")
+        return
     with RedisServer() as server:
         sides = {"old": child(args.old.resolve(), server.url, "ab-old", args.tenants),
                  "new": child(args.new.resolve(), server.url, "ab-new", args.tenants),
@@ -92,8 +158,8 @@ def main() -> None:
                 for name, process in sides.items():
                     results[name].append(ask(process, args.jobs))
                 print(f"round {n + 1}: " + ", ".join(
-                    f"{name} {r[-1]['rate']:,.0f} jobs/s {r[-1]['us']:.1f} µs {r[-1]['cpu']:.1f} µs CPU" for name, r in results.items()),
-                    file=sys.stderr, flush=True)
+                    f"{name} {r[-1]['rate']:,.0f} jobs/s {r[-1]['us']:.1f} µs {r[-1]['cpu']:.1f} µs CPU"
+                    for name, r in results.items()), file=sys.stderr, flush=True)
         finally:
             for process in sides.values():
                 if process.stdin:
