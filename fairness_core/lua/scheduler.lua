@@ -613,10 +613,6 @@ local function release_lease(id, c, tenant)
   release_inflight(c, tenant, 1)
 end
 
--- Complete n jobs of a tenant. Windowed service: one sorted set per window-long bucket (the
--- exporter reads the current and the previous one; each lives three windows from its first
--- write). No cumulative count per tenant: every tenant is counted the same way, whenever it came,
--- and the exporter names the heaviest of the window, not the first ever seen.
 -- The current window bucket's keys of each class ({bucket, served, total, by account}), kept while
 -- the bucket and the key base last seen last (a number made text costs a formatting each time).
 local window_keys, window_base = {}, nil
@@ -632,6 +628,10 @@ local function window_of(c)
   return w
 end
 
+-- Complete n jobs of a tenant. Windowed service: one sorted set per window-long bucket (the
+-- exporter reads the current and the previous one; each lives three windows from its first
+-- write). No cumulative count per tenant: every tenant is counted the same way, whenever it came,
+-- and the exporter names the heaviest of the window, not the first ever seen.
 local function count_processed(c, tenant, n, units)
   release_inflight(c, tenant, n)
   stat('processed', c, n)
