@@ -574,7 +574,6 @@ class Model:
         key = f"wb{SEP}{queue}{SEP}{idx}"
         self.stats[key] = self.stats.get(key, 0) + 1
         self._stat("ws", queue, wait)
-        self._stat("wc", queue, 1)
 
     def _lease(self, now: int, queue: str, tenant: str, items: list[Envelope], out: list[Record]) -> None:
         deadline = now + self.settings.visibility_ms

@@ -180,6 +180,7 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
         return max(0.0, (now_ms - ms) / 1000.0) if ms is not None else 0.0
 
     accounts = _accounts(config, raw, processed_window, weight, depth, inflight, age)
+    wait_buckets = tuple(int(stats.get(f"wb{SEP}{name}{SEP}{i + 1}", 0)) for i in range(len(WAIT_BUCKETS_S) + 1))
     return ClassSnapshot(
         **accounts,
         name=name,
@@ -191,9 +192,9 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
         active_tenants=raw.active_tenants,
         counters={c: get(c) for c in COUNTERS},
         enqueued={f.split(SEP)[2]: int(v) for f, v in stats.items() if f.startswith(f"enq{SEP}{name}{SEP}")},
-        wait_buckets=tuple(int(stats.get(f"wb{SEP}{name}{SEP}{i + 1}", 0)) for i in range(len(WAIT_BUCKETS_S) + 1)),
+        wait_buckets=wait_buckets,
         wait_sum=get("ws") / 1000.0,
-        wait_count=get("wc"),
+        wait_count=sum(wait_buckets),
         top_backlog=tuple((t, int(n)) for t, n in raw.top_backlog[: exp.topk_tenants]),
         top_inflight=tuple((t, int(n)) for t, n in raw.top_inflight),
         noisy_tenants=noisy,

@@ -82,6 +82,26 @@ def test_acks_riding_with_a_pop_settle_first_and_say_which_counted(client: redis
     assert (c.depth, c.inflight, c.counters["processed"], c.counters["redelivered"]) == (0, 1, 2, 1)
 
 
+def test_a_call_writes_each_counter_it_changes_once_and_none_it_leaves_as_it_was(client: redis.Redis) -> None:
+    """A pop+ack of one class takes one job off the in-flight count and puts one on: no write."""
+    s, clock = at(client)
+    for n in range(3):
+        s.enqueue("order", "acme", {"n": n})
+    (lease,) = s.pop()
+    clock.advance(1)
+
+    def state() -> tuple[dict[bytes, bytes], int]:
+        return client.hgetall(s.keys.stats), client.info("commandstats").get("cmdstat_hincrby", {"calls": 0})["calls"]
+
+    before, writes = state()
+    (lease,) = s.ack_and_pop([lease]).leases
+    after, writes_after = state()
+    changed = {f for f in before.keys() | after.keys() if before.get(f) != after.get(f)}
+    assert changed and writes_after - writes == len(changed), "one HINCRBY for each counter that changed"
+    inflight = f"inflight\tjobs:medium".encode()
+    assert before[inflight] == after[inflight] == b"1" and inflight not in changed
+
+
 def test_heartbeat_keeps_a_long_job_leased(client: redis.Redis) -> None:
     s, clock = at(client, leases={"visibility_timeout": "10s"})
     s.enqueue("order", "acme")

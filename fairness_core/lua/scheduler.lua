@@ -22,17 +22,68 @@
 -- cost more than a fifth of a pop's time in Redis).
 -- fairness_core/model.py implements exactly the same policy in Python; keep them in step.
 
+-- The globals the code reads, as locals of the library: a library's global reads each go through
+-- its globals table's metatable (about 0.03 µs a read, a hundred a pop+ack). A library cannot
+-- reach them while it loads, so the first call sets them, from the globals of this function,
+-- defined before the locals that shadow them. Until then `redis` is the loading API's (which
+-- registers the functions).
+local function runtime_globals() return redis, tonumber, tostring, string, math, table, unpack, pairs, ipairs, next end
+local redis, tonumber, tostring, string, math, table, unpack, pairs, ipairs, next = redis
+local bound = false
+
 local cfg = __SETTINGS__
 -- Set by `call` for each call: Redis runs one call at a time, and the functions below read them.
-local ARGV, op, base, now
+local ARGV, op, base, now, now_s
+-- `now` as text, made once per call when first asked.
+local function now_text()
+  if now_s == nil then now_s = tostring(now) end
+  return now_s
+end
 local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS, K_CONFIG,
   K_CHARGED
 local NCLASS = #cfg.classes
+-- The stats fields a pop reads: each class's queued and in-flight counts, then the worker slots.
+local DEPTH_FIELDS, POP_FIELDS = {}, {}
+for i = 1, NCLASS do
+  DEPTH_FIELDS[i] = 'depth' .. SEP .. cfg.classes[i]
+  POP_FIELDS[2 * i - 1], POP_FIELDS[2 * i] = DEPTH_FIELDS[i], 'inflight' .. SEP .. cfg.classes[i]
+end
+POP_FIELDS[2 * NCLASS + 1] = 'slots'
+local NONE = {}  -- an empty table, never written
+-- A pop's counts per class, filled anew by each (Redis runs one call at a time): no tables to build.
+local DEPTH, INFLIGHT = {}, {}
+local ALL = {}  -- every class index, true; never written
+for i = 1, NCLASS do ALL[i] = true end
 
 local function ckey(c, part) return base .. CLASS_SPACE .. c .. PART_SEP .. part end
 local function tkey(c, tenant) return base .. CLASS_SPACE .. c .. PART_SEP .. TENANT_QUEUE .. tenant end
-local function stat(name, c, delta) redis.call('HINCRBY', K_STATS, name .. SEP .. c, delta) end
 local function num(v) return tonumber(v) or 0 end
+
+-- Small integers as the text Redis would make of them. A number passed to redis.call is formatted
+-- by Redis (snprintf "%.17g", about 0.5 µs an argument); a string goes as it is.
+local INTS = {}
+for i = -64, 1024 do INTS[i] = '' .. i end  -- (tostring is not reachable while a library loads)
+local function int(n) return INTS[n] or n end
+
+-- The counters a call changes (field of the stats hash -> delta), written once per field when the
+-- call ends (flush_stats): a pop+ack's in-flight count goes down for the ack and up for the pop,
+-- which is no write at all. A read of the stats hash during the call adds what is pending (`stats_now`).
+local pending = {}
+local function stat(name, c, delta)
+  local field = name .. SEP .. c
+  pending[field] = (pending[field] or 0) + delta
+end
+local function stats_now(fields)
+  local raw = redis.call('HMGET', K_STATS, unpack(fields))
+  for i = 1, #fields do raw[i] = num(raw[i]) + (pending[fields[i]] or 0) end
+  return raw
+end
+local function flush_stats()
+  for field, delta in pairs(pending) do
+    if delta ~= 0 then redis.call('HINCRBY', K_STATS, field, int(delta)) end
+    pending[field] = nil
+  end
+end
 
 -- A cost an older release recorded in place of the tier (digits only), or nil.
 local function recorded_cost(tier) return tier and string.match(tier, '^%d+$') and tonumber(tier) end
@@ -102,11 +153,10 @@ local function with_attempts(env, attempts)
   return table.concat(f, SEP) .. SEP .. string.sub(env, len + 1)
 end
 
--- A lease record's fields, in their stored order (the pop reply sends them so).
+-- A lease record's fields, in their stored order (the pop reply sends them so). Built whole: a
+-- table grown a field at a time is resized at each power of two.
 local function record(c, tenant, att, env)
-  local f = {}
-  f[REC_QUEUE], f[REC_TENANT], f[REC_ATTEMPTS], f[REC_JOB] = c, tenant, att, env
-  return f
+  return {[REC_QUEUE] = c, [REC_TENANT] = tenant, [REC_ATTEMPTS] = att, [REC_JOB] = env}
 end
 
 local function parse_record(rec)
@@ -235,21 +285,25 @@ local function forget(c, tenant)
   end
 end
 
--- Smooth weighted round-robin's current value per class, in class order, and back.
+-- Smooth weighted round-robin's current value per class, in class order (and the values as
+-- stored), and back: only the values that changed are written. One table, filled anew by each load
+-- (a call loads it at most once at a time).
+local SWRR = {}
 local function load_swrr()
   local cur = redis.call('HMGET', K_SWRR, unpack(cfg.classes))
-  local swrr = {}
-  for i = 1, NCLASS do swrr[i] = num(cur[i]) end
-  return swrr
+  for i = 1, NCLASS do SWRR[i] = num(cur[i]) end
+  return SWRR, cur
 end
 
-local function save_swrr(swrr)
+local function save_swrr(swrr, stored)
   local args = {}
   for i = 1, NCLASS do
-    args[#args + 1] = cfg.classes[i]
-    args[#args + 1] = swrr[i]
+    if swrr[i] ~= tonumber(stored[i]) then
+      args[#args + 1] = cfg.classes[i]
+      args[#args + 1] = swrr[i]
+    end
   end
-  redis.call('HSET', K_SWRR, unpack(args))
+  if #args > 0 then redis.call('HSET', K_SWRR, unpack(args)) end
 end
 
 -- Shift class shares of worker time by `fixes` (class -> µs more than charged): the class pays it
@@ -258,18 +312,16 @@ end
 local function correct_classes(fixes, order)
   local index = {}
   for i = 1, NCLASS do index[cfg.classes[i]] = i end
-  local fields = {}
-  for i = 1, NCLASS do fields[i] = 'depth' .. SEP .. cfg.classes[i] end
-  local depth = redis.call('HMGET', K_STATS, unpack(fields))
+  local depth = stats_now(DEPTH_FIELDS)
   local paused = {}
   for _, name in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[name] = true end
-  local swrr = load_swrr()
+  local swrr, stored = load_swrr()
   for _, c in ipairs(order) do
     local ci, fix = index[c], fixes[c]
     if ci and fix ~= 0 then
       local total = 0
       for i = 1, NCLASS do
-        if i == ci or (num(depth[i]) > 0 and not paused[cfg.classes[i]]) then
+        if i == ci or (depth[i] > 0 and not paused[cfg.classes[i]]) then
           total = total + cfg.weights[i]
           swrr[i] = swrr[i] + cfg.weights[i] * fix
         end
@@ -277,13 +329,13 @@ local function correct_classes(fixes, order)
       swrr[ci] = swrr[ci] - total * fix
     end
   end
-  save_swrr(swrr)
+  save_swrr(swrr, stored)
 end
 
 -- Wake an idle worker blocked on the class (BZPOPMIN on its wake key): `at` 0 when the class may
 -- have work to take now, else when (ms) a retry of it comes due. One member, lowest time kept:
 -- a burst of enqueues is one wake-up, and each pop that leaves work behind arms the next.
-local function wake(c, at) redis.call('ZADD', ckey(c, PART_WAKE), 'LT', at, WAKE_MEMBER) end
+local function wake(c, at) redis.call('ZADD', ckey(c, PART_WAKE), 'LT', int(at), WAKE_MEMBER) end
 
 local function push_tail(c, tenant, tier, env, enq)
   c = served_by(c)
@@ -318,8 +370,8 @@ end
 -- and take changes both), so its new value says what is left without an LLEN.
 local function take(c, tenant, n, from_tail)
   local qk = tkey(c, tenant)
-  local items = redis.call(from_tail and 'RPOP' or 'LPOP', qk, n)
-  local left = tonumber(redis.call('ZINCRBY', ckey(c, PART_BACKLOG), -#items, tenant))
+  local items = redis.call(from_tail and 'RPOP' or 'LPOP', qk, int(n))
+  local left = tonumber(redis.call('ZINCRBY', ckey(c, PART_BACKLOG), int(-#items), tenant))
   if ACCOUNTS then count_account(c, tenant, -#items) end
   if left <= 0 then
     left = 0
@@ -339,7 +391,7 @@ local function take(c, tenant, n, from_tail)
     end
   else
     if not from_tail then
-      local _, enq = header(redis.call('LINDEX', qk, 0))
+      local _, enq = header(redis.call('LINDEX', qk, '0'))
       redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
     end
   end
@@ -360,7 +412,7 @@ end
 
 -- Move up to `limit` retries whose backoff has passed back to the head of their sub-queue; how many.
 local function release_delayed(limit)
-  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, limit)
+  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now_text(), 'LIMIT', '0', int(limit))
   for _, rec in ipairs(due) do
     redis.call('ZREM', K_DELAYED, rec)
     local c, tenant, att, env = parse_record(rec)
@@ -532,10 +584,11 @@ function ops.enqueue()
 end
 
 local function wait_bucket(wait)
-  for i, le in ipairs(cfg.buckets_ms) do
-    if wait <= le then return i end
+  local edges = cfg.buckets_ms
+  for i = 1, #edges do
+    if wait <= edges[i] then return i end
   end
-  return #cfg.buckets_ms + 1
+  return #edges + 1
 end
 
 -- Lease popped envelopes: deadlines in the lease set, records in the leased hash, first-attempt
@@ -548,25 +601,23 @@ local function lease(c, tenant, items, out)
     att = att + 1
     deadlines[#deadlines + 1] = deadline
     deadlines[#deadlines + 1] = id
-    local rec = record(c, tenant, att, env)
+    local rec = record(c, tenant, INTS[att] or att, env)
     records[#records + 1] = id
     records[#records + 1] = table.concat(rec, SEP)
+    rec[REC_ATTEMPTS] = att  -- a number in the reply
     if att == 1 then
       local idx = wait_bucket(now - enq)
       buckets[idx] = (buckets[idx] or 0) + 1
-      waited, first = waited + now - enq, first + 1
+      waited, first = waited + now - enq, first + 1  -- the count is the buckets' sum
     end
     out[#out + 1] = rec
   end
   redis.call('ZADD', K_LEASES, unpack(deadlines))
   redis.call('HSET', K_LEASED, unpack(records))
-  for idx, n in pairs(buckets) do redis.call('HINCRBY', K_STATS, 'wb' .. SEP .. c .. SEP .. idx, n) end
-  if first > 0 then
-    stat('ws', c, waited)
-    stat('wc', c, first)
-  end
+  for idx, n in pairs(buckets) do stat('wb', c .. SEP .. INTS[idx], n) end
+  if first > 0 then stat('ws', c, waited) end
   stat('inflight', c, #items)
-  redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), #items, tenant)
+  redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), int(#items), tenant)
 end
 
 -- Look up a live lease; a lease whose job was reaped (or redelivered since) is stale.
@@ -578,12 +629,16 @@ local function held(id, attempts)
   return c, tenant, att, env
 end
 
--- Take n off a tenant's in-flight count (the member goes when it reaches zero).
+-- Take n off a tenant's in-flight count (the member goes when it reaches zero). Read first: the
+-- usual release takes the last (ZSCORE and ZREM cost less than ZINCRBY, whose reply is a formatted double).
 local function release_inflight(c, tenant, n)
   stat('inflight', c, -n)
-  if tonumber(redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), -n, tenant)) <= 0 then
-    redis.call('ZREM', ckey(c, PART_INFLIGHT), tenant)
+  local key = ckey(c, PART_INFLIGHT)
+  if num(redis.call('ZSCORE', key, tenant)) <= n then
+    redis.call('ZREM', key, tenant)
     if cfg.runtime then forget(c, tenant) end
+  else
+    redis.call('ZINCRBY', key, int(-n), tenant)
   end
 end
 
@@ -594,6 +649,21 @@ local function release_lease(id, c, tenant)
   release_inflight(c, tenant, 1)
 end
 
+-- The current window bucket's keys of each class ({bucket, served, total, by account}), kept while
+-- the bucket and the key base last seen last (a number made text costs a formatting each time).
+local window_keys, window_base = {}, nil
+local function window_of(c)
+  local bucket = math.floor(now / cfg.window_ms)
+  if window_base ~= base then window_keys, window_base = {}, base end
+  local w = window_keys[c]
+  if w == nil or w[1] ~= bucket then
+    w = {bucket, ckey(c, PART_SERVED .. bucket), ckey(c, PART_SERVED_TOTAL .. bucket),
+         ACCOUNTS and ckey(c, PART_ACCOUNT_SERVED .. bucket)}
+    window_keys[c] = w
+  end
+  return w
+end
+
 -- Complete n jobs of a tenant. Windowed service: one sorted set per window-long bucket (the
 -- exporter reads the current and the previous one; each lives three windows from its first
 -- write). No cumulative count per tenant: every tenant is counted the same way, whenever it came,
@@ -601,13 +671,12 @@ end
 local function count_processed(c, tenant, n, units)
   release_inflight(c, tenant, n)
   stat('processed', c, n)
-  local bucket = math.floor(now / cfg.window_ms)
-  local served = ckey(c, PART_SERVED .. bucket)
-  local total = ckey(c, PART_SERVED_TOTAL .. bucket)
-  redis.call('ZINCRBY', served, units, tenant)
-  local by_account = ACCOUNTS and ckey(c, PART_ACCOUNT_SERVED .. bucket)
-  if by_account then redis.call('ZINCRBY', by_account, units, account_of(tenant)) end
-  if redis.call('INCRBY', total, units) == units then
+  local w = window_of(c)
+  local served, total, by_account = w[2], w[3], w[4]
+  local by = int(units)
+  redis.call('ZINCRBY', served, by, tenant)
+  if by_account then redis.call('ZINCRBY', by_account, by, account_of(tenant)) end
+  if redis.call('INCRBY', total, by) == units then
     redis.call('PEXPIRE', served, 3 * cfg.window_ms)
     redis.call('PEXPIRE', total, 3 * cfg.window_ms)
     if by_account then redis.call('PEXPIRE', by_account, 3 * cfg.window_ms) end
@@ -616,7 +685,10 @@ end
 
 -- The work of the jobs settled in one call (runtimes in µs), applied once by finish_work: worker
 -- time per class, charge corrections per class and per tenant, estimate updates.
-local function new_work() return {classes = {}, time = {}, fixes = {}, tenants = {}, tenant_fix = {}, keys = {}, est = {}} end
+local function new_work()
+  if not cfg.runtime then return {classes = {}, time = {}, fixes = {}} end
+  return {classes = {}, time = {}, fixes = {}, tenants = {}, tenant_fix = {}, keys = {}, est = {}}
+end
 
 -- A measured runtime moves an estimate (key, task) by the smoothing weight; the first one sets it.
 local function learn(w, key, task, ran)
@@ -695,13 +767,15 @@ local function settle(first)
   for i = first, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
   if #ids == 0 then return acked end
   local records = redis.call('HMGET', K_LEASED, unpack(ids))
-  local charged = cfg.runtime and redis.call('HMGET', K_CHARGED, unpack(ids)) or {}
+  local charged = cfg.runtime and redis.call('HMGET', K_CHARGED, unpack(ids)) or NONE
   local gone, taken, tenants, order = {}, {}, {}, {}
   local w = new_work()
   for k, id in ipairs(ids) do
     acked[k] = 0
     if records[k] and not taken[id] then
-      local c, tenant, att, env = parse_record(records[k])
+      local f, len = head(records[k], REC_HEAD)
+      local c, tenant, att = f[REC_QUEUE], f[REC_TENANT], tonumber(f[REC_ATTEMPTS])
+      local env = cfg.runtime and string.sub(records[k], len + 1)  -- read only to learn runtimes
       if att == tonumber(ARGV[first + 3 * k - 2]) then
         acked[k], taken[id] = 1, true
         gone[#gone + 1] = id
@@ -747,7 +821,7 @@ local function charge_visit(swrr, elig, ci, total, work)
 end
 
 local function head_score(c)
-  local h = redis.call('ZRANGE', ckey(c, PART_HEADS), 0, 0, 'WITHSCORES')
+  local h = redis.call('ZRANGE', ckey(c, PART_HEADS), '0', '0', 'WITHSCORES')
   return h[1], tonumber(h[2])
 end
 
@@ -758,29 +832,26 @@ function ops.pop()
   local acked = settle(6)
   release_delayed(SWEEP_BATCH)
   local want = tonumber(ARGV[4])
-  local allowed = {}
-  if ARGV[5] == '' then
-    for i = 1, NCLASS do allowed[i] = true end
-  else
+  local allowed = ALL
+  if ARGV[5] ~= '' then
+    allowed = {}
     for i in string.gmatch(ARGV[5], '%d+') do allowed[tonumber(i)] = true end
   end
-  local paused = {}
-  for _, name in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[name] = true end
-  local fields = {}
-  for i = 1, NCLASS do
-    fields[#fields + 1] = 'depth' .. SEP .. cfg.classes[i]
-    fields[#fields + 1] = 'inflight' .. SEP .. cfg.classes[i]
+  local paused = NONE
+  local names = redis.call('SMEMBERS', K_PAUSED)
+  if #names > 0 then
+    paused = {}
+    for _, name in ipairs(names) do paused[name] = true end
   end
-  fields[#fields + 1] = 'slots'
-  local raw = redis.call('HMGET', K_STATS, unpack(fields))
-  local depth, inflight = {}, {}
+  local raw = stats_now(POP_FIELDS)
+  local depth, inflight = DEPTH, INFLIGHT
   for i = 1, NCLASS do
-    depth[i], inflight[i] = num(raw[2 * i - 1]), num(raw[2 * i])
+    depth[i], inflight[i] = raw[2 * i - 1], raw[2 * i]
   end
-  local slots = num(raw[2 * NCLASS + 1])
+  local slots = raw[2 * NCLASS + 1]
   local policy = cfg.policy
-  local swrr = nil
-  if policy == 'weighted' or policy == 'weighted-fair' then swrr = load_swrr() end
+  local swrr, stored = nil, nil
+  if policy == 'weighted' or policy == 'weighted-fair' then swrr, stored = load_swrr() end
 
   local out, took = {}, {}
   while #out < want do
@@ -816,11 +887,11 @@ function ops.pop()
     local c = cfg.classes[ci]
     local tenant, n
     if policy == 'weighted-fair' then
-      local t = redis.call('ZRANGE', ckey(c, PART_TAGS), 0, 0, 'WITHSCORES')
+      local t = redis.call('ZRANGE', ckey(c, PART_TAGS), '0', '0', 'WITHSCORES')
       local party, inner = t[1], nil
       tenant = party
       if ACCOUNTS and party then
-        local m = redis.call('ZRANGE', akey(c, party), 0, 0, 'WITHSCORES')
+        local m = redis.call('ZRANGE', akey(c, party), '0', '0', 'WITHSCORES')
         tenant, inner = m[1], tonumber(m[2])
       end
       if tenant == nil then
@@ -828,7 +899,7 @@ function ops.pop()
           'holds any: scheduler keys were deleted or evicted (is maxmemory-policy noeviction?)')
       end
       local tag = tonumber(t[2])
-      redis.call('SET', ckey(c, PART_VT), tag)
+      redis.call('SET', ckey(c, PART_VT), t[2])  -- the score's text: the same number
       local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier)
       local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci]))
       n = #items
@@ -863,8 +934,8 @@ function ops.pop()
     if depth[ci] > 0 then wake(cfg.classes[ci], 0) end
   end
 
-  if swrr ~= nil and #out > 0 then save_swrr(swrr) end
-  return {tostring(now), out, acked}
+  if swrr ~= nil and #out > 0 then save_swrr(swrr, stored) end
+  return {now_text(), out, acked}
 end
 
 -- ARGV[4]: job id, ARGV[5]: attempts of the lease, ARGV[6]: µs it ran ('' not reported)
@@ -1278,6 +1349,10 @@ end
 local keys_of = nil
 
 local function call(keys, args)
+  if not bound then
+    redis, tonumber, tostring, string, math, table, unpack, pairs, ipairs, next = runtime_globals()
+    bound = true
+  end
   ARGV, op, base = args, args[1], args[2]
   if base ~= keys_of then
     K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES = base .. KEY_STATS, base .. KEY_SWRR, base .. KEY_PAUSED,
@@ -1292,6 +1367,7 @@ local function call(keys, args)
   if op ~= 'apply' and redis.call('HGET', K_CONFIG, 'fingerprint') ~= cfg.fingerprint then
     return redis.error_reply('FAIRCTL_STALE_CONFIG the queue group runs another config than this process')
   end
+  now_s = nil
   if ARGV[3] ~= '' then
     now = tonumber(ARGV[3])
   else
@@ -1300,5 +1376,8 @@ local function call(keys, args)
   end
   local fn = ops[op]
   if fn == nil then return redis.error_reply('fairctl: unknown operation ' .. tostring(op)) end
-  return fn()
+  if next(pending) ~= nil then pending = {} end  -- left by a call that failed: never written
+  local out = fn()
+  flush_stats()
+  return out
 end
