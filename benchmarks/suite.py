@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     with RedisServer() as server:
         log("idle pickup and an idle fleet's commands, fairctl and BullMQ")
         rows += pickup.rows(server.url, found, slots=sizes.concurrency, samples=sizes.pickups, idle=sizes.pickup_idle)
-        log("an interactive job's wait under a bulk flood, --batch 1 and 10")
+        log("an interactive job's wait under a bulk flood, default flags and --batch 1")
         rows.append(pickup.prefetch_row(server.url, sizes.concurrency, sizes.flood_samples, min(3, sizes.repeats)))
     rows.append(storm_row(sizes))
     rows += startup.rows(sizes.repeats)
