@@ -10,6 +10,7 @@ import redis
 from redis.crc import key_slot
 
 from fairness_core import BudgetRejected, InvalidJob, RedisUnavailable, Scheduler
+from fairness_core.connection import ClusterClient, server_of
 from fairness_stack.servers import RedisServer
 
 from .conftest import make_config
@@ -90,15 +91,18 @@ def test_a_call_writes_each_counter_it_changes_once_and_none_it_leaves_as_it_was
     (lease,) = s.pop()
     clock.advance(1)
 
+    # commandstats of the server holding the group: on a cluster, its slot's master
+    node = redis.Redis.from_url(f"redis://{server_of(client, s.keys.stats)}") if isinstance(client, ClusterClient) else client
+
     def state() -> tuple[dict[bytes, bytes], int]:
-        return client.hgetall(s.keys.stats), client.info("commandstats").get("cmdstat_hincrby", {"calls": 0})["calls"]
+        return client.hgetall(s.keys.stats), node.info("commandstats").get("cmdstat_hincrby", {"calls": 0})["calls"]
 
     before, writes = state()
     (lease,) = s.ack_and_pop([lease]).leases
     after, writes_after = state()
     changed = {f for f in before.keys() | after.keys() if before.get(f) != after.get(f)}
     assert changed and writes_after - writes == len(changed), "one HINCRBY for each counter that changed"
-    inflight = f"inflight\tjobs:medium".encode()
+    inflight = b"inflight\tjobs:medium"
     assert before[inflight] == after[inflight] == b"1" and inflight not in changed
 
 
