@@ -406,7 +406,7 @@ CODE_MARK = "\r"
 # The place is one letter, A-Z then a-z, for the first 52 names; decimal digits after them, as an
 # earlier release wrote every place (those codes read back as they were).
 CODE_LETTERS = string.ascii_uppercase + string.ascii_lowercase
-_CODE_PLACE = {c: i for i, c in enumerate(CODE_LETTERS, start=1)}
+CODE_PLACES = {c: i for i, c in enumerate(CODE_LETTERS, start=1)}  # letter -> 1-based place
 
 
 def code(place: int) -> str:
@@ -421,7 +421,7 @@ def named(field: str, names: Sequence[str]) -> str:
     if field[:1] != CODE_MARK:
         return field
     rest = field[1:]
-    place = _CODE_PLACE.get(rest) or (int(rest) if rest.isdigit() else 0)
+    place = CODE_PLACES.get(rest) or (int(rest) if rest.isdigit() else 0)
     return names[place - 1] if 0 < place <= len(names) else field
 
 

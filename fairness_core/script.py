@@ -16,7 +16,7 @@ from dataclasses import asdict
 from importlib import resources
 from typing import Any
 
-from .jobs import CODE_LETTERS, CODE_MARK, SEP, STAMP_DIGITS, DeadLetter, Envelope, Fields, Record
+from .jobs import CODE_MARK, CODE_PLACES, SEP, STAMP_DIGITS, DeadLetter, Envelope, Fields, Record
 from .keys import (
     ACCOUNT_RATE_MARK,
     CHARGED,
@@ -72,7 +72,7 @@ def layout() -> dict[str, Any]:
     """What the script must know of jobs.py's lines and keys.py's keys, as named constants. The
     script parses envelopes, records and dead letters."""
     return {
-        "SEP": SEP, "CODE_MARK": CODE_MARK, "CODE_PLACES": {c: i for i, c in enumerate(CODE_LETTERS, start=1)},
+        "SEP": SEP, "CODE_MARK": CODE_MARK, "CODE_PLACES": CODE_PLACES,
         "STAMP_DIGITS": STAMP_DIGITS, "STAMP_VALUES": {ord(c): i for i, c in enumerate(STAMP_DIGITS)},
         **_positions("ENV", Envelope),
         "ENV_HEAD": _head(Envelope, max(ENVELOPE_READ, key=Envelope.names().index)),

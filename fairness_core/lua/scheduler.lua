@@ -601,7 +601,7 @@ local function lease(c, tenant, items, out)
     att = att + 1
     deadlines[#deadlines + 1] = deadline
     deadlines[#deadlines + 1] = id
-    local rec = record(c, tenant, INTS[att] or att, env)
+    local rec = record(c, tenant, int(att), env)
     records[#records + 1] = id
     records[#records + 1] = table.concat(rec, SEP)
     rec[REC_ATTEMPTS] = att  -- a number in the reply
