@@ -494,14 +494,16 @@ class Worker:
 
     def _keep_registered(self, ahead: int) -> None:
         """Register again, at most once a second, when the slots start or stop leasing ahead (the
-        periodic registration would tell the fleet only within a third of its TTL). An outage
-        skips it: the periodic registration rides it out."""
+        periodic registration would tell the fleet only within a third of its TTL). A failure
+        skips it, never the slot: the periodic registration rides out outages and logs errors."""
         if self._slots_held(ahead) == self._registered or time.monotonic() - self._registered_at < REREGISTER_MIN_S:
             return
         try:
             self._register()
         except RedisUnavailable:
             pass
+        except Exception:  # a bug or a Redis error reply: the slot carries on popping
+            log.exception("registration failed")
 
     def _holds(self, lease: Lease) -> bool:
         """Still held: a lease the heartbeat copied may have been acked since (its extend then
