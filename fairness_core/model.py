@@ -40,7 +40,7 @@ from .jobs import (
     settled,
 )
 from .keys import ACCOUNT_RATE_MARK
-from .settings import SWEEP_BATCH, derive, rebases_tags, recorded_cost, regroups
+from .settings import SWEEP_BATCH, default_tier_left, derive, rebases_tags, recorded_cost, regroups
 from .snapshot import RawClass, Snapshot, build_snapshot
 from .zset import ZSet
 
@@ -119,8 +119,7 @@ class Model:
         self._use(config, every, Names(before.names).covering(config))
         rebase = rebases_tags(before, self.settings)
         regroup = regroups(before, self.settings)
-        # Queued parties of the default tier have no cost entry: a new default tier must not take them.
-        implied = before.default_tier if before.default_tier != self.settings.default_tier else ""
+        implied = default_tier_left(before, self.settings)
         others, held = self._unconfigured()
         refused = {c: held[c] for c in others if held[c] > 0 and c not in every.classes}
         held_tiers = {tier for c in (*self.names, *others) for tier in self._cls(c).cost.values()}

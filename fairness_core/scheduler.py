@@ -31,7 +31,7 @@ from .keys import WAKE_MEMBER, Keys
 from .library import Library, missing
 from .memory import MemoryGuard
 from .script import script_source
-from .settings import SWEEP_BATCH, derive, rebases_tags, regroups
+from .settings import SWEEP_BATCH, default_tier_left, derive, rebases_tags, regroups
 from .snapshot import RawClass, Snapshot, build_snapshot
 
 MAX_POP = 1000
@@ -227,8 +227,7 @@ class Scheduler:
         rebase = previous is not None and rebases_tags(was, will)
         regroup = previous is not None and regroups(was, will)
         seen = previous.fingerprint if previous else ""
-        # Queued parties of the default tier have no cost entry: a new default tier must not take them.
-        implied = was.default_tier if previous and was.default_tier != will.default_tier else ""
+        implied = default_tier_left(was, will) if previous else ""
         version = self._apply_script(config, every, names, expect=seen if expect is None else expect, rebase=rebase,
                                      regroup=regroup, check=True, implied=implied)
         self._compile(config, every, names)

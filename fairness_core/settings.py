@@ -172,6 +172,12 @@ def rebases_tags(before: Settings, after: Settings) -> bool:
     return dict(before.costs) != dict(after.costs) or before.runtime != after.runtime
 
 
+def default_tier_left(before: Settings, after: Settings) -> str:
+    """The default tier of ``before`` when ``after`` names another, else '': the queued parties of
+    it have no cost entry (they are of the default tier) and must keep it, so the apply writes it in."""
+    return before.default_tier if before.default_tier != after.default_tier else ""
+
+
 def regroups(before: Settings, after: Settings) -> bool:
     """Whether the parties of fair queuing change from ``before`` to ``after`` (accounts turned on
     or off, or split another way): then every class's tags are rebuilt from its queued tenants."""
