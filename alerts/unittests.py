@@ -1071,7 +1071,8 @@ def _unconfigured(s: Scenario) -> list[Case]:
              inputs(None),
              (*s.edge(alert, for_minutes, s.firing(alert, total, queue, {"age": age_start + 60 * for_minutes})),
               Check(end, alert, (s.firing(alert, total, queue, {"age": age_start + 60 * end}),)))),
-        Case(f"{queue}'s jobs are moved to a configured class within for:: silent", inputs(for_minutes - 1),
+        # Moved a minute before for: runs out; with a for: of 1m, at minute 1 (a series needs minute 0).
+        Case(f"{queue}'s jobs are moved to a configured class within for:: silent", inputs(max(1, for_minutes - 1)),
              (Check(end, alert),)),
         Case(f"{queue} served with 0 jobs in every state: silent",
              tuple(x for state in counts for x in s.series(m.UNCONFIGURED_JOBS, flat(0, end), queue=queue, state=state)),
