@@ -55,7 +55,7 @@ REAP_EVERY_S = 1.0
 PROMOTE_EVERY_S = 10.0
 TICK_S = 0.1  # how often the main thread looks at signals and slot threads
 LOG_EVERY_S = 60.0  # the periodic summary line
-OUTCOMES = ("done", "failed", "retried", "dead-lettered")
+OUTCOMES = ("done", "failed", "retried", "dead-lettered", "unhandled")
 # What a worker does with a job whose task it has no handler for (``--unhandled``): give it back
 # to wait for a worker that has one, or dead-letter it at once.
 UNHANDLED_WAIT, UNHANDLED_DEAD_LETTER = "wait", "dead-letter"
@@ -223,7 +223,7 @@ class Tally:
 
     @staticmethod
     def line(counts: Counter[tuple[str, str]]) -> str:
-        """``jobs:high: done 12, failed 2, retried 1, dead-lettered 1; jobs:low: ...`` (classes
+        """``jobs:high: done 12, failed 2, retried 1, dead-lettered 1, unhandled 0; jobs:low: ...`` (classes
         with no settled job left out)."""
         queues = sorted({queue for queue, _ in counts})
         return "; ".join(f"{q}: " + ", ".join(f"{o} {counts[q, o]}" for o in OUTCOMES) for q in queues) or "no jobs settled"
@@ -652,6 +652,7 @@ class Worker:
         outcome = self._call(lambda: self.scheduler.defer_unhandled(lease), self._halt)
         if outcome != "unhandled":
             return
+        self.tally.count(lease.queue, "unhandled")
         jobs = self._unhandled_seen.seen(lease.task)
         if jobs:
             backoff = self.scheduler.config.leases.retry_backoff_max

@@ -74,12 +74,15 @@ def test_a_worker_without_a_handler_leaves_the_jobs_for_one_that_has_it(
     scheduler = Scheduler(make_config(leases={"max_attempts": 2, "retry_backoff_max": "1s"}), client)
     ids = {scheduler.enqueue("newsletter", f"tenant-{i % 7}") for i in range(82)}
     old = HandlerRegistry({"password_reset": lambda lease: None})
-    with caplog.at_level(logging.WARNING, logger="fairness_core.worker"), running(Worker(scheduler, old, concurrency=4)):
+    old_worker = Worker(scheduler, old, concurrency=4)
+    with caplog.at_level(logging.WARNING, logger="fairness_core.worker"), running(old_worker):
         wait_for(lambda: totals(scheduler)["unhandled"] >= 2 * len(ids), 60,
                  "every newsletter given back at least twice (more than max_attempts)")
     t = totals(scheduler)
     assert (t["dead"], t["failed"], t["processed"], t["inflight"], t["depth"] + t["delayed"]) == (0, 0, 0, 0, 82)
     assert scheduler.dead_letters() == []
+    old_worker.tally.take()  # the summary's figures: every give-back, and nothing else
+    assert {outcome: n for (_, outcome), n in old_worker.tally.total.items() if n} == {"unhandled": t["unhandled"]}
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and warnings[0].startswith("no handler for task newsletter: "), warnings
     assert "--unhandled dead-letter" in warnings[0]

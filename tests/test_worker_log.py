@@ -1,5 +1,5 @@
-"""The worker's summary lines: every --log-every, jobs done, failed, retried and dead-lettered per
-class since the last line, and one line for the whole run when it stops."""
+"""The worker's summary lines: every --log-every, jobs done, failed, retried, dead-lettered and
+given back unhandled per class since the last line, and one line for the whole run when it stops."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def test_tally_counts_from_many_threads_and_takes_them_afresh() -> None:
     tally.count("jobs:high", "failed", "retried")
     first = tally.take()
     assert first[("jobs:low", "done")] == 8000
-    assert Tally.line(first) == ("jobs:high: done 0, failed 1, retried 1, dead-lettered 0; "
-                                 "jobs:low: done 8000, failed 0, retried 0, dead-lettered 0")
+    assert Tally.line(first) == ("jobs:high: done 0, failed 1, retried 1, dead-lettered 0, unhandled 0; "
+                                 "jobs:low: done 8000, failed 0, retried 0, dead-lettered 0, unhandled 0")
     assert Tally.line(tally.take()) == "no jobs settled"
     assert tally.total[("jobs:low", "done")] == 8000
 
@@ -72,8 +72,8 @@ def test_summary_lines_per_class_and_a_final_one(client: redis.Redis, caplog: py
         time.sleep(1.0)  # more periodic lines: none counts a job twice
     assert counted(caplog) == expected
     kind, final = summaries(caplog)[-1]
-    assert kind.startswith("in all") and final == ("jobs:high: done 3, failed 0, retried 0, dead-lettered 0; "
-                                                    "jobs:low: done 0, failed 2, retried 1, dead-lettered 1")
+    assert kind.startswith("in all") and final == ("jobs:high: done 3, failed 0, retried 0, dead-lettered 0, unhandled 0; "
+                                                    "jobs:low: done 0, failed 2, retried 1, dead-lettered 1, unhandled 0")
 
 
 def counted(caplog: pytest.LogCaptureFixture) -> dict[tuple[str, str], int]:
@@ -119,8 +119,8 @@ def test_fairctl_worker_logs_its_summary(tmp_path: Path, redis_server: RedisServ
         worker.wait(timeout=30)
     reader.join(timeout=10)
     text = "".join(lines)
-    assert re.search(r"worker \S+: last [12]s: jobs:high: done 1, failed 0, retried 0, dead-lettered 0\n", text), text
-    assert re.search(r"worker \S+: in all \d+s: jobs:high: done 1, failed 0, retried 0, dead-lettered 0\n", text), text
+    assert re.search(r"worker \S+: last [12]s: jobs:high: done 1, failed 0, retried 0, dead-lettered 0, unhandled 0\n", text), text
+    assert re.search(r"worker \S+: in all \d+s: jobs:high: done 1, failed 0, retried 0, dead-lettered 0, unhandled 0\n", text), text
     bad = subprocess.run([sys.executable, "-m", "fairctl", "worker", "--log-every", "soon"], check=False, cwd=ROOT,
                          capture_output=True, text=True, timeout=60, env=ENV)
     assert bad.returncode == 2 and bad.stderr.startswith("fairctl: error: --log-every: "), bad.stderr
