@@ -47,9 +47,9 @@ def row(url: str, limit: int, storm: int) -> Row:
     counts: dict[str, int] = {}
     accepted_bytes = grown_by(client, lambda: counts.update(accepted=flood(scheduler, limit)))
     accept_us = server_us(client, "fcall", lambda: scheduler.submit_many(
-        "newsletter", "sample", [payload(n) for n in range(1_000)]))
+        "newsletter", "sample", [payload(n) for n in range(1_000)]), per=1_000)
     refused_bytes = grown_by(client, lambda: counts.update(later=flood(scheduler, storm - limit)))
-    refuse_us = server_us(client, "fcall", lambda: flood(scheduler, CHUNK))
+    refuse_us = server_us(client, "fcall", lambda: flood(scheduler, CHUNK), per=CHUNK)
     others = sum(scheduler.submit("newsletter", f"other-{i}") is not None for i in range(100))
     assert counts == {"accepted": limit, "later": 0} and others == 100, (counts, others)
     share = max(0, refused_bytes) / accepted_bytes

@@ -49,15 +49,16 @@ def alternate(repeats: int, *runs: Callable[[], float]) -> list[float]:
     return [statistics.median(r) for r in results]
 
 
-def server_us(client: redis.Redis, command: str, run: Callable[[], object]) -> float:
-    """Mean microseconds Redis spent per call of ``command`` (e.g. ``fcall``) during ``run``."""
+def server_us(client: redis.Redis, command: str, run: Callable[[], object], per: int | None = None) -> float:
+    """Mean microseconds Redis spent per call of ``command`` (e.g. ``fcall``) during ``run``, or
+    per one of ``per`` things the calls did (jobs, when a call queues many)."""
     def totals() -> tuple[int, int]:
         stats = client.info("commandstats").get(f"cmdstat_{command}", {"usec": 0, "calls": 0})
         return int(stats["usec"]), int(stats["calls"])
     usec, calls = totals()
     run()
     after_usec, after_calls = totals()
-    return (after_usec - usec) / max(1, after_calls - calls)
+    return (after_usec - usec) / (per or max(1, after_calls - calls))
 
 
 def log(message: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from fairness_core import BudgetRejected, InvalidJob, RedisUnavailable, Scheduler
+from fairness_core import BudgetRejected, Enqueued, InvalidJob, RedisUnavailable, Scheduler, TenantLimitReached
 from fairness_core.connection import ClusterClient, server_of
 from fairness_stack.servers import RedisServer
 
@@ -231,6 +231,37 @@ def test_priority_budget_can_reject_instead(client: redis.Redis) -> None:
         for _ in range(5):
             s.enqueue("password_reset", "acme")
     assert s.snapshot().classes["jobs:high"].counters["rejected"] >= 1
+
+
+def one_at_a_time(s: Scheduler, task: str, tenant: str, n: int, tier: str | None) -> list[Enqueued | None]:
+    """``n`` jobs submitted one call each, None for each a budget rejected or a limit refused."""
+    out: list[Enqueued | None] = []
+    for i in range(n):
+        try:
+            out.append(s.submit(task, tenant, {"n": i}, tier=tier))
+        except (BudgetRejected, TenantLimitReached):
+            out.append(None)
+    return out
+
+
+@pytest.mark.parametrize("action", ["demote", "reject"])
+def test_a_batch_decides_each_job_as_its_own_call_would(client: redis.Redis, action: str) -> None:
+    """submit_many sends its jobs in calls of many: the answers and the state they leave must be
+    those of one call per job, through a budget that starts demoting or rejecting part-way through
+    a call, a tenant limit reached in the middle of one, and a tenant's tier changing."""
+    overrides = {"scheduler": {"budget_min_arrivals": 10, "budget_action": action}, "tenants": {"max_queued": 30}}
+    single, _ = at(client, **overrides)
+    batched, _ = at(client, **overrides)
+    plan = [("order", "t1", 12, None), ("password_reset", "acme", 40, None),
+            ("export_csv", "bigco", 35, "enterprise"), ("password_reset", "acme", 7, "enterprise"),
+            ("newsletter", "t1", 30, None)]
+    for task, tenant, n, tier in plan:
+        expected = one_at_a_time(single, task, tenant, n, tier)
+        assert batched.submit_many(task, tenant, [{"n": i} for i in range(n)], tier=tier) == expected
+    assert read_state(batched.config, client, T0) == read_state(single.config, client, T0)
+    counters = {name: sum(c.counters.get(name, 0) for c in single.snapshot().classes.values())
+                for name in ("demoted" if action == "demote" else "rejected", "refused")}
+    assert all(counters.values()), f"the plan must reach the budget and the limit: {counters}"
 
 
 def test_reserved_slots_are_kept_for_their_class(client: redis.Redis) -> None:

@@ -73,6 +73,12 @@ local function stat(name, c, delta)
   local field = name .. SEP .. c
   pending[field] = (pending[field] or 0) + delta
 end
+-- What a call has done that doing again in the same call would not change (Redis runs one call at
+-- a time, and nothing else reads or writes between): the classes whose wake member it set to 0,
+-- whether it rolled the arrival buckets, the tier each party it queued for is charged as (class ..
+-- SEP .. party -> tier, as the cost hash has it). Emptied as each call starts.
+local woken, rolled, tiered = {}, false, {}
+
 local function stats_now(fields)
   local raw = redis.call('HMGET', K_STATS, unpack(fields))
   for i = 1, #fields do raw[i] = num(raw[i]) + (pending[fields[i]] or 0) end
@@ -201,6 +207,9 @@ end
 -- enqueues write nothing there). Entries of the default tier, which earlier releases wrote, read
 -- the same and go when their party leaves.
 local function set_tier(c, party, tier)
+  local seen = c .. SEP .. party
+  if tiered[seen] == tier then return end  -- a batch's next job: the first set it
+  tiered[seen] = tier
   local was = redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier
   if was ~= tier then
     if tier == cfg.default_tier then
@@ -229,6 +238,7 @@ local function activate(c, tenant, tier, enq)
   else
     redis.call('ZADD', ckey(c, PART_TAGS), num(redis.call('GET', ckey(c, PART_VT))), party)
     if tier ~= cfg.default_tier then redis.call('HSET', ckey(c, PART_COST), party, tier) end
+    tiered[c .. SEP .. party] = tier
     count_tier(c, tier, 1)
   end
 end
@@ -335,7 +345,11 @@ end
 -- Wake an idle worker blocked on the class (BZPOPMIN on its wake key): `at` 0 when the class may
 -- have work to take now, else when (ms) a retry of it comes due. One member, lowest time kept:
 -- a burst of enqueues is one wake-up, and each pop that leaves work behind arms the next.
-local function wake(c, at) redis.call('ZADD', ckey(c, PART_WAKE), 'LT', int(at), WAKE_MEMBER) end
+local function wake(c, at)
+  if woken[c] then return end  -- at 0 already in this call: a ZADD LT changes nothing (a batch's pushes)
+  redis.call('ZADD', ckey(c, PART_WAKE), 'LT', int(at), WAKE_MEMBER)
+  if at == 0 then woken[c] = true end
+end
 
 local function push_tail(c, tenant, tier, env, enq)
   c = served_by(c)
@@ -387,6 +401,7 @@ local function take(c, tenant, n, from_tail)
       redis.call('ZREM', ckey(c, PART_TAGS), party)
       local was = redis.call('HGET', ckey(c, PART_COST), party)
       if was then redis.call('HDEL', ckey(c, PART_COST), party) end
+      tiered[c .. SEP .. party] = nil
       count_tier(c, was or cfg.default_tier, -1)
     end
   else
@@ -447,6 +462,8 @@ end
 
 local function roll_arrivals(window)
   local bucket = math.floor(now / window)
+  if rolled then return (now - bucket * window) end
+  rolled = true
   local stored = tonumber(redis.call('HGET', K_ARR, 'bucket'))
   if stored ~= bucket then
     local names = {'*'}
@@ -461,10 +478,21 @@ local function roll_arrivals(window)
   return (now - bucket * window)
 end
 
+-- This call's arrivals (field of the arrivals hash -> count), written once per field when the call
+-- ends, as the stats are: a batch's jobs count one by one here, and each estimate adds them.
+local arrived = {}
+local function flush_arrivals()
+  for field, n in pairs(arrived) do
+    redis.call('HINCRBY', K_ARR, field, int(n))
+    arrived[field] = nil
+  end
+end
+
 -- Sliding-window estimate of arrivals: the previous bucket weighted by how much of it is in the window.
 local function estimate(name, window, offset)
-  local v = redis.call('HMGET', K_ARR, 'prev' .. SEP .. name, 'cur' .. SEP .. name)
-  return num(v[1]) * (window - offset) / window + num(v[2])
+  local cur = 'cur' .. SEP .. name
+  local v = redis.call('HMGET', K_ARR, 'prev' .. SEP .. name, cur)
+  return num(v[1]) * (window - offset) / window + num(v[2]) + (arrived[cur] or 0)
 end
 
 local function apply_budget(ci, reason)
@@ -484,8 +512,8 @@ local function apply_budget(ci, reason)
       ci, reason = ci + 1, cfg.over_budget_reason
     end
   end
-  redis.call('HINCRBY', K_ARR, 'cur' .. SEP .. '*', 1)
-  redis.call('HINCRBY', K_ARR, 'cur' .. SEP .. cfg.classes[ci], 1)
+  local all, mine = 'cur' .. SEP .. '*', 'cur' .. SEP .. cfg.classes[ci]
+  arrived[all], arrived[mine] = (arrived[all] or 0) + 1, (arrived[mine] or 0) + 1
   return ci, reason
 end
 
@@ -536,37 +564,36 @@ end
 
 local ops = {}
 
--- ARGV[4..]: class index (1-based), tenant, tier, task, reason, payload. Returns {id, class,
+-- One job: class index (1-based), tenant, tier, task, reason, payload. Returns {id, class,
 -- reason}; a budget rejection has the id ''; a refusal at a tenant limit has the id '' and the
 -- limit's name and value (a rate as a string, jobs per second) after the reason. The queued-jobs
 -- limit is checked first, then the rate, then the budget; only an accepted job is an arrival for
 -- either the rate or the budget.
-function ops.enqueue()
-  local asked, tenant, tier = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local function enqueue_one(asked, tenant, tier, task, asked_reason, payload)
   local account_rate = cfg.account_rate_allowed > 0 and ACCOUNT_RATE_MARK .. account_of(tenant)
   if cfg.has_limit then
     local limit = at_limit(tenant, tier)
     if limit then
       stat('refused', cfg.classes[asked], 1)
-      return {'', cfg.classes[asked], ARGV[8], 'max_queued', limit}
+      return {'', cfg.classes[asked], asked_reason, 'max_queued', limit}
     end
     if cfg.account_max_queued > 0 and queued_in_classes(PART_ACCOUNT_BACKLOG, account_of(tenant)) >= cfg.account_max_queued then
       stat('refused', cfg.classes[asked], 1)
-      return {'', cfg.classes[asked], ARGV[8], 'account_max_queued', cfg.account_max_queued}
+      return {'', cfg.classes[asked], asked_reason, 'account_max_queued', cfg.account_max_queued}
     end
   end
   if cfg.has_rate then
     local rate = over_rate(tenant, tier)
     if rate then
       stat('refused', cfg.classes[asked], 1)
-      return {'', cfg.classes[asked], ARGV[8], 'max_rate', tostring(rate)}
+      return {'', cfg.classes[asked], asked_reason, 'max_rate', tostring(rate)}
     end
     if account_rate and rate_estimate(account_rate) >= cfg.account_rate_allowed then
       stat('refused', cfg.classes[asked], 1)
-      return {'', cfg.classes[asked], ARGV[8], 'account_max_rate', tostring(cfg.account_max_rate)}
+      return {'', cfg.classes[asked], asked_reason, 'account_max_rate', tostring(cfg.account_max_rate)}
     end
   end
-  local ci, reason = apply_budget(asked, ARGV[8])
+  local ci, reason = apply_budget(asked, asked_reason)
   if ci == nil then return {'', cfg.classes[asked], reason} end
   if cfg.has_rate then
     count_rate(tenant)
@@ -576,11 +603,27 @@ function ops.enqueue()
   local id = redis.call('INCR', K_SEQ)
   local e = {}
   e[ENV_ID], e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS], e[ENV_TIER], e[ENV_TASK], e[ENV_REASON], e[ENV_PAYLOAD] =
-    id, stamp(now), '', coded(tier), coded(ARGV[7]), coded(reason), ARGV[9]
+    id, stamp(now), '', coded(tier), coded(task), coded(reason), payload
   local env = table.concat(e, SEP)
   push_tail(c, tenant, tier, env, now)
-  redis.call('HINCRBY', K_STATS, 'enq' .. SEP .. c .. SEP .. reason, 1)
+  stat('enq', c .. SEP .. reason, 1)
   return {tostring(id), c, reason}
+end
+
+-- ARGV[4..9]: enqueue_one's arguments.
+function ops.enqueue()
+  return enqueue_one(tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
+end
+
+-- ARGV[4..8]: enqueue_one's arguments but the payload, then one payload per job: a batch of one
+-- tenant's jobs of one task in one call, each decided in turn exactly as its own enqueue would be
+-- (admission, budget, id, order). One reply per job, as enqueue's. The call's fixed work (the
+-- config check, the clock, the counters' writes) is paid once, not once a job.
+function ops.enqueue_many()
+  local asked, tenant, tier, task, reason = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+  local out = {}
+  for i = 9, #ARGV do out[i - 8] = enqueue_one(asked, tenant, tier, task, reason, ARGV[i]) end
+  return out
 end
 
 local function wait_bucket(wait)
@@ -1377,7 +1420,12 @@ local function call(keys, args)
   local fn = ops[op]
   if fn == nil then return redis.error_reply('fairctl: unknown operation ' .. tostring(op)) end
   if next(pending) ~= nil then pending = {} end  -- left by a call that failed: never written
+  if next(woken) ~= nil then woken = {} end
+  if next(tiered) ~= nil then tiered = {} end
+  if next(arrived) ~= nil then arrived = {} end  -- left by a call that failed
+  rolled = false
   local out = fn()
   flush_stats()
+  flush_arrivals()
   return out
 end
