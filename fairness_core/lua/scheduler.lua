@@ -57,13 +57,18 @@ for i = 1, NCLASS do ALL[i] = true end
 
 local function ckey(c, part) return base .. CLASS_SPACE .. c .. PART_SEP .. part end
 local function tkey(c, tenant) return base .. CLASS_SPACE .. c .. PART_SEP .. TENANT_QUEUE .. tenant end
-local function num(v) return tonumber(v) or 0 end
 
 -- Small integers as the text Redis would make of them. A number passed to redis.call is formatted
 -- by Redis (snprintf "%.17g", about 0.5 µs an argument); a string goes as it is.
 local INTS = {}
 for i = -64, 1024 do INTS[i] = '' .. i end  -- (tostring is not reachable while a library loads)
 local function int(n) return INTS[n] or n end
+-- And back: the number a reply's text (or an argument's) reads as, nil for none; a small integer's
+-- from a table, as tonumber converts text with strtod, twice. Counts, attempts and most scores are.
+local NUMS = {}
+for i = -64, 1024 do NUMS[INTS[i]] = i end
+local function number(v) return NUMS[v] or tonumber(v) end
+local function num(v) return NUMS[v] or tonumber(v) or 0 end
 
 -- The counters a call changes (field of the stats hash -> delta), written once per field when the
 -- call ends (flush_stats): a pop+ack's in-flight count goes down for the ack and up for the pop,
@@ -144,7 +149,8 @@ end
 -- Attempts 0 (a job not yet retried) is stored as nothing.
 local function header(env)
   local f = head(env, ENV_HEAD)
-  return f[ENV_ID], stamp_ms(f[ENV_ENQUEUED_MS]), tonumber(f[ENV_ATTEMPTS]) or 0, f[ENV_TIER]
+  local att = f[ENV_ATTEMPTS]
+  return f[ENV_ID], stamp_ms(f[ENV_ENQUEUED_MS]), att == '' and 0 or num(att), f[ENV_TIER]
 end
 
 local function with_attempts(env, attempts)
@@ -161,7 +167,7 @@ end
 
 local function parse_record(rec)
   local f, len = head(rec, REC_HEAD)
-  return f[REC_QUEUE], f[REC_TENANT], tonumber(f[REC_ATTEMPTS]), string.sub(rec, len + 1)
+  return f[REC_QUEUE], f[REC_TENANT], number(f[REC_ATTEMPTS]), string.sub(rec, len + 1)
 end
 
 -- The class's queued tenants of each tier ('tenants', class, tier in the stats hash): what a
@@ -191,7 +197,7 @@ local function akey(c, account) return ckey(c, PART_ACCOUNT .. account) end
 -- tenants.account_max_queued and the exporter's noisy accounts read; the member goes at 0.
 local function count_account(c, tenant, delta)
   local account = account_of(tenant)
-  if tonumber(redis.call('ZINCRBY', ckey(c, PART_ACCOUNT_BACKLOG), delta, account)) <= 0 then
+  if number(redis.call('ZINCRBY', ckey(c, PART_ACCOUNT_BACKLOG), delta, account)) <= 0 then
     redis.call('ZREM', ckey(c, PART_ACCOUNT_BACKLOG), account)
   end
 end
@@ -221,7 +227,7 @@ local function activate(c, tenant, tier, enq)
   if ACCOUNTS then
     party = account_of(tenant)
     local first = redis.call('ZRANGE', akey(c, party), 0, 0, 'WITHSCORES')
-    inner = tonumber(first[2])
+    inner = number(first[2])
     redis.call('ZADD', akey(c, party), inner or 0, tenant)
   end
   if inner then
@@ -298,7 +304,7 @@ end
 local function save_swrr(swrr, stored)
   local args = {}
   for i = 1, NCLASS do
-    if swrr[i] ~= tonumber(stored[i]) then
+    if swrr[i] ~= number(stored[i]) then
       args[#args + 1] = cfg.classes[i]
       args[#args + 1] = swrr[i]
     end
@@ -371,7 +377,7 @@ end
 local function take(c, tenant, n, from_tail)
   local qk = tkey(c, tenant)
   local items = redis.call(from_tail and 'RPOP' or 'LPOP', qk, int(n))
-  local left = tonumber(redis.call('ZINCRBY', ckey(c, PART_BACKLOG), int(-#items), tenant))
+  local left = number(redis.call('ZINCRBY', ckey(c, PART_BACKLOG), int(-#items), tenant))
   if ACCOUNTS then count_account(c, tenant, -#items) end
   if left <= 0 then
     left = 0
@@ -774,9 +780,9 @@ local function settle(first)
     acked[k] = 0
     if records[k] and not taken[id] then
       local f, len = head(records[k], REC_HEAD)
-      local c, tenant, att = f[REC_QUEUE], f[REC_TENANT], tonumber(f[REC_ATTEMPTS])
+      local c, tenant, att = f[REC_QUEUE], f[REC_TENANT], number(f[REC_ATTEMPTS])
       local env = cfg.runtime and string.sub(records[k], len + 1)  -- read only to learn runtimes
-      if att == tonumber(ARGV[first + 3 * k - 2]) then
+      if att == number(ARGV[first + 3 * k - 2]) then
         acked[k], taken[id] = 1, true
         gone[#gone + 1] = id
         local key = c .. SEP .. tenant
@@ -831,7 +837,7 @@ end
 function ops.pop()
   local acked = settle(6)
   release_delayed(SWEEP_BATCH)
-  local want = tonumber(ARGV[4])
+  local want = number(ARGV[4])
   local allowed = ALL
   if ARGV[5] ~= '' then
     allowed = {}
@@ -892,13 +898,13 @@ function ops.pop()
       tenant = party
       if ACCOUNTS and party then
         local m = redis.call('ZRANGE', akey(c, party), '0', '0', 'WITHSCORES')
-        tenant, inner = m[1], tonumber(m[2])
+        tenant, inner = m[1], number(m[2])
       end
       if tenant == nil then
         return redis.error_reply('FAIRCTL_DAMAGED ' .. c .. ' counts ' .. depth[ci] .. ' queued jobs but no tenant ' ..
           'holds any: scheduler keys were deleted or evicted (is maxmemory-policy noeviction?)')
       end
-      local tag = tonumber(t[2])
+      local tag = number(t[2])
       redis.call('SET', ckey(c, PART_VT), t[2])  -- the score's text: the same number
       local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier)
       local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci]))
