@@ -856,8 +856,10 @@ function ops.pop()
   end
   local slots = raw[2 * NCLASS + 1]
   local policy = cfg.policy
+  local weighted = policy == 'weighted' or policy == 'weighted-fair'
+  -- Smooth weighted round-robin's values are read when two classes first contend, and written
+  -- then: a class eligible alone gets its weight and pays it back, so the values stay as they were.
   local swrr, stored = nil, nil
-  if policy == 'weighted' or policy == 'weighted-fair' then swrr, stored = load_swrr() end
 
   local out, took = {}, {}
   while #out < want do
@@ -871,21 +873,22 @@ function ops.pop()
     end
     if #elig == 0 then break end
 
-    local ci, total
-    if policy == 'strict' then
-      ci = elig[1]
-    elseif policy == 'fifo' then
+    -- The first eligible class (strict's pick, and the round-robin's when it is alone) unless
+    -- the policy picks another; `total` is set when the round-robin chose among two or more.
+    local ci, total = elig[1], nil
+    if policy == 'fifo' then
       local best
       for _, i in ipairs(elig) do
         local _, s = head_score(cfg.classes[i])
         if best == nil or s < best then ci, best = i, s end
       end
-    else
+    elseif weighted and #elig > 1 then
+      if swrr == nil then swrr, stored = load_swrr() end
       total = 0
       for _, i in ipairs(elig) do
         total = total + cfg.weights[i]
         swrr[i] = swrr[i] + cfg.weights[i]
-        if ci == nil or swrr[i] > swrr[ci] then ci = i end
+        if swrr[i] > swrr[ci] then ci = i end
       end
       swrr[ci] = swrr[ci] - total
     end
@@ -919,7 +922,7 @@ function ops.pop()
         redis.call('ZADD', ckey(c, PART_TAGS), tag + work * cost, party)
       end
       lease(c, tenant, items, out)
-      charge_visit(swrr, elig, ci, total, work)
+      if total then charge_visit(swrr, elig, ci, total, work) end
     else
       tenant = head_score(c)
       if tenant == nil then
@@ -928,7 +931,10 @@ function ops.pop()
       end
       n = 1
       local items = take(c, tenant, 1)
-      if cfg.runtime and swrr ~= nil then charge_visit(swrr, elig, ci, total, record_charges(items, estimates(ci, tenant, items))) end
+      if cfg.runtime and weighted then
+        local work = record_charges(items, estimates(ci, tenant, items))
+        if total then charge_visit(swrr, elig, ci, total, work) end
+      end
       lease(c, tenant, items, out)
     end
     depth[ci] = depth[ci] - n
@@ -940,7 +946,7 @@ function ops.pop()
     if depth[ci] > 0 then wake(cfg.classes[ci], 0) end
   end
 
-  if swrr ~= nil and #out > 0 then save_swrr(swrr, stored) end
+  if swrr ~= nil then save_swrr(swrr, stored) end
   return {now_text(), out, acked}
 end
 
