@@ -34,9 +34,10 @@ local bound = false
 local cfg = __SETTINGS__
 -- Set by `call` for each call: Redis runs one call at a time, and the functions below read them.
 local ARGV, op, base, now, now_s
--- `now` as text, made once per call when first asked.
+-- `now` as text, made once per call when first asked: whole ms, which "%d" writes for less than
+-- tostring's "%.14g" does, in the same digits.
 local function now_text()
-  if now_s == nil then now_s = tostring(now) end
+  if now_s == nil then now_s = now % 1 == 0 and string.format('%d', now) or tostring(now) end
   return now_s
 end
 local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS, K_CONFIG,
@@ -58,11 +59,18 @@ for i = 1, NCLASS do ALL[i] = true end
 local function ckey(c, part) return base .. CLASS_SPACE .. c .. PART_SEP .. part end
 local function tkey(c, tenant) return base .. CLASS_SPACE .. c .. PART_SEP .. TENANT_QUEUE .. tenant end
 
--- Small integers as the text Redis would make of them. A number passed to redis.call is formatted
--- by Redis (snprintf "%.17g", about 0.5 µs an argument); a string goes as it is.
+-- Integers as the text Redis would make of them. A number passed to redis.call is formatted by
+-- Redis (snprintf "%.17g", about 0.5 µs an argument); a string goes as it is. Small ones are in a
+-- table; other whole numbers below 2^53 (times, deadlines, tags) are made with "%d", the same
+-- digits for less work; anything else is left to Redis.
 local INTS = {}
 for i = -64, 1024 do INTS[i] = '' .. i end  -- (tostring is not reachable while a library loads)
-local function int(n) return INTS[n] or n end
+local WHOLE = 2 ^ 53
+local function int(n)
+  local text = INTS[n]
+  if text == nil and n % 1 == 0 and n < WHOLE and n > -WHOLE then text = string.format('%d', n) end
+  return text or n
+end
 -- And back: the number a reply's text (or an argument's) reads as, nil for none; a small integer's
 -- from a table, as tonumber converts text with strtod, twice. Counts, attempts and most scores are.
 local NUMS = {}
@@ -306,7 +314,7 @@ local function save_swrr(swrr, stored)
   for i = 1, NCLASS do
     if swrr[i] ~= number(stored[i]) then
       args[#args + 1] = cfg.classes[i]
-      args[#args + 1] = swrr[i]
+      args[#args + 1] = int(swrr[i])
     end
   end
   if #args > 0 then redis.call('HSET', K_SWRR, unpack(args)) end
@@ -398,7 +406,7 @@ local function take(c, tenant, n, from_tail)
   else
     if not from_tail then
       local _, enq = header(redis.call('LINDEX', qk, '0'))
-      redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
+      redis.call('ZADD', ckey(c, PART_HEADS), int(enq), tenant)
     end
   end
   stat('depth', c, -#items)
@@ -600,7 +608,7 @@ end
 -- Lease popped envelopes: deadlines in the lease set, records in the leased hash, first-attempt
 -- waits in the histogram; one call per structure for the whole visit, not one per job.
 local function lease(c, tenant, items, out)
-  local deadline = now + cfg.visibility_ms
+  local deadline = int(now + cfg.visibility_ms)
   local deadlines, records, buckets, waited, first = {}, {}, {}, 0, 0
   for _, env in ipairs(items) do
     local id, enq, att = header(env)
@@ -914,12 +922,12 @@ function ops.pop()
       n = #items
       local work = cfg.runtime and record_charges(items, estimates(ci, tenant, items)) or n
       if inner then
-        if left > 0 then redis.call('ZADD', akey(c, party), inner + work, tenant) end
+        if left > 0 then redis.call('ZADD', akey(c, party), int(inner + work), tenant) end
         if left > 0 or redis.call('EXISTS', akey(c, party)) == 1 then
-          redis.call('ZADD', ckey(c, PART_TAGS), tag + work * cost, party)
+          redis.call('ZADD', ckey(c, PART_TAGS), int(tag + work * cost), party)
         end
       elseif left > 0 then
-        redis.call('ZADD', ckey(c, PART_TAGS), tag + work * cost, party)
+        redis.call('ZADD', ckey(c, PART_TAGS), int(tag + work * cost), party)
       end
       lease(c, tenant, items, out)
       if total then charge_visit(swrr, elig, ci, total, work) end
@@ -1383,8 +1391,8 @@ local function call(keys, args)
   if ARGV[3] ~= '' then
     now = tonumber(ARGV[3])
   else
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local t = redis.call('TIME')  -- seconds and µs as text: arithmetic converts each once, tonumber twice
+    now = t[1] * 1000 + math.floor(t[2] / 1000)
   end
   local fn = ops[op]
   if fn == nil then return redis.error_reply('fairctl: unknown operation ' .. tostring(op)) end
