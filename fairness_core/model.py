@@ -623,7 +623,7 @@ class Model:
         slots = self.stats.get("slots", 0)
         policy = s.policy
         weighted = policy in ("weighted", "weighted-fair")
-        swrr = [self.swrr.get(n, 0) for n in self.names]
+        swrr: list[float] | None = None  # read when two classes first contend, as the Lua's
         out: list[Record] = []
         while len(out) < max_jobs:
             elig: list[int] = []
@@ -635,17 +635,16 @@ class Model:
                         elig.append(i)
             if not elig:
                 break
-            total = 0
-            if policy == "strict":
-                ci = elig[0]
-            elif policy == "fifo":
+            ci, total = elig[0], 0  # total: set when the round-robin chose among two classes or more
+            if policy == "fifo":
                 ci = min(elig, key=lambda i: (self._cls(self.names[i]).heads.first()[1], i))  # type: ignore[index]
-            else:
-                ci = -1
+            elif weighted and len(elig) > 1:
+                if swrr is None:
+                    swrr = [self.swrr.get(n, 0) for n in self.names]
                 for i in elig:
                     total += s.weights[i]
                     swrr[i] += s.weights[i]
-                    if ci < 0 or swrr[i] > swrr[ci]:
+                    if swrr[i] > swrr[ci]:
                         ci = i
                 swrr[ci] -= total
             queue = self.names[ci]
@@ -664,17 +663,20 @@ class Model:
                 if left > 0 or party in cls.accounts:
                     cls.tags.add(party, tag + work * cost)
                 self._lease(now, queue, tenant, items, out)
-                self._charge_visit(swrr, elig, ci, total, work)
+                if swrr is not None and total:
+                    self._charge_visit(swrr, elig, ci, total, work)
             else:
                 tenant = cls.heads.first()[0]  # type: ignore[index]
                 n = 1
                 items = self._take(queue, tenant, 1)[0]
                 if s.runtime and weighted:
-                    self._charge_visit(swrr, elig, ci, total, self._charge(ci, tenant, items))
+                    work = self._charge(ci, tenant, items)
+                    if swrr is not None and total:
+                        self._charge_visit(swrr, elig, ci, total, work)
                 self._lease(now, queue, tenant, items, out)
             depth[ci] -= n
             inflight[ci] += n
-        if weighted and out:
+        if swrr is not None:
             self.swrr = dict(zip(self.names, swrr))
         return out
 

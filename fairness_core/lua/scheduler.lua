@@ -34,9 +34,10 @@ local bound = false
 local cfg = __SETTINGS__
 -- Set by `call` for each call: Redis runs one call at a time, and the functions below read them.
 local ARGV, op, base, now, now_s
--- `now` as text, made once per call when first asked.
+-- `now` as text, made once per call when first asked: whole ms, which "%d" writes for less than
+-- tostring's "%.14g" does, in the same digits.
 local function now_text()
-  if now_s == nil then now_s = tostring(now) end
+  if now_s == nil then now_s = now % 1 == 0 and string.format('%d', now) or tostring(now) end
   return now_s
 end
 local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS, K_CONFIG,
@@ -57,13 +58,25 @@ for i = 1, NCLASS do ALL[i] = true end
 
 local function ckey(c, part) return base .. CLASS_SPACE .. c .. PART_SEP .. part end
 local function tkey(c, tenant) return base .. CLASS_SPACE .. c .. PART_SEP .. TENANT_QUEUE .. tenant end
-local function num(v) return tonumber(v) or 0 end
 
--- Small integers as the text Redis would make of them. A number passed to redis.call is formatted
--- by Redis (snprintf "%.17g", about 0.5 µs an argument); a string goes as it is.
+-- Integers as the text Redis would make of them. A number passed to redis.call is formatted by
+-- Redis (snprintf "%.17g", about 0.5 µs an argument); a string goes as it is. Small ones are in a
+-- table; other whole numbers below 2^53 (times, deadlines, tags) are made with "%d", the same
+-- digits for less work; anything else is left to Redis.
 local INTS = {}
 for i = -64, 1024 do INTS[i] = '' .. i end  -- (tostring is not reachable while a library loads)
-local function int(n) return INTS[n] or n end
+local WHOLE = 2 ^ 53
+local function int(n)
+  local text = INTS[n]
+  if text == nil and n % 1 == 0 and n < WHOLE and n > -WHOLE then text = string.format('%d', n) end
+  return text or n
+end
+-- And back: the number a reply's text (or an argument's) reads as, nil for none; a small integer's
+-- from a table, as tonumber converts text with strtod, twice. Counts, attempts and most scores are.
+local NUMS = {}
+for i = -64, 1024 do NUMS[INTS[i]] = i end
+local function number(v) return NUMS[v] or tonumber(v) end
+local function num(v) return NUMS[v] or tonumber(v) or 0 end
 
 -- The counters a call changes (field of the stats hash -> delta), written once per field when the
 -- call ends (flush_stats): a pop+ack's in-flight count goes down for the ack and up for the pop,
@@ -150,7 +163,8 @@ end
 -- Attempts 0 (a job not yet retried) is stored as nothing.
 local function header(env)
   local f = head(env, ENV_HEAD)
-  return f[ENV_ID], stamp_ms(f[ENV_ENQUEUED_MS]), tonumber(f[ENV_ATTEMPTS]) or 0, f[ENV_TIER]
+  local att = f[ENV_ATTEMPTS]
+  return f[ENV_ID], stamp_ms(f[ENV_ENQUEUED_MS]), att == '' and 0 or num(att), f[ENV_TIER]
 end
 
 local function with_attempts(env, attempts)
@@ -167,7 +181,7 @@ end
 
 local function parse_record(rec)
   local f, len = head(rec, REC_HEAD)
-  return f[REC_QUEUE], f[REC_TENANT], tonumber(f[REC_ATTEMPTS]), string.sub(rec, len + 1)
+  return f[REC_QUEUE], f[REC_TENANT], number(f[REC_ATTEMPTS]), string.sub(rec, len + 1)
 end
 
 -- The class's queued tenants of each tier ('tenants', class, tier in the stats hash): what a
@@ -197,7 +211,7 @@ local function akey(c, account) return ckey(c, PART_ACCOUNT .. account) end
 -- tenants.account_max_queued and the exporter's noisy accounts read; the member goes at 0.
 local function count_account(c, tenant, delta)
   local account = account_of(tenant)
-  if tonumber(redis.call('ZINCRBY', ckey(c, PART_ACCOUNT_BACKLOG), delta, account)) <= 0 then
+  if number(redis.call('ZINCRBY', ckey(c, PART_ACCOUNT_BACKLOG), delta, account)) <= 0 then
     redis.call('ZREM', ckey(c, PART_ACCOUNT_BACKLOG), account)
   end
 end
@@ -230,7 +244,7 @@ local function activate(c, tenant, tier, enq)
   if ACCOUNTS then
     party = account_of(tenant)
     local first = redis.call('ZRANGE', akey(c, party), 0, 0, 'WITHSCORES')
-    inner = tonumber(first[2])
+    inner = number(first[2])
     redis.call('ZADD', akey(c, party), inner or 0, tenant)
   end
   if inner then
@@ -308,9 +322,9 @@ end
 local function save_swrr(swrr, stored)
   local args = {}
   for i = 1, NCLASS do
-    if swrr[i] ~= tonumber(stored[i]) then
+    if swrr[i] ~= number(stored[i]) then
       args[#args + 1] = cfg.classes[i]
-      args[#args + 1] = swrr[i]
+      args[#args + 1] = int(swrr[i])
     end
   end
   if #args > 0 then redis.call('HSET', K_SWRR, unpack(args)) end
@@ -385,7 +399,7 @@ end
 local function take(c, tenant, n, from_tail)
   local qk = tkey(c, tenant)
   local items = redis.call(from_tail and 'RPOP' or 'LPOP', qk, int(n))
-  local left = tonumber(redis.call('ZINCRBY', ckey(c, PART_BACKLOG), int(-#items), tenant))
+  local left = number(redis.call('ZINCRBY', ckey(c, PART_BACKLOG), int(-#items), tenant))
   if ACCOUNTS then count_account(c, tenant, -#items) end
   if left <= 0 then
     left = 0
@@ -407,7 +421,7 @@ local function take(c, tenant, n, from_tail)
   else
     if not from_tail then
       local _, enq = header(redis.call('LINDEX', qk, '0'))
-      redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
+      redis.call('ZADD', ckey(c, PART_HEADS), int(enq), tenant)
     end
   end
   stat('depth', c, -#items)
@@ -637,7 +651,7 @@ end
 -- Lease popped envelopes: deadlines in the lease set, records in the leased hash, first-attempt
 -- waits in the histogram; one call per structure for the whole visit, not one per job.
 local function lease(c, tenant, items, out)
-  local deadline = now + cfg.visibility_ms
+  local deadline = int(now + cfg.visibility_ms)
   local deadlines, records, buckets, waited, first = {}, {}, {}, 0, 0
   for _, env in ipairs(items) do
     local id, enq, att = header(env)
@@ -817,9 +831,9 @@ local function settle(first)
     acked[k] = 0
     if records[k] and not taken[id] then
       local f, len = head(records[k], REC_HEAD)
-      local c, tenant, att = f[REC_QUEUE], f[REC_TENANT], tonumber(f[REC_ATTEMPTS])
+      local c, tenant, att = f[REC_QUEUE], f[REC_TENANT], number(f[REC_ATTEMPTS])
       local env = cfg.runtime and string.sub(records[k], len + 1)  -- read only to learn runtimes
-      if att == tonumber(ARGV[first + 3 * k - 2]) then
+      if att == number(ARGV[first + 3 * k - 2]) then
         acked[k], taken[id] = 1, true
         gone[#gone + 1] = id
         local key = c .. SEP .. tenant
@@ -874,7 +888,7 @@ end
 function ops.pop()
   local acked = settle(6)
   release_delayed(SWEEP_BATCH)
-  local want = tonumber(ARGV[4])
+  local want = number(ARGV[4])
   local allowed = ALL
   if ARGV[5] ~= '' then
     allowed = {}
@@ -893,8 +907,10 @@ function ops.pop()
   end
   local slots = raw[2 * NCLASS + 1]
   local policy = cfg.policy
+  local weighted = policy == 'weighted' or policy == 'weighted-fair'
+  -- Smooth weighted round-robin's values are read when two classes first contend, and written
+  -- then: a class eligible alone gets its weight and pays it back, so the values stay as they were.
   local swrr, stored = nil, nil
-  if policy == 'weighted' or policy == 'weighted-fair' then swrr, stored = load_swrr() end
 
   local out, took = {}, {}
   while #out < want do
@@ -908,21 +924,22 @@ function ops.pop()
     end
     if #elig == 0 then break end
 
-    local ci, total
-    if policy == 'strict' then
-      ci = elig[1]
-    elseif policy == 'fifo' then
+    -- The first eligible class (strict's pick, and the round-robin's when it is alone) unless
+    -- the policy picks another; `total` is set when the round-robin chose among two or more.
+    local ci, total = elig[1], nil
+    if policy == 'fifo' then
       local best
       for _, i in ipairs(elig) do
         local _, s = head_score(cfg.classes[i])
         if best == nil or s < best then ci, best = i, s end
       end
-    else
+    elseif weighted and #elig > 1 then
+      if swrr == nil then swrr, stored = load_swrr() end
       total = 0
       for _, i in ipairs(elig) do
         total = total + cfg.weights[i]
         swrr[i] = swrr[i] + cfg.weights[i]
-        if ci == nil or swrr[i] > swrr[ci] then ci = i end
+        if swrr[i] > swrr[ci] then ci = i end
       end
       swrr[ci] = swrr[ci] - total
     end
@@ -935,28 +952,28 @@ function ops.pop()
       tenant = party
       if ACCOUNTS and party then
         local m = redis.call('ZRANGE', akey(c, party), '0', '0', 'WITHSCORES')
-        tenant, inner = m[1], tonumber(m[2])
+        tenant, inner = m[1], number(m[2])
       end
       if tenant == nil then
         return redis.error_reply('FAIRCTL_DAMAGED ' .. c .. ' counts ' .. depth[ci] .. ' queued jobs but no tenant ' ..
           'holds any: scheduler keys were deleted or evicted (is maxmemory-policy noeviction?)')
       end
-      local tag = tonumber(t[2])
+      local tag = number(t[2])
       redis.call('SET', ckey(c, PART_VT), t[2])  -- the score's text: the same number
       local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier)
       local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci]))
       n = #items
       local work = cfg.runtime and record_charges(items, estimates(ci, tenant, items)) or n
       if inner then
-        if left > 0 then redis.call('ZADD', akey(c, party), inner + work, tenant) end
+        if left > 0 then redis.call('ZADD', akey(c, party), int(inner + work), tenant) end
         if left > 0 or redis.call('EXISTS', akey(c, party)) == 1 then
-          redis.call('ZADD', ckey(c, PART_TAGS), tag + work * cost, party)
+          redis.call('ZADD', ckey(c, PART_TAGS), int(tag + work * cost), party)
         end
       elseif left > 0 then
-        redis.call('ZADD', ckey(c, PART_TAGS), tag + work * cost, party)
+        redis.call('ZADD', ckey(c, PART_TAGS), int(tag + work * cost), party)
       end
       lease(c, tenant, items, out)
-      charge_visit(swrr, elig, ci, total, work)
+      if total then charge_visit(swrr, elig, ci, total, work) end
     else
       tenant = head_score(c)
       if tenant == nil then
@@ -965,7 +982,10 @@ function ops.pop()
       end
       n = 1
       local items = take(c, tenant, 1)
-      if cfg.runtime and swrr ~= nil then charge_visit(swrr, elig, ci, total, record_charges(items, estimates(ci, tenant, items))) end
+      if cfg.runtime and weighted then
+        local work = record_charges(items, estimates(ci, tenant, items))
+        if total then charge_visit(swrr, elig, ci, total, work) end
+      end
       lease(c, tenant, items, out)
     end
     depth[ci] = depth[ci] - n
@@ -977,7 +997,7 @@ function ops.pop()
     if depth[ci] > 0 then wake(cfg.classes[ci], 0) end
   end
 
-  if swrr ~= nil and #out > 0 then save_swrr(swrr, stored) end
+  if swrr ~= nil then save_swrr(swrr, stored) end
   return {now_text(), out, acked}
 end
 
@@ -1414,8 +1434,8 @@ local function call(keys, args)
   if ARGV[3] ~= '' then
     now = tonumber(ARGV[3])
   else
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local t = redis.call('TIME')  -- seconds and µs as text: arithmetic converts each once, tonumber twice
+    now = t[1] * 1000 + math.floor(t[2] / 1000)
   end
   local fn = ops[op]
   if fn == nil then return redis.error_reply('fairctl: unknown operation ' .. tostring(op)) end
