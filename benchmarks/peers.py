@@ -26,6 +26,7 @@ import redis
 import yaml
 
 from fairness_core import Scheduler, redis_client
+from fairness_core.jobs import SEP
 from fairness_stack.servers import stop_process
 
 from .load import EXAMPLE_CONFIG, TASKS, bench_config
@@ -158,7 +159,7 @@ def fairctl(url: str, run: str, jobs: int, concurrency: int, batch: int | None =
             n = min(CHUNK, jobs - first)
             sched.submit_many(TASKS[(first // CHUNK) % len(TASKS)], f"tenant-{(first // CHUNK) % TENANTS}", [None] * n)
         deadline = time.monotonic() + RUN_TIMEOUT_S
-        while sum(c.counters.get("processed", 0) for c in sched.snapshot().classes.values()) < jobs:
+        while processed(sched) < jobs:
             if time.monotonic() > deadline or worker.poll() is not None:
                 raise RuntimeError("fairctl worker did not finish the jobs")
             time.sleep(0.01)
@@ -166,6 +167,14 @@ def fairctl(url: str, run: str, jobs: int, concurrency: int, batch: int | None =
     finally:
         _stop([worker])
         os.unlink(file.name)
+
+
+def processed(sched: Scheduler) -> int:
+    """Jobs the queue group has processed: its classes' counters, read with one HMGET, as cheap a
+    check as the peers' (RQ's finished-registry count, BullMQ's completed count). A snapshot, ten
+    script calls' worth of work, would take a few per cent of the machine from the run it times."""
+    fields = [f"processed{SEP}{queue}" for queue in sched.settings.classes]
+    return sum(int(n or 0) for n in sched.client.hmget(sched.keys.stats, fields))
 
 
 def rq(peers: Peers, url: str, run: str, jobs: int, concurrency: int) -> float:
