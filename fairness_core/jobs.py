@@ -276,10 +276,13 @@ class DeadOutcome:
 class Popped:
     """What ``ack_and_pop`` did: for each lease given, whether its ack counted (False: the lease
     had expired, as with ``ack``; None: not sent, as its shard of a sharded queue did not answer,
-    for the caller to send again), and the newly leased jobs."""
+    for the caller to send again), and the newly leased jobs. ``held_back``: none leased though a
+    class had work, as other classes' ``reserved_slots`` keep the fleet's free slots; a worker
+    then waits for those classes' work, or for a while, rather than pop again at once."""
 
     acked: list[bool | None]
     leases: list[Lease]
+    held_back: bool = False
 
 
 # The field separator of every line the scheduler stores (envelopes, lease and dead-letter

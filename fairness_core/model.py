@@ -610,7 +610,18 @@ class Model:
         for _, runtime in finished:
             _runtime(runtime)  # an invalid one refuses the whole call, as the Scheduler's does
         acked = [self.ack(now, lease, runtime=runtime) for lease, runtime in finished]
-        return Popped(acked=acked, leases=self.pop(now, max_jobs, classes=classes))
+        leases = self.pop(now, max_jobs, classes=classes)
+        return Popped(acked=acked, leases=leases, held_back=not leases and self._held_back(classes))
+
+    def _held_back(self, classes: Sequence[str] | None) -> bool:
+        """After a pop that leased nothing: whether a class the worker serves has work it could
+        not take for lack of capacity (the Lua's flag, read from the state the pop left)."""
+        allowed = set(range(len(self.names))) if classes is None else {self._pool_index(c) for c in classes}
+        inflight = [self.stats.get(f"inflight{SEP}{n}", 0) for n in self.names]
+        slots = self.stats.get("slots", 0)
+        return any(self.stats.get(f"depth{SEP}{name}", 0) > 0 and name not in self.paused
+                   and self._capacity(i, inflight, slots, allowed) < 1
+                   for i, name in enumerate(self.names) if i in allowed)
 
     def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Record]:
         """Like :meth:`pop`, returning the model's own records (cheaper for the simulator). An

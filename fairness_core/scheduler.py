@@ -430,9 +430,9 @@ class Scheduler:
             return ("pop", max_jobs, allowed, *settle)
 
         self.memory.ensure_policy()
-        _now, items, acked = self._synced(build)
+        _now, items, acked, held = self._synced(build)
         return Popped(acked=[bool(a) for a in acked],
-                      leases=[popped_lease(self.settings.names, *item) for item in items])
+                      leases=[popped_lease(self.settings.names, *item) for item in items], held_back=held == 1)
 
     def ack(self, lease: Lease, *, runtime: float | None = None) -> bool:
         """Complete a job. False when the lease had expired and the job went back to the queue.

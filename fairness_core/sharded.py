@@ -575,6 +575,7 @@ class ShardedScheduler:
                 if self.health.usable(index):
                     with contextlib.suppress(RedisUnavailable):
                         acked[n] = self.health.call(index, partial(self.shard(index).ack, lease, runtime=runtime))
+        held = bool(choices)  # held back: every shard asked had work its reservations kept
         for index, queue in choices:
             settle = by_shard.pop(index, [])
             try:
@@ -582,6 +583,7 @@ class ShardedScheduler:
                                                          max_jobs, classes=None if queue is None else [queue]))
             except RedisUnavailable:
                 self.loads()[index].ran_dry(None)
+                held = False
                 continue
             for (n, _), ok in zip(settle, popped.acked):
                 acked[n] = ok
@@ -589,8 +591,9 @@ class ShardedScheduler:
                 leases = [replace(lease, job_id=self.job_id_in(index, lease.job_id)) for lease in popped.leases]
                 self.count_served(leases)
                 break
+            held = held and popped.held_back
             self.loads()[index].ran_dry(queue)
-        return Popped(acked=acked, leases=leases)
+        return Popped(acked=acked, leases=leases, held_back=held and not leases)
 
     def choices(self, classes: Sequence[str] | None, *, prefer: int | None = None) -> Iterator[tuple[int, str | None]]:
         """(shard, class) pops to try in turn: the chosen class on the shards with its work, in

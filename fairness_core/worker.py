@@ -50,6 +50,9 @@ PREFETCH_S = 0.01  # a slot leases ahead no more than it expects to finish withi
 REREGISTER_MIN_S = 1.0  # a slot that starts or stops leasing ahead registers again at most this often
 PACE_SMOOTHING = 0.2  # weight of a job's runtime in the worker's moving average
 IDLE_WAIT_S = 5.0  # an idle worker's longest blocking wait for work: its one periodic look when nothing comes
+# Slots held back by reservations wait this long at most for a reserved class's work before they
+# look again: how soon they take capacity the fleet frees (a slot stopping, more slots registering).
+HELD_LOOK_S = 0.1
 OUTAGE_MIN_S, OUTAGE_MAX_S = 0.1, 5.0  # Redis unreachable: capped exponential backoff
 REAP_EVERY_S = 1.0
 PROMOTE_EVERY_S = 10.0
@@ -107,23 +110,32 @@ class Doorbell:
     them and lets one slot go per wake-up: an idle worker sends Redis one blocking call every
     ``IDLE_WAIT_S`` however many slots it has, and a job enqueued into an idle fleet starts within
     a round trip or two of its enqueue. A retry's due time, which a wake-up may carry, shortens the
-    next wait so the retry is taken when it comes due."""
+    next wait so the retry is taken when it comes due.
+
+    Slots whose pop was held back (other classes' ``reserved_slots`` keep the free slots) wait for
+    the reserved classes' work only, and look again every ``HELD_LOOK_S``: the wake keys of the
+    classes they could not take are armed by the busy slots' every pop, and listening to them
+    would have the held slots pop again at once, over and over, for nothing."""
 
     def __init__(self, slots: int) -> None:
         self._cond = threading.Condition()
         self._waiting = 0  # slots waiting for a ring
+        self._held = 0  # of those, slots whose pop was held back by reservations
         self._rings = 0  # rings not yet taken (at most one per slot)
         self._slots = slots
 
-    def wait(self, stopping: threading.Event) -> None:
-        """Block an idle slot until it is rung or ``stopping`` is set."""
+    def wait(self, stopping: threading.Event, *, held: bool = False) -> None:
+        """Block an idle slot until it is rung or ``stopping`` is set; ``held``: its pop was held
+        back by reservations."""
         with self._cond:
             self._waiting += 1
+            self._held += held
             self._cond.notify_all()  # the listener starts listening
             while self._rings == 0 and not stopping.is_set():
                 self._cond.wait(TICK_S)
             self._rings = max(0, self._rings - 1)
             self._waiting -= 1
+            self._held -= held
 
     def ring(self) -> None:
         """Let one waiting slot go (or the next one that comes to wait) and pop."""
@@ -131,19 +143,25 @@ class Doorbell:
             self._rings = min(self._rings + 1, self._slots)
             self._cond.notify_all()
 
-    def listen(self, wait_for_work: Callable[[float], float | None], stopping: threading.Event) -> None:
+    def listen(self, wait_for_work: Callable[[float, bool], float | None], stopping: threading.Event) -> None:
         """The listener thread: while some slot waits, block on the wake keys (``wait_for_work``
-        with a timeout) and ring a slot on each wake-up, on a retry coming due, and every
-        ``IDLE_WAIT_S`` (the periodic look that bounds what a lost wake-up can cost)."""
+        with a timeout, and whether only the reserved classes') and ring a slot on each wake-up, on
+        a retry coming due, and every ``IDLE_WAIT_S`` (the periodic look that bounds what a lost
+        wake-up can cost), or ``HELD_LOOK_S`` when every waiting slot was held back."""
         due: float | None = None  # monotonic time a retry comes due
         while not stopping.is_set():
             with self._cond:
                 while self._waiting == 0 and not stopping.is_set():
                     self._cond.wait(TICK_S)
+                held = self._held == self._waiting
             if stopping.is_set():
                 return
+            if held:
+                wait_for_work(HELD_LOOK_S, True)
+                self.ring()
+                continue
             timeout = IDLE_WAIT_S if due is None else min(IDLE_WAIT_S, max(0.001, due - time.monotonic()))
-            got = wait_for_work(timeout)
+            got = wait_for_work(timeout, False)
             if got is None or got == 0.0:  # the time passed (a due retry among it), or work came
                 due = None if got is None else due
                 self.ring()
@@ -549,7 +567,7 @@ class Worker:
             done = [finished for finished, ok in zip(done, popped.acked) if ok is None]  # sent again next pop
             leases = popped.leases
             if not leases:
-                self._doorbell.wait(self._stopping)
+                self._doorbell.wait(self._stopping, held=popped.held_back)
                 continue
             with self._held_lock:
                 self._held.update((lease.job_id, lease) for lease in leases)
@@ -580,11 +598,19 @@ class Worker:
             return 1
         return self.batch if pace <= 0 else max(1, min(self.batch, int(self.prefetch / pace)))
 
-    def _wait_for_work(self, timeout: float) -> float | None:
-        """The doorbell's blocking wait. On a failure it rings (returns None): the slot's pop then
+    def _wait_for_work(self, timeout: float, held: bool) -> float | None:
+        """The doorbell's blocking wait, for work of the classes this worker serves (``held``:
+        of those that reserve slots). On a failure it rings (returns None): the slot's pop then
         meets the outage, and reports and rides it out once, as every call does."""
+        classes = self.classes
+        if held:
+            classes = [c.name for c in self.scheduler.config.classes
+                       if c.reserved_slots and (self.classes is None or c.name in self.classes)]
+            if not classes:
+                self._stopping.wait(timeout)
+                return None
         try:
-            return self.scheduler.wait_for_work(timeout, self.classes)
+            return self.scheduler.wait_for_work(timeout, classes)
         except RedisUnavailable:
             self._stopping.wait(jittered(OUTAGE_MIN_S))
         except Exception:  # a bug or a Redis error reply: the slots' pops will show it too

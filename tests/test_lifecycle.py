@@ -9,7 +9,8 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from fairness_core import BudgetRejected, Enqueued, InvalidJob, RedisUnavailable, Scheduler, TenantLimitReached
+from fairness_core import (BudgetRejected, Enqueued, InvalidJob, Popped, RedisUnavailable, Scheduler,
+                           TenantLimitReached)
 from fairness_core.connection import ClusterClient, server_of
 from fairness_stack.servers import RedisServer
 
@@ -274,6 +275,22 @@ def test_reserved_slots_are_kept_for_their_class(client: redis.Redis) -> None:
     assert [lease.queue for lease in s.pop(10)] == ["jobs:high"]
     s.unregister_worker("w1")
     assert len(s.pop(10)) == 8, "with no registered capacity there is nothing to reserve from"
+
+
+def test_a_pop_says_when_reservations_held_it_back(client: redis.Redis) -> None:
+    """Held back (work queued, no slot free of jobs:high's reservation) is told apart from no
+    work, so that a worker waits for jobs:high's work instead of popping again at once."""
+    s, _ = at(client)  # jobs:high reserved_slots: 2
+    s.register_worker("w1", 4, ttl=60)
+    assert s.ack_and_pop([], 1) == Popped(acked=[], leases=[], held_back=False), "no work: not held back"
+    for _ in range(3):
+        s.enqueue("order", "acme")
+    first = s.ack_and_pop([], 2)
+    assert len(first.leases) == 2 and not first.held_back
+    assert s.ack_and_pop([], 1) == Popped(acked=[], leases=[], held_back=True)
+    assert s.ack_and_pop([], 1, classes=["jobs:medium"]).leases, "a pool without jobs:high keeps no reservation"
+    s.enqueue("password_reset", "acme")
+    assert [lease.queue for lease in s.ack_and_pop(first.leases, 1).leases] == ["jobs:high"]
 
 
 def test_a_pool_holds_no_slot_for_a_reservation_it_cannot_serve(client: redis.Redis) -> None:

@@ -884,7 +884,8 @@ end
 
 -- ARGV[4]: max jobs, ARGV[5]: allowed classes as "1,3" (1-based) or "" for all,
 -- ARGV[6..]: job id, attempts and runtime of each lease to ack first (the worker's finished jobs
--- ride with its next pop: one round trip per job). Returns {now, leased records, 1/0 per ack}.
+-- ride with its next pop: one round trip per job). Returns {now, leased records, 1/0 per ack,
+-- 1 when held back by reservations}.
 function ops.pop()
   local acked = settle(6)
   release_delayed(SWEEP_BATCH)
@@ -912,14 +913,15 @@ function ops.pop()
   -- then: a class eligible alone gets its weight and pays it back, so the values stay as they were.
   local swrr, stored = nil, nil
 
-  local out, took = {}, {}
+  local out, took, held = {}, {}, false
   while #out < want do
     local elig, cap = {}, {}
+    held = false
     for i = 1, NCLASS do
       local c = cfg.classes[i]
       if allowed[i] and depth[i] > 0 and not paused[c] then
         cap[i] = capacity(i, inflight, slots, allowed)
-        if cap[i] >= 1 then elig[#elig + 1] = i end
+        if cap[i] >= 1 then elig[#elig + 1] = i else held = true end
       end
     end
     if #elig == 0 then break end
@@ -998,7 +1000,9 @@ function ops.pop()
   end
 
   if swrr ~= nil then save_swrr(swrr, stored) end
-  return {now_text(), out, acked}
+  -- Held back: nothing leased though a class has work, as other classes' reservations keep the
+  -- fleet's free slots (the worker then waits for those classes' work, not for any).
+  return {now_text(), out, acked, (#out == 0 and held) and 1 or 0}
 end
 
 -- ARGV[4]: job id, ARGV[5]: attempts of the lease, ARGV[6]: µs it ran ('' not reported)
