@@ -616,34 +616,38 @@ class Model:
     def _held_back(self, classes: Sequence[str] | None) -> bool:
         """After a pop that leased nothing: whether a class the worker serves has work it could
         not take for lack of capacity (the Lua's flag, read from the state the pop left)."""
-        allowed = set(range(len(self.names))) if classes is None else {self._pool_index(c) for c in classes}
-        inflight = [self.stats.get(f"inflight{SEP}{n}", 0) for n in self.names]
-        slots = self.stats.get("slots", 0)
-        return any(self.stats.get(f"depth{SEP}{name}", 0) > 0 and name not in self.paused
-                   and self._capacity(i, inflight, slots, allowed) < 1
-                   for i, name in enumerate(self.names) if i in allowed)
+        depth, inflight, slots = self._pop_counts()
+        return any(room < 1 for room in self._rooms(self._allowed(classes), depth, inflight, slots).values())
+
+    def _allowed(self, classes: Sequence[str] | None) -> set[int]:
+        """Indexes of the classes a pop may take (all when None); an unknown class refuses it."""
+        return set(range(len(self.names))) if classes is None else {self._pool_index(c) for c in classes}
+
+    def _pop_counts(self) -> tuple[list[int], list[int], int]:
+        """Queued and in-flight jobs per class and the fleet's slots: what a pop reads first."""
+        return ([self.stats.get(f"depth{SEP}{n}", 0) for n in self.names],
+                [self.stats.get(f"inflight{SEP}{n}", 0) for n in self.names], self.stats.get("slots", 0))
+
+    def _rooms(self, allowed: Container[int], depth: list[int], inflight: list[int], slots: int) -> dict[int, float]:
+        """Capacity left for each allowed, unpaused class with work, in class order: the ones with
+        room for a job are a pop's choices, the others are held back."""
+        return {i: self._capacity(i, inflight, slots, allowed) for i, name in enumerate(self.names)
+                if i in allowed and depth[i] > 0 and name not in self.paused}
 
     def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Record]:
         """Like :meth:`pop`, returning the model's own records (cheaper for the simulator). An
         unknown class refuses the pop before anything changes, as the Scheduler's does."""
-        allowed = set(range(len(self.names))) if classes is None else {self._pool_index(c) for c in classes}
+        allowed = self._allowed(classes)
         self._release_delayed(now, SWEEP_BATCH)
         s = self.settings
-        depth = [self.stats.get(f"depth{SEP}{n}", 0) for n in self.names]
-        inflight = [self.stats.get(f"inflight{SEP}{n}", 0) for n in self.names]
-        slots = self.stats.get("slots", 0)
+        depth, inflight, slots = self._pop_counts()
         policy = s.policy
         weighted = policy in ("weighted", "weighted-fair")
         swrr: list[float] | None = None  # read when two classes first contend, as the Lua's
         out: list[Record] = []
         while len(out) < max_jobs:
-            elig: list[int] = []
-            cap: dict[int, float] = {}
-            for i, name in enumerate(self.names):
-                if i in allowed and depth[i] > 0 and name not in self.paused:
-                    cap[i] = self._capacity(i, inflight, slots, allowed)
-                    if cap[i] >= 1:
-                        elig.append(i)
+            cap = self._rooms(allowed, depth, inflight, slots)
+            elig = [i for i, room in cap.items() if room >= 1]
             if not elig:
                 break
             ci, total = elig[0], 0  # total: set when the round-robin chose among two classes or more
