@@ -3,16 +3,22 @@
 Every script call above ``THRESHOLD_US`` is logged while the other measurements run against the
 100,000-tenant state (pops of 1 and of a batch, acks, scrapes), and :func:`sweeps` adds the
 operations they do not: enqueue, nack, extend, reap, aging, worker registration.
+
+``SLOWLOG`` times a call by the wall clock, so a call during which the operating system gave
+redis-server's core to another process is logged with that wait in it. :func:`on_cpu` tells the
+two apart: around each pop+ack it reads the main thread's CPU time and run-queue wait from
+``/proc/<pid>/task/<pid>/schedstat`` (Linux, nanoseconds).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 
-from fairness_core import Scheduler
+from fairness_core import Lease, Scheduler
 
 from .load import TASKS, payload
 
@@ -66,3 +72,55 @@ def longest(client: redis.Redis, base: str, limit_us: int) -> Longest:
         by_op[op] = max(by_op[op], int(entry["duration"]))
         over += int(entry["duration"]) > limit_us
     return Longest(dict(by_op), over)
+
+
+@dataclass(frozen=True)
+class OnCpu:
+    """Pop+acks timed two ways: by ``SLOWLOG`` (every command logged for the while) and by
+    redis-server's main thread, whose CPU time and run-queue wait (runnable, but another process
+    had the core, or it was waking up) are read just before each call is sent and just after its
+    reply comes, so the CPU time is an upper bound of the script's own. Microseconds."""
+
+    calls: int
+    longest_cpu_us: int  # the most CPU time a call's span took
+    longest_us: int  # the longest call in SLOWLOG ...
+    its_cpu_us: int  # ... the CPU time of its span ...
+    its_wait_us: int  # ... and the time its span waited for a CPU
+    over_1ms: int  # calls above 1 ms in SLOWLOG
+
+
+def on_cpu(client: redis.Redis, pid: int, sched: Scheduler, calls: int) -> OnCpu | None:
+    """``calls`` pop+acks of one job each, timed as :class:`OnCpu` says; None where the kernel
+    keeps no schedstat (not Linux, or built without it). Leaves the slow log empty, at Redis's
+    default threshold."""
+    path = Path(f"/proc/{pid}/task/{pid}/schedstat")
+    if not path.exists():
+        return None
+    client.config_set("slowlog-log-slower-than", 0)
+    client.config_set("slowlog-max-len", LOG_LENGTH)
+    client.slowlog_reset()
+    spans: list[tuple[int, int]] = []
+    with path.open("rb") as stat:
+        def read() -> tuple[int, int]:
+            stat.seek(0)
+            ran, waited, _ = stat.read().split()
+            return int(ran), int(waited)
+
+        done: list[Lease] = []
+        for _ in range(calls):
+            ran, waited = read()
+            done = sched.ack_and_pop(done, 1).leases
+            ran_after, waited_after = read()
+            spans.append(((ran_after - ran) // 1000, (waited_after - waited) // 1000))
+    entries = sorted((e for e in client.slowlog_get(LOG_LENGTH) if e["command"].upper().startswith(b"FCALL")),
+                     key=lambda e: e["id"])
+    client.config_set("slowlog-log-slower-than", 10_000)
+    client.slowlog_reset()
+    for lease in done:
+        sched.ack(lease)
+    if len(entries) != calls:
+        raise RuntimeError(f"the slow log kept {len(entries)} of {calls} pop+acks: raise LOG_LENGTH")
+    durations = [int(e["duration"]) for e in entries]
+    k = max(range(calls), key=durations.__getitem__)
+    return OnCpu(calls, max(r for r, _ in spans), durations[k], spans[k][0], spans[k][1],
+                 sum(d > 1000 for d in durations))

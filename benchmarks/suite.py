@@ -101,6 +101,9 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
     many = scrape(server, "large", BIG, sizes.big_tenants, sizes.big_jobs_per_tenant, sizes.scrapes)
     script_latency.sweeps(big, sizes.repeats * 10)
     slow = script_latency.longest(client, Keys(BIG).base, 1000)
+    log("pop+acks timed by redis-server's CPU time")
+    assert server.process is not None
+    cpu = script_latency.on_cpu(client, server.process.pid, big, sizes.jobs)
     big_label = f"{sizes.big_tenants:,} tenants"
     per_job, per_list = ours_bytes / big_jobs, list_bytes / big_jobs
     slowest = ", ".join(f"{op} {us} µs" for op, us in sorted(slow.by_op.items(), key=lambda kv: -kv[1])[:4])
@@ -128,7 +131,18 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
         Row("8", f"longest scheduler script run, {big_label} (SLOWLOG)", f"{slow.longest_us} µs",
             "1 ms", slow.longest_us / 1000, "no run above 1 ms", slow.over_limit == 0,
             f"{slow.over_limit} runs above 1 ms; slowest: {slowest or 'none above the log threshold'}"),
+        on_cpu_row(cpu, big_label),
     ]
+
+
+def on_cpu_row(cpu: script_latency.OnCpu | None, big_label: str) -> Row:
+    """(8b) what of (8) is the script's work: the most CPU a pop+ack's span took on redis-server."""
+    what = f"longest pop+ack on redis-server's CPU, {big_label} (schedstat)"
+    if cpu is None:
+        return Row("8b", what, "n/a", "1 ms", None, "informative", None, "no /proc schedstat on this system")
+    return Row("8b", what, f"{cpu.longest_cpu_us} µs", "1 ms", cpu.longest_cpu_us / 1000, "informative", None,
+               f"{cpu.calls:,} calls, {cpu.over_1ms} above 1 ms in SLOWLOG; the longest there {cpu.longest_us} µs: "
+               f"{cpu.its_cpu_us} µs on the CPU, {cpu.its_wait_us} µs waiting for one")
 
 
 def storm_row(sizes: Sizes) -> Row:
