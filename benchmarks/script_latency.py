@@ -7,12 +7,18 @@ operations they do not: enqueue, nack, extend, reap, aging, worker registration.
 ``SLOWLOG`` times a call by the wall clock, so a call during which the operating system gave
 redis-server's core to another process is logged with that wait in it. :func:`on_cpu` tells the
 two apart: around each pop+ack it reads the main thread's CPU time and run-queue wait from
-``/proc/<pid>/task/<pid>/schedstat`` (Linux, nanoseconds).
+``/proc/<pid>/task/<pid>/schedstat`` (Linux, nanoseconds). :func:`jitter` measures the machine
+itself: a fixed piece of CPU work, no system calls, on every core at once.
 """
 
 from __future__ import annotations
 
+import os
+import resource
+import statistics
+import time
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,3 +130,42 @@ def on_cpu(client: redis.Redis, pid: int, sched: Scheduler, calls: int) -> OnCpu
     k = max(range(calls), key=durations.__getitem__)
     return OnCpu(calls, max(r for r, _ in spans), durations[k], spans[k][0], spans[k][1],
                  sum(d > 1000 for d in durations))
+
+
+SPIN = 3_000  # loop turns of one work unit: about 130 µs of CPU on the machine of BENCHMARKS.md
+
+
+@dataclass(frozen=True)
+class Jitter:
+    """A fixed work unit run over and over on every core at once: its median and longest time
+    (µs), how many runs took over 1 ms, and how many of those the kernel never switched out (so
+    the time went to the machine under the process: interrupts, or a hypervisor's other guests)."""
+
+    runs: int
+    median_us: int
+    longest_us: int
+    over_1ms: int
+    not_switched: int
+
+
+def _spin(runs: int) -> list[tuple[int, int]]:
+    """(µs, involuntary context switches) of each of ``runs`` work units."""
+    out = []
+    for _ in range(runs):
+        switches = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+        started = time.perf_counter_ns()
+        total = 0
+        for i in range(SPIN):
+            total += i * i
+        took = (time.perf_counter_ns() - started) // 1000
+        out.append((took, resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw - switches))
+    return out
+
+
+def jitter(runs: int) -> Jitter:
+    """``runs`` work units on each core, all cores at once (one process each)."""
+    cores = os.cpu_count() or 1
+    with ProcessPoolExecutor(cores) as pool:
+        spans = [span for part in pool.map(_spin, [runs] * cores) for span in part]
+    return Jitter(len(spans), int(statistics.median(t for t, _ in spans)), max(t for t, _ in spans),
+                  sum(t > 1000 for t, _ in spans), sum(t > 1000 and not s for t, s in spans))

@@ -104,6 +104,8 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
     log("pop+acks timed by redis-server's CPU time")
     assert server.process is not None
     cpu = script_latency.on_cpu(client, server.process.pid, big, sizes.jobs)
+    log("the machine's own jitter: a fixed work unit on every core")
+    machine_jitter = script_latency.jitter(sizes.jobs * 4)
     big_label = f"{sizes.big_tenants:,} tenants"
     per_job, per_list = ours_bytes / big_jobs, list_bytes / big_jobs
     slowest = ", ".join(f"{op} {us} µs" for op, us in sorted(slow.by_op.items(), key=lambda kv: -kv[1])[:4])
@@ -132,6 +134,11 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
             "1 ms", slow.longest_us / 1000, "no run above 1 ms", slow.over_limit == 0,
             f"{slow.over_limit} runs above 1 ms; slowest: {slowest or 'none above the log threshold'}"),
         on_cpu_row(cpu, big_label),
+        Row("8c", "the machine: a fixed work unit of Python CPU (no system calls) on every core at once",
+            f"{machine_jitter.longest_us} µs longest", f"median {machine_jitter.median_us} µs",
+            machine_jitter.longest_us / machine_jitter.median_us, "informative", None,
+            f"{machine_jitter.runs:,} runs, {machine_jitter.over_1ms} above 1 ms, {machine_jitter.not_switched} of "
+            "those never switched out"),
     ]
 
 
