@@ -368,7 +368,9 @@ def stamp_ms(text: str) -> int:
 @dataclass(slots=True)
 class Envelope(Fields):
     """A queued job, one list element; the payload (JSON text) is last. The enqueue time is stored
-    as :func:`stamp` writes it, and attempts 0 (every job not yet retried) as nothing."""
+    as :func:`stamp` writes it, and attempts 0 as nothing for a job never leased, or as ``0`` for
+    one whose only attempt a worker gave back (``given_back``, not stored as a field of its own):
+    its wait was counted when it was first leased, so its next lease does not count it again."""
 
     id: int
     enqueued_ms: int
@@ -379,18 +381,28 @@ class Envelope(Fields):
     task: str
     reason: str
     payload: str
+    given_back: bool = False
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return _STORED
 
     def encode(self) -> str:
-        return SEP.join((str(self.id), stamp(self.enqueued_ms), str(self.attempts) if self.attempts else "",
-                         self.tier, self.task, self.reason, self.payload))
+        attempts = str(self.attempts) if self.attempts or self.given_back else ""
+        return SEP.join((str(self.id), stamp(self.enqueued_ms), attempts, self.tier, self.task, self.reason,
+                         self.payload))
 
     @classmethod
     def from_fields(cls, values: Sequence[str]) -> Self:
         job_id, enqueued, attempts, tier, task, reason, payload = values
-        return cls(int(job_id), stamp_ms(enqueued), int(attempts or 0), tier, task, reason, payload)
+        return cls(int(job_id), stamp_ms(enqueued), int(attempts or 0), tier, task, reason, payload, attempts == "0")
 
     def lease(self, queue: str, tenant: str, attempts: int, names: Sequence[str]) -> Lease:
         return _lease(self.id, self.enqueued_ms, self.task, self.reason, self.payload, queue, tenant, attempts, names)
+
+
+# An envelope's stored fields, in their order: every field of Envelope but given_back.
+_STORED = tuple(f.name for f in fields(Envelope) if f.name != "given_back")
 
 
 def _lease(job_id: int, enqueued_ms: int, task: str, reason: str, payload: str, queue: str, tenant: str,

@@ -581,7 +581,7 @@ class Model:
             key = str(job.id)
             self.leases.add(key, deadline)
             self.leased[key] = entry
-            if entry.attempts == 1:
+            if entry.attempts == 1 and not job.given_back:
                 self._observe_wait(queue, now - job.enqueued_ms)
             out.append(entry)
         self._stat("inflight", queue, len(items))
@@ -765,6 +765,7 @@ class Model:
                 return "dead"
             delay = min(self.settings.backoff_ms * math.pow(2, entry.attempts - 1), self.settings.backoff_max_ms)
         entry.job.attempts = entry.attempts
+        entry.job.given_back = entry.job.given_back or mode == "unhandled"
         rec = entry.encode()
         self.delayed.add(rec, now + delay)
         self.delayed_items[rec] = entry

@@ -165,6 +165,8 @@ def test_an_unhandled_job_waits_with_its_attempt_given_back_and_is_never_dead_le
     assert s.dead_letters() == []
     (lease,) = s.pop()
     assert lease.attempts == 1 and s.ack(lease), "a worker with the handler runs it as a first attempt"
+    c = s.snapshot().classes["jobs:medium"]
+    assert (c.wait_count, c.wait_sum) == (1, 0.0), "the wait until its first lease, counted once (not at each lease)"
 
 
 def test_aging_promotes_overdue_low_jobs_one_class_up(client: redis.Redis) -> None:

@@ -160,16 +160,18 @@ local function stamp(ms)
   return out
 end
 
--- Attempts 0 (a job not yet retried) is stored as nothing.
+-- Attempts 0 is stored as nothing for a job never leased, and as '0' for one whose only attempt a
+-- worker gave back (nack's unhandled): `fresh`, the last value, is true for the first, whose
+-- lease counts its wait; the other's wait was counted when it was first leased.
 local function header(env)
   local f = head(env, ENV_HEAD)
   local att = f[ENV_ATTEMPTS]
-  return f[ENV_ID], stamp_ms(f[ENV_ENQUEUED_MS]), att == '' and 0 or num(att), f[ENV_TIER]
+  return f[ENV_ID], stamp_ms(f[ENV_ENQUEUED_MS]), att == '' and 0 or num(att), f[ENV_TIER], att == ''
 end
 
-local function with_attempts(env, attempts)
+local function with_attempts(env, attempts, given_back)
   local f, len = head(env, ENV_HEAD)
-  f[ENV_ATTEMPTS] = attempts > 0 and attempts or ''
+  f[ENV_ATTEMPTS] = (attempts > 0 or given_back) and int(attempts) or ''
   return table.concat(f, SEP) .. SEP .. string.sub(env, len + 1)
 end
 
@@ -654,7 +656,7 @@ local function lease(c, tenant, items, out)
   local deadline = int(now + cfg.visibility_ms)
   local deadlines, records, buckets, waited, first = {}, {}, {}, 0, 0
   for _, env in ipairs(items) do
-    local id, enq, att = header(env)
+    local id, enq, att, _, fresh = header(env)
     att = att + 1
     deadlines[#deadlines + 1] = deadline
     deadlines[#deadlines + 1] = id
@@ -662,7 +664,7 @@ local function lease(c, tenant, items, out)
     records[#records + 1] = id
     records[#records + 1] = table.concat(rec, SEP)
     rec[REC_ATTEMPTS] = att  -- a number in the reply
-    if att == 1 then
+    if fresh then
       local idx = wait_bucket(now - enq)
       buckets[idx] = (buckets[idx] or 0) + 1
       waited, first = waited + now - enq, first + 1  -- the count is the buckets' sum
@@ -1039,7 +1041,8 @@ function ops.nack()
     end
     delay, outcome = math.min(cfg.backoff_ms * math.pow(2, att - 1), cfg.backoff_max_ms), 'retry'
   end
-  redis.call('ZADD', K_DELAYED, now + delay, table.concat(record(c, tenant, att, with_attempts(env, att)), SEP))
+  redis.call('ZADD', K_DELAYED, now + delay,
+    table.concat(record(c, tenant, att, with_attempts(env, att, outcome == 'unhandled')), SEP))
   stat('delayed', c, 1)
   wake(served_by(c), now + delay)
   return outcome
