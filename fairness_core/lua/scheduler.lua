@@ -1263,8 +1263,11 @@ function ops.apply()
   redis.call('DEL', K_SWRR)
   -- Jobs in flight keep the charge of their pop: their acks correct nothing.
   redis.call('DEL', K_CHARGED)
-  -- Runtime estimates are kept only while charging by runtime.
-  if not cfg.runtime then
+  -- Runtime estimates are kept only while charging by runtime: leaving it (which rebases the
+  -- tags, ARGV[7]) drops them, and so does a group's first apply (what an older release left).
+  -- Otherwise a group charged by jobs has none to drop (each is written under runtime, and a
+  -- tenant's go with its last queued or leased job), so a routine apply makes no pass over its tenants.
+  if not cfg.runtime and (ARGV[7] == '1' or current == '') then
     for _, c in ipairs(classes) do
       for _, part in ipairs({PART_BACKLOG, PART_INFLIGHT}) do
         for _, tenant in ipairs(redis.call('ZRANGE', ckey(c, part), 0, -1)) do redis.call('DEL', tenant_estimates(c, tenant)) end
