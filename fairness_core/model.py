@@ -765,7 +765,7 @@ class Model:
                 return "dead"
             delay = min(self.settings.backoff_ms * math.pow(2, entry.attempts - 1), self.settings.backoff_max_ms)
         entry.job.attempts = entry.attempts
-        entry.job.given_back = entry.job.given_back or mode == "unhandled"
+        entry.job.given_back = mode == "unhandled"  # as the Lua stores it: attempts 0 as "0", not nothing
         rec = entry.encode()
         self.delayed.add(rec, now + delay)
         self.delayed_items[rec] = entry
