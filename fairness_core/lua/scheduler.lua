@@ -114,13 +114,15 @@ local function cost_of(tier)
   return cfg.costs[tier] or cfg.costs[cfg.tier_moved[tier] or ''] or recorded_cost(tier) or cfg.default_cost
 end
 
--- The leading fields of a stored line that `pattern` captures, and the bytes they take with their
--- separators; the rest (a payload, an envelope, which may hold the separator) is not copied.
-local function head(line, pattern)
-  local f = {string.match(line, pattern)}
+-- The leading fields of a stored line that `pattern` captures. What follows them (a payload, an
+-- envelope, which may hold the separator) is not copied unless `rest` is asked for it: most reads
+-- want only the fields (a pop reads two envelopes' and a lease record's).
+local function fields(line, pattern) return {string.match(line, pattern)} end
+-- What follows the fields `f` of `line` (as `fields` read them, before any is changed) and their separators.
+local function rest(line, f)
   local len = #f
   for i = 1, #f do len = len + #f[i] end
-  return f, len
+  return string.sub(line, len + 1)
 end
 
 -- What an envelope stores for a name (fairness_core.config_store.Names): its code where the
@@ -164,15 +166,16 @@ end
 -- worker gave back (nack's unhandled): `fresh`, the last value, is true for the first, whose
 -- lease counts its wait; the other's wait was counted when it was first leased.
 local function header(env)
-  local f = head(env, ENV_HEAD)
+  local f = fields(env, ENV_HEAD)
   local att = f[ENV_ATTEMPTS]
   return f[ENV_ID], stamp_ms(f[ENV_ENQUEUED_MS]), att == '' and 0 or num(att), f[ENV_TIER], att == ''
 end
 
 local function with_attempts(env, attempts, given_back)
-  local f, len = head(env, ENV_HEAD)
+  local f = fields(env, ENV_HEAD)
+  local tail = rest(env, f)
   f[ENV_ATTEMPTS] = (attempts > 0 or given_back) and int(attempts) or ''
-  return table.concat(f, SEP) .. SEP .. string.sub(env, len + 1)
+  return table.concat(f, SEP) .. SEP .. tail
 end
 
 -- A lease record's fields, in their stored order (the pop reply sends them so). Built whole: a
@@ -182,8 +185,8 @@ local function record(c, tenant, att, env)
 end
 
 local function parse_record(rec)
-  local f, len = head(rec, REC_HEAD)
-  return f[REC_QUEUE], f[REC_TENANT], number(f[REC_ATTEMPTS]), string.sub(rec, len + 1)
+  local f = fields(rec, REC_HEAD)
+  return f[REC_QUEUE], f[REC_TENANT], number(f[REC_ATTEMPTS]), rest(rec, f)
 end
 
 -- The class's queued tenants of each tier ('tenants', class, tier in the stats hash): what a
@@ -832,9 +835,9 @@ local function settle(first)
   for k, id in ipairs(ids) do
     acked[k] = 0
     if records[k] and not taken[id] then
-      local f, len = head(records[k], REC_HEAD)
+      local f = fields(records[k], REC_HEAD)
       local c, tenant, att = f[REC_QUEUE], f[REC_TENANT], number(f[REC_ATTEMPTS])
-      local env = cfg.runtime and string.sub(records[k], len + 1)  -- read only to learn runtimes
+      local env = cfg.runtime and rest(records[k], f)  -- read only to learn runtimes
       if att == number(ARGV[first + 3 * k - 2]) then
         acked[k], taken[id] = 1, true
         gone[#gone + 1] = id
@@ -1150,8 +1153,8 @@ function ops.dead()
   local done, skipped = {}, {}
   for _, line in ipairs(redis.call('LRANGE', K_DEAD, 0, -1)) do
     if #done + #skipped >= limit then break end
-    local f, len = head(line, DEAD_HEAD)
-    local c, tenant, env = f[DEAD_QUEUE], f[DEAD_TENANT], string.sub(line, len + 1)
+    local f = fields(line, DEAD_HEAD)
+    local c, tenant, env = f[DEAD_QUEUE], f[DEAD_TENANT], rest(line, f)
     local id = header(env)
     if (only == '' or c == only) and (wanted == nil or wanted[id]) then
       if wanted then wanted[id] = nil end
@@ -1161,9 +1164,10 @@ function ops.dead()
         redis.call('LREM', K_DEAD, 1, line)
         stat('deadlist', c, -1)
         if action == 'requeue' then
-          local e, elen = head(env, ENV_HEAD)
+          local e = fields(env, ENV_HEAD)
+          local tail = rest(env, e)
           e[ENV_ENQUEUED_MS], e[ENV_ATTEMPTS] = stamp(now), ''
-          push_tail(c, tenant, named(e[ENV_TIER]), table.concat(e, SEP) .. SEP .. string.sub(env, elen + 1), now)
+          push_tail(c, tenant, named(e[ENV_TIER]), table.concat(e, SEP) .. SEP .. tail, now)
         end
         done[#done + 1] = id
       end
