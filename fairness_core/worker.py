@@ -315,6 +315,7 @@ class Worker:
         self._pace: float | None = None  # moving average of this worker's job runtimes (s)
         self._registered = 0  # the slots last registered
         self._registered_at = -math.inf  # when (time.monotonic())
+        self._registered_paced = False  # whether a job had been measured when it registered
         self._registration_lock = threading.Lock()
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.grace = grace
@@ -504,20 +505,34 @@ class Worker:
         at most about ``prefetch`` for a slot, as its jobs are that short."""
         return self.concurrency * (self.batch if ahead > 1 else 1)
 
-    def _register(self) -> None:
+    def _register(self, *, if_due: int | None = None) -> None:
+        """Register the slots this worker holds; with ``if_due`` (what a slot leases per pop now),
+        only when that changes them and :meth:`_due` says so, checked under the lock, so that
+        slots seeing the same change register once."""
         with self._registration_lock:
+            if if_due is not None and not self._due(if_due):
+                return
+            paced = self._pace is not None
             slots = self._slots_held(self._lease_ahead())
             self.scheduler.register_worker(self.worker_id, slots, self.registration_ttl)
-            self._registered, self._registered_at = slots, time.monotonic()
+            self._registered, self._registered_at, self._registered_paced = slots, time.monotonic(), paced
+
+    def _due(self, ahead: int) -> bool:
+        """The slots held have changed and the fleet should hear it now: at once after the first
+        job measured (a worker starts registered for one job a slot, and a short run of short
+        jobs would otherwise lease them one at a time for its first second), else at most once a
+        second, so that jobs near the prefetch bound do not register on every pop."""
+        return self._slots_held(ahead) != self._registered and (
+            not self._registered_paced or time.monotonic() - self._registered_at >= REREGISTER_MIN_S)
 
     def _keep_registered(self, ahead: int) -> None:
-        """Register again, at most once a second, when the slots start or stop leasing ahead (the
-        periodic registration would tell the fleet only within a third of its TTL). A failure
-        skips it, never the slot: the periodic registration rides out outages and logs errors."""
-        if self._slots_held(ahead) == self._registered or time.monotonic() - self._registered_at < REREGISTER_MIN_S:
+        """Register again when the slots start or stop leasing ahead (the periodic registration
+        would tell the fleet only within a third of its TTL). A failure skips it, never the slot:
+        the periodic registration rides out outages and logs errors."""
+        if not self._due(ahead):
             return
         try:
-            self._register()
+            self._register(if_due=ahead)
         except RedisUnavailable:
             pass
         except Exception:  # a bug or a Redis error reply: the slot carries on popping

@@ -369,6 +369,40 @@ def test_a_worker_registers_its_batch_only_while_it_leases_ahead(client: redis.R
         wait_for(lambda: scheduler.snapshot().worker_slots == 3, 10, "one slot each again for 30 ms jobs")
 
 
+def test_a_worker_leases_ahead_from_its_first_measured_job(client: redis.Redis) -> None:
+    """A worker starts registered for one job a slot. Its first measured job registers the batch
+    at once, not a second later: a backlog of no-op jobs goes ten a pop from the start. Before,
+    3 slots beside jobs:high's 2 reserved leased these one at a time for the worker's first
+    second, about 200 pops for 200 jobs."""
+    scheduler = Scheduler(make_config(), client)
+    scheduler.submit_many("newsletter", "t", [{"service_s": 0}] * 200)
+    sizes: list[int] = []
+    pop = scheduler.ack_and_pop
+
+    def recording(*args: object, **kwargs: object) -> Popped:
+        popped = pop(*args, **kwargs)  # type: ignore[arg-type]
+        sizes.append(len(popped.leases))
+        return popped
+
+    scheduler.ack_and_pop = recording  # type: ignore[method-assign]
+    with running(Worker(scheduler, sleep_handlers, concurrency=3, registration_ttl=60.0)):
+        wait_for(lambda: totals(scheduler)["processed"] == 200, 30, "the 200 no-op jobs")
+    assert max(sizes) == 10 and len(sizes) < 60, sizes
+
+
+def test_registration_follows_the_first_measured_job_at_once_then_at_most_once_a_second(client: redis.Redis) -> None:
+    """Leasing ahead or not changes the slots a worker holds; the first change after a job was
+    measured is told at once, later ones no sooner than a second after the last registration."""
+    worker = Worker(Scheduler(make_config(), client), sleep_handlers, concurrency=3, batch=10)
+    worker._registered, worker._registered_at = 3, time.monotonic() + 60  # registered "just now"
+    assert not worker._due(1)  # one job a slot: what it holds
+    assert worker._due(10)  # registered before any job was measured
+    worker._registered_paced = True
+    assert not worker._due(10)  # within a second of the last registration
+    worker._registered_at = time.monotonic() - 2
+    assert worker._due(10)
+
+
 def test_with_default_flags_a_reservation_keeps_threads_free_for_long_jobs(client: redis.Redis) -> None:
     """jobs:high reserves 2 slots; a worker of 4 threads with default flags works a flood of
     50 ms jobs:low jobs one at a time, so jobs:low never holds more than the other 2 threads."""
