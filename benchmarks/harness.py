@@ -79,6 +79,14 @@ def machine(client: redis.Redis) -> str:
     except (OSError, StopIteration):
         pass
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    server = client.info("server")["redis_version"]
     return (f"{cpu}, {os.cpu_count()} cores, load average {load} at the start; Linux {platform.release()}; "
-            f"Python {platform.python_version()}, redis-py {metadata.version('redis')}; redis-server {server}")
+            f"Python {platform.python_version()}, redis-py {metadata.version('redis')}; {server_name(client)}")
+
+
+def server_name(client: redis.Redis) -> str:
+    """The server and its version: ``redis-server 7.0.15``, or a Valkey's own version with the
+    Redis version it answers as."""
+    info = client.info("server")
+    if "valkey_version" in info:
+        return f"valkey-server {info['valkey_version']} (as Redis {info['redis_version']})"
+    return f"redis-server {info['redis_version']}"

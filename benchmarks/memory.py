@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import redis
 
-from .load import payload
+from .load import fill, payload
 
 CHUNK = 10_000
 
@@ -27,6 +27,15 @@ def grown_by(client: redis.Redis, action: Callable[[], object]) -> int:
     before = used_memory(client)
     action()
     return used_memory(client) - before
+
+
+def per_job(url: str, prefix: str, tenants: int, jobs_per_tenant: int) -> tuple[float, float]:
+    """Bytes per job that ``tenants`` tenants of ``jobs_per_tenant`` queued jobs take under
+    ``prefix`` on the redis-server at ``url`` (left queued), and the same payloads in a plain list."""
+    client = redis.Redis.from_url(url)
+    jobs = tenants * jobs_per_tenant
+    ours = grown_by(client, lambda: fill(url, prefix, tenants, jobs_per_tenant))
+    return ours / jobs, plain_list(client, "plain-list", jobs) / jobs
 
 
 def plain_list(client: redis.Redis, key: str, jobs: int) -> int:

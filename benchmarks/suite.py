@@ -8,6 +8,7 @@ end-to-end comparison. Each figure is the median of several runs, taken in turns
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import time
@@ -25,7 +26,7 @@ from fairness_stack.servers import RedisServer
 
 from . import accounts, admission, charge, e2e, memory, peers, pickup, script_latency, sharded, startup, throughput
 from .exporter_scrape import scrape
-from .harness import Row, alternate, log, machine, per_second, server_us
+from .harness import Row, alternate, log, machine, per_second, server_name, server_us
 from .load import PAYLOAD_BYTES, fill, scheduler, work_some
 from .report import write_report
 from .simulator import baseline as model_rate
@@ -72,8 +73,7 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
     client = redis.Redis.from_url(server.url)
     big_jobs = sizes.big_tenants * sizes.big_jobs_per_tenant
     log(f"loading {big_jobs:,} jobs for {sizes.big_tenants:,} tenants")
-    ours_bytes = memory.grown_by(client, lambda: fill(server.url, BIG, sizes.big_tenants, sizes.big_jobs_per_tenant))
-    list_bytes = memory.plain_list(client, "plain-list", big_jobs)
+    per_job, per_list = memory.per_job(server.url, BIG, sizes.big_tenants, sizes.big_jobs_per_tenant)
     work_some(server.url, BIG, big_jobs)  # pops of 1,000 jobs, bounded by max_jobs: not part of (8)
     script_latency.start(client)
     small, big = scheduler(server.url, SMALL), scheduler(server.url, BIG)
@@ -107,7 +107,6 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
     log("the machine's own jitter: a fixed work unit on every core")
     machine_jitter = script_latency.jitter(sizes.jobs * 4)
     big_label = f"{sizes.big_tenants:,} tenants"
-    per_job, per_list = ours_bytes / big_jobs, list_bytes / big_jobs
     slowest = ", ".join(f"{op} {us} µs" for op, us in sorted(slow.by_op.items(), key=lambda kv: -kv[1])[:4])
     return [
         Row("1", "pop+ack, one job per call (the ack rides with the next pop)", per_second(one),
@@ -128,8 +127,7 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
             many.median_ms / few.median_ms, "< 50 ms; commands ratio 1.0",
             many.median_ms < 50 and many.commands == few.commands,
             f"commands ratio {many.commands / few.commands:.2f}"),
-        Row("6", f"Redis memory per queued job ({PAYLOAD_BYTES}-byte JSON payload, {big_label})",
-            f"{per_job:.0f} B", f"plain list {per_list:.0f} B", per_job / per_list, "≤ 2", per_job / per_list <= 2),
+        memory_row("6", f"Redis memory per queued job ({PAYLOAD_BYTES}-byte JSON payload, {big_label})", per_job, per_list),
         Row("8", f"longest scheduler script run, {big_label} (SLOWLOG)", f"{slow.longest_us} µs",
             "1 ms", slow.longest_us / 1000, "no run above 1 ms", slow.over_limit == 0,
             f"{slow.over_limit} runs above 1 ms; slowest: {slowest or 'none above the log threshold'}"),
@@ -150,6 +148,21 @@ def on_cpu_row(cpu: script_latency.OnCpu | None, big_label: str) -> Row:
     return Row("8b", what, f"{cpu.longest_cpu_us} µs", "1 ms", cpu.longest_cpu_us / 1000, "informative", None,
                f"{cpu.calls:,} calls, {cpu.over_1ms} above 1 ms in SLOWLOG; the longest there {cpu.longest_us} µs: "
                f"{cpu.its_cpu_us} µs on the CPU, {cpu.its_wait_us} µs waiting for one")
+
+
+def memory_row(number: str, what: str, per_job: float, per_list: float, notes: str = "") -> Row:
+    return Row(number, what, f"{per_job:.0f} B", f"plain list {per_list:.0f} B", per_job / per_list, "≤ 2",
+               per_job / per_list <= 2, notes)
+
+
+def memory_row_on(binary: str, sizes: Sizes) -> Row:
+    """(6b) row 6's memory on another server (``--memory-server``): on Redis 7.2 and newer, and
+    Valkey, a list this short is one listpack, where Redis 7.0 keeps a quicklist and its node."""
+    with RedisServer(binary=binary) as server:
+        name = server_name(redis.Redis.from_url(server.url))
+        log(f"memory per queued job on {name}")
+        per_job, per_list = memory.per_job(server.url, BIG, sizes.big_tenants, sizes.big_jobs_per_tenant)
+    return memory_row("6b", f"the same on {name}", per_job, per_list, f"`--memory-server {binary}`")
 
 
 def storm_row(sizes: Sizes) -> Row:
@@ -182,7 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sharded", action="store_true",
                         help="only the sharded queue on loopback clusters of 1, 2 and 3 masters (benchmarks/sharded.py): "
                         "its Markdown section to --out if given, else to stdout (BENCHMARKS.md is not rewritten)")
+    parser.add_argument("--memory-server", metavar="BINARY", default=None,
+                        help="also measure row 6 (memory per queued job) on this server binary, as row 6b: e.g. "
+                        "Debian 12's valkey-server 8 from bookworm-backports, which stores a short list as one "
+                        "listpack where Redis 7.0 adds a quicklist and its node")
     args = parser.parse_args(argv)
+    if args.memory_server and shutil.which(args.memory_server) is None:
+        parser.error(f"--memory-server: {args.memory_server} is no executable file (give a path, or a name on PATH)")
     if args.sharded:
         return sharded.main(["--preset", args.preset] + (["--out", str(args.out)] if args.out else []))
     args.out = args.out or REPORT
@@ -206,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += pickup.rows(server.url, found, slots=sizes.concurrency, samples=sizes.pickups, idle=sizes.pickup_idle)
         log("an interactive job's wait under a bulk flood, default flags and --batch 1")
         rows.append(pickup.prefetch_row(server.url, sizes.concurrency, sizes.flood_samples, min(3, sizes.repeats)))
+    if args.memory_server:
+        rows.append(memory_row_on(args.memory_server, sizes))
     rows.append(storm_row(sizes))
     rows += startup.rows(sizes.repeats)
     rows.sort(key=lambda row: (int(row.number.rstrip("abcdefghijklmnopqrstuvwxyz")), row.number))  # 9b before 10

@@ -73,12 +73,13 @@ class RedisServer:
 
     ``appendonly`` turns on AOF (fsync every write) for durability tests; ``extra_args`` are more
     ``redis-server`` options (TLS ports, ACL users, cluster mode). The plain loopback ``port`` is
-    always served: readiness is checked there.
+    always served: readiness is checked there. ``binary`` is the server to run (default: the
+    ``redis-server`` on PATH), e.g. a ``valkey-server`` the benchmarks compare it with.
     """
 
     def __init__(self, *, port: int | None = None, appendonly: bool = False, directory: str | None = None,
-                 extra_args: tuple[str, ...] = ()) -> None:
-        self.binary = find_binary("redis-server", INSTALL_HINT)
+                 extra_args: tuple[str, ...] = (), binary: str | None = None) -> None:
+        self.binary = binary or find_binary("redis-server", INSTALL_HINT)
         self.port = port or free_port()
         self._tmp = None if directory else tempfile.TemporaryDirectory(prefix="fairctl-redis-")
         self.directory = Path(directory or self._tmp.name)  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import suite
 from benchmarks.report import NOTES, write_report
 
 from .conftest import ROOT
@@ -19,7 +20,8 @@ SHARDED = "## The sharded queue on 1, 2 and 3 masters"
 @pytest.mark.live  # the smoke run starts redis-servers
 def test_the_benchmark_suite_runs_and_writes_every_row(tmp_path: Path) -> None:
     out = tmp_path / "BENCHMARKS.md"
-    done = subprocess.run([sys.executable, "-m", "benchmarks", "--preset", "smoke", "--peers", "none", "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--preset", "smoke", "--peers", "none", "--out", str(out),
+                           "--memory-server", "redis-server"],  # row 6b, on the same server here
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     report = out.read_text()
@@ -27,8 +29,15 @@ def test_the_benchmark_suite_runs_and_writes_every_row(tmp_path: Path) -> None:
     assert report.endswith(notes) and SHARDED in report, "the run dropped the notes or the sharded queue's section"
     head = report.removesuffix(notes)  # the notes have tables of their own (the sharded queue's)
     rows = [line.split("|")[1].strip() for line in head.splitlines() if line.startswith("| ") and "---" not in line]
-    assert rows[1:] == ["1", "1b", "1c", "1d", "2", "3", "4", "4", "4b", "4b", "4c", "4d", "5", "6", "7", "7b", "8", "8b", "8c", "9", "9b", "10", "11a", "11b", "11c", "11d"], report
+    assert rows[1:] == ["1", "1b", "1c", "1d", "2", "3", "4", "4", "4b", "4b", "4c", "4d", "5", "6", "6b", "7", "7b", "8", "8b", "8c", "9", "9b", "10", "11a", "11b", "11c", "11d"], report
     assert "**Machine:**" in report and "skipped (--peers none)" in report
+
+
+def test_a_memory_server_that_is_no_executable_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        suite.main(["--memory-server", "/nonexistent/valkey-server"])
+    assert exc.value.code == 2
+    assert "--memory-server: /nonexistent/valkey-server is no executable file" in capsys.readouterr().err
 
 
 def test_a_full_run_keeps_the_sharded_section_and_the_notes_benchmarks_md_has() -> None:
