@@ -26,12 +26,12 @@ from typing import Any
 
 from alerts.config import alert_settings
 from alerts.output import rules_text
-from alerts.rules import every_alert
+from alerts.rules import PRIORITY_INVERSION, QUEUE_STARVING, QUIET_TENANTS_STARVING, every_alert
 from fairness_core.ages import human
 from fairness_core.config import Config
 from fairness_core.connection import redis_client
 from fairness_core.scheduler import Scheduler
-from fairness_sim.loadgen import LoadGenerator, LoadStats, Replay, live_changes
+from fairness_sim.loadgen import LoadGenerator, LoadStats, Replay, live_changes, mean_service_s
 from fairness_sim.scenario import Expectation, Fired, Scenario, alert_text
 from fairness_sim.simulator import scenario_config
 from fairness_stack.servers import wait_until
@@ -356,7 +356,8 @@ def _timeline(result: PolicyDrill, scenario: Scenario, prediction: Prediction, t
     reached = {k: scenario_s(t) for k, t in delivered.items() if 0 <= replay.scenario_seconds(t - t0) <= replay.until}
     simulated = {_key(a.alert, a.labels): a.first_firing_s for a in prediction.fired}
     held = {_key(a.alert, a.labels): longest(a.periods) for a in prediction.held}
-    fors = for_durations(scenario_config(scenario, result.policy))
+    config = scenario_config(scenario, result.policy)
+    fors = for_durations(config)
     for key in sorted(fired.keys() | reached.keys() | simulated.keys(),
                       key=lambda k: (fired[k][0][0] if k in fired else float("inf"), simulated.get(k, float("inf")), k)):
         periods, labels = fired.get(key), dict(key[1])
@@ -368,7 +369,23 @@ def _timeline(result: PolicyDrill, scenario: Scenario, prediction: Prediction, t
     if expectation is not None:
         expectation, result.unchecked = windowed(expectation, replay.until, result.resolution_s, prediction.fired)
     result.violations = _violations(expectation, result.alerts)
-    result.disagreements, result.near_misses = _disagreements(result.alerts, replay, result.resolution_s)
+    result.disagreements, result.near_misses = _disagreements(result.alerts, replay, result.resolution_s,
+                                                              unresolved_ages(scenario, config, replay))
+
+
+# The alerts that compare a class's waits or ages with its max_age.
+AGE_ALERTS = frozenset({QUEUE_STARVING, QUIET_TENANTS_STARVING, PRIORITY_INVERSION})
+
+
+def unresolved_ages(scenario: Scenario, config: Config, replay: Replay) -> dict[str, float]:
+    """The classes whose ages the live replay cannot resolve, with how long a live job holds its
+    slot (scenario seconds). Each live job stands for ``volume`` jobs and runs that much longer,
+    so live slots come free ``volume`` times as seldom: an urgent job that arrives while every
+    slot is busy (as all are when the replay starts, and whenever several finish together) waits
+    up to one such job, however urgent. A class whose max_age is shorter than the scenario's
+    quickest jobs so stretched can look starved live where the simulation's slots free up in time."""
+    hold = min(mean_service_s(s.service) for s in scenario.streams) * replay.volume
+    return {c.name: hold for c in config.classes if c.max_age < hold}
 
 
 def for_durations(config: Config) -> dict[tuple[str, str | None], float]:
@@ -439,27 +456,34 @@ def _closeness(a: DrillAlert) -> str:
     return f"{a} fired only in the simulation (at {human(a.simulated_s)}); {pending}"
 
 
-def _disagreements(alerts: Sequence[DrillAlert], replay: Replay, resolution_s: float) -> tuple[list[str], list[str]]:
+def _disagreements(alerts: Sequence[DrillAlert], replay: Replay, resolution_s: float,
+                   unresolved: Mapping[str, float]) -> tuple[list[str], list[str]]:
     """Alerts only one side fired: the real disagreements, and the near misses reported beside them.
 
     A near miss: first seen in the replay's last tenth, or too late for the other side to catch
-    within the resolution; came within the resolution of its ``for:`` on the other side; or, live
-    only, never delivered (a flicker shorter than Alertmanager's wait, which pages nobody)."""
+    within the resolution; came within the resolution of its ``for:`` on the other side; live
+    only, never delivered (a flicker shorter than Alertmanager's wait, which pages nobody); or,
+    live only, an age alert of a class whose ages the replay cannot resolve (``unresolved``, see
+    :func:`unresolved_ages`)."""
     cutoff = replay.until * (1 - BORDERLINE_SHARE)
     real: list[str] = []
     near: list[str] = []
     for a in alerts:
         if (a.first_firing_s is None) == (a.simulated_s is None):
             continue
+        queue = a.labels.get("queue", "")
+        coarse = a.first_firing_s is not None and a.alert in AGE_ALERTS and queue in unresolved
         if a.first_firing_s is not None:
             other = a.simulated_held_s
-            close = a.first_firing_s >= cutoff or a.delivered_s is None
+            close = a.first_firing_s >= cutoff or a.delivered_s is None or coarse
         else:
             assert a.simulated_s is not None
             other = a.live_pending_s
             close = a.simulated_s >= min(cutoff, replay.until - resolution_s)
         close = close or (other is not None and a.for_s is not None and other + resolution_s >= a.for_s)
-        (near if close else real).append(_closeness(a))
+        why = (f"; a live job here holds its slot for {human(unresolved[queue])}, one of {replay.volume:g} "
+               f"scenario jobs, longer than {queue}'s max_age" if coarse else "")
+        (near if close else real).append(_closeness(a) + why)
     return real, near
 
 
