@@ -31,7 +31,7 @@ from fairness_core.ages import human
 from fairness_core.config import Config
 from fairness_core.connection import redis_client
 from fairness_core.scheduler import Scheduler
-from fairness_sim.loadgen import LoadGenerator, LoadStats, Replay, live_changes, mean_service_s
+from fairness_sim.loadgen import LoadGenerator, LoadStats, Replay, live_changes, quickest_service_s
 from fairness_sim.scenario import Expectation, Fired, Scenario, alert_text
 from fairness_sim.simulator import scenario_config
 from fairness_stack.servers import wait_until
@@ -384,7 +384,7 @@ def unresolved_ages(scenario: Scenario, config: Config, replay: Replay) -> dict[
     slot is busy (as all are when the replay starts, and whenever several finish together) waits
     up to one such job, however urgent. A class whose max_age is shorter than the scenario's
     quickest jobs so stretched can look starved live where the simulation's slots free up in time."""
-    hold = min(mean_service_s(s.service) for s in scenario.streams) * replay.volume
+    hold = quickest_service_s(scenario) * replay.volume
     return {c.name: hold for c in config.classes if c.max_age < hold}
 
 

@@ -73,12 +73,16 @@ def mean_service_s(service: Service) -> float:
     return service.a
 
 
+def quickest_service_s(scenario: Scenario) -> float:
+    """The mean service time of the scenario's quickest stream (scenario seconds)."""
+    return min(mean_service_s(s.service) for s in scenario.streams)
+
+
 def volume_for(scenario: Scenario, speed: float, *, max_rate: float, max_burst: int) -> float:
     """The smallest volume at which the live fleet works at most ``max_rate`` jobs per real second
     and no burst enqueues more than ``max_burst`` jobs at once (1: replay every job)."""
     slots = sum(pool.count for pool in scenario.workers)
-    fastest = min(mean_service_s(s.service) for s in scenario.streams)
-    needed = slots / fastest * speed / max_rate
+    needed = slots / quickest_service_s(scenario) * speed / max_rate
     largest_burst = max((s.arrivals.count for s in scenario.streams if isinstance(s.arrivals, Burst)), default=0)
     return max(1.0, needed, largest_burst / max_burst)
 
