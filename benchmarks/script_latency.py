@@ -2,7 +2,8 @@
 
 Every script call above ``THRESHOLD_US`` is logged while the other measurements run against the
 100,000-tenant state (pops of 1 and of a batch, acks, scrapes), and :func:`sweeps` adds the
-operations they do not: enqueue, nack, extend, reap, aging, worker registration.
+operations they do not: enqueue, nack, extend, reap, aging, worker registration. :func:`commands`
+counts the Redis commands each pop+ack's script runs, at 100,000 tenants and at 10.
 
 ``SLOWLOG`` times a call by the wall clock, so a call during which the operating system gave
 redis-server's core to another process is logged with that wait in it. :func:`on_cpu` tells the
@@ -130,6 +131,37 @@ def on_cpu(client: redis.Redis, pid: int, sched: Scheduler, calls: int) -> OnCpu
     k = max(range(calls), key=durations.__getitem__)
     return OnCpu(calls, max(r for r, _ in spans), durations[k], spans[k][0], spans[k][1],
                  sum(d > 1000 for d in durations))
+
+
+@dataclass(frozen=True)
+class Commands:
+    """The Redis commands each of ``calls`` pop+acks ran inside its script: their median and most."""
+
+    calls: int
+    median: float
+    most: int
+
+
+NOT_THE_SCRIPTS = {"fcall", "info"}  # the calls themselves, and the counting
+
+
+def commands(client: redis.Redis, sched: Scheduler, calls: int) -> Commands:
+    """``calls`` pop+acks of one job each, the commands each ran counted from ``INFO
+    commandstats`` read just before and after it: the work a call does, which the machine's
+    stalls do not change. Nothing else may use the server meanwhile."""
+    def total() -> int:
+        return sum(int(stats["calls"]) for name, stats in client.info("commandstats").items()
+                   if name.removeprefix("cmdstat_") not in NOT_THE_SCRIPTS)
+
+    counts: list[int] = []
+    done: list[Lease] = []
+    for _ in range(calls):
+        before = total()
+        done = sched.ack_and_pop(done, 1).leases
+        counts.append(total() - before)
+    for lease in done:
+        sched.ack(lease)
+    return Commands(calls, statistics.median(counts), max(counts))
 
 
 SPIN = 3_000  # loop turns of one work unit: about 130 µs of CPU on the machine of BENCHMARKS.md

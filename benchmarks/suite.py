@@ -69,7 +69,8 @@ PRESETS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 
 def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
     """(1) one job per call, (1c) charged by runtime against by jobs, (2) batches of 10, (3) 100,000
-    tenants against 10, (6) memory, (5) scrapes, (8) the longest script run; all on one redis-server."""
+    tenants against 10, (6) memory, (5) scrapes, (8) the longest script run and (8d) the commands a
+    pop+ack runs; all on one redis-server."""
     client = redis.Redis.from_url(server.url)
     big_jobs = sizes.big_tenants * sizes.big_jobs_per_tenant
     log(f"loading {big_jobs:,} jobs for {sizes.big_tenants:,} tenants")
@@ -104,6 +105,11 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
     log("pop+acks timed by redis-server's CPU time")
     assert server.process is not None
     cpu = script_latency.on_cpu(client, server.process.pid, big, sizes.jobs)
+    log("commands each pop+ack's script runs, at 100,000 tenants and at 10")
+    counted = sizes.jobs // 5
+    big_commands = script_latency.commands(client, big, counted)
+    throughput.refill(small, tenants, counted)
+    small_commands = script_latency.commands(client, small, counted)
     log("the machine's own jitter: a fixed work unit on every core")
     machine_jitter = script_latency.jitter(sizes.jobs * 4)
     big_label = f"{sizes.big_tenants:,} tenants"
@@ -137,6 +143,11 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
             machine_jitter.longest_us / machine_jitter.median_us, "informative", None,
             f"{machine_jitter.runs:,} runs, {machine_jitter.over_1ms} above 1 ms, {machine_jitter.not_switched} of "
             "those never switched out"),
+        Row("8d", f"Redis commands a pop+ack's script runs, {big_label} (INFO commandstats)",
+            f"{big_commands.most} most, {big_commands.median:.0f} median",
+            f"{tenants} tenants: {small_commands.most} most, {small_commands.median:.0f} median",
+            big_commands.most / small_commands.most, "informative", None,
+            f"{counted:,} calls of one job each at each size, counted around each call"),
     ]
 
 
