@@ -60,7 +60,11 @@ class Longest:
     """The longest logged script run per operation, and how many runs went over ``limit_us``."""
 
     by_op: dict[str, int]
-    over_limit: int
+    over: list[str]  # each run over the limit: when it started, its operation and arguments, how long
+
+    @property
+    def over_limit(self) -> int:
+        return len(self.over)
 
     @property
     def longest_us(self) -> int:
@@ -70,14 +74,18 @@ class Longest:
 def longest(client: redis.Redis, base: str, limit_us: int) -> Longest:
     """Script runs on the queue group whose keys start with ``base`` (e.g. ``{big}:``)."""
     by_op: dict[str, int] = defaultdict(int)
-    over = 0
-    for entry in client.slowlog_get(LOG_LENGTH):
+    over = []
+    for entry in sorted(client.slowlog_get(LOG_LENGTH), key=lambda e: e["id"]):
         args = entry["command"].split(b" ")
         if args[0].upper() != b"FCALL" or not args[OP_ARG].decode().startswith(base):
             continue
-        op = args[OP_ARG + int(args[2])].decode()
-        by_op[op] = max(by_op[op], int(entry["duration"]))
-        over += int(entry["duration"]) > limit_us
+        at = OP_ARG + int(args[2])
+        op, duration = args[at].decode(), int(entry["duration"])
+        by_op[op] = max(by_op[op], duration)
+        if duration > limit_us:
+            started = time.strftime("%H:%M:%S", time.localtime(int(entry["start_time"])))
+            shown = b" ".join([args[at], *args[at + 3:at + 5]]).decode(errors="replace").strip()  # the op, its first arguments
+            over.append(f"{started} {shown}: {duration} µs")
     return Longest(dict(by_op), over)
 
 

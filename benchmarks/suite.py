@@ -102,6 +102,8 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
     many = scrape(server, "large", BIG, sizes.big_tenants, sizes.big_jobs_per_tenant, sizes.scrapes)
     script_latency.sweeps(big, sizes.repeats * 10)
     slow = script_latency.longest(client, Keys(BIG).base, 1000)
+    for run in slow.over:
+        log(f"over 1 ms: {run}")
     log("pop+acks timed by redis-server's CPU time")
     assert server.process is not None
     cpu = script_latency.on_cpu(client, server.process.pid, big, sizes.jobs)
