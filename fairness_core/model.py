@@ -556,7 +556,7 @@ class Model:
         return n
 
     def _count_rate(self, now: int, field: str, n: int) -> None:
-        """As the Lua's ``count_rate``, ``n`` times; buckets before the previous one go, as Redis expires them."""
+        """As the Lua's ``count_rate``, ``n`` times; buckets before the previous one go, as the script drops them."""
         bucket = math.floor(now / self.settings.rate_window_ms)
         counts = self.rates.setdefault(bucket, {})
         counts[field] = counts.get(field, 0) + n
@@ -722,7 +722,7 @@ class Model:
         cls.served_total[bucket] = cls.served_total.get(bucket, 0) + units
         if self.settings.account_sep:
             cls.account_served.setdefault(bucket, ZSet()).incr(self._party(tenant), units)
-        for old in [b for b in cls.served if b < bucket - 1]:  # Redis expires these
+        for old in [b for b in cls.served if b < bucket - 1]:  # the script drops these
             del cls.served[old]
             del cls.served_total[old]
             cls.account_served.pop(old, None)

@@ -16,6 +16,7 @@ from fairctl.cli import app
 from fairness_core import ConfigError, Model, Scheduler, TenantLimitReached
 from fairness_core.config import MAX_QUEUED, parse_config
 from fairness_core.config_dump import config_to_data
+from fairness_core.keys import RATE_SPACE
 from fairness_core.settings import derive
 
 from .conftest import make_config
@@ -194,6 +195,26 @@ def test_a_tenant_over_its_rate_is_refused_and_let_in_again_as_the_window_moves(
     with pytest.raises(TenantLimitReached):
         s.enqueue("order", "flood")
     assert s.snapshot().classes["jobs:medium"].counters["refused"] == 4
+
+
+def test_a_rate_bucket_drops_the_one_two_windows_older(client: redis.Redis) -> None:
+    """A bucket's first job unlinks the bucket two windows older, which no estimate reads (freed
+    off Redis's main thread, not by expiry on it), and gives itself three windows' TTL, once."""
+    clock = [T0]
+    s = rate_limited(client, clock)
+
+    def key(at: int) -> str:
+        return s.keys.base + RATE_SPACE + str(at // 10_000)
+
+    for n in range(3):
+        clock[0] = T0 + n * 10_000
+        s.enqueue("order", "flood")
+        assert 20_000 < client.pttl(key(clock[0])) <= 30_000
+        client.pexpire(key(clock[0]), 40_000)
+        s.enqueue("order", "quiet")  # a bucket's next tenant leaves its TTL as it was
+        assert client.pttl(key(clock[0])) > 30_000
+    assert client.exists(key(T0)) == 0
+    assert client.exists(key(T0 + 10_000), key(T0 + 20_000)) == 2
 
 
 def test_refused_jobs_do_not_count_against_the_rate(client: redis.Redis) -> None:

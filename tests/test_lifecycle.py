@@ -12,6 +12,7 @@ from redis.crc import key_slot
 from fairness_core import (BudgetRejected, Enqueued, InvalidJob, Popped, RedisUnavailable, Scheduler,
                            TenantLimitReached)
 from fairness_core.connection import ClusterClient, server_of
+from fairness_core.keys import CLASS_PARTS
 from fairness_stack.servers import RedisServer
 
 from .conftest import make_config
@@ -105,6 +106,29 @@ def test_a_call_writes_each_counter_it_changes_once_and_none_it_leaves_as_it_was
     assert changed and writes_after - writes == len(changed), "one HINCRBY for each counter that changed"
     inflight = b"inflight\tjobs:medium"
     assert before[inflight] == after[inflight] == b"1" and inflight not in changed
+
+
+def test_each_window_bucket_drops_the_one_two_windows_older(client: redis.Redis) -> None:
+    """A bucket's first completion unlinks the bucket two windows older, which no snapshot reads:
+    Redis frees it off its main thread, where the expiry of a set of every tenant served in a
+    window would hold every command. Each bucket keeps three windows' TTL for when jobs stop."""
+    s, clock = at(client, exporter={"window": "1m"})
+    window = 60_000
+
+    def keys(at: int) -> list[str]:
+        return [s.keys.class_key("jobs:medium", CLASS_PARTS[part] + str(at // window))
+                for part in ("served", "served_total")]
+
+    first = clock.ms
+    for _ in range(3):
+        s.enqueue("order", "acme")
+        (lease,) = s.pop()
+        s.ack(lease)
+        assert all(2 * window < client.pttl(key) <= 3 * window for key in keys(clock.ms))
+        clock.advance(60)
+    assert client.exists(*keys(first)) == 0, "two windows on, the first bucket is gone"
+    assert client.exists(*keys(first + window), *keys(first + 2 * window)) == 4
+    assert s.snapshot().classes["jobs:medium"].counters["processed"] == 3
 
 
 def test_heartbeat_keeps_a_long_job_leased(client: redis.Redis) -> None:
