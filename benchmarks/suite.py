@@ -149,7 +149,9 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
             f"{big_commands.most} most, {big_commands.median:.0f} median",
             f"{tenants} tenants: {small_commands.most} most, {small_commands.median:.0f} median",
             big_commands.most / small_commands.most, "informative", None,
-            f"{counted:,} calls of one job each at each size, counted around each call"),
+            f"{counted:,} calls of one job each at each size; the {tenants} tenants queue in one class, the "
+            f"{sizes.big_tenants:,} in three that take turns, and a pop acking another class's job writes its "
+            "in-flight counts apart (2 commands)"),
     ]
 
 
