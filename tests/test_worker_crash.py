@@ -30,6 +30,10 @@ UPFRONT = 5_000  # queued before the workers start
 STREAMED = 15_000  # enqueued by a producer while workers are being killed
 CHUNK = 500  # the producer enqueues this many, then pauses, so its stream spans many kills
 PROCESSES = 4
+# Each job's run: four workers of four slots take about as long over a chunk as the producer
+# pauses, so a kill finds its slots holding leases. No-op jobs ran out between chunks, and kills
+# cut nothing short.
+SERVICE = {"service_s": 0.01}
 
 
 def test_sigkilled_workers_under_continuous_load_lose_nothing_and_redeliveries_are_exact(
@@ -38,7 +42,7 @@ def test_sigkilled_workers_under_continuous_load_lose_nothing_and_redeliveries_a
     scheduler = Scheduler(config, client)
     key = f"{config.redis.prefix}:record"
     ids: set[str] = set()
-    enqueue_jobs(scheduler, 0, UPFRONT, ids)
+    enqueue_jobs(scheduler, 0, UPFRONT, ids, SERVICE)
 
     def spawn(i: int) -> subprocess.Popen[bytes]:
         return spawn_worker(path, tmp_path / f"worker-{i}.log", key, redis_server.url,
@@ -48,7 +52,7 @@ def test_sigkilled_workers_under_continuous_load_lose_nothing_and_redeliveries_a
         t = totals(scheduler)
         return t["processed"] == UPFRONT + STREAMED and t["depth"] == t["inflight"] == t["delayed"] == 0
 
-    stream = producer(Scheduler(config, redis_client(redis_server.url)), ids, UPFRONT, STREAMED, CHUNK)
+    stream = producer(Scheduler(config, redis_client(redis_server.url)), ids, UPFRONT, STREAMED, CHUNK, SERVICE)
     kills, kills_while_producing = kill_until_finished(
         spawn, PROCESSES, stream, finished, lambda: totals(scheduler),
         lambda: client.zrange(scheduler.keys.workers, 0, -1), timeout=180)
