@@ -721,13 +721,17 @@ end
 -- The current window bucket's keys of each class ({bucket, served, total, by account}), kept while
 -- the bucket and the key base last seen last (a number made text costs a formatting each time).
 local window_keys, window_base = {}, nil
+-- A window bucket's keys of class c: served, total, and by account (false without accounts).
+local function bucket_keys(c, bucket)
+  return ckey(c, PART_SERVED .. bucket), ckey(c, PART_SERVED_TOTAL .. bucket),
+    ACCOUNTS and ckey(c, PART_ACCOUNT_SERVED .. bucket)
+end
 local function window_of(c)
   local bucket = math.floor(now / cfg.window_ms)
   if window_base ~= base then window_keys, window_base = {}, base end
   local w = window_keys[c]
   if w == nil or w[1] ~= bucket then
-    w = {bucket, ckey(c, PART_SERVED .. bucket), ckey(c, PART_SERVED_TOTAL .. bucket),
-         ACCOUNTS and ckey(c, PART_ACCOUNT_SERVED .. bucket)}
+    w = {bucket, bucket_keys(c, bucket)}
     window_keys[c] = w
   end
   return w
@@ -748,13 +752,14 @@ local function count_processed(c, tenant, n, units)
   redis.call('ZINCRBY', served, by, tenant)
   if by_account then redis.call('ZINCRBY', by_account, by, account_of(tenant)) end
   if redis.call('INCRBY', total, by) == units then
-    local ttl, old = int(3 * cfg.window_ms), w[1] - 2
+    local ttl = int(3 * cfg.window_ms)
+    local old_served, old_total, old_by_account = bucket_keys(c, w[1] - 2)
     redis.call('PEXPIRE', served, ttl)
     redis.call('PEXPIRE', total, ttl)
-    redis.call('UNLINK', ckey(c, PART_SERVED .. old), ckey(c, PART_SERVED_TOTAL .. old))
+    redis.call('UNLINK', old_served, old_total)
     if by_account then
       redis.call('PEXPIRE', by_account, ttl)
-      redis.call('UNLINK', ckey(c, PART_ACCOUNT_SERVED .. old))
+      redis.call('UNLINK', old_by_account)
     end
   end
 end
