@@ -104,9 +104,9 @@ class Model:
     def apply(self, now: int, config: Config, *, moves: Moves | Mapping[str, str] = NO_MOVES) -> None:
         """Make ``config`` the applied config, as ``fairctl config apply`` does in Redis: new
         weights, policy, classes, tiers and rules hold from the next operation. Smooth weighted
-        round-robin restarts from zero (no catch-up burst); when a tier's cost changed, every
-        class's tenant tags and virtual time restart from zero (no banked credit across changed
-        costs). ``moves`` maps a removed class to a configured one (or is a whole
+        round-robin restarts from zero (no catch-up burst); when the charge basis changed, every
+        class's tenant tags and virtual time restart from zero (tags change unit); new tier costs
+        keep the tags and charge from each party's next visit. ``moves`` maps a removed class to a configured one (or is a whole
         :class:`~fairness_core.config_store.Moves`); ConfigRefused, changing nothing, when a removed
         class still holds jobs or a removed tier is still a queued tenant's with no move. The jobs
         of moved classes move on :meth:`move` calls."""

@@ -167,9 +167,11 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
 
 
 def rebases_tags(before: Settings, after: Settings) -> bool:
-    """Whether tags change unit from ``before`` to ``after``: a tier's cost changed, or the charge
-    basis (jobs or microseconds of work). Then every tag and virtual time restarts from zero."""
-    return dict(before.costs) != dict(after.costs) or before.runtime != after.runtime
+    """Whether tags change unit from ``before`` to ``after``: the charge basis (jobs or microseconds
+    of work) changed. Then every tag and virtual time restarts from zero. New tier costs do not
+    rebase: a queued party's tag is at most one visit ahead of the virtual time, so keeping the tags
+    moves nobody by more than that visit, and saves a pass over every queued tenant."""
+    return before.runtime != after.runtime
 
 
 def default_tier_left(before: Settings, after: Settings) -> str:

@@ -264,7 +264,7 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
 @example(params=PLAIN, ops=[
     ("enqueue", "newsletter", "acme", "free", False, 3), ("pop", 2, ["jobs:low"]), ("nack", 0),
     ("apply", {**RENAME, "move_low": False}), ("apply", RENAME), ("sleep", 3500), ("reap",), ("pop", 3, None)])
-# Dropping a tier still queued tenants' is refused without a move; new costs re-base the tags.
+# Dropping a tier still queued tenants' is refused without a move; new costs keep the tags.
 @example(params=PLAIN, ops=[
     ORDER, ("enqueue", "order", "b", "free", False, 2), ("apply", {**RENAME, "low": "jobs:low", "tiers": "drop-free"}),
     ("apply", {**RENAME, "low": "jobs:low", "tiers": "drop-free", "move_free": True}), ("pop", 2, None),

@@ -1231,7 +1231,7 @@ local function regroup(c)
 end
 
 -- ARGV[4]: the fingerprint the caller read ('' when none is applied), ARGV[5]: the config's text,
--- ARGV[6]: its moves' text, ARGV[7]: '1' when some tier's cost or the charge basis changed,
+-- ARGV[6]: its moves' text, ARGV[7]: '1' when the charge basis changed (jobs or runtime),
 -- ARGV[8]: '1' to check, ARGV[9]: the names jobs store as codes, as text ('' for none),
 -- ARGV[10]: '1' when the parties changed (regroup), ARGV[11]: the default tier of the config
 -- applied until now when it is not this config's ('' otherwise): queued parties with no cost entry
@@ -1286,8 +1286,8 @@ function ops.apply()
   redis.call('DEL', K_SWRR)
   -- Jobs in flight keep the charge of their pop: their acks correct nothing.
   redis.call('DEL', K_CHARGED)
-  -- Runtime estimates are kept only while charging by runtime: leaving it (which rebases the
-  -- tags, ARGV[7]) drops them, and so does a group's first apply (what an older release left).
+  -- Runtime estimates are kept only while charging by runtime: leaving it (ARGV[7]) drops them,
+  -- and so does a group's first apply (what an older release left).
   -- Otherwise a group charged by jobs has none to drop (each is written under runtime, and a
   -- tenant's go with its last queued or leased job), so a routine apply makes no pass over its tenants.
   if not cfg.runtime and (ARGV[7] == '1' or current == '') then
@@ -1316,8 +1316,9 @@ function ops.apply()
       end
     end
   end
-  -- Tags are in units of the tier costs and of the charge basis: across a change of either no
-  -- tenant keeps its place.
+  -- Tags are in units of the charge basis: across a change of it no tenant keeps its place. New
+  -- tier costs keep the tags: each queued party's is at most one visit ahead of the virtual time,
+  -- charged at the old cost, and its next visit is charged at the new one (no pass over the tenants).
   if ARGV[10] == '1' then
     for _, c in ipairs(classes) do regroup(c) end
   elseif ARGV[7] == '1' then
