@@ -15,8 +15,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
+from typing import TypeVar
 
 import redis
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,13 +43,19 @@ def rate(jobs: int, run: Callable[[], None]) -> float:
     return jobs / (time.perf_counter() - started)
 
 
-def alternate(repeats: int, *runs: Callable[[], float]) -> list[float]:
-    """Median of each ``run``'s result over ``repeats`` rounds, the runs taking turns each round."""
-    results: list[list[float]] = [[] for _ in runs]
+def in_turns(repeats: int, *runs: Callable[[], T]) -> list[list[T]]:
+    """Each ``run``'s results over ``repeats`` rounds, the runs taking turns each round, so a
+    change in the machine's load falls on all of them alike."""
+    results: list[list[T]] = [[] for _ in runs]
     for _ in range(repeats):
         for out, run in zip(results, runs):
             out.append(run())
-    return [statistics.median(r) for r in results]
+    return results
+
+
+def alternate(repeats: int, *runs: Callable[[], float]) -> list[float]:
+    """Median of each ``run``'s result over ``repeats`` rounds taken in turns."""
+    return [statistics.median(r) for r in in_turns(repeats, *runs)]
 
 
 def server_us(client: redis.Redis, command: str, run: Callable[[], object], per: int | None = None) -> float:
