@@ -198,9 +198,9 @@ def prefetch_row(url: str, slots: int, samples: int, repeats: int) -> Row:
     """Row 10: the interactive class's p99 wait under a bulk flood, the default flags against
     ``--batch 1`` (and ``--prefetch 0`` beside them), over ``repeats`` runs of each taken in turns.
 
-    Each p99 is over the waits of all the runs pooled: the p99 of one run's 100 waits is its
-    one or two longest, which a single stall of the machine decides, while the pooled one ranks
-    several hundred."""
+    Each p99 is over the waits of all the runs pooled: the p99 of one run's waits (100 at the
+    full preset) is its one or two longest, which a single stall of the machine decides, while the
+    pooled one ranks ``repeats`` times as many."""
     one, default, unbounded = (p99([wait for run in runs for wait in run]) for runs in in_turns(
         repeats,
         lambda: flood_pickup(url, slots, samples, "--batch", "1"),
