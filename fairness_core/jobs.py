@@ -235,6 +235,9 @@ class Lease:
     payload: Any  # the enqueued payload as JSON reads it back; {} for a job enqueued without one
     enqueued_at: float
     attempts: int
+    # The worker it was popped for (``pop(owner=...)``), '' for none: an owned lease goes back to
+    # the queue as soon as its worker unregisters or its registration lapses, not at its deadline.
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -397,8 +400,9 @@ class Envelope(Fields):
         job_id, enqueued, attempts, tier, task, reason, payload = values
         return cls(int(job_id), stamp_ms(enqueued), int(attempts or 0), tier, task, reason, payload, attempts == "0")
 
-    def lease(self, queue: str, tenant: str, attempts: int, names: Sequence[str]) -> Lease:
-        return _lease(self.id, self.enqueued_ms, self.task, self.reason, self.payload, queue, tenant, attempts, names)
+    def lease(self, queue: str, tenant: str, attempts: int, names: Sequence[str], owner: str = "") -> Lease:
+        return _lease(self.id, self.enqueued_ms, self.task, self.reason, self.payload, queue, tenant, attempts, names,
+                      owner)
 
 
 # An envelope's stored fields, in their order: every field of Envelope but given_back.
@@ -406,12 +410,12 @@ _STORED = tuple(f.name for f in fields(Envelope) if f.name != "given_back")
 
 
 def _lease(job_id: int, enqueued_ms: int, task: str, reason: str, payload: str, queue: str, tenant: str,
-           attempts: int, names: Sequence[str]) -> Lease:
+           attempts: int, names: Sequence[str], owner: str = "") -> Lease:
     """The one place a Lease is made from an envelope's fields (positional: this runs per job). A
     job enqueued without a payload (stored as JSON null) is leased with an empty object, so a
     handler's ``lease.payload.get(...)`` works for every job."""
     return Lease(str(job_id), queue, tenant, named(reason, names), named(task, names),
-                 {} if payload == "null" else json.loads(payload), enqueued_ms / 1000.0, attempts)
+                 {} if payload == "null" else json.loads(payload), enqueued_ms / 1000.0, attempts, owner)
 
 
 # What an envelope stores in place of a name the group's names list (fairness_core.config_store.Names)
@@ -450,8 +454,8 @@ class Record(Fields):
     attempts: int
     job: Envelope
 
-    def lease(self, names: Sequence[str]) -> Lease:
-        return self.job.lease(self.queue, self.tenant, self.attempts, names)
+    def lease(self, names: Sequence[str], owner: str = "") -> Lease:
+        return self.job.lease(self.queue, self.tenant, self.attempts, names, owner)
 
 
 # Where the fields a lease needs sit in an envelope line, taken from Envelope's declaration.
@@ -461,14 +465,14 @@ _ID, _ENQUEUED, _TASK, _REASON, _PAYLOAD = (_ENVELOPE_AT[name] for name in ("id"
 
 
 def popped_lease(names: Sequence[str], queue: bytes | str, tenant: bytes | str, attempts: int,
-                 envelope: bytes | str) -> Lease:
+                 envelope: bytes | str, owner: str = "") -> Lease:
     """The lease of one record of a pop reply (its fields in Record's order, as Redis sends them),
     its names read back from ``names``: the same Lease as ``Record.from_fields(...).lease(names)``,
     read straight from the envelope line without the generic field readers, because every job a
     worker runs passes through here."""
     fields = decoded(envelope).split(SEP, len(_ENVELOPE_AT) - 1)
     return _lease(int(fields[_ID]), stamp_ms(fields[_ENQUEUED]), fields[_TASK], fields[_REASON], fields[_PAYLOAD],
-                  decoded(queue), decoded(tenant), int(attempts), names)
+                  decoded(queue), decoded(tenant), int(attempts), names, owner)
 
 
 def decoded(value: bytes | str) -> str:

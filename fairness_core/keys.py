@@ -26,6 +26,11 @@ DELAYED = "delayed"  # zset: class, tenant and envelope -> due time (ms), retrie
 DEAD = "dead"  # list: dead-lettered records
 WORKERS = "workers"  # zset: worker id -> registration expiry (ms)
 WORKER_SLOTS = "workerslots"  # hash: worker id -> slots it serves
+RETURNED = "returned"  # zset: job id -> when (ms) its lease was taken back from its worker, for an hour
+REAPED = "reaped"  # string: when (ms) a worker last reaped, to tell a stall of Redis from a lost worker
+# base + OWNED_SPACE + worker id; zset: job id -> attempts of each lease popped for that worker,
+# taken back at once when the worker unregisters or its registration lapses. Built from ``base``.
+OWNED_SPACE = "own:"
 CONFIG = "config"  # hash: the applied config (fairness_core.config_store): text, moves, fingerprint, version
 # base + RATE_SPACE + rate-window bucket; hash: tenant -> jobs accepted in that bucket
 # (tenants.max_rate), expiring two windows after a tenant's first job in it. Not in FIXED: the
@@ -45,7 +50,7 @@ LAYOUT = "layout"
 FIXED: dict[str, str] = {
     "stats": STATS, "swrr": SWRR, "paused": PAUSED, "arrivals": ARRIVALS, "seq": SEQ, "leases": LEASES,
     "leased": LEASED, "delayed": DELAYED, "dead": DEAD, "workers": WORKERS, "worker_slots": WORKER_SLOTS,
-    "config": CONFIG,
+    "returned": RETURNED, "reaped": REAPED, "config": CONFIG,
 }
 
 # Per-class keys: base + CLASS_SPACE + class + PART_SEP + part; a tenant's sub-queue is the part
@@ -132,6 +137,18 @@ class Keys:
     @property
     def worker_slots(self) -> str:
         return self.base + WORKER_SLOTS
+
+    @property
+    def returned(self) -> str:
+        return self.base + RETURNED
+
+    @property
+    def reaped(self) -> str:
+        return self.base + REAPED
+
+    def owned(self, worker_id: str) -> str:
+        """The leases popped for a worker (job id -> attempts)."""
+        return self.base + OWNED_SPACE + worker_id
 
     @property
     def config(self) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Container, Mapping, Sequence
 
 from .accounts import account_of
@@ -40,7 +40,7 @@ from .jobs import (
     settled,
 )
 from .keys import ACCOUNT_RATE_MARK
-from .settings import SWEEP_BATCH, default_tier_left, derive, rebases_tags, recorded_cost, regroups
+from .settings import REAP_GAP_MS, RETURNED_KEEP_MS, SWEEP_BATCH, default_tier_left, derive, rebases_tags, recorded_cost, regroups
 from .snapshot import RawClass, Snapshot, build_snapshot
 from .zset import ZSet
 
@@ -83,6 +83,9 @@ class Model:
         self.dead: list[str] = []
         self.workers = ZSet()
         self.worker_slots: dict[str, int] = {}
+        self.owned: dict[str, dict[str, int]] = {}  # worker id -> job id -> attempts of the leases popped for it
+        self.returned = ZSet()  # job id -> when its lease was taken back from its worker
+        self.reaped: int | None = None  # when a worker last reaped
         self.charged: dict[str, int] = {}  # job id -> µs its pop charged (charge: runtime)
 
     def _use(self, config: Config, moves: Moves, names: Names | None = None) -> None:
@@ -574,13 +577,16 @@ class Model:
         self.stats[key] = self.stats.get(key, 0) + 1
         self._stat("ws", queue, wait)
 
-    def _lease(self, now: int, queue: str, tenant: str, items: list[Envelope], out: list[Record]) -> None:
+    def _lease(self, now: int, queue: str, tenant: str, items: list[Envelope], out: list[Record],
+               owner: str = "") -> None:
         deadline = now + self.settings.visibility_ms
         for job in items:
             entry = Record(queue, tenant, job.attempts + 1, job)
             key = str(job.id)
             self.leases.add(key, deadline)
             self.leased[key] = entry
+            if owner:
+                self.owned.setdefault(owner, {})[key] = entry.attempts
             if entry.attempts == 1 and not job.given_back:
                 self._observe_wait(queue, now - job.enqueued_ms)
             out.append(entry)
@@ -597,11 +603,13 @@ class Model:
         held = sum(max(0, reserved[j] - inflight[j]) for j in range(len(inflight)) if j != i and j in allowed)
         return slots - used - held
 
-    def pop(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Lease]:
-        return [e.lease(self.settings.names) for e in self.pop_entries(now, max_jobs, classes=classes)]
+    def pop(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None,
+            owner: str = "") -> list[Lease]:
+        return [e.lease(self.settings.names, owner)
+                for e in self.pop_entries(now, max_jobs, classes=classes, owner=owner)]
 
     def ack_and_pop(self, now: int, done: Sequence[Lease | Finished], max_jobs: int = 1, *,
-                    classes: Sequence[str] | None = None) -> Popped:
+                    classes: Sequence[str] | None = None, owner: str = "") -> Popped:
         """The acks, then the pop, in one step, as the Lua's ``pop`` with acks does it (nothing
         done when a class is unknown)."""
         for name in classes or ():
@@ -609,8 +617,9 @@ class Model:
         finished = [settled(item) for item in done]
         for _, runtime in finished:
             _runtime(runtime)  # an invalid one refuses the whole call, as the Scheduler's does
-        acked = [self.ack(now, lease, runtime=runtime) for lease, runtime in finished]
-        leases = self.pop(now, max_jobs, classes=classes)
+        # The acks settle the leases of the pop's own worker, as the Lua's do.
+        acked = [self.ack(now, replace(lease, owner=owner), runtime=runtime) for lease, runtime in finished]
+        leases = self.pop(now, max_jobs, classes=classes, owner=owner)
         return Popped(acked=acked, leases=leases, held_back=not leases and self._held_back(classes))
 
     def _held_back(self, classes: Sequence[str] | None) -> bool:
@@ -634,7 +643,8 @@ class Model:
         return {i: self._capacity(i, inflight, slots, allowed) for i, name in enumerate(self.names)
                 if i in allowed and depth[i] > 0 and name not in self.paused}
 
-    def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Record]:
+    def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None,
+                    owner: str = "") -> list[Record]:
         """Like :meth:`pop`, returning the model's own records (cheaper for the simulator). An
         unknown class refuses the pop before anything changes, as the Scheduler's does."""
         allowed = self._allowed(classes)
@@ -677,7 +687,7 @@ class Model:
                     members.add(tenant, inner + work)
                 if left > 0 or party in cls.accounts:
                     cls.tags.add(party, tag + work * cost)
-                self._lease(now, queue, tenant, items, out)
+                self._lease(now, queue, tenant, items, out, owner)
                 if swrr is not None and total:
                     self._charge_visit(swrr, elig, ci, total, work)
             else:
@@ -688,7 +698,7 @@ class Model:
                     work = self._charge(ci, tenant, items)
                     if swrr is not None and total:
                         self._charge_visit(swrr, elig, ci, total, work)
-                self._lease(now, queue, tenant, items, out)
+                self._lease(now, queue, tenant, items, out, owner)
             depth[ci] -= n
             inflight[ci] += n
         if swrr is not None:
@@ -734,6 +744,7 @@ class Model:
             return False
         units = self._ran(entry, ran, learning=True)
         self._release_lease(lease.job_id, entry)
+        self._disown(lease.owner, lease.job_id)
         self._stat("processed", entry.queue, 1)
         self._count_processed(now, entry.queue, entry.tenant, units)
         return True
@@ -743,8 +754,72 @@ class Model:
         return self._nack(now, lease, one_line(error or "failed"), "final" if final else "retry", runtime)
 
     def defer_unhandled(self, now: int, lease: Lease) -> str:
-        """As the Lua's nack mode '2': back after ``backoff_max`` with its attempt given back."""
+        """As the Lua's nack mode '2': back at the head of its sub-queue with its attempt given back."""
         return self._nack(now, lease, "", "unhandled", None)
+
+    def give_back(self, now: int, leases: Sequence[Lease]) -> int:
+        """As the Lua's ``give_back``: unstarted leases back at once, their attempts given back."""
+        count = 0
+        for lease in leases:
+            entry = self._held(lease.job_id, lease.attempts)
+            if entry is not None:
+                self._give_back(lease.job_id, entry)
+                count += 1
+            self._disown(lease.owner, lease.job_id)
+        return count
+
+    def _give_back(self, job_id: str, entry: Record) -> None:
+        self._release_lease(job_id, entry)
+        entry.job.attempts = max(entry.attempts - 1, 0)
+        entry.job.given_back = True  # as the Lua stores it: attempts 0 as "0", not nothing
+        self._push_head(entry.queue, entry.tenant, [entry.job])
+
+    def _take_back(self, now: int, job_id: str, entry: Record, why: str) -> None:
+        """As the Lua's ``take_back``: a lease taken from its worker, the attempt counted."""
+        self._release_lease(job_id, entry)
+        self.returned.add(job_id, now)
+        if entry.attempts >= self.settings.max_attempts:
+            self._dead_letter(now, entry, why)
+        else:
+            entry.job.attempts = entry.attempts
+            self._push_head(entry.queue, entry.tenant, [entry.job])
+            self._stat("redelivered", entry.queue, 1)
+
+    def _disown(self, owner: str, job_id: str) -> None:
+        mine = self.owned.get(owner)
+        if mine is not None:
+            mine.pop(job_id, None)
+            if not mine:
+                del self.owned[owner]
+
+    def _drop_worker(self, now: int, worker_id: str, why: str) -> int:
+        """As the Lua's ``drop_worker``: its slots and registration go, and every lease it holds."""
+        self.stats["slots"] = self.stats.get("slots", 0) - self.worker_slots.pop(worker_id, 0)
+        self.workers.remove(worker_id)
+        count = 0
+        for job_id, attempts in sorted(self.owned.pop(worker_id, {}).items(), key=lambda item: (item[1], item[0])):
+            entry = self._held(job_id, attempts)
+            if entry is not None:
+                self._take_back(now, job_id, entry, why)
+                count += 1
+        return count
+
+    def reclaim(self, now: int, owner: str, held: Sequence[str]) -> int:
+        """As the Lua's ``reclaim``: the owner's leases but ``held`` given back."""
+        mine = self.owned.get(owner, {})
+        count = 0
+        for job_id, attempts in sorted(mine.items(), key=lambda item: (item[1], item[0])):
+            if job_id in held:
+                continue
+            self._disown(owner, job_id)
+            entry = self._held(job_id, attempts)
+            if entry is not None:
+                self._give_back(job_id, entry)
+                count += 1
+        return count
+
+    def lease_taken_back(self, job_id: str) -> bool:
+        return job_id in self.returned
 
     def _nack(self, now: int, lease: Lease, error: str, mode: str, runtime: float | None) -> str:
         """The Lua's nack; ``mode``: "retry", "final" or "unhandled"."""
@@ -752,20 +827,19 @@ class Model:
         entry = self._held(lease.job_id, lease.attempts)
         if entry is None:
             return "stale"
+        self._disown(lease.owner, lease.job_id)
+        if mode == "unhandled":
+            self._stat("unhandled", entry.queue, 1)
+            self._give_back(lease.job_id, entry)
+            return mode
         self._ran(entry, ran, learning=False)
         self._release_lease(lease.job_id, entry)
-        if mode == "unhandled":
-            entry.attempts = max(entry.attempts - 1, 0)
-            delay: float = self.settings.backoff_max_ms
-            self._stat("unhandled", entry.queue, 1)
-        else:
-            self._stat("failed", entry.queue, 1)
-            if entry.attempts >= self.settings.max_attempts or mode == "final":
-                self._dead_letter(now, entry, error)
-                return "dead"
-            delay = min(self.settings.backoff_ms * math.pow(2, entry.attempts - 1), self.settings.backoff_max_ms)
+        self._stat("failed", entry.queue, 1)
+        if entry.attempts >= self.settings.max_attempts or mode == "final":
+            self._dead_letter(now, entry, error)
+            return "dead"
+        delay = min(self.settings.backoff_ms * math.pow(2, entry.attempts - 1), self.settings.backoff_max_ms)
         entry.job.attempts = entry.attempts
-        entry.job.given_back = mode == "unhandled"  # as the Lua stores it: attempts 0 as "0", not nothing
         rec = entry.encode()
         self.delayed.add(rec, now + delay)
         self.delayed_items[rec] = entry
@@ -779,20 +853,18 @@ class Model:
         return True
 
     def reap(self, now: int, limit: int = 1000) -> int:
+        if self.reaped is not None and now - self.reaped > REAP_GAP_MS:  # as the Lua's forgive_gap
+            for worker, expiry in list(self.workers.items()):
+                self.workers.add(worker, expiry + now - self.reaped)
+        self.reaped = now
+        for job_id in self.returned.up_to(now - RETURNED_KEEP_MS, len(self.returned)):
+            self.returned.remove(job_id)
         count = 0
         for job_id in self.leases.up_to(now, limit):
-            entry = self.leased[job_id]
-            self._release_lease(job_id, entry)
-            if entry.attempts >= self.settings.max_attempts:
-                self._dead_letter(now, entry, "lease expired")
-            else:
-                entry.job.attempts = entry.attempts
-                self._push_head(entry.queue, entry.tenant, [entry.job])
-                self._stat("redelivered", entry.queue, 1)
+            self._take_back(now, job_id, self.leased[job_id], "lease expired")
             count += 1
         for worker in self.workers.up_to(now, limit):
-            self.stats["slots"] = self.stats.get("slots", 0) - self.worker_slots.pop(worker, 0)
-            self.workers.remove(worker)
+            count += self._drop_worker(now, worker, "worker lost")
         self._release_delayed(now, limit)
         return count
 
@@ -866,14 +938,16 @@ class Model:
         return DeadOutcome(done, skipped)
 
     def register_worker(self, now: int, worker_id: str, slots: int, ttl: float) -> None:
+        if slots <= 0:
+            self.unregister_worker(now, worker_id)
+            return
         old = self.worker_slots.get(worker_id, 0)
         self.stats["slots"] = self.stats.get("slots", 0) + slots - old
-        if slots > 0:
-            self.worker_slots[worker_id] = slots
-            self.workers.add(worker_id, now + int(ttl * 1000))
-        else:
-            self.worker_slots.pop(worker_id, None)
-            self.workers.remove(worker_id)
+        self.worker_slots[worker_id] = slots
+        self.workers.add(worker_id, now + int(ttl * 1000))
+
+    def unregister_worker(self, now: int, worker_id: str) -> int:
+        return self._drop_worker(now, worker_id, "worker stopped")
 
     def pause(self, queue: str) -> None:
         self.config.class_index(queue)
@@ -961,6 +1035,9 @@ class Model:
             "dead": list(self.dead),
             "workers": dict(self.workers.items()),
             "worker_slots": dict(self.worker_slots),
+            "owned": {w: dict(mine) for w, mine in self.owned.items() if mine},
+            "returned": dict(self.returned.items()),
+            "reaped": self.reaped,
             "charged": dict(self.charged),
         }
 

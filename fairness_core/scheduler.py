@@ -408,18 +408,21 @@ class Scheduler:
 
     # ------------------------------------------------------------------ consuming
 
-    def pop(self, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Lease]:
+    def pop(self, max_jobs: int = 1, *, classes: Sequence[str] | None = None, owner: str = "") -> list[Lease]:
         """Lease up to ``max_jobs`` jobs, chosen by the configured policy; ``classes`` limits a
-        reserved pool to some classes. Returns an empty list when nothing is due."""
-        return self.ack_and_pop((), max_jobs, classes=classes).leases
+        reserved pool to some classes. Returns an empty list when nothing is due. ``owner``: the
+        registered worker the leases are for (see :meth:`ack_and_pop`)."""
+        return self.ack_and_pop((), max_jobs, classes=classes, owner=owner).leases
 
     def ack_and_pop(self, done: Sequence[Lease | Finished], max_jobs: int = 1, *,
-                    classes: Sequence[str] | None = None) -> Popped:
+                    classes: Sequence[str] | None = None, owner: str = "") -> Popped:
         """Complete ``done`` (each exactly as :meth:`ack` would: a :class:`Finished` with its
         runtime) and lease the next jobs, in one script call: a worker pays one round trip per job
         instead of two, the way BullMQ's move-to-finished hands back the next job. The acks are
         applied before the pop. A class of ``classes`` that the applied config moved stands for the
-        class its jobs went to."""
+        class its jobs went to. With ``owner``, a worker id given to :meth:`register_worker`, the
+        leases are that worker's: they go back to the queue as soon as it unregisters or its
+        registration lapses, instead of when their visibility timeout runs out."""
         check_pop(max_jobs, classes)
         settle = [arg for item in done for arg in _settled(item)]
 
@@ -427,18 +430,20 @@ class Scheduler:
             # A pool of a class the applied config moved serves where its jobs went.
             allowed = "" if classes is None else ",".join(
                 str(self._class_index(self.moves.classes.get(c, c), "classes") + 1) for c in classes)
-            return ("pop", max_jobs, allowed, *settle)
+            return ("pop", max_jobs, allowed, owner, *settle)
 
         self.memory.ensure_policy()
         _now, items, acked, held = self._synced(build)
         return Popped(acked=[bool(a) for a in acked],
-                      leases=[popped_lease(self.settings.names, *item) for item in items], held_back=held == 1)
+                      leases=[popped_lease(self.settings.names, *item, owner) for item in items], held_back=held == 1)
 
     def ack(self, lease: Lease, *, runtime: float | None = None) -> bool:
-        """Complete a job. False when the lease had expired and the job went back to the queue.
-        ``runtime``: the seconds its handler ran, charged under ``scheduler.charge: runtime`` and
-        counted as worker time under either basis (None: the job keeps its estimated charge)."""
-        return bool(self._call("ack", lease.job_id, lease.attempts, runtime_us(runtime)))
+        """Complete a job. False when the lease was no longer held: taken back (expired, or its
+        worker gone) and the job given to the queue again (:meth:`lease_taken_back` tells), or
+        settled already. ``runtime``: the seconds its handler ran, charged under
+        ``scheduler.charge: runtime`` and counted as worker time under either basis (None: the job
+        keeps its estimated charge)."""
+        return bool(self._call("ack", lease.job_id, lease.attempts, runtime_us(runtime), lease.owner))
 
     def nack(self, lease: Lease, error: str | None = None, *, final: bool = False,
              runtime: float | None = None) -> str:
@@ -451,14 +456,39 @@ class Scheduler:
     def defer_unhandled(self, lease: Lease) -> str:
         """Give back a job this worker has no handler for (a task only a newer build knows, as in
         a rolling deploy): not a failure, so its attempt is given back and it is never
-        dead-lettered for it; it comes due again after ``leases.retry_backoff_max``, for a worker
-        that has the handler, and is counted in the class's ``unhandled`` counter.
-        ``"unhandled"``, or ``"stale"`` when the lease had already expired."""
+        dead-lettered for it; it goes back to the head of its tenant's sub-queue at once, for a
+        worker that has the handler, and is counted in the class's ``unhandled`` counter (the
+        caller waits before popping again, as :class:`~fairness_core.worker.Worker` does, or it
+        takes the job again at once). ``"unhandled"``, or ``"stale"`` when the lease was no longer
+        held."""
         return self._nack(lease, "", "2", None)
 
     def _nack(self, lease: Lease, error: str, mode: str, runtime: float | None) -> str:
         """The script's nack; ``mode`` "0" a failure, "1" final, "2" unhandled."""
-        return _text(self._call("nack", lease.job_id, lease.attempts, error, mode, runtime_us(runtime)))
+        return _text(self._call("nack", lease.job_id, lease.attempts, error, mode, runtime_us(runtime), lease.owner))
+
+    def give_back(self, leases: Sequence[Lease]) -> int:
+        """Return leases their worker never started (a stopping worker's prefetched jobs) to the
+        head of their tenants' sub-queues at once, each attempt given back: they cost the job
+        nothing. How many were still held."""
+        by_owner: dict[str, list[object]] = {}
+        for lease in leases:
+            by_owner.setdefault(lease.owner, []).extend((lease.job_id, lease.attempts))
+        return sum(int(self._call("give_back", owner, *held)) for owner, held in by_owner.items())
+
+    def reclaim(self, owner: str, held: Sequence[str]) -> int:
+        """Give back every lease popped for worker ``owner`` but those of ``held`` (job ids): the
+        leases of a pop whose reply was lost, which that worker never received. Each goes back at
+        once with its attempt given back. The caller must have no pop of ``owner`` in flight. How many."""
+        return int(self._call("reclaim", owner, *held))
+
+    def lease_taken_back(self, job_id: str) -> bool:
+        """Whether the job's lease was taken back from its worker within the last hour (it
+        expired, or its worker stopped or lapsed holding it), so that the job may run again: what
+        tells a late ack's "it may run again" from "it was settled already", such as by an earlier
+        call whose reply was lost."""
+        with redis_errors(self.client):
+            return self.client.zscore(self.keys.returned, job_id) is not None
 
     def extend(self, lease: Lease) -> bool:
         """Heartbeat for a long job: push the lease deadline a visibility timeout ahead."""
@@ -468,8 +498,8 @@ class Scheduler:
 
     def reap(self, limit: int = SWEEP_LIMIT) -> int:
         """Return up to ``limit`` expired leases to the head of their tenant's sub-queue, release
-        retries that came due and drop expired worker registrations, in calls of
-        :data:`SWEEP_BATCH` of each; how many leases expired."""
+        retries that came due and drop lapsed worker registrations with every lease each held, in
+        calls of :data:`SWEEP_BATCH` of each; how many leases were taken back."""
         def one(asked: int) -> tuple[int, bool]:
             leases, retries, workers = (int(n) for n in self._call("reap", asked))
             return leases, max(leases, retries, workers) == asked
@@ -498,8 +528,10 @@ class Scheduler:
         """Count a worker's slots towards fleet capacity (reserved slots need it) for ``ttl`` s."""
         self._call("register", worker_id, slots, int(ttl * 1000))
 
-    def unregister_worker(self, worker_id: str) -> None:
-        self._call("register", worker_id, 0, 0)
+    def unregister_worker(self, worker_id: str) -> int:
+        """Stop counting the worker's slots, and return every lease popped for it that it still
+        holds (jobs it abandoned) to the queue at once, as redeliveries; how many."""
+        return int(self._call("register", worker_id, 0, 0))
 
     def fleet_slots(self) -> int:
         """The worker slots registered now."""

@@ -23,12 +23,13 @@ from .keys import (
     CLASS_PARTS,
     CLASS_SPACE,
     FIXED,
+    OWNED_SPACE,
     PART_SEP,
     RATE_SPACE,
     TENANT_QUEUE,
     WAKE_MEMBER,
 )
-from .settings import SWEEP_BATCH, Settings
+from .settings import REAP_GAP_MS, RETURNED_KEEP_MS, SWEEP_BATCH, Settings
 
 _SOURCE = resources.files("fairness_core").joinpath("lua/scheduler.lua").read_text(encoding="utf-8")
 _LUA_SAFE = frozenset(string.ascii_letters + string.digits + " _-:./")
@@ -81,7 +82,8 @@ def layout() -> dict[str, Any]:
         **_positions("DEAD", DeadLetter), "DEAD_HEAD": _head(DeadLetter, DeadLetter.names()[-2]),
         **{f"KEY_{name.upper()}": suffix for name, suffix in FIXED.items()},
         "CLASS_SPACE": CLASS_SPACE, "PART_SEP": PART_SEP, "TENANT_QUEUE": TENANT_QUEUE, "RATE_SPACE": RATE_SPACE,
-        "CHARGED": CHARGED, "WAKE_MEMBER": WAKE_MEMBER, "SWEEP_BATCH": SWEEP_BATCH,
+        "CHARGED": CHARGED, "WAKE_MEMBER": WAKE_MEMBER, "SWEEP_BATCH": SWEEP_BATCH, "OWNED_SPACE": OWNED_SPACE,
+        "REAP_GAP_MS": REAP_GAP_MS, "RETURNED_KEEP_MS": RETURNED_KEEP_MS,
         "ACCOUNT_RATE_MARK": ACCOUNT_RATE_MARK,
         **{f"PART_{name.upper()}": part for name, part in CLASS_PARTS.items()},
     }

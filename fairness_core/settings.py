@@ -30,6 +30,13 @@ RUNTIME_SMOOTHING = 0.25
 # several calls.
 SWEEP_BATCH = 25
 
+# Every worker reaps each second: a reap that finds none ran for this long follows a stall of Redis
+# (or a time no worker reached it), and pushes the workers' registrations back by the gap.
+REAP_GAP_MS = 5000
+# How long a lease taken back from its worker (expired, or its worker gone) is remembered, so that
+# the worker's late ack or heartbeat can tell "it may run again" from "it was settled already".
+RETURNED_KEEP_MS = 3_600_000
+
 
 @dataclass(frozen=True)
 class Settings:

@@ -549,11 +549,11 @@ class ShardedScheduler:
 
     # ------------------------------------------------------------------ consuming
 
-    def pop(self, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Lease]:
-        return self.ack_and_pop((), max_jobs, classes=classes).leases
+    def pop(self, max_jobs: int = 1, *, classes: Sequence[str] | None = None, owner: str = "") -> list[Lease]:
+        return self.ack_and_pop((), max_jobs, classes=classes, owner=owner).leases
 
     def ack_and_pop(self, done: Sequence[Lease | Finished], max_jobs: int = 1, *,
-                    classes: Sequence[str] | None = None) -> Popped:
+                    classes: Sequence[str] | None = None, owner: str = "") -> Popped:
         """Complete ``done``, then lease up to ``max_jobs`` jobs of one class from one shard, the
         class and shard chosen as the module says. A done lease of the shard popped from is settled
         in the same call; the others each in a call of their own shard."""
@@ -580,7 +580,8 @@ class ShardedScheduler:
             settle = by_shard.pop(index, [])
             try:
                 popped = self.health.call(index, partial(self.shard(index).ack_and_pop, [item for _, item in settle],
-                                                         max_jobs, classes=None if queue is None else [queue]))
+                                                         max_jobs, classes=None if queue is None else [queue],
+                                                         owner=owner))
             except RedisUnavailable:
                 self.loads()[index].ran_dry(None)
                 held = False
@@ -691,6 +692,27 @@ class ShardedScheduler:
         shard, inner = self._route(lease)
         return shard.extend(inner)
 
+    def give_back(self, leases: Sequence[Lease]) -> int:
+        """:meth:`Scheduler.give_back`, each on the shard its lease names."""
+        by_shard: dict[int, list[Lease]] = {}
+        for lease in leases:
+            index, own = self.locate(lease.job_id)
+            by_shard.setdefault(index, []).append(replace(lease, job_id=own))
+        return sum(self.shard(index).give_back(inner) for index, inner in by_shard.items())
+
+    def reclaim(self, owner: str, held: Sequence[str]) -> int:
+        """:meth:`Scheduler.reclaim` on each served shard that answers, keeping the leases it holds there."""
+        by_shard: dict[int, list[str]] = {}
+        for job_id in held:
+            index, own = self.locate(job_id)
+            by_shard.setdefault(index, []).append(own)
+        return sum(self.health.each(self.served_shards(),
+                                    lambda index: self.shard(index).reclaim(owner, by_shard.get(index, []))))
+
+    def lease_taken_back(self, job_id: str) -> bool:
+        index, own = self.locate(job_id)
+        return self.shard(index).lease_taken_back(own)
+
     def wait_for_work(self, timeout: float, classes: Sequence[str] | None = None) -> float | None:
         """Until one of ``classes`` has work on some shard (0.0), or None after ``timeout``. The
         shards' wake keys are in different hash slots, which no one blocking command may wait on
@@ -725,8 +747,8 @@ class ShardedScheduler:
         heartbeat after it is back)."""
         self._each_live(lambda s: s.register_worker(worker_id, slots, ttl))
 
-    def unregister_worker(self, worker_id: str) -> None:
-        self._each_live(lambda s: s.unregister_worker(worker_id))
+    def unregister_worker(self, worker_id: str) -> int:
+        return sum(self._each_live(lambda s: s.unregister_worker(worker_id)))
 
     def fleet_slots(self) -> int:
         return self.shard(0).fleet_slots()

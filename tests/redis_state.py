@@ -87,6 +87,10 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
         if bucket >= now_ms // rate_window_ms - 1:  # the model forgets what Redis expires
             rates[bucket] = {_s(t): int(n) for t, n in client.hgetall(key).items()}
     seq = client.get(k.seq)
+    owned = {}
+    for key in client.scan_iter(match=_glob(k.owned("")) + "*", count=1000):
+        owned[_s(key)[len(k.owned("")):]] = {m: int(a) for m, a in _zset(client, key).items()}
+    reaped = client.get(k.reaped)
     return {
         "stats": {f: v for f, v in ((_s(f), int(v)) for f, v in client.hgetall(k.stats).items()) if v != 0},
         "swrr": {_s(f): _num(v) for f, v in client.hgetall(k.swrr).items()},
@@ -101,5 +105,8 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
         "dead": [_s(e) for e in client.lrange(k.dead, 0, -1)],
         "workers": _zset(client, k.workers),
         "worker_slots": {_s(f): int(v) for f, v in client.hgetall(k.worker_slots).items()},
+        "owned": owned,
+        "returned": _zset(client, k.returned),
+        "reaped": int(reaped) if reaped else None,
         "charged": {_s(f): int(v) for f, v in client.hgetall(k.charged).items()},
     }

@@ -58,12 +58,17 @@ runtimes = st.sampled_from([None, 0.0, 0.0004, 0.05, 0.2, 0.5, 2.0])
 
 enqueues = st.tuples(st.just("enqueue"), st.sampled_from(TASKS), st.sampled_from(TENANTS),
                      st.sampled_from([None, "enterprise", "pro", "free"]), st.booleans(), st.integers(1, 8))
+# The worker a pop is for: none (its leases go back only when they expire), or a registered one,
+# whose leases go back when it unregisters or its registration lapses.
+owners = st.sampled_from(["", "w1", "w2"])
 pops = st.tuples(st.just("pop"), st.integers(1, 6),
-                 st.one_of(st.none(), st.none(), st.lists(st.sampled_from(CLASSES), min_size=1, max_size=2, unique=True)))
+                 st.one_of(st.none(), st.none(), st.lists(st.sampled_from(CLASSES), min_size=1, max_size=2, unique=True)),
+                 owners)
 # Acks riding with the next pop: picked leases (repeats and long-settled ones are stale acks).
 ack_and_pops = st.tuples(st.just("ack_and_pop"), st.lists(st.tuples(st.integers(0, 50), runtimes), max_size=3),
                          st.integers(1, 6),
-                         st.one_of(st.none(), st.lists(st.sampled_from(CLASSES), min_size=1, max_size=2, unique=True)))
+                         st.one_of(st.none(), st.lists(st.sampled_from(CLASSES), min_size=1, max_size=2, unique=True)),
+                         owners)
 # A config change while jobs are everywhere: new weights, policy and batch; the third class renamed
 # (or back), its jobs moved or not; the tiers re-weighted (new costs) or "free" dropped, its
 # tenants moved to "pro" or not. Refused when a removed class or tier is still in use unmoved.
@@ -86,6 +91,9 @@ operations = st.lists(
         st.tuples(st.just("nack"), st.integers(0, 50), runtimes),
         st.tuples(st.just("nack_final"), st.integers(0, 50), runtimes),
         st.tuples(st.just("defer_unhandled"), st.integers(0, 50)),
+        st.tuples(st.just("give_back"), st.lists(st.integers(0, 50), max_size=3)),
+        st.tuples(st.just("taken_back"), st.integers(0, 50)),
+        st.tuples(st.just("reclaim"), st.sampled_from(["w1", "w2"]), st.lists(st.integers(0, 50), max_size=3)),
         # Dead letters: picked leases' ids (most are not dead: not found), or the oldest of a class.
         st.tuples(st.sampled_from(["requeue", "drop"]), st.lists(st.integers(0, 50), max_size=3),
                   st.one_of(st.none(), st.sampled_from(CLASSES)), st.integers(1, 3)),
@@ -195,9 +203,15 @@ def _run(target: Any, op: tuple, now: int | None, leases: list[Lease]) -> Any:
                 out.append(f"refused: {exc}")
         return out
     if name == "pop":
-        return target.pop(*args, op[1], classes=op[2])
+        return target.pop(*args, op[1], classes=op[2], owner=op[3] if len(op) > 3 else "")
     if name == "ack_and_pop":
-        return target.ack_and_pop(*args, _done(op, leases), op[2], classes=op[3])
+        return target.ack_and_pop(*args, _done(op, leases), op[2], classes=op[3], owner=op[4] if len(op) > 4 else "")
+    if name == "give_back":
+        return target.give_back(*args, [leases[i % len(leases)] for i in op[1]] if leases else [])
+    if name == "reclaim":
+        return target.reclaim(*args, op[1], [leases[i % len(leases)].job_id for i in op[2]] if leases else [])
+    if name == "taken_back":
+        return target.lease_taken_back(leases[op[1] % len(leases)].job_id) if leases else None
     if name in ("ack", "nack", "extend", "nack_final", "defer_unhandled"):
         if not leases:
             return None
@@ -257,6 +271,16 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
 @example(params=PLAIN, ops=[ORDER, ("pop", 1, None), ("defer_unhandled", 0), ("defer_unhandled", 0), ("sleep", 5000),
                             ("reap",), ("pop", 1, None), ("defer_unhandled", 1), ("sleep", 5000), ("reap",),
                             ("pop", 1, None), ("nack", 2)])
+# A worker's leases: one acked riding with its pop, one given back unstarted (attempt returned),
+# the rest taken back when its registration lapses (reaps every 4 s: no gap), and remembered so.
+@example(params=PLAIN, ops=[
+    ("register", "w1", 4), ORDER, ORDER, ORDER, ORDER, ("pop", 4, None, "w1"), ("ack_and_pop", [(0, None)], 1, None, "w1"),
+    ("give_back", [1]), ("reap",), ("sleep", 4000), ("reap",), ("sleep", 4000), ("reap",), ("sleep", 4000), ("reap",),
+    ("taken_back", 2), ("taken_back", 0), ("register", "w2", 1), ("pop", 2, None, "w2"), ("register", "w2", 0)])
+# Reaps that stop for longer than the gap (a stall): the registrations lapse that much later.
+@example(params=PLAIN, ops=[("register", "w1", 2), ORDER, ("pop", 1, None, "w1"), ("reap",), ("sleep", 4000),
+                            ("sleep", 4000), ("sleep", 4000), ("reap",), ("taken_back", 0), ("sleep", 4000), ("reap",),
+                            ("sleep", 4000), ("reap",), ("taken_back", 0)])
 # A wait of exactly a histogram bucket's upper bound (50 ms) falls into that bucket.
 @example(params=PLAIN, ops=[ORDER, ("sleep", 49), ("pop", 1, None)])
 # A class renamed while it holds queued, leased and retrying jobs: refused without a move; with one

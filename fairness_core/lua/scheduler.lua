@@ -41,7 +41,7 @@ local function now_text()
   return now_s
 end
 local K_STATS, K_SWRR, K_PAUSED, K_ARR, K_SEQ, K_LEASES, K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS, K_CONFIG,
-  K_CHARGED
+  K_CHARGED, K_RETURNED, K_REAPED
 local NCLASS = #cfg.classes
 -- The stats fields a pop reads: each class's queued and in-flight counts, then the worker slots.
 local DEPTH_FIELDS, POP_FIELDS = {}, {}
@@ -57,6 +57,9 @@ local ALL = {}  -- every class index, true; never written
 for i = 1, NCLASS do ALL[i] = true end
 
 local function ckey(c, part) return base .. CLASS_SPACE .. c .. PART_SEP .. part end
+-- The leases a worker holds (job id -> attempts), written when a pop names its worker: what goes
+-- back to the queue at once when that worker unregisters or its registration lapses.
+local function owned(w) return base .. OWNED_SPACE .. w end
 local function tkey(c, tenant) return base .. CLASS_SPACE .. c .. PART_SEP .. TENANT_QUEUE .. tenant end
 
 -- Integers as the text Redis would make of them. A number passed to redis.call is formatted by
@@ -662,9 +665,10 @@ end
 
 -- Lease popped envelopes: deadlines in the lease set, records in the leased hash, first-attempt
 -- waits in the histogram; one call per structure for the whole visit, not one per job.
-local function lease(c, tenant, items, out)
+local function lease(c, tenant, items, out, owner)
   local deadline = int(now + cfg.visibility_ms)
   local deadlines, records, buckets, waited, first = {}, {}, {}, 0, 0
+  local mine = owner and {}
   for _, env in ipairs(items) do
     local id, enq, att, _, fresh = header(env)
     att = att + 1
@@ -674,6 +678,10 @@ local function lease(c, tenant, items, out)
     records[#records + 1] = id
     records[#records + 1] = table.concat(rec, SEP)
     rec[REC_ATTEMPTS] = att  -- a number in the reply
+    if mine then
+      mine[#mine + 1] = int(att)
+      mine[#mine + 1] = id
+    end
     if fresh then
       local idx = wait_bucket(now - enq)
       buckets[idx] = (buckets[idx] or 0) + 1
@@ -683,6 +691,7 @@ local function lease(c, tenant, items, out)
   end
   redis.call('ZADD', K_LEASES, unpack(deadlines))
   redis.call('HSET', K_LEASED, unpack(records))
+  if mine then redis.call('ZADD', owned(owner), unpack(mine)) end
   for idx, n in pairs(buckets) do stat('wb', c .. SEP .. INTS[idx], n) end
   if first > 0 then stat('ws', c, waited) end
   stat('inflight', c, #items)
@@ -716,6 +725,51 @@ local function release_lease(id, c, tenant)
   redis.call('ZREM', K_LEASES, id)
   if cfg.runtime then redis.call('HDEL', K_CHARGED, id) end
   release_inflight(c, tenant, 1)
+end
+
+-- A lease its worker never started (or could not: no handler) goes back to the head of its
+-- tenant's sub-queue at once, with its attempt given back: it cost nothing, so max_attempts never
+-- dead-letters it for that. Its wait was counted when it was first leased.
+local function give_back(id, c, tenant, att, env)
+  release_lease(id, c, tenant)
+  push_head(c, tenant, with_attempts(env, math.max(att - 1, 0), true))
+end
+
+-- A lease taken back from its worker (expired, or the worker stopped or lapsed with it unsettled):
+-- the job may have run, so the attempt counts; it goes back to the head of its sub-queue, or to
+-- the dead letters after max_attempts deliveries. Remembered a while (RETURNED_KEEP_MS), so that a
+-- late ack or heartbeat of it can say that it may run again, and another that it was settled.
+local function take_back(id, c, tenant, att, env, why)
+  release_lease(id, c, tenant)
+  redis.call('ZADD', K_RETURNED, now_text(), id)
+  if att >= cfg.max_attempts then
+    dead_letter(c, tenant, att, env, why)
+  else
+    push_head(c, tenant, with_attempts(env, att))
+    stat('redelivered', c, 1)
+  end
+end
+
+-- A worker gone (unregistered, or its registration lapsed): every lease it still holds goes back
+-- now, not when its deadline passes, and its slots stop counting. How many leases went back.
+local function drop_worker(w, why)
+  local slots = num(redis.call('HGET', K_WSLOTS, w))
+  if slots ~= 0 then
+    redis.call('HINCRBY', K_STATS, 'slots', int(-slots))
+    redis.call('HDEL', K_WSLOTS, w)
+  end
+  redis.call('ZREM', K_WORKERS, w)
+  local mine = redis.call('ZRANGE', owned(w), '0', '-1', 'WITHSCORES')
+  local count = 0
+  for i = 1, #mine, 2 do
+    local c, tenant, att, env = held(mine[i], number(mine[i + 1]))
+    if c then
+      take_back(mine[i], c, tenant, att, env, why)
+      count = count + 1
+    end
+  end
+  if #mine > 0 then redis.call('DEL', owned(w)) end
+  return count
 end
 
 -- The current window bucket's keys of each class ({bucket, served, total, by account}), kept while
@@ -839,13 +893,13 @@ local function finish_work(w)
   if #w.classes > 0 and (cfg.policy == 'weighted' or cfg.policy == 'weighted-fair') then correct_classes(w.fixes, w.classes) end
 end
 
--- Ack the leases given as (job id, attempts, runtime) triples in ARGV[first..] (runtime: µs the
+-- Ack the leases given as (job id, attempts, runtime) triples in ARGV[first..last] (runtime: µs the
 -- job ran, '' when not reported): 1 each, or 0 for a stale lease (expired and reaped, redelivered
 -- since, or acked earlier in the same list). The same state as acking them one by one, with one
 -- call per structure and per tenant, not per job.
-local function settle(first)
+local function settle(first, last, owner)
   local ids, acked = {}, {}
-  for i = first, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+  for i = first, last, 3 do ids[#ids + 1] = ARGV[i] end
   if #ids == 0 then return acked end
   local records = redis.call('HMGET', K_LEASED, unpack(ids))
   local charged = cfg.runtime and redis.call('HMGET', K_CHARGED, unpack(ids)) or NONE
@@ -877,6 +931,7 @@ local function settle(first)
     redis.call('HDEL', K_LEASED, unpack(gone))
     redis.call('ZREM', K_LEASES, unpack(gone))
     if cfg.runtime then redis.call('HDEL', K_CHARGED, unpack(gone)) end
+    if owner then redis.call('ZREM', owned(owner), unpack(gone)) end
   end
   for _, t in ipairs(order) do count_processed(t[1], t[2], t[3], t[4]) end
   return acked
@@ -906,12 +961,14 @@ local function head_score(c)
   return h[1], tonumber(h[2])
 end
 
--- ARGV[4]: max jobs, ARGV[5]: allowed classes as "1,3" (1-based) or "" for all,
--- ARGV[6..]: job id, attempts and runtime of each lease to ack first (the worker's finished jobs
--- ride with its next pop: one round trip per job). Returns {now, leased records, 1/0 per ack,
--- 1 when held back by reservations}.
+-- ARGV[4]: max jobs, ARGV[5]: allowed classes as "1,3" (1-based) or "" for all, ARGV[6]: the
+-- popping worker's id ('' none: its leases go back only when they expire), ARGV[7..]: job id,
+-- attempts and runtime of each lease to ack first (the worker's finished jobs ride with its next
+-- pop: one round trip per job). Returns {now, leased records, 1/0 per ack, 1 when held back by
+-- reservations}.
 function ops.pop()
-  local acked = settle(6)
+  local owner = ARGV[6] ~= '' and ARGV[6] or nil
+  local acked = settle(7, #ARGV, owner)
   release_delayed(SWEEP_BATCH)
   local want = number(ARGV[4])
   local allowed = ALL
@@ -998,7 +1055,7 @@ function ops.pop()
       elseif left > 0 then
         redis.call('ZADD', ckey(c, PART_TAGS), int(tag + work * cost), party)
       end
-      lease(c, tenant, items, out)
+      lease(c, tenant, items, out, owner)
       if total then charge_visit(swrr, elig, ci, total, work) end
     else
       tenant = head_score(c)
@@ -1012,7 +1069,7 @@ function ops.pop()
         local work = record_charges(items, estimates(ci, tenant, items))
         if total then charge_visit(swrr, elig, ci, total, work) end
       end
-      lease(c, tenant, items, out)
+      lease(c, tenant, items, out, owner)
     end
     depth[ci] = depth[ci] - n
     inflight[ci] = inflight[ci] + n
@@ -1029,45 +1086,89 @@ function ops.pop()
   return {now_text(), out, acked, (#out == 0 and held) and 1 or 0}
 end
 
--- ARGV[4]: job id, ARGV[5]: attempts of the lease, ARGV[6]: µs it ran ('' not reported)
+-- ARGV[4]: job id, ARGV[5]: attempts of the lease, ARGV[6]: µs it ran ('' not reported),
+-- ARGV[7]: the worker the lease was popped for ('' none)
 function ops.ack()
-  return settle(4)[1]
+  return settle(4, 6, ARGV[7] ~= '' and ARGV[7] or nil)[1]
 end
 
 -- ARGV[4]: job id, ARGV[5]: attempts, ARGV[6]: error text (one line), ARGV[7]: the mode: '0' a
 -- failure (retried after backoff, dead-lettered after max_attempts), '1' final (dead-lettered at
 -- once whatever the attempts: a failure no retry can mend), '2' unhandled (the worker has no
--- handler for the task: not a failure, see below), ARGV[8]: µs it ran ('' not reported). A
--- failure is charged the worker time it took, as an ack.
+-- handler for the task: not a failure, see give_back), ARGV[8]: µs it ran ('' not reported),
+-- ARGV[9]: the worker the lease was popped for ('' none). A failure is charged the worker time it
+-- took, as an ack.
 function ops.nack()
-  local c, tenant, att, env = held(ARGV[4], tonumber(ARGV[5]))
+  local id = ARGV[4]
+  local c, tenant, att, env = held(id, tonumber(ARGV[5]))
   if not c then return 'stale' end
-  local w = new_work()
-  ran_for(w, c, tenant, env, tonumber(ARGV[8]), cfg.runtime and tonumber(redis.call('HGET', K_CHARGED, ARGV[4])), false)
-  finish_work(w)
-  release_lease(ARGV[4], c, tenant)
-  local delay, outcome
+  if ARGV[9] ~= '' then redis.call('ZREM', owned(ARGV[9]), id) end
   if ARGV[7] == '2' then
     -- Unhandled: a worker of another build (a rolling deploy, an old image) leased a task only
-    -- newer workers know. The job never ran, so the attempt is given back (max_attempts never
-    -- dead-letters it) and it is counted 'unhandled', not 'failed'. It waits backoff_max, the
-    -- longest the operator lets a retry wait: long enough that a worker without the handler
-    -- does not spin on it, short enough that a worker with the handler takes it soon.
-    att, delay, outcome = math.max(att - 1, 0), cfg.backoff_max_ms, 'unhandled'
+    -- newer workers know. Counted 'unhandled', not 'failed', and given back at once, for a
+    -- worker that has the handler (the one without it waits before it pops again).
     stat('unhandled', c, 1)
-  else
-    stat('failed', c, 1)
-    if att >= cfg.max_attempts or ARGV[7] == '1' then
-      dead_letter(c, tenant, att, env, ARGV[6])
-      return 'dead'
-    end
-    delay, outcome = math.min(cfg.backoff_ms * math.pow(2, att - 1), cfg.backoff_max_ms), 'retry'
+    give_back(id, c, tenant, att, env)
+    return 'unhandled'
   end
-  redis.call('ZADD', K_DELAYED, now + delay,
-    table.concat(record(c, tenant, att, with_attempts(env, att, outcome == 'unhandled')), SEP))
+  local w = new_work()
+  ran_for(w, c, tenant, env, tonumber(ARGV[8]), cfg.runtime and tonumber(redis.call('HGET', K_CHARGED, id)), false)
+  finish_work(w)
+  release_lease(id, c, tenant)
+  stat('failed', c, 1)
+  if att >= cfg.max_attempts or ARGV[7] == '1' then
+    dead_letter(c, tenant, att, env, ARGV[6])
+    return 'dead'
+  end
+  local delay = math.min(cfg.backoff_ms * math.pow(2, att - 1), cfg.backoff_max_ms)
+  redis.call('ZADD', K_DELAYED, now + delay, table.concat(record(c, tenant, att, with_attempts(env, att)), SEP))
   stat('delayed', c, 1)
   wake(served_by(c), now + delay)
-  return outcome
+  return 'retry'
+end
+
+-- ARGV[4]: a worker, ARGV[5..]: the job ids of the leases it holds. Every other lease popped for it
+-- it never received (a pop whose reply was lost): each goes back at once, its attempt given back.
+-- Returns how many.
+function ops.reclaim()
+  local keep = {}
+  for i = 5, #ARGV do keep[ARGV[i]] = true end
+  local mine = redis.call('ZRANGE', owned(ARGV[4]), '0', '-1', 'WITHSCORES')
+  local count, gone = 0, {}
+  for i = 1, #mine, 2 do
+    local id = mine[i]
+    if not keep[id] then
+      gone[#gone + 1] = id
+      local c, tenant, att, env = held(id, number(mine[i + 1]))
+      if c then
+        give_back(id, c, tenant, att, env)
+        count = count + 1
+      end
+    end
+  end
+  if #gone > 0 then redis.call('ZREM', owned(ARGV[4]), unpack(gone)) end
+  return count
+end
+
+-- ARGV[4]: the worker the leases were popped for ('' none), ARGV[5..]: job id and attempts of
+-- each lease it gives back unstarted (a stopping worker's prefetched jobs). Returns how many
+-- were still held.
+function ops.give_back()
+  local count = 0
+  for i = 5, #ARGV, 2 do
+    local id = ARGV[i]
+    local c, tenant, att, env = held(id, tonumber(ARGV[i + 1]))
+    if c then
+      give_back(id, c, tenant, att, env)
+      count = count + 1
+    end
+  end
+  if ARGV[4] ~= '' and #ARGV > 4 then
+    local ids = {}
+    for i = 5, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+    redis.call('ZREM', owned(ARGV[4]), unpack(ids))
+  end
+  return count
 end
 
 -- ARGV[4]: job id, ARGV[5]: attempts
@@ -1077,28 +1178,40 @@ function ops.extend()
   return 1
 end
 
+-- Every worker reaps each second, so a reap that finds none ran for REAP_GAP_MS follows a time
+-- when nobody could renew a registration either: Redis stalled (a slow disk, DEBUG SLEEP), or no
+-- worker reached it. Each registration then lapses that much later, so that a stall costs no
+-- live worker its leases; the price is that a fleet restarted whole waits for the old workers'
+-- registrations one gap longer.
+local function forgive_gap()
+  local last = number(redis.call('GET', K_REAPED))
+  redis.call('SET', K_REAPED, now_text())
+  if last == nil or now - last <= REAP_GAP_MS then return end
+  local regs = redis.call('ZRANGE', K_WORKERS, '0', '-1', 'WITHSCORES')
+  local later = {}
+  for i = 1, #regs, 2 do
+    later[#later + 1] = int(number(regs[i + 1]) + now - last)
+    later[#later + 1] = regs[i]
+  end
+  if #later > 0 then redis.call('ZADD', K_WORKERS, unpack(later)) end
+end
+
 -- ARGV[4]: limit. Expired leases go back to the head of their tenant's sub-queue (or dead-letter
--- after max_attempts deliveries); expired worker registrations give back their slots.
+-- after max_attempts deliveries); a worker whose registration lapsed (its heartbeat stopped:
+-- killed, or cut off from Redis) loses its slots and every lease it held. Returns {leases taken
+-- back, retries released, workers dropped}.
 function ops.reap()
   local limit = tonumber(ARGV[4])
+  forgive_gap()
+  redis.call('ZREMRANGEBYSCORE', K_RETURNED, '-inf', int(now - RETURNED_KEEP_MS))
   local count = 0
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT', 0, limit)) do
     local c, tenant, att, env = parse_record(redis.call('HGET', K_LEASED, id))
-    release_lease(id, c, tenant)
-    if att >= cfg.max_attempts then
-      dead_letter(c, tenant, att, env, 'lease expired')
-    else
-      push_head(c, tenant, with_attempts(env, att))
-      stat('redelivered', c, 1)
-    end
+    take_back(id, c, tenant, att, env, 'lease expired')
     count = count + 1
   end
   local gone = redis.call('ZRANGEBYSCORE', K_WORKERS, '-inf', now, 'LIMIT', 0, limit)
-  for _, w in ipairs(gone) do
-    redis.call('HINCRBY', K_STATS, 'slots', -num(redis.call('HGET', K_WSLOTS, w)))
-    redis.call('HDEL', K_WSLOTS, w)
-    redis.call('ZREM', K_WORKERS, w)
-  end
+  for _, w in ipairs(gone) do count = count + drop_worker(w, 'worker lost') end
   return {count, release_delayed(limit), #gone}
 end
 
@@ -1195,19 +1308,16 @@ function ops.dead()
   return {done, skipped}
 end
 
--- ARGV[4]: worker id, ARGV[5]: slots, ARGV[6]: ttl ms (slots 0 = unregister)
+-- ARGV[4]: worker id, ARGV[5]: slots, ARGV[6]: ttl ms (slots 0 = unregister: the leases it still
+-- holds, jobs it abandoned, go back at once). Returns the leases taken back.
 function ops.register()
   local w, slots = ARGV[4], tonumber(ARGV[5])
+  if slots <= 0 then return drop_worker(w, 'worker stopped') end
   local old = num(redis.call('HGET', K_WSLOTS, w))
   redis.call('HINCRBY', K_STATS, 'slots', slots - old)
-  if slots > 0 then
-    redis.call('HSET', K_WSLOTS, w, slots)
-    redis.call('ZADD', K_WORKERS, now + tonumber(ARGV[6]), w)
-  else
-    redis.call('HDEL', K_WSLOTS, w)
-    redis.call('ZREM', K_WORKERS, w)
-  end
-  return 1
+  redis.call('HSET', K_WSLOTS, w, slots)
+  redis.call('ZADD', K_WORKERS, now + tonumber(ARGV[6]), w)
+  return 0
 end
 
 -- The parties changed (accounts turned on or off, or split another way): each class's tags, tiers
@@ -1457,6 +1567,7 @@ local function call(keys, args)
     K_LEASED, K_DELAYED, K_DEAD, K_WORKERS, K_WSLOTS = base .. KEY_LEASED, base .. KEY_DELAYED, base .. KEY_DEAD,
       base .. KEY_WORKERS, base .. KEY_WORKER_SLOTS
     K_CONFIG, K_CHARGED, keys_of = base .. KEY_CONFIG, base .. CHARGED, base
+    K_RETURNED, K_REAPED = base .. KEY_RETURNED, base .. KEY_REAPED
   end
   -- Every call runs the applied config or nothing: code compiled from another config (a process
   -- that has not seen the latest `fairctl config apply`, or one that has not applied any) is
