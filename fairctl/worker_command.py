@@ -78,10 +78,10 @@ def _duration_or_zero(value: str, option: str) -> float:
               help="Log a summary line this often: jobs done, failed, retried and dead-lettered per class since the "
                    "last one (0: only the final one, on stop).")
 @click.option("--unhandled", type=click.Choice(UNHANDLED), default=UNHANDLED_WAIT, show_default=True,
-              help="A job whose task --handlers has no handler for: wait gives it back to its queue (its attempt "
-                   "too, so it is never dead-lettered for it), to come due again after leases.retry_backoff_max "
-                   "for a worker that has the handler, counts it in jobs_unhandled_total and logs a warning once a "
-                   "minute per task; a rolling deploy or an older build loses no job. dead-letter dead-letters it "
+              help="A job whose task --handlers has no handler for: wait gives it back to the head of its queue at "
+                   "once (its attempt too, so it is never dead-lettered for it) for a worker that has the handler, "
+                   "pauses that slot (0.1s doubling to 5s) before it pops again, counts it in jobs_unhandled_total "
+                   "and logs a warning once a minute per task; a rolling deploy or an older build loses no job. dead-letter dead-letters it "
                    "at once (fairctl dead list), for fleets where every worker runs the same build.")
 @click.option("--processes", metavar="N", type=click.IntRange(1, 256), default=1,
               help="Worker processes, each with --concurrency slots (N x concurrency in all). A process's slots are "

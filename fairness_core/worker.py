@@ -2,10 +2,12 @@
 
 A :class:`Worker` owns ``concurrency`` slot threads (pop -> handle -> ack/nack) and four small
 periodic threads: the lease heartbeat (long jobs keep their lease), the fleet registration (its
-slots count towards ``reserved_slots``), the reaper (expired leases of dead workers go back to the
-queue) and aging (``promote_after``). Every Redis call survives an outage: the worker logs one
-line, backs off and carries on, because a job is only settled by ``ack``/``nack`` and anything not
-settled comes back through the reaper. Delivery is therefore at least once, never lost.
+slots count towards ``reserved_slots``, and it is the worker's heartbeat: its leases are popped
+for it, and go back to the queue as soon as it unregisters or its registration lapses), the
+reaper (the leases of lost workers and expired leases go back to the queue) and aging
+(``promote_after``). Every Redis call survives an outage: the worker logs one line, backs off and
+carries on, because a job is only settled by ``ack``/``nack`` and anything not settled comes back
+through the reaper. Delivery is therefore at least once, never lost.
 
 Each handler call is timed with a monotonic clock and the seconds it ran go with its ack or nack:
 the worker time the class is counted (and, under ``scheduler.charge: runtime``, charged) for.
@@ -35,7 +37,7 @@ from types import FrameType
 from typing import TypeVar
 
 from .connection import redis_errors, server_of
-from .jobs import Finished, Lease, RedisUnavailable
+from .jobs import Finished, Lease, Popped, RedisUnavailable
 from .memory import EvictionPolicyError, require_noeviction
 from .scheduler import Scheduler
 from .sharded import ShardedScheduler
@@ -64,6 +66,10 @@ OUTCOMES = ("done", "failed", "retried", "dead-lettered", "unhandled")
 UNHANDLED_WAIT, UNHANDLED_DEAD_LETTER = "wait", "dead-letter"
 UNHANDLED = (UNHANDLED_WAIT, UNHANDLED_DEAD_LETTER)
 UNHANDLED_LOG_EVERY_S = 60.0  # one warning per task without a handler per this many seconds
+# A slot that gave back jobs it has no handler for waits this long before it pops again, doubling
+# to the most while it keeps meeting them: the jobs went back at once, for a worker that has the
+# handler, and this worker must not take them again at once, over and over.
+UNHANDLED_PAUSE_MIN_S, UNHANDLED_PAUSE_MAX_S = 0.1, 5.0
 
 
 class HandlerRegistry(MutableMapping[str, Handler]):
@@ -198,11 +204,15 @@ class _Link:
         self._lock = threading.Lock()
         self._down_since: float | None = None
 
-    def lost(self, exc: RedisUnavailable) -> None:
+    def lost(self, exc: RedisUnavailable, since: float) -> None:
+        """A call that started at ``since`` (time.monotonic()) failed: the outage runs from the
+        start of the first failed call, not from when a client timeout gave up on it."""
         with self._lock:
             if self._down_since is None:
-                self._down_since = time.monotonic()
+                self._down_since = since
                 log.warning("%s; backing off and retrying (running jobs continue)", exc)
+            else:
+                self._down_since = min(self._down_since, since)
 
     def restored(self, confirm: Callable[[], object]) -> None:
         """After a call returned: during an outage, ``confirm`` (a Redis command) first."""
@@ -216,6 +226,45 @@ class _Link:
             if self._down_since is not None:
                 log.warning("Redis reachable again after %.1fs", time.monotonic() - self._down_since)
                 self._down_since = None
+
+
+class PopGate:
+    """Slots' pops share it; a worker that lists the leases it holds, to give back those of a pop
+    whose reply was lost, takes it alone. A pop and the holding of what it leased happen inside
+    it, so that no lease is in Redis's list of the worker's and not yet in the worker's own."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pops = 0
+        self._closed = False
+
+    @contextmanager
+    def pop(self) -> Iterator[None]:
+        with self._cond:
+            while self._closed:
+                self._cond.wait()
+            self._pops += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._pops -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def alone(self) -> Iterator[None]:
+        with self._cond:
+            while self._closed:
+                self._cond.wait()
+            self._closed = True
+            while self._pops:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._closed = False
+                self._cond.notify_all()
 
 
 class Tally:
@@ -277,14 +326,19 @@ class Worker:
     ``classes`` limits the worker to some classes (a reserved pool). A slot leases up to ``batch``
     jobs per pop and works them in turn, but no more than it expects to finish within
     ``prefetch`` seconds (:meth:`_lease_ahead`): short jobs go ten a round trip by default, long
-    ones one at a time, so that a more urgent job waits at most about ``prefetch`` for a slot. On stop it stops popping, lets running jobs finish for at
-    most ``grace`` seconds, settles them and unregisters; a second signal abandons them at once
-    (their leases expire and the reaper hands them to another worker).
+    ones one at a time, so that a more urgent job waits at most about ``prefetch`` for a slot. On
+    stop it stops popping, gives back at once every leased job it has not started (attempt
+    returned), lets running jobs finish for at most ``grace`` seconds, settles them and
+    unregisters; a second signal abandons them at once. Unregistering returns the jobs it
+    abandoned to the queue (redelivered, counted) at once; a worker killed outright loses its
+    leases when its registration lapses (``registration_ttl``, 15 s), to the next reap of any
+    worker.
 
     ``unhandled`` is what it does with a job whose task it has no handler for: ``"wait"`` (give
-    it back, :meth:`Scheduler.defer_unhandled`, for a worker that has one: in a rolling deploy or
-    from an older build, a worker must not throw away the jobs only newer workers know) or
-    ``"dead-letter"`` (at once, where ``fairctl dead`` shows it).
+    it back at once, :meth:`Scheduler.defer_unhandled`, for a worker that has one: in a rolling
+    deploy or from an older build, a worker must not throw away the jobs only newer workers know;
+    the slot then pauses before it pops again) or ``"dead-letter"`` (at once, where ``fairctl
+    dead`` shows it).
     """
 
     def __init__(self, scheduler: Scheduler | ShardedScheduler, handlers: HandlerRegistry, *, concurrency: int = 4,
@@ -326,6 +380,8 @@ class Worker:
         self._link = _Link()
         self._held: dict[str, Lease] = {}  # leases this worker must heartbeat
         self._held_since: dict[str, int] = {}  # job id -> the group resets seen when it was leased
+        self._started: set[str] = set()  # held jobs whose handler was called (a stop gives back the others)
+        self._gate = PopGate()
         self._held_lock = threading.Lock()
         self._slots: list[threading.Thread] = []
         self._doorbell = Doorbell(concurrency)
@@ -354,7 +410,7 @@ class Worker:
             log.info("worker %s: %d slots, batch %d, classes %s", self.worker_id, self.concurrency, self.batch,
                      ",".join(self.classes) if self.classes else "all")
             self._warn_if_all_reserved()
-            reap = self._counted(self._policy_then_reap, "expired leases returned to their queues")
+            reap = self._counted(self._policy_then_reap, "leases of lost workers or past their deadline queued again")
             promote = self._counted(self.scheduler.promote_overdue, "overdue jobs promoted one class up")
             move = self._counted(self.scheduler.move_pending, "queued jobs of removed classes moved where the "
                                                              "applied config says")
@@ -377,12 +433,16 @@ class Worker:
             while not self._stopping.is_set() and self._signals == 0:
                 time.sleep(TICK_S)
             self.stop()
+            self._give_back_unstarted()
             clean = self._drain()
             self._halt.set()
-            self._call(lambda: self.scheduler.unregister_worker(self.worker_id), self._give_up_after(5.0))
+            with self._held_lock:
+                running = len(self._held)
+            returned = self._call(lambda: self.scheduler.unregister_worker(self.worker_id), self._give_up_after(5.0))
+            self._say_returned(running, returned)
         self.tally.take()
         log.info("worker %s: in all %.0fs: %s", self.worker_id, time.monotonic() - started, Tally.line(self.tally.total))
-        log.info("worker %s stopped%s", self.worker_id, "" if clean else "; unsettled leases will be reaped")
+        log.info("worker %s stopped", self.worker_id)
         if self._refused is not None:
             raise self._refused
         return clean
@@ -412,6 +472,34 @@ class Worker:
         if reserved and fleet <= reserved and any(not c.reserved_slots for c in served):
             log.warning("the fleet has %d worker slots and reserved_slots add up to %d in the classes this worker "
                         "serves: those without a reservation get no work until more slots register", fleet, reserved)
+
+    @staticmethod
+    def _say_returned(running: int, returned: int | None) -> None:
+        """What unregistering sent back to the queue: the jobs cut short (or finished with their
+        acks unsent), and any leases of a pop whose reply was lost, which this worker never saw."""
+        if not returned:
+            return
+        cut = min(running, returned)
+        if cut:
+            log.warning("%d job(s) this worker was running or had not settled queued again (redelivered: they may "
+                        "have run, in part or whole)", cut)
+        if returned > cut:
+            log.warning("%d job(s) leased to this worker by a pop whose reply was lost queued again", returned - cut)
+
+    def _give_back_unstarted(self) -> None:
+        """A stopping worker's leased jobs that no slot has started go back to the queue now,
+        their attempts given back, instead of waiting out the grace behind the running ones."""
+        with self._held_lock:
+            unstarted = [lease for job_id, lease in self._held.items() if job_id not in self._started]
+            for lease in unstarted:
+                self._held.pop(lease.job_id)
+                self._held_since.pop(lease.job_id, None)
+        if unstarted:
+            given = self._call(partial(self.scheduler.give_back, unstarted), self._give_up_after(5.0))
+            if given is None:  # Redis did not answer: unregistering (or the registration lapsing) returns them
+                log.warning("stopping: could not give back %d leased job(s) not started", len(unstarted))
+            else:
+                log.info("stopping: gave back %d leased job(s) not started", given)
 
     def _drain(self) -> bool:
         with self._held_lock:
@@ -483,10 +571,11 @@ class Worker:
         whose reply was lost may have been applied (a lost pop leaves a lease the reaper returns)."""
         delay = OUTAGE_MIN_S
         while not until.is_set():
+            started = time.monotonic()
             try:
                 result = action()
             except RedisUnavailable as exc:
-                self._link.lost(exc)
+                self._link.lost(exc, started)
                 until.wait(jittered(delay))
                 delay = min(delay * 2, OUTAGE_MAX_S)
                 continue
@@ -546,7 +635,8 @@ class Worker:
 
     def _heartbeat(self) -> None:
         """Extend every held lease; one whose Redis (a shard of a sharded queue) does not answer
-        is skipped, and the others extended all the same."""
+        is skipped, and the others extended all the same. A lease no longer held was settled
+        meanwhile (its ack raced the copy taken here), or taken back: only the second is told."""
         with self._held_lock:
             leases = list(self._held.values())
         for lease in leases:
@@ -555,8 +645,26 @@ class Worker:
             except RedisUnavailable:
                 continue
             if not held and self._holds(lease):
-                log.warning("lease of job %s expired while running; it will be delivered again", lease.job_id)
-                self._release(lease)
+                line = self._lost_line(lease)
+                if line is not None:
+                    log.warning("job %s is still running, but %s", lease.job_id, line)
+                    self._release(lease)
+
+    def _lost_line(self, lease: Lease) -> str | None:
+        """Why a lease this worker held is no longer held, when that matters to the job: lost
+        with its group's state, or taken back and queued again. None when it was settled already
+        (by a racing ack, or an earlier call whose reply was lost), which needs no word."""
+        if self._held_since.get(lease.job_id, 0) < self.scheduler.resets:
+            return ("its lease was lost with its queue group's state (reset while it ran): "
+                    "it runs again only if its producer sends it again")
+        try:
+            taken = self.scheduler.lease_taken_back(lease.job_id)
+        except RedisUnavailable:
+            taken = True  # cannot tell: say what may happen
+        if not taken:
+            return None
+        return ("its lease was taken back (it expired, or this worker's registration lapsed) and the job "
+                "queued again: it may run again")
 
     # ------------------------------------------------------------------ slots
 
@@ -566,38 +674,84 @@ class Worker:
         settles it. When the slot stops, acks still pending are sent on their own. A worker killed
         in between loses no job: the unacked lease expires and the job runs again (at least once)."""
         done: list[Finished] = []
+        pause = UNHANDLED_PAUSE_MIN_S
         while not self._stopping.is_set():
             ahead = self._lease_ahead()
             self._keep_registered(ahead)
+            tries = 0
+
+            def pop(settle: list[Finished] = done, ahead: int = ahead) -> Popped:
+                nonlocal tries
+                tries += 1
+                with self._gate.pop():
+                    popped = self.scheduler.ack_and_pop(settle, ahead, classes=self.classes, owner=self.worker_id)
+                    self._hold(popped.leases)
+                    return popped
+
             try:
-                popped = self._call(partial(self.scheduler.ack_and_pop, done, ahead, classes=self.classes),
-                                    self._stopping)
+                popped = self._call(pop, self._stopping)
             except Exception:  # a bug or a Redis error reply: keep the slot alive, do not spin
                 log.exception("pop failed")
                 self._stopping.wait(jittered(OUTAGE_MAX_S))
                 continue
             if popped is None:
                 break
+            if tries > 1:  # a try before may have leased jobs whose reply never came
+                self._reclaim()
             self._settled(done, popped.acked)
             done = [finished for finished, ok in zip(done, popped.acked) if ok is None]  # sent again next pop
             leases = popped.leases
             if not leases:
                 self._doorbell.wait(self._stopping, held=popped.held_back)
                 continue
-            with self._held_lock:
-                self._held.update((lease.job_id, lease) for lease in leases)
-                resets = self.scheduler.resets
-                self._held_since.update((lease.job_id, resets) for lease in leases)
+            # Jobs this worker has no handler for go back first, not after the others ran.
+            unhandled = {lease.job_id: lease for lease in leases if self.handlers.resolve(lease.task) is None}
+            for lease in unhandled.values():
+                self._settle_unhandled(lease)
+                self._release(lease)
             for lease in leases:
+                if lease.job_id in unhandled or not self._start(lease):
+                    continue
                 finished = None if self._halt.is_set() else self._work(lease)
                 if finished is not None:
                     done.append(finished)
                 else:
                     self._release(lease)
+            if unhandled and self.unhandled == UNHANDLED_WAIT:
+                self._stopping.wait(jittered(pause))
+                pause = min(pause * 2, UNHANDLED_PAUSE_MAX_S)
+            else:
+                pause = UNHANDLED_PAUSE_MIN_S
         for finished in done:
             ack = partial(self.scheduler.ack, finished.lease, runtime=finished.runtime)
             self._settled([finished], [self._call(ack, self._halt)])
             self._release(finished.lease)
+
+    def _hold(self, leases: Sequence[Lease]) -> None:
+        """Heartbeat ``leases`` from now on, and remember the group's resets seen when leased."""
+        with self._held_lock:
+            self._held.update((lease.job_id, lease) for lease in leases)
+            resets = self.scheduler.resets
+            self._held_since.update((lease.job_id, resets) for lease in leases)
+
+    def _reclaim(self) -> None:
+        """Give back the leases of a pop whose reply was lost: Redis lists them as this worker's,
+        and no slot of it has them. Taken alone, so that no other slot's pop is half way."""
+        with self._gate.alone():
+            with self._held_lock:
+                held = list(self._held)
+            count = self._call(partial(self.scheduler.reclaim, self.worker_id, held), self._stopping)
+        if count:
+            log.warning("%d job(s) leased to this worker by a pop whose reply was lost given back", count)
+
+    def _start(self, lease: Lease) -> bool:
+        """Mark a held lease started, so that a stop lets it finish; False when the stop has
+        given it back already."""
+        with self._held_lock:
+            if lease.job_id not in self._held:
+                return False
+            self._started.add(lease.job_id)
+            return True
 
     def _lease_ahead(self) -> int:
         """Jobs a slot leases per pop: ``batch``, but no more than it expects to finish within
@@ -638,7 +792,7 @@ class Worker:
         its ack, else None. A failure is nacked here, with the time it took."""
         try:
             handler = self.handlers.resolve(lease.task)
-            if handler is None:
+            if handler is None:  # its handler was removed since the slot looked: as any unhandled job
                 self._settle_unhandled(lease)
                 return None
             error, runtime = self._run_handler(handler, lease)
@@ -669,12 +823,10 @@ class Worker:
                 continue
             if ok:
                 self.tally.count(lease.queue, "done")
-            elif self._held_since.get(lease.job_id, 0) < self.scheduler.resets:
-                log.warning("job %s finished but its lease was lost with its queue group's state (reset while it ran): "
-                            "it runs again only if its producer sends it again", lease.job_id)
-            else:
-                # Expired and re-queued (at least once), or acked already by a call whose reply was lost.
-                log.warning("job %s finished but its lease was no longer held; it may run again", lease.job_id)
+            elif (line := self._lost_line(lease)) is not None:
+                log.warning("job %s finished, but %s", lease.job_id, line)
+            else:  # acked already, by a call whose reply was lost and which was sent again
+                self.tally.count(lease.queue, "done")
             self._release(lease)
 
     def _settle_nack(self, lease: Lease, error: str, *, final: bool = False, runtime: float | None = None) -> None:
@@ -696,13 +848,13 @@ class Worker:
         self.tally.count(lease.queue, "unhandled")
         jobs = self._unhandled_seen.seen(lease.task)
         if jobs:
-            backoff = self.scheduler.config.leases.retry_backoff_max
             log.warning("no handler for task %s: %d job(s) of it given back since the last such line, each back in "
-                        "the queue after %.0fs for a worker that has one (jobs_unhandled_total); deploy its handler "
+                        "the queue at once for a worker that has one (jobs_unhandled_total); deploy its handler "
                         "to this worker, or run with --unhandled dead-letter to dead-letter such jobs",
-                        lease.task, jobs, backoff)
+                        lease.task, jobs)
 
     def _release(self, lease: Lease) -> None:
         with self._held_lock:
             self._held.pop(lease.job_id, None)
             self._held_since.pop(lease.job_id, None)
+            self._started.discard(lease.job_id)
