@@ -1127,6 +1127,21 @@ function ops.nack()
   return 'retry'
 end
 
+-- Give back the leases (job ids and their attempts) still held, off the owner's list (nil: none);
+-- how many were held.
+local function give_back_all(owner, ids, atts)
+  local count = 0
+  for k, id in ipairs(ids) do
+    local c, tenant, att, env = held(id, atts[k])
+    if c then
+      give_back(id, c, tenant, att, env)
+      count = count + 1
+    end
+  end
+  if owner and #ids > 0 then redis.call('ZREM', owned(owner), unpack(ids)) end
+  return count
+end
+
 -- ARGV[4]: a worker, ARGV[5..]: the job ids of the leases it holds. Every other lease popped for it
 -- it never received (a pop whose reply was lost): each goes back at once, its attempt given back.
 -- Returns how many.
@@ -1134,41 +1149,24 @@ function ops.reclaim()
   local keep = {}
   for i = 5, #ARGV do keep[ARGV[i]] = true end
   local mine = redis.call('ZRANGE', owned(ARGV[4]), '0', '-1', 'WITHSCORES')
-  local count, gone = 0, {}
+  local ids, atts = {}, {}
   for i = 1, #mine, 2 do
-    local id = mine[i]
-    if not keep[id] then
-      gone[#gone + 1] = id
-      local c, tenant, att, env = held(id, number(mine[i + 1]))
-      if c then
-        give_back(id, c, tenant, att, env)
-        count = count + 1
-      end
+    if not keep[mine[i]] then
+      ids[#ids + 1], atts[#atts + 1] = mine[i], number(mine[i + 1])
     end
   end
-  if #gone > 0 then redis.call('ZREM', owned(ARGV[4]), unpack(gone)) end
-  return count
+  return give_back_all(ARGV[4], ids, atts)
 end
 
 -- ARGV[4]: the worker the leases were popped for ('' none), ARGV[5..]: job id and attempts of
 -- each lease it gives back unstarted (a stopping worker's prefetched jobs). Returns how many
 -- were still held.
 function ops.give_back()
-  local count = 0
+  local ids, atts = {}, {}
   for i = 5, #ARGV, 2 do
-    local id = ARGV[i]
-    local c, tenant, att, env = held(id, tonumber(ARGV[i + 1]))
-    if c then
-      give_back(id, c, tenant, att, env)
-      count = count + 1
-    end
+    ids[#ids + 1], atts[#atts + 1] = ARGV[i], tonumber(ARGV[i + 1])
   end
-  if ARGV[4] ~= '' and #ARGV > 4 then
-    local ids = {}
-    for i = 5, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
-    redis.call('ZREM', owned(ARGV[4]), unpack(ids))
-  end
-  return count
+  return give_back_all(ARGV[4] ~= '' and ARGV[4] or nil, ids, atts)
 end
 
 -- ARGV[4]: job id, ARGV[5]: attempts
