@@ -164,7 +164,8 @@ QUEUE_WORKER_SECONDS = _counter(
     "scheduler.charge: the capacity each class really uses.")
 JOBS_FAILED = _counter("jobs_failed_total", Q, "Job attempts of the class that failed (nacked by a handler).")
 JOBS_REDELIVERED = _counter(
-    "jobs_redelivered_total", Q, "Jobs of the class whose lease expired and that went back to the queue.")
+    "jobs_redelivered_total", Q, "Jobs of the class whose lease was taken back (expired, or its worker stopped or was "
+    "lost) and that went back to the queue.")
 JOBS_UNHANDLED = _counter(
     "jobs_unhandled_total", Q,
     "Leases of the class given back by a worker with no handler for the task (it waits leases.retry_backoff_max, "
