@@ -36,7 +36,7 @@ from prometheus_client.utils import floatToGoString
 
 from fairness_core import AppliedConfigUnreadable, Config, MemoryInfo, RedisUnavailable, Scheduler, Snapshot, redis_client
 from fairness_core.config_store import Applied
-from fairness_core.connection import server_of
+from fairness_core.connection import redis_errors, server_of
 from fairness_core.memory import read_memory
 from fairness_core.sharded import group_fingerprint
 from fairness_core.version import fairctl_version
@@ -79,13 +79,11 @@ def scrape_client(config: Config, url: str | None = None) -> redis.Redis:
 
 @dataclass(frozen=True)
 class Reading:
-    """What one scrape reads from Redis: the scheduler's bookkeeping, INFO memory and stats, and
-    the server holding the group's keys (None for a stand-in scheduler with no Redis, the
-    simulator's replay)."""
+    """What one scrape reads from Redis: the scheduler's bookkeeping, and INFO memory and stats
+    (None for a stand-in scheduler with no Redis, the simulator's replay)."""
 
     snapshot: Snapshot
     memory: MemoryInfo | None = None
-    master: str | None = None
     resets: int | None = None  # times the group's state was found reset under this exporter
 
 
@@ -248,21 +246,23 @@ class FairnessCollector(Collector):
         self._given = config
         self.version = version or fairctl_version()
         self._reader = SnapshotReader(self._read)
-        self._health = ScrapeHealth("the scheduler's bookkeeping")
+        named = f" of shard {self.shard}" if self.group != self.shard else ""
+        self._health = ScrapeHealth(f"the scheduler's bookkeeping{named}")
         self._derived_from: Config | None = None
         self._weight_ratio: dict[str, float] = {}
         self._known_reasons: dict[str, list[str]] = {}
-        self._master: str | None = None  # the Redis holding the group's keys, as last read
+        self._master: str | None = None  # the Redis holding the group's keys, as the slot map last said
         self._grouped: tuple[Applied, str] | None = None  # the applied config, and its fingerprint as the group's
 
     def _read(self) -> Reading:
         if not self._live:
             return Reading(self.scheduler.snapshot())
-        client, snapshot = self.scheduler.client, self.scheduler.snapshot()
+        client, key = self.scheduler.client, self.scheduler.keys.config
+        with redis_errors(client):  # by the slot map, before reading: a shard that never answers is named too
+            self._master = server_of(client, key)
+        snapshot = self.scheduler.snapshot()
         self.scheduler.check_state()
-        key = self.scheduler.keys.config
-        return Reading(snapshot, read_memory(client, key), server_of(client, key),
-                       self.scheduler.resets)
+        return Reading(snapshot, read_memory(client, key), self.scheduler.resets)
 
     @property
     def config(self) -> Config:
@@ -299,8 +299,6 @@ class FairnessCollector(Collector):
                 families.add(m.GROUP_CONFIG, 1, fingerprint=self._group_fingerprint(applied))
             if reading.memory is not None:
                 self._add_memory(families, reading.memory)
-            if reading.master is not None:
-                self._master = reading.master
             if reading.resets is not None:
                 families.add(m.STATE_RESETS, reading.resets)
         if self._master is not None:  # the last one read, also while it cannot be read: the alerts name it

@@ -45,6 +45,9 @@ CHARGED = "charged"
 # A sharded queue group's layout (fairness_core.sharded): hash of shards, serve and version, under
 # the logical group's own tag; each shard is a queue group of its own, tagged ``{prefix.i}``.
 LAYOUT = "layout"
+# The layout's copies, one on each master (fairness_core.sharded), are the LAYOUT keys of the names
+# ``P`` + LAYOUT_COPY + ``.i``; no group's name can hold a ``~``, so no group's keys are these.
+LAYOUT_COPY = "~layout"
 
 # The group-wide keys by the name the script uses for each (``KEY_<NAME>``, compiled in as the suffix).
 FIXED: dict[str, str] = {

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -79,9 +79,13 @@ def read_memory(client: Any, key: str | None = None) -> MemoryInfo:
             reply = client.info("memory", "stats")
     if "used_memory" in reply:  # one node answered
         return _info_of(reply)
-    nodes = [_info_of(node) for node in reply.values()]
-    # An evicting policy anywhere is what must be refused; otherwise the fullest master.
-    return max(nodes, key=lambda n: (n.policy != SAFE_POLICY, n.fill, n.used))
+    return riskiest(_info_of(node) for node in reply.values())
+
+
+def riskiest(masters: Iterable[MemoryInfo]) -> MemoryInfo:
+    """The reading that counts for several masters: an evicting policy anywhere is what must be
+    refused; otherwise the fullest master."""
+    return max(masters, key=lambda n: (n.policy != SAFE_POLICY, n.fill, n.used))
 
 
 def check_eviction_policy(info: MemoryInfo, where: str) -> None:

@@ -99,6 +99,18 @@ class ShardHealth:
             raise self.unavailable(indices, errors)
         return results
 
+    def first(self, indices: Sequence[int], action: Callable[[int], T]) -> T:
+        """``action(i)`` on the first usable shard of ``indices`` that answers (a read any shard
+        can answer); RedisUnavailable when none does (naming each shard and its master)."""
+        errors: list[tuple[int, RedisUnavailable]] = []
+        for index in indices:
+            if self.usable(index):
+                try:
+                    return self.call(index, lambda: action(index))
+                except RedisUnavailable as exc:
+                    errors.append((index, exc))
+        raise self.unavailable(indices, errors)
+
     def read(self, indices: Sequence[int], queue: Callable[[Any, Any], object], per_shard: int) -> dict[int, list[Any]]:
         """Each usable shard's replies to the ``per_shard`` commands ``queue(pipe, shard)`` adds,
         one pipeline per master: a master that fails leaves out only its own shards.

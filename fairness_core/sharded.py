@@ -22,6 +22,10 @@ the N groups one queue is here:
 - **Re-sharding** (:meth:`ShardedScheduler.reshard`) changes where new jobs go; the jobs already
   queued stay where they are and are served there, since workers serve every shard that may hold
   jobs (the layout's ``serve``), so nothing is moved, lost or run twice.
+- **The layout** (how many shards take new jobs and are served, and their names) is kept under
+  the group's own tag, and each process writes every version of it it reads to a copy on each
+  master: a process that starts while the layout's master is down runs the newest copy that
+  answers, so it serves the shards on the masters that are up (:meth:`ShardedScheduler.layout`).
 - **Applies and re-shards take turns** under a claim in the layout (:meth:`ShardedScheduler.apply`):
   each one reads the layout after claiming it, so every shard, the ones a re-shard adds too, ends
   on the group's last applied config, and an apply that read the group's config before another
@@ -47,6 +51,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
+import redis
+
 from .accounts import account_of
 from .classification import classify
 from .config import MAX_SHARDS, Config
@@ -66,7 +72,7 @@ from .jobs import (
     decoded,
     settled,
 )
-from .keys import CLASS_PARTS, Keys
+from .keys import CLASS_PARTS, LAYOUT_COPY, Keys
 from .scheduler import ApplyOutcome, Scheduler, check_pop
 from .settings import Settings
 from .shard_health import ShardHealth
@@ -83,6 +89,9 @@ CLAIM_TTL_MS = 60_000  # a claim on the layout lapses this long after it was tak
 CLAIM_WAIT_S = 10.0  # how long an apply or a re-shard waits for another's claim (one takes well under a second)
 CLAIM_POLL_S = 0.02  # how often a waiting one asks again
 T = TypeVar("T")
+# The groups this process runs a copy of the layout of, while its master does not answer: said once
+# a process, however many of its ShardedSchedulers read it (a command's, its exporter's).
+_COPY_RUN: dict[str, str] = {}
 
 # Creates the layout on first use (from the config's redis.shards) and returns it; one call, so two
 # processes starting a group at once agree on one layout. A hash with no shards (only a claim, taken
@@ -137,6 +146,18 @@ redis.call('HDEL', KEYS[1], 'claim', 'claim_until_ms')
 return 1
 """
 GROUP_CONFIG_FIELDS = ("config_version", "config_fingerprint")
+# Writes ARGV (the LAYOUT_FIELDS' values) to a copy of the layout, unless the copy holds a newer
+# one: by the Redis time of its change, then its version (a layout deleted and made anew starts
+# again at v1, later). 1 when it wrote.
+_COPY_WRITE = """
+local changed, version = unpack(redis.call('HMGET', KEYS[1], 'changed_ms', 'version'))
+changed, version = tonumber(changed), tonumber(version)
+local at = tonumber(ARGV[4])
+if changed and (changed > at or (changed == at and version >= tonumber(ARGV[3]))) then return 0 end
+redis.call('HSET', KEYS[1], 'shards', ARGV[1], 'serve', ARGV[2], 'version', ARGV[3], 'changed_ms', ARGV[4],
+           'prefixes', ARGV[5])
+return 1
+"""
 
 
 class LayoutConflict(RuntimeError):
@@ -189,6 +210,12 @@ class Layout:
     changed_ms: int  # Redis time of the last change
     prefixes: tuple[str, ...]  # each shard's name (redis.prefix and hash tag), at least serve of them
 
+    @property
+    def recency(self) -> tuple[int, int]:
+        """What orders two layouts of a group: the time of the change, then the version (a layout
+        deleted and made anew starts at v1 again, later)."""
+        return self.changed_ms, self.version
+
 
 @dataclass(frozen=True)
 class ShardLoad:
@@ -240,6 +267,12 @@ def _recorded(version: bytes | str | None, found: bytes | str | None) -> GroupCo
     return GroupConfig(int(version), decoded(found)) if version and found else None
 
 
+def _parsed(stored: Sequence[Any]) -> Layout:
+    """A layout from the values of its LAYOUT_FIELDS as stored."""
+    shards, serve, version, changed, names = stored
+    return Layout(int(shards), int(serve), int(version), int(changed), tuple(decoded(names).split(PREFIX_SEP)))
+
+
 def shard_config(config: Config, shard: int, prefix: str | None = None) -> Config:
     """The config shard ``shard`` runs: the group's, under the shard's name (``prefix``, default
     ``P.shard``), itself unsharded (so each shard's applied config is an ordinary group's,
@@ -285,6 +318,8 @@ class ShardedScheduler:
         self._credit: dict[str | None, dict[int, float]] = {}  # the rotations, per class (None: any class)
         self._account = threading.Lock()  # the class weights' account, shared by a worker's slots
         self.health = ShardHealth(self.shard)  # the shards that do not answer, left out for a while
+        self.layout_copy: str | None = None  # where the layout was read from while its own master does not answer
+        self._copies_of: tuple[int, int] | None = None  # the recency of the layout last written to its copies
 
     # ------------------------------------------------------------------ shards and layout
 
@@ -300,26 +335,91 @@ class ShardedScheduler:
 
     def layout(self, *, fresh: bool = False) -> Layout:
         """The group's layout, re-read at most every :data:`LAYOUT_TTL_S` (``fresh``: now). A group
-        with none yet gets one: the config's redis.shards, each shard placed (:meth:`_placed`)."""
+        with none yet gets one: the config's redis.shards, each shard placed (:meth:`_placed`).
+        While the layout's master does not answer, the layout last read goes on; a process that
+        has read none yet, or asks ``fresh``, reads the newest copy of it that answers
+        (:meth:`_copied`; the one it had, when newer), so a dead master costs its own shards only."""
         now = time.monotonic()
-        if fresh or self._layout is None or now - self._layout[0] > LAYOUT_TTL_S:
-            try:
-                stored = self._read_layout()
-            except RedisUnavailable:
-                if fresh or self._layout is None:
-                    raise
+        if not (fresh or self._layout is None or now - self._layout[0] > LAYOUT_TTL_S):
+            return self._layout[1]
+        try:
+            layout = _parsed(self._read_layout())
+        except RedisUnavailable as exc:
+            if not fresh and self._layout is not None:
                 # The layout's master is down: the shards on the others go on where they were.
                 self._layout = (now, self._layout[1])
                 return self._layout[1]
-            shards, serve, version, changed, names = stored
-            layout = Layout(int(shards), int(serve), int(version), int(changed), tuple(decoded(names).split(PREFIX_SEP)))
-            if self._layout is None and layout.shards != self.file_config.redis.shards:
-                log.warning("queue group %s runs %d shards (its layout v%d, from fairctl reshard), and %s says "
-                            "redis.shards: %d: the layout wins; set redis.shards: %d there", self.keys.prefix,
-                            layout.shards, layout.version, self.file_config.source or "this process's config",
-                            self.file_config.redis.shards, layout.shards)
-            self._layout = (now, layout)
-        return self._layout[1]
+            layout = self._copied(exc)
+            if self._layout is not None and self._layout[1].recency > layout.recency:
+                layout = self._layout[1]  # a copy that missed a change this process saw
+        else:
+            self._from_master(layout)
+        if self._layout is None and layout.shards != self.file_config.redis.shards:
+            log.warning("queue group %s runs %d shards (its layout v%d, from fairctl reshard), and %s says "
+                        "redis.shards: %d: the layout wins; set redis.shards: %d there", self.keys.prefix,
+                        layout.shards, layout.version, self.file_config.source or "this process's config",
+                        self.file_config.redis.shards, layout.shards)
+        self._layout = (now, layout)
+        return layout
+
+    def _from_master(self, layout: Layout) -> None:
+        """``layout`` was read from its own master: say so when a copy stood in for it, and write it
+        to its copies once per version read."""
+        self.layout_copy = None
+        if _COPY_RUN.pop(self.keys.prefix, None) is not None:
+            log.warning("queue group %s: the master holding its layout answers again", self.keys.prefix)
+        if self._copies_of != layout.recency:
+            self._write_copies(layout)
+
+    def _write_copies(self, layout: Layout) -> None:
+        """``layout`` to its copy on each master (a copy of a newer layout is left as it is), for
+        processes that start while the layout's own master does not answer. Every process writes
+        each version it reads once, so the copies follow a change, a master that was down during
+        it and slots moved since; a master that fails is skipped."""
+        self._copies_of = layout.recency
+        try:
+            with redis_errors(self.client):
+                keys = self._copy_keys()
+        except RedisUnavailable:
+            return
+        values = (layout.shards, layout.serve, layout.version, layout.changed_ms, PREFIX_SEP.join(layout.prefixes))
+        for key in keys:
+            with contextlib.suppress(RedisUnavailable, redis.ResponseError), redis_errors(self.client):
+                self.client.eval(_COPY_WRITE, 1, key, *values)
+
+    def _copied(self, cause: RedisUnavailable) -> Layout:
+        """The newest copy of the layout on the masters that answer (by the time of its change,
+        then its version), for a process with none while the layout's own master does not answer:
+        said once, until that master answers again. ``cause`` when there are no copies to read
+        (off a Cluster, or when the Cluster does not answer at all); RedisUnavailable naming the
+        layout's master when no master that answers holds a copy."""
+        try:
+            with redis_errors(self.client):
+                keys = self._copy_keys()
+                master = server_of(self.client, self.keys.layout)
+        except RedisUnavailable:
+            raise cause from None
+        if not keys:
+            raise cause
+        found: list[tuple[Layout, str]] = []
+        for key in keys:
+            try:
+                with redis_errors(self.client):
+                    stored = self.client.hmget(key, LAYOUT_FIELDS)
+            except RedisUnavailable:
+                continue
+            if stored[0] is not None:
+                found.append((_parsed(stored), server_of(self.client, key)))
+        if not found:
+            raise RedisUnavailable(f"the layout of queue group {self.keys.prefix} is on {master}, which does not "
+                                   "answer, and no master that answers holds a copy of it")
+        layout, where = max(found, key=lambda copy: copy[0].recency)
+        if self.keys.prefix not in _COPY_RUN:
+            log.warning("queue group %s: the master holding its layout (%s) does not answer: running layout v%d from "
+                        "its copy on %s, the newest of %d that answered; re-shards and config applies need that "
+                        "master", self.keys.prefix, master, layout.version, where, len(found))
+        _COPY_RUN[self.keys.prefix] = self.layout_copy = where
+        return layout
 
     def _read_layout(self) -> list[Any]:
         with redis_errors(self.client):
@@ -337,14 +437,28 @@ class ShardedScheduler:
         prefix = self.keys.prefix
         if not isinstance(self.client, ClusterClient):
             return [shard_prefix(prefix, i) for i in shards]
+        master_of, masters = self._slot_map()
+        return place(prefix, shards, placed, master_of, masters)
+
+    def _copy_keys(self) -> list[str]:
+        """The keys of the layout's copies, one on each master by the slot map now, named as shards
+        are placed; none off a Cluster (one Redis holds the layout and every shard)."""
+        if not isinstance(self.client, ClusterClient):
+            return []
+        master_of, masters = self._slot_map()
+        return [Keys(name).layout for name in place(self.keys.prefix + LAYOUT_COPY, range(len(masters)), (),
+                                                    master_of, masters)]
+
+    def _slot_map(self) -> tuple[Callable[[str], str], list[str]]:
+        """On a Cluster, the master of a queue group by its name, and the masters holding slots (a
+        master without slots takes no shard), by the client's slot map now."""
         client = self.client
 
         def master_of(name: str) -> str:
             return server_of(client, Keys(name).config)
 
-        serving = {f"{nodes[0].host}:{nodes[0].port}"
-                   for nodes in client.cluster().nodes_manager.slots_cache.values() if nodes}
-        return place(prefix, shards, placed, master_of, sorted(serving))  # a master without slots takes no shard
+        return master_of, sorted({f"{nodes[0].host}:{nodes[0].port}"
+                                  for nodes in client.cluster().nodes_manager.slots_cache.values() if nodes})
 
     def served_shards(self) -> range:
         return range(self.layout().serve)
@@ -751,7 +865,9 @@ class ShardedScheduler:
         return sum(self._each_live(lambda s: s.unregister_worker(worker_id)))
 
     def fleet_slots(self) -> int:
-        return self.shard(0).fleet_slots()
+        """The fleet's slots, from the first served shard that answers: each holds every worker's
+        registration."""
+        return self.health.first(self.served_shards(), lambda i: self.shard(i).fleet_slots())
 
     def pause(self, queue: str) -> None:
         self._each(lambda s: s.pause(queue))
