@@ -286,11 +286,13 @@ class FairnessCollector(Collector):
         """The contract's families, without reading Redis (the registry calls this on register)."""
         return (spec.family() for spec in m.ALL)
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self, spent: float = 0.0) -> Iterator[Metric]:
+        """The scrape's families; ``spent``: seconds of its budget (exporter.scrape_timeout) gone
+        before this shard's turn (a sharded queue's collector reads the layout first)."""
         started = time.monotonic()
         config = self.config
         families = Families(self.group, self.shard)
-        reading = self._health.read(self._reader, serving(config).scrape_timeout)
+        reading = self._health.read(self._reader, serving(config).scrape_timeout - spent)
         if reading is not None:
             self._add_snapshot(families, reading.snapshot, config)
             if self._live:  # the simulator's stand-in has no applied config
@@ -366,6 +368,12 @@ class FairnessCollector(Collector):
         families.add(m.REDIS_MEMORY_MAX, memory.maxmemory)
         families.add(m.REDIS_MEMORY_POLICY, 1, policy=memory.policy)
         families.add(m.REDIS_EVICTED_KEYS, memory.evicted_keys)
+
+
+def group_collector(config: Config, group: str) -> FairnessCollector:
+    """A queue group's collector, on a client of its own fitted to the scrape budget, its series
+    labelled as a shard of the logical queue ``group``."""
+    return FairnessCollector(config, Scheduler(config, scrape_client(config)), group=group)
 
 
 def own_registry(collector: Collector) -> CollectorRegistry:

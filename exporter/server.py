@@ -24,8 +24,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from fairness_core import Config, Scheduler
 
 from . import metrics as m
-from .collector import FairnessCollector, make_registry, own_registry, scrape_client
-from .groups import GroupsCollector
+from .collector import group_collector, make_registry, own_registry
+from .groups import GroupsCollector, ShardedCollector
 from .sources import watched
 from .watch import WatchCollector, watch_client
 
@@ -168,9 +168,15 @@ def exporter_server(config: Config, scheduler: Scheduler, host: str, port: int, 
 def server_for(queues: Sequence[tuple[Config, Sequence[Config]]], host: str, port: int, *,
                tls: ssl.SSLContext | None = None) -> ExporterServer:
     """The sidecar of one or several logical queues, each given with its queue groups (itself, or
-    a sharded queue's shards: ``fairctl.common.load_queues``), not yet started. Each group is read
-    with its own client and budget, its series labelled with its queue and its shard."""
-    collectors = [collector_for(group, config.redis.prefix) for config, groups in queues for group in groups]
+    a sharded queue's shards as it starts: ``fairctl.common.load_queues``), not yet started. Each
+    group is read with its own client and budget, its series labelled with its queue and its
+    shard; a sharded queue's shards follow its layout (:class:`ShardedCollector`)."""
+    collectors: list[Collector] = []
+    for config, groups in queues:
+        if config.redis.shards > 1 and watched(config) is None:
+            collectors.append(ShardedCollector(config, groups))
+        else:
+            collectors.extend(collector_for(group, config.redis.prefix) for group in groups)
     collector = collectors[0] if len(collectors) == 1 else GroupsCollector(collectors)
     title = "fairctl exporter: " + "; ".join(
         f"{f'{w.system} queues' if (w := watched(c)) is not None else f'queue {m.group_of(c)}'} "
@@ -184,4 +190,4 @@ def collector_for(config: Config, group: str) -> Collector:
     its own queue group's."""
     if watched(config) is not None:
         return WatchCollector(config, watch_client(config))
-    return FairnessCollector(config, Scheduler(config, scrape_client(config)), group=group)
+    return group_collector(config, group)

@@ -1,22 +1,27 @@
-"""A sharded queue's layout, live: it has a copy on every master, and processes started while the
-master holding the layout (and shard 0) is down run: they read the layout's copy on another
-master, serve and export the shards on the live masters, and name the ones they cannot reach."""
+"""Two transitions of a sharded queue's layout, live. A running ``fairctl exporter`` follows
+``fairctl reshard``: its ``shard`` labels are the layout's served shards from the first scrape
+after ``--to`` and after ``--settle``. And processes started while the master holding the layout
+(and shard 0) is down run: they read the layout's copy on another master, serve and export the
+shards on the live masters, and name the ones they cannot reach."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from exporter import metrics as m
-from fairness_core import RedisUnavailable, open_queue, redis_client
+from fairctl.cli import app
+from fairness_core import RedisUnavailable, open_queue, redis_client, sharded
 from fairness_core.keys import Keys
 from fairness_core.sharded import ShardedScheduler
-from fairness_stack.servers import RedisClusterServers, free_port
+from fairness_stack.servers import RedisClusterServers, RedisServer, free_port
 
 from .conftest import make_config
 from .crash_support import stop_all
@@ -46,6 +51,11 @@ def depths(got: Samples) -> dict[str, float]:
     return out
 
 
+def layout_shards(queue: ShardedScheduler) -> set[str]:
+    layout = queue.layout(fresh=True)
+    return set(layout.prefixes[:layout.serve])
+
+
 @pytest.fixture
 def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     """The fairctl processes a test starts, stopped after it."""
@@ -69,6 +79,39 @@ def serving(path: Path, log: Path, started: list[subprocess.Popen[bytes]]) -> st
 
     wait_for(answers, 60, "the exporter to serve")
     return url
+
+
+def test_a_running_exporter_follows_reshard_and_settle_within_one_scrape(
+        redis_server: RedisServer, tmp_path: Path, processes: list[subprocess.Popen[bytes]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sharded, "LAYOUT_TTL_S", 0.05)  # settling waits two re-reads of the layout
+    path, config = write_config(tmp_path, redis_server.url, redis={
+        "url": redis_server.url, "prefix": make_config().redis.prefix, "shards": 2})
+    queue = ShardedScheduler(config, redis_client(redis_server.url))
+    url = serving(path, tmp_path / "exporter.log", processes)
+    assert set(served(scrape(url))) == layout_shards(queue) == {f"{config.redis.prefix}.{i}" for i in range(2)}
+
+    def reshard(*args: str) -> None:
+        done = CliRunner().invoke(app, ["reshard", *args, "--config", str(path)])
+        assert done.exit_code == 0, done.output
+
+    reshard("--to", "4")
+    for n in range(40):
+        queue.submit("newsletter", f"shop-{n}")
+    got = scrape(url)  # the first scrape after the re-shard
+    assert set(served(got)) == layout_shards(queue) and len(served(got)) == 4
+    assert sum(depths(got).values()) == 40 and all(depths(got).values()), "each shard's jobs, the new ones' too"
+    reshard("--to", "2")
+    assert set(served(scrape(url))) == layout_shards(queue) and len(layout_shards(queue)) == 4, "still served"
+    while leases := queue.pop(40):
+        for lease in leases:
+            queue.ack(lease)
+    time.sleep(3 * sharded.LAYOUT_TTL_S)  # settling waits until every process may have seen the change
+    reshard("--settle")
+    got = scrape(url)  # the first scrape after the settle
+    assert set(served(got)) == layout_shards(queue) == {f"{config.redis.prefix}.{i}" for i in range(2)}
+    log = (tmp_path / "exporter.log").read_text()
+    assert "layout v2, serving 4 shards" in log and "layout v4, serving 2 shards" in log, log
 
 
 def test_the_layout_has_a_copy_on_every_master_and_no_stale_writer_wins(cluster: RedisClusterServers) -> None:
