@@ -125,15 +125,17 @@ def test_a_killed_workers_jobs_run_again_when_its_registration_lapses(
 def test_a_worker_without_a_handler_leaves_the_backlog_to_one_that_has_it(
         redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
     """A rolling deploy: an old worker that has no ``newsletter`` handler beside a new one that
-    has (2 slots each), 600 newsletters of 50 ms: the old one gives back what it takes at once and
-    pauses, and the new one runs at least 90% of them within 60 s."""
+    has (2 slots each, a pool of jobs:low, which no reservation of another class holds back), 600
+    newsletters of 50 ms: the old one gives back what it takes at once and pauses, and the new one
+    runs at least 90% of them within 60 s."""
     path, config = write_config(tmp_path, redis_server.url)
     scheduler = Scheduler(config, client)
     key = f"{config.redis.prefix}:record"
     scheduler.submit_many("newsletter", "acme-marketing", [{"service_s": 0.05}] * 600)
-    workers = [spawn_worker(path, tmp_path / "old.log", key, redis_server.url, "--concurrency", "2",
+    pool = ("--concurrency", "2", "--classes", "jobs:low")
+    workers = [spawn_worker(path, tmp_path / "old.log", key, redis_server.url, *pool,
                             handlers="tests.recording_handlers:password_reset_only"),
-               spawn_worker(path, tmp_path / "new.log", key, redis_server.url, "--concurrency", "2")]
+               spawn_worker(path, tmp_path / "new.log", key, redis_server.url, *pool)]
     try:
         wait_for(lambda: totals(scheduler)["unhandled"] > 0 and client.llen(key) > 0, 30, "both workers at work")
         wait_for(lambda: client.llen(key) >= 540, 60, "the new worker to run 90% of the newsletters")
