@@ -353,9 +353,9 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
         ),
         Alert(
             JOBS_REDELIVERED_HIGH,
-            f"expired leases exceed {number(a.redelivery_ratio * 100)}% of a class's completions over {window}",
-            Text("Leases of $queue are expiring"),
-            Text(f"Over the last {window}, expired leases in $queue came to $value:percent of its completed "
+            f"leases taken back exceed {number(a.redelivery_ratio * 100)}% of a class's completions over {window}",
+            Text("Leases of $queue are being taken back"),
+            Text(f"Over the last {window}, leases taken back in $queue came to $value:percent of its completed "
                  f"jobs (more than {number(a.redelivery_ratio * 100)}%; +Inf: none completed): workers die "
                  f"or jobs outlive leases.visibility_timeout ({duration(config.leases.visibility_timeout)})."),
             _one(config, JOBS_REDELIVERED_HIGH,

@@ -85,7 +85,7 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "completed_lately": d(f"Jobs completed per class over the last {duration(stall)}",
                               logical("sum", over_time("increase", m.JOBS_PROCESSED.name, stall))),
         "failed": d("Failed attempts per second per class (handlers raising)", logical_rate(m.JOBS_FAILED.name, window)),
-        "redelivered_vs_completed": d("Expired leases against completions per class",
+        "redelivered_vs_completed": d("Leases taken back against completions per class",
                                       f"{rec.REDELIVERED_RATE} / {rec.PROCESSED_RATE}"),
         "dead_letters": d("Jobs in the dead-letter lists", logical("sum", m.DEAD_LETTERS.name)),
         "dead_lettered": d(f"Jobs dead-lettered per class over the last {duration(window)}", rec.DEAD_LETTERED),
