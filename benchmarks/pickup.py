@@ -7,7 +7,9 @@ handler pushes how long after the stamp it started. Commands an idle fleet sends
 ``MONITOR`` (commands a script runs inside Redis left out) over an idle spell with many slots.
 And what leasing ahead costs a more urgent job: the interactive class's wait while a flood of
 bulk jobs keeps every slot busy, with the worker's default flags (up to ``--batch 10``, bounded by
-``--prefetch 10ms``), with ``--batch 1`` and with ``--prefetch 0`` (always ten ahead).
+``--prefetch 10ms``), with ``--batch 1`` and with ``--prefetch 0`` (always ten ahead). And what an idle fleet costs at
+many shards: the commands a few idle ``fairctl worker`` processes make Redis run (``INFO
+commandstats``, scripts' own commands counted) on a queue of 64 shards against one queue group.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from dataclasses import dataclass
 import redis
 import yaml
 
-from fairness_core import Scheduler, parse_config, redis_client
+from fairness_core import Scheduler, open_queue, parse_config, redis_client
+from fairness_core.sharded import LOOK_S
 from fairness_stack.servers import RedisServer, stop_process
 
 from . import peers
@@ -171,6 +174,60 @@ def rows(url: str, found: peers.Peers, *, slots: int = 4, fleet: int = 40, sampl
     ]
 
 
+SHARDS = 64  # the sharded queue of row 9c
+IDLE_WORKERS = 4  # row 9c's fleet: `fairctl worker` processes of 2 slots
+IDLE_WINDOW_S = 2 * LOOK_S  # row 9c's measure: twice the longest period an idle worker acts on
+
+
+@contextmanager
+def idle_fleet(url: str, name: str, shards: int) -> Iterator[None]:
+    """IDLE_WORKERS ``fairctl worker`` processes of 2 slots on a queue of ``shards`` shards under
+    the prefix ``name``, registered."""
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["redis"] = {"url": url, "prefix": name, "shards": shards}
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as file:
+        yaml.safe_dump(data, file)
+    queue = open_queue(parse_config(data))
+    workers = [subprocess.Popen([sys.executable, "-m", "fairctl", "worker", "--config", file.name, "--concurrency", "2",
+                                 "--log-every", "0"], cwd=peers.ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL) for _ in range(IDLE_WORKERS)]
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while queue.fleet_slots() < 2 * IDLE_WORKERS:
+            if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                raise RuntimeError("the idle fleet's workers did not register")
+            time.sleep(0.05)
+        yield
+    finally:
+        for worker in workers:
+            stop_process(worker, timeout=10)
+        os.unlink(file.name)
+
+
+def commands_per_second(url: str, shards: int, seconds: float) -> float:
+    """Commands a second Redis runs (INFO commandstats, scripts' own counted) for an idle fleet on a
+    queue of ``shards`` shards, over ``seconds`` once it has settled."""
+    client = redis.Redis.from_url(url)
+
+    def ran() -> int:
+        return sum(stat["calls"] for stat in client.info("commandstats").values())
+
+    with idle_fleet(url, f"idle-{shards}", shards):
+        time.sleep(2.0)
+        before = ran()
+        time.sleep(seconds)
+        return (ran() - before) / seconds
+
+
+def sharded_idle_row(url: str, seconds: float = IDLE_WINDOW_S) -> Row:
+    """Row 9c: what an idle fleet costs Redis on a queue of SHARDS shards against one queue group."""
+    one = commands_per_second(url, 1, seconds)
+    sharded = commands_per_second(url, SHARDS, seconds)
+    return Row("9c", f"commands {IDLE_WORKERS} idle workers make Redis run on {SHARDS} shards vs one queue group",
+               f"{sharded:.1f}/s", f"one group {one:.1f}/s", sharded / one, "≤ 2", sharded <= 2 * one,
+               f"INFO commandstats over {seconds:g} s, scripts' own commands counted")
+
+
 BULK_S = 0.02  # each flood job's run: long enough that a prefetched batch of them holds a slot
 
 
@@ -226,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     found = peers.find(args.peers)
     with RedisServer() as server:
-        print(table([*rows(server.url, found, samples=args.samples, idle=args.idle),
+        print(table([*rows(server.url, found, samples=args.samples, idle=args.idle), sharded_idle_row(server.url),
                      prefetch_row(server.url, 4, args.flood_samples, args.repeats)]))
     return 0
 

@@ -52,18 +52,21 @@ class Sizes:
     admission_limit: int  # tenants.max_queued of the live storm against a limit (it sends ten times that)
     pickups: int  # jobs each system picks up after an idle spell ...
     pickup_idle: float  # ... of this many seconds
+    idle_window: float  # seconds an idle fleet's commands are counted over, sharded and not (row 9c)
     flood_samples: int  # interactive jobs per run under a bulk flood (row 10)
 
 
 FULL = Sizes(repeats=5, jobs=5_000, big_tenants=100_000, big_jobs_per_tenant=10, small_tenants=10,
              small_jobs_per_tenant=10, scrapes=50, e2e_jobs=20_000, concurrency=4, storm=None,
-             admission_limit=100_000, pickups=20, pickup_idle=5.0, flood_samples=100)
+             admission_limit=100_000, pickups=20, pickup_idle=5.0, idle_window=pickup.IDLE_WINDOW_S,
+             flood_samples=100)
 QUICK = Sizes(repeats=3, jobs=2_000, big_tenants=10_000, big_jobs_per_tenant=10, small_tenants=10,
               small_jobs_per_tenant=10, scrapes=20, e2e_jobs=5_000, concurrency=4, storm="20m",
-              admission_limit=10_000, pickups=5, pickup_idle=5.0, flood_samples=50)
+              admission_limit=10_000, pickups=5, pickup_idle=5.0, idle_window=pickup.IDLE_WINDOW_S,
+              flood_samples=50)
 SMOKE = Sizes(repeats=1, jobs=200, big_tenants=200, big_jobs_per_tenant=5, small_tenants=5,
               small_jobs_per_tenant=4, scrapes=3, e2e_jobs=200, concurrency=4, storm="1m",
-              admission_limit=200, pickups=2, pickup_idle=0.5, flood_samples=5)
+              admission_limit=200, pickups=2, pickup_idle=0.5, idle_window=1.0, flood_samples=5)
 PRESETS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 
 
@@ -238,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     with RedisServer() as server:
         log("idle pickup and an idle fleet's commands, fairctl and BullMQ")
         rows += pickup.rows(server.url, found, slots=sizes.concurrency, samples=sizes.pickups, idle=sizes.pickup_idle)
+        log(f"an idle fleet's commands on {pickup.SHARDS} shards and on one queue group")
+        rows.append(pickup.sharded_idle_row(server.url, sizes.idle_window))
         log("an interactive job's wait under a bulk flood, default flags and --batch 1")
         rows.append(pickup.prefetch_row(server.url, sizes.concurrency, sizes.flood_samples, min(3, sizes.repeats)))
     if args.memory_server:

@@ -21,6 +21,7 @@ from fairness_core import Scheduler
 from fairness_core.ages import format_age
 from fairness_core.jobs import DeadOutcome, InvalidJob, check_job_id
 from fairness_core.scheduler import DEAD_PAGE
+from fairness_core.sharded import ShardedScheduler
 
 from .commands import Group, argument
 from .common import check_classes, clear_errors, config_option, connect_queue, fail, load, redis_url_option
@@ -165,6 +166,8 @@ def _act(action: str, ids: Sequence[str] | None, every: bool, queue: str | None,
             for outcome in outcomes:
                 done += [lists.shown(index, i) for i in outcome.done]
                 skipped += [lists.shown(index, i) for i in outcome.skipped]
+    if action == "requeue" and done and isinstance(lists.queue, ShardedScheduler):
+        lists.queue.wake()  # its idle workers wait on the queue's wake key, not on the shards' own
     verb = "requeued" if action == "requeue" else "dropped"
     click.echo(f"{verb} {len(done)} dead letter{'' if len(done) == 1 else 's'}"
                + (f": {' '.join(done)}" if 0 < len(done) <= 20 else ""))

@@ -81,7 +81,9 @@ CLASS_PARTS: dict[str, str] = {
     "estimate": "est",  # hash: task -> moving average of its jobs' runtimes in the class (µs)
     "tenant_estimate": "est/",  # + tenant; hash: task -> the tenant's own moving average (µs)
     # zset of one member, WAKE_MEMBER: idle workers block on it (BZPOPMIN). Scored 0 when the class
-    # may have work to take now, else the time (ms) a retry of the class comes due.
+    # may have work to take now, else the time (ms) a retry of the class comes due. A sharded queue
+    # has its own under the logical group's tag (fairness_core.sharded), which every enqueue to any
+    # of its shards arms: no one blocking command can wait on the shards' own, in as many slots.
     "wake": "wake",
 }
 WAKE_MEMBER = "work"

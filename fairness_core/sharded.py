@@ -33,13 +33,24 @@ the N groups one queue is here:
   :data:`CLAIM_TTL_MS`; the shards it left on two configs stay so until an apply reaches them all.
 
 The choices read a view of every shard's queued jobs and tenants per class and tier, at most
-:data:`VIEW_TTL_S` old: two commands per shard, pipelined across the masters.
+:data:`VIEW_TTL_S` old: a command per shard, and one more per shard with jobs queued, pipelined
+across the masters.
+
+- **Idle**, a process reads no shard: an idle fleet costs Redis about what an unsharded one does,
+  at any number of shards. The shards' wake keys sit in as many hash slots, which no one blocking
+  command can wait on, so every enqueue also arms the queue's own wake key of its class, under the
+  group's tag (:meth:`ShardedScheduler.wake`), which idle workers block on; while jobs are leased
+  or wait to retry, only their shards are read, and every shard every :data:`LOOK_S`, which bounds
+  what a wake-up lost with its producer costs. The sweeps (reaps, aging, moves, state checks and
+  worker registrations) go to the shards holding jobs and shard 0 only: an idle shard has nothing
+  to sweep, and a worker registers on a shard again before its first pop there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import random
 import socket
@@ -72,17 +83,18 @@ from .jobs import (
     decoded,
     settled,
 )
-from .keys import CLASS_PARTS, LAYOUT_COPY, Keys
+from .keys import CLASS_PARTS, LAYOUT_COPY, WAKE_MEMBER, Keys
 from .scheduler import ApplyOutcome, Scheduler, check_pop
 from .settings import Settings
-from .shard_health import ShardHealth
+from .shard_health import RETRY_S, ShardHealth
 from .sharding import hand, place, shard_prefix
 
 log = logging.getLogger("fairctl.config")
 
 VIEW_TTL_S = 0.1  # how old a view of the shards' backlogs a pop may choose from
 LAYOUT_TTL_S = 1.0  # how often a process re-reads the layout (where new jobs go)
-IDLE_POLL_S = 0.1  # an idle worker looks for work on every shard this often
+IDLE_POLL_S = 0.1  # a waiting worker reads the shards holding leased or retrying jobs this often
+LOOK_S = 10.0  # a process that saw no job reads every shard this often (a wake-up lost costs at most this)
 JOB_SEP = ":"  # a sharded job id: shard, JOB_SEP, the shard's own id
 WEIGHTED = ("weighted", "weighted-fair")
 CLAIM_TTL_MS = 60_000  # a claim on the layout lapses this long after it was taken or renewed: its holder died
@@ -221,11 +233,13 @@ class Layout:
 class ShardLoad:
     """One shard's queued jobs per class, its queued tenants' tier weights summed per class (each
     tenant counts its ``tenants.tiers`` weight: one tenant of weight 6 is served like six of
-    weight 1), and its paused classes."""
+    weight 1), its paused classes, and whether it holds any job, queued, leased or waiting to retry
+    (one that holds none has nothing to sweep, and no job that can come due)."""
 
     depth: dict[str, int]
     tenant_weight: dict[str, float]
     paused: frozenset[str]
+    holds: bool = False
 
     def has_work(self, queue: str) -> bool:
         return self.depth.get(queue, 0) > 0 and queue not in self.paused
@@ -312,6 +326,12 @@ class ShardedScheduler:
         self._lock = threading.Lock()
         self._layout: tuple[float, Layout] | None = None
         self._view: tuple[float, list[ShardLoad]] | None = None
+        self._looked = -math.inf  # when (monotonic) the view last read every shard
+        self._stirred = False  # woken since: the next view reads every shard
+        self._woke_next = -math.inf  # when a pop of this process last armed the queue's wake keys
+        self._wake_down_until = -math.inf  # the queue's wake keys did not answer: left alone until then
+        self._registration: tuple[str, int, float] | None = None  # this worker's: id, slots, ttl
+        self._registered_at: dict[int, float] = {}  # when it last registered on each shard (monotonic)
         self._served: dict[str, float] = {}  # jobs this process leased per class (the class weights' account)
         self._eligible: set[str] = set()
         self._random = random.Random(seed)  # where each shard joins this process's rotations
@@ -573,33 +593,53 @@ class ShardedScheduler:
     # ------------------------------------------------------------------ the view
 
     def loads(self, *, fresh: bool = False) -> list[ShardLoad]:
-        """Each served shard's queued jobs and tenant weights per class, at most :data:`VIEW_TTL_S` old."""
+        """Each served shard's queued jobs, tenant weights and paused classes, at most
+        :data:`VIEW_TTL_S` old while some shard has work. Otherwise only the shards holding jobs
+        are read again (leased ones come back, retries come due), none when no shard holds any;
+        every shard when woken (:meth:`wait_for_work`), at least every :data:`LOOK_S`, and now
+        when ``fresh``."""
         now = time.monotonic()
         view = self._view
-        if fresh or view is None or now - view[0] > VIEW_TTL_S:
-            view = self._view = (now, self._read_loads())
-        return view[1]
-
-    def _read_loads(self) -> list[ShardLoad]:
-        """One pipeline per master; a shard that does not answer shows no work until it does."""
-        classes = self.shard(0).config.class_names
-        settings = self.shard(0).settings
-        fields = [f"depth{SEP}{c}" for c in classes] + [field for field, _, _ in tier_counters(classes, settings)]
-
-        def read(pipe: Any, shard: Scheduler) -> None:
-            pipe.hmget(shard.keys.stats, fields)
-            pipe.smembers(shard.keys.paused)
-
+        if not fresh and view is not None and now - view[0] <= VIEW_TTL_S:
+            return view[1]
         served = self.served_shards()
-        replies = self.health.read(served, read, per_shard=2)
-        loads = []
-        for index in served:
-            counted, paused = replies.get(index, ([None] * len(fields), []))
-            counts = dict(zip(fields, counted))
-            loads.append(ShardLoad(depth={c: int(counts[f"depth{SEP}{c}"] or 0) for c in classes},
-                                   tenant_weight=tenant_weights(counts, classes, settings),
-                                   paused=frozenset(decoded(p) for p in paused)))
+        if (fresh or view is None or len(view[1]) != len(served) or self._stirred or now - self._looked >= LOOK_S
+                or self._any_work(view[1], None)):
+            self._stirred, self._looked = False, now  # before the read: a wake-up during it stirs again
+            loads = self._read_loads(served)
+        else:
+            holding = [i for i, load in enumerate(view[1]) if load.holds]
+            if not holding:
+                return view[1]
+            loads = list(view[1])
+            with contextlib.suppress(RedisUnavailable):  # none of them answers: read them again next time
+                for index, load in zip(holding, self._read_loads(holding)):
+                    loads[index] = load
+        self._view = (now, loads)
         return loads
+
+    def _read_loads(self, indices: Sequence[int]) -> list[ShardLoad]:
+        """The loads of shards ``indices``: their counters, one pipeline per master, then the
+        paused classes of those with jobs queued. A shard that does not answer shows no work
+        until it does, and holds jobs, so that it is read again."""
+        settings = self.shard(0).settings
+        classes = self.shard(0).config.class_names
+        counted = [*classes, *self.shard(0).moves.classes]  # the jobs of a removed class still need sweeps
+        held = [f"{counter}{SEP}{c}" for c in counted for counter in ("depth", "inflight", "delayed")]
+        fields = held + [field for field, _, _ in tier_counters(classes, settings)]
+        replies = self.health.read(indices, lambda pipe, shard: pipe.hmget(shard.keys.stats, fields), per_shard=1)
+        counts = {i: dict(zip(fields, replies[i][0])) for i in replies}
+        queued = [i for i in counts if any(int(counts[i][f"depth{SEP}{c}"] or 0) for c in classes)]
+        paused: dict[int, list[Any]] = {}
+        if queued:
+            with contextlib.suppress(RedisUnavailable):  # their masters lost since: their pops fail on their own
+                paused = self.health.read(queued, lambda pipe, shard: pipe.smembers(shard.keys.paused), per_shard=1)
+        return [ShardLoad(depth={c: int(counts[i][f"depth{SEP}{c}"] or 0) for c in classes},
+                          tenant_weight=tenant_weights(counts[i], classes, settings),
+                          paused=frozenset(decoded(p) for p in paused.get(i, [[]])[0]),
+                          holds=any(int(counts[i][field] or 0) for field in held))
+                if i in counts else ShardLoad(depth={}, tenant_weight={}, paused=frozenset(), holds=True)
+                for i in indices]
 
     # ------------------------------------------------------------------ producing
 
@@ -611,6 +651,7 @@ class ShardedScheduler:
                user_waiting: bool = False) -> Enqueued:
         index, queued = self._to_hand(task, tenant, tier, user_waiting,
                                       lambda s: s.submit(task, tenant, payload, tier=tier, user_waiting=user_waiting))
+        self.wake([queued.queue])
         return replace(queued, job_id=self.job_id_in(index, queued.job_id))
 
     def submit_many(self, task: str, tenant: str, payloads: Sequence[Any], *, tier: str | None = None,
@@ -619,6 +660,7 @@ class ShardedScheduler:
         index, queued = self._to_hand(task, tenant, tier, user_waiting,
                                       lambda s: s.submit_many(task, tenant, payloads, tier=tier,
                                                               user_waiting=user_waiting))
+        self.wake(sorted({q.queue for q in queued if q is not None}))
         return [None if q is None else replace(q, job_id=self.job_id_in(index, q.job_id)) for q in queued]
 
     def _to_hand(self, task: str, tenant: str, tier: str | None, user_waiting: bool,
@@ -692,6 +734,7 @@ class ShardedScheduler:
         held = bool(choices)  # held back: every shard asked had work its reservations kept
         for index, queue in choices:
             settle = by_shard.pop(index, [])
+            self._registered_on(index)
             try:
                 popped = self.health.call(index, partial(self.shard(index).ack_and_pop, [item for _, item in settle],
                                                          max_jobs, classes=None if queue is None else [queue],
@@ -705,6 +748,7 @@ class ShardedScheduler:
             if popped.leases:
                 leases = [replace(lease, job_id=self.job_id_in(index, lease.job_id)) for lease in popped.leases]
                 self.count_served(leases)
+                self._left_behind(index, popped.leases)
                 break
             held = held and popped.held_back
             self.loads()[index].ran_dry(queue)
@@ -758,7 +802,7 @@ class ShardedScheduler:
         starts level with the others, owed nothing for its idle time); under strict, the first
         class with work; under fifo none (each shard's own oldest job)."""
         config = self.shard(0).config
-        names = config.class_names if classes is None else [self.shard(0).moves.classes.get(c, c) for c in classes]
+        names = self._classes_of(classes)
         eligible = [c for c in names if any(load.has_work(c) for load in loads)]
         policy = config.scheduler.policy
         if not eligible or policy == "fifo":
@@ -830,15 +874,77 @@ class ShardedScheduler:
     def wait_for_work(self, timeout: float, classes: Sequence[str] | None = None) -> float | None:
         """Until one of ``classes`` has work on some shard (0.0), or None after ``timeout``. The
         shards' wake keys are in different hash slots, which no one blocking command may wait on
-        together, so an idle worker reads the view every :data:`IDLE_POLL_S` instead."""
+        together, so a worker blocks on the queue's own, one per class (:meth:`wake`): for at most
+        :data:`IDLE_POLL_S` while some shard holds jobs (a retry that comes due, or a lease taken
+        back, arms no key of the queue), else until the next look at every shard (:meth:`loads`).
+        A wake-up is a hint: the view read after it decides."""
         deadline = time.monotonic() + timeout
         while True:
-            if self._any_work(self.loads(fresh=True), classes):
+            loads = self.loads()
+            if self._any_work(loads, classes):
                 return 0.0
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if now >= deadline:
                 return None
-            time.sleep(min(IDLE_POLL_S, left))
+            until = now + IDLE_POLL_S if any(load.holds for load in loads) else self._looked + LOOK_S
+            self._block(max(0.01, min(deadline, until) - now), classes)
+
+    def _block(self, timeout: float, classes: Sequence[str] | None) -> None:
+        """Block on the wake keys of ``classes`` (all when None) for up to ``timeout`` seconds;
+        woken, the next view reads every shard. While the keys do not answer, every view does (a
+        worker looks every :data:`IDLE_POLL_S` then, as no wake-up reaches it)."""
+        try:
+            if self._on_wake_keys(lambda: self.client.bzpopmin([self.keys.wake(c) for c in self._classes_of(classes)],
+                                                               timeout=timeout)) is None:
+                return
+        except RedisUnavailable:
+            time.sleep(min(IDLE_POLL_S, timeout))
+        self._stirred = True
+
+    def wake(self, classes: Sequence[str] | None = None) -> None:
+        """Arm the queue's own wake keys of ``classes`` (all when None): one worker blocked on each
+        wakes and reads every shard. Every enqueue arms its class's, and so do a resume, a dead
+        letter requeued and a pop that leaves work behind (the next idle worker takes the rest: a
+        chain, not a herd). A hint: when they cannot be armed, workers find the work at their next
+        look."""
+        with contextlib.suppress(RedisUnavailable):
+            for name in self._classes_of(classes):
+                self._on_wake_keys(lambda: self.client.zadd(self.keys.wake(name), {WAKE_MEMBER: 0}))
+
+    def _classes_of(self, classes: Sequence[str] | None) -> list[str]:
+        """The classes whose jobs ``classes`` (all when None) stand for: a class the applied config
+        moved stands for the class its jobs went to."""
+        moved = self.shard(0).moves.classes
+        return list(self.shard(0).config.class_names) if classes is None else [
+            *dict.fromkeys(moved.get(c, c) for c in classes)]
+
+    def _on_wake_keys(self, command: Callable[[], T]) -> T:
+        """``command`` on the queue's own wake keys. After they did not answer, RedisUnavailable
+        without asking for :data:`~fairness_core.shard_health.RETRY_S`: a master cut off would
+        hold every enqueue for its connect timeout."""
+        if time.monotonic() < self._wake_down_until:
+            raise RedisUnavailable(f"the wake keys of queue group {self.keys.prefix} did not answer")
+        try:
+            with redis_errors(self.client):
+                return command()
+        except RedisUnavailable:
+            self._wake_down_until = time.monotonic() + RETRY_S
+            raise
+
+    def _left_behind(self, index: int, leases: Sequence[Lease]) -> None:
+        """Leases popped from shard ``index``: the view the pop chose from counts their jobs gone,
+        and while it shows work left, the next idle worker of each class with some is woken, at
+        most every :data:`VIEW_TTL_S` (a pop that took the last job wakes nobody for nothing)."""
+        loads = self.loads()
+        for lease in leases:
+            loads[index].depth[lease.queue] = max(0, loads[index].depth.get(lease.queue, 0) - 1)
+        now = time.monotonic()
+        if now - self._woke_next < VIEW_TTL_S:
+            return
+        left = [c for c in self.shard(0).config.class_names if self._any_work(loads, [c])]
+        if left:
+            self._woke_next = now
+            self.wake(left)
 
     def _any_work(self, loads: list[ShardLoad], classes: Sequence[str] | None) -> bool:
         names = self.shard(0).config.class_names if classes is None else classes
@@ -847,19 +953,45 @@ class ShardedScheduler:
     # ------------------------------------------------------------------ sweeps, registration, control
 
     def reap(self, limit: int = 1000) -> int:
-        return sum(self._each_live(lambda s: s.reap(limit)))
+        return sum(self._each_swept(lambda i: self.shard(i).reap(limit)))
 
     def promote_overdue(self, limit: int = 1000) -> int:
-        return sum(self._each_live(lambda s: s.promote_overdue(limit)))
+        return sum(self._each_swept(lambda i: self.shard(i).promote_overdue(limit)))
 
     def move_pending(self, limit: int = 1000) -> int:
-        return sum(self._each_live(lambda s: s.move_pending(limit)))
+        return sum(self._each_swept(lambda i: self.shard(i).move_pending(limit)))
+
+    def _each_swept(self, call: Callable[[int], T]) -> list[T]:
+        """``call`` on each shard the view saw holding jobs and on the first served shard that
+        answers (shard 0 while it does: the fleet's slots are read there), of those that answer. A
+        shard that holds none has no lease to take back, retry to release or job to age or move."""
+        loads, served = self.loads(), self.served_shards()
+        first = next((i for i in served if self.health.usable(i)), 0)
+        return self.health.each([i for i in served if i == first or (i < len(loads) and loads[i].holds)], call)
 
     def register_worker(self, worker_id: str, slots: int, ttl: float) -> None:
-        """On every served shard that answers: a worker serves them all, and each shard's reserved
-        capacity counts the fleet's slots (a dead shard's registration comes with the next
-        heartbeat after it is back)."""
-        self._each_live(lambda s: s.register_worker(worker_id, slots, ttl))
+        """On the shards holding jobs and shard 0, of those that answer (:meth:`_each_swept`): each
+        shard's reserved capacity counts the slots registered there. An idle shard keeps this
+        worker's last registration, unrenewed, until the worker's first pop there renews it
+        (:meth:`_registered_on`); a dead shard's comes with the next heartbeat after it is back."""
+        self._registration = (worker_id, slots, ttl)
+
+        def register(index: int) -> None:
+            self.shard(index).register_worker(worker_id, slots, ttl)
+            self._registered_at[index] = time.monotonic()
+
+        self._each_swept(register)
+
+    def _registered_on(self, index: int) -> None:
+        """Before this worker pops from shard ``index``: register it there again unless it did
+        within half its registration's TTL (an idle shard's lapses while unrenewed). A failure is
+        left to the pop, which meets it too."""
+        registration = self._registration
+        if registration is None or time.monotonic() - self._registered_at.get(index, -math.inf) < registration[2] / 2:
+            return
+        with contextlib.suppress(RedisUnavailable):
+            self.health.call(index, partial(self.shard(index).register_worker, *registration))
+            self._registered_at[index] = time.monotonic()
 
     def unregister_worker(self, worker_id: str) -> int:
         return sum(self._each_live(lambda s: s.unregister_worker(worker_id)))
@@ -874,14 +1006,15 @@ class ShardedScheduler:
 
     def resume(self, queue: str) -> None:
         self._each(lambda s: s.resume(queue))
+        self.wake([queue])
 
     def sync(self) -> None:
         self._each(lambda s: s.sync())
 
     def check_state(self) -> bool:
-        """Whether any shard's state was reset since it was last looked at (each shard that answers
-        looks)."""
-        return any(self._each_live(lambda s: s.check_state()))
+        """Whether any shard's state was reset since it was last looked at (the shards holding jobs
+        and shard 0 look, of those that answer: an idle shard held no lease of this process)."""
+        return any(self._each_swept(lambda i: self.shard(i).check_state()))
 
     @property
     def resets(self) -> int:
