@@ -972,13 +972,16 @@ class Model:
             ]
             by_account = {}
             if s.account_sep:
+                accounts_now = cls.account_served.get(bucket, empty).top(s.served_top)
+                accounts_before = cls.account_served.get(bucket - 1, empty).top(s.served_top)
                 by_account = {"active_accounts": len(cls.tags),
-                              "accounts_now": cls.account_served.get(bucket, empty).top(s.served_top),
-                              "accounts_before": cls.account_served.get(bucket - 1, empty).top(s.served_top),
+                              "accounts_now": accounts_now,
+                              "accounts_before": accounts_before,
                               "accounts_backlog": cls.account_backlog.top(s.backlog_top),
                               "account_keys": [
                                   (account, key, served_now.score(key) or 0.0, served_before.score(key) or 0.0)
-                                  for account, _ in cls.account_served.get(bucket, empty).top(s.account_top)
+                                  for account in RawClass.key_accounts(accounts_now, accounts_before, now,
+                                                                       s.window_ms, s.account_top)
                                   for key, _ in cls.accounts.get(account, empty).top(s.account_keys)]}
             raw[name] = RawClass(
                 **by_account,

@@ -76,6 +76,17 @@ class RawClass:
     # The busiest accounts' busiest queued keys: (account, key, served now, served before).
     account_keys: Sequence[tuple[str, str, float, float]] = ()
 
+    @staticmethod
+    def key_accounts(now: Pairs, before: Pairs, now_ms: float, window_ms: int, top: int) -> list[str]:
+        """The accounts whose busiest keys a reading holds: the ``top`` with the most service over
+        the sliding window at ``now_ms``, from the two buckets' top lists as their shares are (ties
+        at the last place all in), so an account's key breakdown is served whenever its share is,
+        also just after a bucket edge, when the current bucket is empty. The script's
+        ``snapshot_class`` chooses alike."""
+        served = _windowed(now, before, window_weight(now_ms, window_ms))
+        least = sorted(served.values(), reverse=True)[min(len(served), top) - 1] if served else 0.0
+        return [account for account, n in served.items() if n >= least]
+
 
 @dataclass(frozen=True)
 class ClassSnapshot:

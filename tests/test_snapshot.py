@@ -9,10 +9,11 @@ import redis
 
 from fairness_core import ClassSnapshot, Lease, Scheduler
 from fairness_core.jobs import SEP
+from fairness_core.model import Model
 from fairness_core.snapshot import MAX_NOISY, RawClass, build_snapshot, heads_to_read, jain_index
 
 from .conftest import make_config
-from .test_lifecycle import Clock
+from .test_lifecycle import T0, Clock
 
 
 def scheduler(client: redis.Redis, **exporter: object) -> tuple[Scheduler, Clock]:
@@ -184,3 +185,36 @@ def test_the_fairness_index_reads_0_while_tenants_wait_and_nobody_is_served(clie
     scrape = collect(s.config, FakeScheduler(s.snapshot))
     assert scrape.value(m.QUEUE_FAIRNESS_INDEX.name, queue="jobs:low") == 0
     assert scrape.value(m.QUEUE_FAIRNESS_INDEX.name, queue="jobs:high") == 1, "nobody waits in an idle class"
+
+
+def test_every_windowed_figure_reads_the_same_window_just_before_and_after_a_bucket_edge(client: redis.Redis) -> None:
+    """Snapshots 2 ms apart across a bucket edge, with nothing served between, read the same window
+    (the previous bucket counts all but 1/600,000 of itself just after the edge), so every windowed
+    figure is the same, from the script as from the reference model: the tenants' and accounts'
+    shares, the fairness index, and each account's key breakdown, which was read from the current
+    bucket alone and vanished at every edge."""
+    config = make_config(exporter={"window": "10m"}, tenants={"batch": 1, "account_separator": "/"})
+    edge = (T0 // 600_000 + 1) * 600_000
+    clock = Clock()
+    clock.ms = edge - 60_000
+    lua, model = Scheduler(config, client, clock=clock), Model(config)
+    for tenant, jobs in [*((f"big/k{k}", 4) for k in range(5)), ("shop-1", 10), ("shop-2", 10)]:
+        lua.submit_many("newsletter", tenant, [None] * jobs)
+        model.submit_many(clock.ms, "newsletter", tenant, jobs)
+    for _ in range(12):
+        for lease in lua.pop(1):
+            lua.ack(lease)
+        for lease in model.pop(clock.ms, 1):
+            model.ack(clock.ms, lease)
+    views = []
+    for clock.ms in (edge - 1, edge + 1):
+        snapshot = lua.snapshot()
+        assert snapshot == model.snapshot(clock.ms)
+        views.append(snapshot.classes["jobs:low"])
+    before, after = views
+    keys = [(a, t) for a, t, _ in before.account_tenants]
+    assert len(keys) == 5 and {a for a, _ in keys} == {"big", "shop-1", "shop-2"}, keys  # big's busiest 3
+    for figure in ("account_tenants", "account_shares", "tenant_shares"):
+        rows = [{row[:-1]: row[-1] for row in getattr(view, figure)} for view in views]
+        assert rows[1] == pytest.approx(rows[0]), figure
+    assert after.fairness_index == pytest.approx(before.fairness_index)
