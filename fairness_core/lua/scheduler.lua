@@ -1502,12 +1502,32 @@ function ops.snapshot_class()
     local function by_account(b)
       return redis.call('ZREVRANGE', ckey(c, PART_ACCOUNT_SERVED .. b), 0, cfg.served_top - 1, 'WITHSCORES')
     end
-    -- The busiest accounts' busiest queued keys (the highest tags among them: served most) with
-    -- their service in both buckets: a spread account's keys are each too small for the class's lists.
+    local now_top, before_top = by_account(bucket), by_account(bucket - 1)
+    -- The busiest accounts by the sliding window, as their shares are ranked (both buckets, the
+    -- previous one weighted by what of it is still in the window; ties at the last place all in:
+    -- RawClass.key_accounts in fairness_core/snapshot.py), so their keys are served while their
+    -- shares are, also just after a bucket edge, when the current bucket is empty.
+    local weight = (cfg.window_ms - now % cfg.window_ms) / cfg.window_ms
+    local service, order = {}, {}
+    for i = 1, #before_top, 2 do
+      order[#order + 1] = before_top[i]
+      service[before_top[i]] = tonumber(before_top[i + 1]) * weight
+    end
+    for i = 1, #now_top, 2 do
+      local account = now_top[i]
+      if service[account] == nil then order[#order + 1] = account end
+      service[account] = (service[account] or 0) + tonumber(now_top[i + 1])
+    end
+    local ranked = {}
+    for k, account in ipairs(order) do ranked[k] = service[account] end
+    table.sort(ranked, function(x, y) return x > y end)
+    local least = ranked[math.min(#ranked, cfg.account_top)]
+    -- Their busiest queued keys (the highest tags among them: served most) with their service in
+    -- both buckets: a spread account's keys are each too small for the class's lists.
     local keys = {}
-    for _, account in ipairs(redis.call('ZREVRANGE', ckey(c, PART_ACCOUNT_SERVED .. bucket), 0, cfg.account_top - 1)) do
-      local busiest = redis.call('ZREVRANGE', akey(c, account), 0, cfg.account_keys - 1)
-      if #busiest > 0 then
+    for _, account in ipairs(order) do
+      local busiest = service[account] >= least and redis.call('ZREVRANGE', akey(c, account), 0, cfg.account_keys - 1)
+      if busiest and #busiest > 0 then
         local now_served = redis.call('ZMSCORE', ckey(c, PART_SERVED .. bucket), unpack(busiest))
         local before = redis.call('ZMSCORE', ckey(c, PART_SERVED .. (bucket - 1)), unpack(busiest))
         for k, key in ipairs(busiest) do
@@ -1518,7 +1538,7 @@ function ops.snapshot_class()
         end
       end
     end
-    accounts = {redis.call('ZCARD', ckey(c, PART_TAGS)), by_account(bucket), by_account(bucket - 1),
+    accounts = {redis.call('ZCARD', ckey(c, PART_TAGS)), now_top, before_top,
                 redis.call('ZREVRANGE', ckey(c, PART_ACCOUNT_BACKLOG), 0, cfg.backlog_top - 1, 'WITHSCORES'), keys}
   end
   return {
