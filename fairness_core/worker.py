@@ -708,24 +708,23 @@ class Worker:
             unhandled = {lease.job_id: lease for lease in leases if self.handlers.resolve(lease.task) is None}
             for lease in unhandled.values():
                 self._settle_unhandled(lease)
-                self._release(lease)
+                self._release_settled(lease)
             for lease in leases:
-                if lease.job_id in unhandled or not self._start(lease):
-                    continue
-                finished = None if self._halt.is_set() else self._work(lease)
+                if lease.job_id in unhandled or self._halt.is_set() or not self._start(lease):
+                    continue  # given back, or abandoned: unregistering queues it again
+                finished = self._work(lease)
                 if finished is not None:
                     done.append(finished)
                 else:
-                    self._release(lease)
+                    self._release_settled(lease)
             if unhandled and self.unhandled == UNHANDLED_WAIT:
                 self._stopping.wait(jittered(pause))
                 pause = min(pause * 2, UNHANDLED_PAUSE_MAX_S)
             else:
                 pause = UNHANDLED_PAUSE_MIN_S
-        for finished in done:
+        for finished in done:  # an ack not sent (halted) keeps its lease held: unregistering queues it again
             ack = partial(self.scheduler.ack, finished.lease, runtime=finished.runtime)
             self._settled([finished], [self._call(ack, self._halt)])
-            self._release(finished.lease)
 
     def _hold(self, leases: Sequence[Lease]) -> None:
         """Heartbeat ``leases`` from now on, and remember the group's resets seen when leased."""
@@ -852,6 +851,12 @@ class Worker:
                         "the queue at once for a worker that has one (jobs_unhandled_total); deploy its handler "
                         "to this worker, or run with --unhandled dead-letter to dead-letter such jobs",
                         lease.task, jobs)
+
+    def _release_settled(self, lease: Lease) -> None:
+        """Release a lease its nack settled. Once halted the nack may not have been sent: the
+        lease then stays held, for unregistering to queue it again (and to count it as cut short)."""
+        if not self._halt.is_set():
+            self._release(lease)
 
     def _release(self, lease: Lease) -> None:
         with self._held_lock:
