@@ -59,7 +59,11 @@ def holding(scheduler: Scheduler, path: Path, log: Path, key: str, url: str, *ar
     config keeps 2 of them for jobs:high)."""
     worker = spawn_worker(path, log, key, url, "--concurrency", "4", "--batch", "5", "--prefetch", "0", *args,
                           start_new_session=True)
-    wait_for(lambda: totals(scheduler)["inflight"] == 18, 30, "the worker to hold 18 leases")
+    try:
+        wait_for(lambda: totals(scheduler)["inflight"] == 18, 30, "the worker to hold 18 leases")
+    except AssertionError:
+        stop_all([worker])
+        raise
     time.sleep(0.5)  # each slot has started its first job
     return worker
 
@@ -75,10 +79,13 @@ def test_a_worker_stopped_past_its_grace_gives_every_lease_back_as_it_stops(
     ids = {e.job_id for e in scheduler.submit_many("newsletter", "acme-marketing", [{"service_s": 5}] * 400)}
     log = tmp_path / "stopped.log"
     old = holding(scheduler, path, log, f"{config.redis.prefix}:record", redis_server.url, "--grace", "1")
-    os.killpg(old.pid, signal.SIGINT)
-    time.sleep(0.3)
-    os.killpg(old.pid, signal.SIGINT)
-    assert old.wait(timeout=30) == 1, log.read_text()
+    try:
+        os.killpg(old.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.killpg(old.pid, signal.SIGINT)
+        assert old.wait(timeout=30) == 1, log.read_text()
+    finally:
+        stop_all([old])
     stopped_at = time.monotonic()
     text = log.read_text()
     assert "gave back 14 leased job(s) not started" in text, text
@@ -110,8 +117,7 @@ def test_a_killed_workers_jobs_run_again_when_its_registration_lapses(
     ran = Completions()
     with running(Worker(Scheduler(config, redis_client(redis_server.url)), HandlerRegistry(fallback=ran),
                         concurrency=4)):
-        doomed.kill()
-        doomed.wait()
+        stop_all([doomed])  # SIGKILL
         killed_at = time.monotonic()
         wait_for(lambda: len(ran.runs) == 18, 60, "the other worker to run the killed one's 18 jobs")
         done_in = time.monotonic() - killed_at
