@@ -6,7 +6,8 @@ from .config import Config, ConfigError, load_config, parse_config, parse_durati
 from .config_store import AppliedConfigUnreadable, ConfigConflict, ConfigRefused, Moves
 from .connection import RedisDatabaseOutOfRange, redis_client
 from .jobs import (
-    BudgetRejected, Enqueued, FairnessError, Finished, InvalidJob, Lease, Popped, RedisUnavailable, TenantLimitReached,
+    BudgetRejected, Enqueued, FairnessError, Finished, InvalidJob, Lease, Popped, RedisUnavailable, ReplyLost,
+    TenantLimitReached,
 )
 from .memory import EvictionPolicyError, MemoryInfo, RedisMemoryFull
 from .model import Model
@@ -19,7 +20,7 @@ __all__ = [
     "AppliedConfigUnreadable", "BudgetRejected", "Classification", "ClassSnapshot", "Config", "ConfigConflict",
     "ConfigError", "ConfigRefused", "Enqueued", "EvictionPolicyError", "FairnessError", "Finished", "InvalidJob", "Lease",
     "MemoryInfo", "Model", "Moves", "Popped", "Queue", "RedisDatabaseOutOfRange", "RedisMemoryFull",
-    "RedisUnavailable", "Scheduler",
+    "RedisUnavailable", "ReplyLost", "Scheduler",
     "ShardedScheduler", "Snapshot", "TenantLimitReached", "classify", "load_config", "open_queue", "parse_config",
     "parse_duration", "redis_client",
 ]

@@ -70,10 +70,15 @@ class StateDamaged(FairnessError):
 class RedisUnavailable(FairnessError, ConnectionError):
     """Redis could not be reached or timed out.
 
-    Each operation is one atomic script, so it was applied wholly or not at all; when the
-    connection dropped after sending, it may have been applied with the reply lost (an enqueue
-    retried then is a duplicate; a lost pop's lease returns the job after the visibility timeout).
+    Each operation is one atomic script, so it was applied wholly or not at all. When the
+    connection failed after the call was sent, :class:`ReplyLost` says so: it may have been applied.
     """
+
+
+class ReplyLost(RedisUnavailable):
+    """The connection failed after a call was sent and before its reply came: Redis may have run
+    it (an enqueue sent again then is a duplicate, unless it carries a key). fairctl never sends
+    such a call again by itself; the caller decides, knowing it may have been applied."""
 
 
 # C0/C1 controls, DEL, and Unicode line/paragraph separators: they would break log lines,

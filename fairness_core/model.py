@@ -120,6 +120,8 @@ class Model:
         old = (self.config, self.moves, Names(self.settings.names))
         before = self.settings
         self._use(config, every, Names(before.names).covering(config))
+        if self.settings.fingerprint == before.fingerprint:  # applied already: as the Lua, nothing to do
+            return
         rebase = rebases_tags(before, self.settings)
         regroup = regroups(before, self.settings)
         implied = default_tier_left(before, self.settings)

@@ -1353,6 +1353,9 @@ end
 function ops.apply()
   local current = redis.call('HGET', K_CONFIG, 'fingerprint') or ''
   if current ~= ARGV[4] then return {'conflict', current} end
+  -- The config applied already (its apply sent again after a lost reply, or a sharded apply run
+  -- again over the shards it reached): nothing to do, and no new version.
+  if current == cfg.fingerprint then return {'applied', num(redis.call('HGET', K_CONFIG, 'version'))} end
   local others, held = unconfigured(redis.call('HGETALL', K_STATS))
   local refused = {}
   for _, c in ipairs(others) do
