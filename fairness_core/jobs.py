@@ -243,6 +243,10 @@ class Lease:
     # The worker it was popped for (``pop(owner=...)``), '' for none: an owned lease goes back to
     # the queue as soon as its worker unregisters or its registration lapses, not at its deadline.
     owner: str = ""
+    # The state of its queue group it was leased in: when that state was created, as Redis
+    # records it ('' checks none). Its ack, nack and heartbeat are refused once that state is
+    # gone (Redis came back empty), so they never settle the new state's job that took its id.
+    incarnation: str = ""
 
 
 @dataclass(frozen=True)
@@ -405,9 +409,10 @@ class Envelope(Fields):
         job_id, enqueued, attempts, tier, task, reason, payload = values
         return cls(int(job_id), stamp_ms(enqueued), int(attempts or 0), tier, task, reason, payload, attempts == "0")
 
-    def lease(self, queue: str, tenant: str, attempts: int, names: Sequence[str], owner: str = "") -> Lease:
+    def lease(self, queue: str, tenant: str, attempts: int, names: Sequence[str], owner: str = "",
+              incarnation: str = "") -> Lease:
         return _lease(self.id, self.enqueued_ms, self.task, self.reason, self.payload, queue, tenant, attempts, names,
-                      owner)
+                      owner, incarnation)
 
 
 # An envelope's stored fields, in their order: every field of Envelope but given_back.
@@ -415,12 +420,12 @@ _STORED = tuple(f.name for f in fields(Envelope) if f.name != "given_back")
 
 
 def _lease(job_id: int, enqueued_ms: int, task: str, reason: str, payload: str, queue: str, tenant: str,
-           attempts: int, names: Sequence[str], owner: str = "") -> Lease:
+           attempts: int, names: Sequence[str], owner: str = "", incarnation: str = "") -> Lease:
     """The one place a Lease is made from an envelope's fields (positional: this runs per job). A
     job enqueued without a payload (stored as JSON null) is leased with an empty object, so a
     handler's ``lease.payload.get(...)`` works for every job."""
     return Lease(str(job_id), queue, tenant, named(reason, names), named(task, names),
-                 {} if payload == "null" else json.loads(payload), enqueued_ms / 1000.0, attempts, owner)
+                 {} if payload == "null" else json.loads(payload), enqueued_ms / 1000.0, attempts, owner, incarnation)
 
 
 # What an envelope stores in place of a name the group's names list (fairness_core.config_store.Names)
@@ -459,8 +464,8 @@ class Record(Fields):
     attempts: int
     job: Envelope
 
-    def lease(self, names: Sequence[str], owner: str = "") -> Lease:
-        return self.job.lease(self.queue, self.tenant, self.attempts, names, owner)
+    def lease(self, names: Sequence[str], owner: str = "", incarnation: str = "") -> Lease:
+        return self.job.lease(self.queue, self.tenant, self.attempts, names, owner, incarnation)
 
 
 # Where the fields a lease needs sit in an envelope line, taken from Envelope's declaration.
@@ -470,14 +475,14 @@ _ID, _ENQUEUED, _TASK, _REASON, _PAYLOAD = (_ENVELOPE_AT[name] for name in ("id"
 
 
 def popped_lease(names: Sequence[str], queue: bytes | str, tenant: bytes | str, attempts: int,
-                 envelope: bytes | str, owner: str = "") -> Lease:
+                 envelope: bytes | str, owner: str = "", incarnation: bytes | str = "") -> Lease:
     """The lease of one record of a pop reply (its fields in Record's order, as Redis sends them),
     its names read back from ``names``: the same Lease as ``Record.from_fields(...).lease(names)``,
     read straight from the envelope line without the generic field readers, because every job a
     worker runs passes through here."""
     fields = decoded(envelope).split(SEP, len(_ENVELOPE_AT) - 1)
     return _lease(int(fields[_ID]), stamp_ms(fields[_ENQUEUED]), fields[_TASK], fields[_REASON], fields[_PAYLOAD],
-                  decoded(queue), decoded(tenant), int(attempts), names, owner)
+                  decoded(queue), decoded(tenant), int(attempts), names, owner, decoded(incarnation))
 
 
 def decoded(value: bytes | str) -> str:

@@ -65,9 +65,12 @@ class _Class:
 
 class Model:
     """Same operations as :class:`fairness_core.Scheduler`, each taking ``now_ms`` first. Every
-    value derived from the config comes from ``settings``, the same object the script is built from."""
+    value derived from the config comes from ``settings``, the same object the script is built from.
+    ``incarnation``: the token of the group's state its leases carry, as Redis records when the
+    group was created ('' none); a lease carrying another is refused, as of a state since lost."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, incarnation: str = "") -> None:
+        self.incarnation = incarnation
         self._use(config, NO_MOVES)
         self.stats: dict[str, int] = {}
         self.swrr: dict[str, float] = {}
@@ -607,7 +610,7 @@ class Model:
 
     def pop(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None,
             owner: str = "") -> list[Lease]:
-        return [e.lease(self.settings.names, owner)
+        return [e.lease(self.settings.names, owner, self.incarnation)
                 for e in self.pop_entries(now, max_jobs, classes=classes, owner=owner)]
 
     def ack_and_pop(self, now: int, done: Sequence[Lease | Finished], max_jobs: int = 1, *,
@@ -711,6 +714,14 @@ class Model:
         entry = self.leased.get(job_id)
         return entry if entry is not None and entry.attempts == attempts else None
 
+    def _current(self, lease: Lease) -> bool:
+        """As the Lua's ``current``: the lease was made in this state of the group ('' checks none)."""
+        return lease.incarnation in ("", self.incarnation)
+
+    def _held_lease(self, lease: Lease) -> Record | None:
+        """The record ``lease`` still holds: of this state, not reaped nor redelivered since."""
+        return self._held(lease.job_id, lease.attempts) if self._current(lease) else None
+
     def _release_lease(self, job_id: str, entry: Record) -> None:
         del self.leased[job_id]
         self.leases.remove(job_id)
@@ -741,7 +752,7 @@ class Model:
 
     def ack(self, now: int, lease: Lease, *, runtime: float | None = None) -> bool:
         ran = _runtime(runtime)
-        entry = self._held(lease.job_id, lease.attempts)
+        entry = self._held_lease(lease)
         if entry is None:
             return False
         units = self._ran(entry, ran, learning=True)
@@ -763,6 +774,8 @@ class Model:
         """As the Lua's ``give_back``: unstarted leases back at once, their attempts given back."""
         count = 0
         for lease in leases:
+            if not self._current(lease):
+                continue  # of a state since lost: it touches nothing, as in the Lua
             entry = self._held(lease.job_id, lease.attempts)
             if entry is not None:
                 self._give_back(lease.job_id, entry)
@@ -806,12 +819,13 @@ class Model:
                 count += 1
         return count
 
-    def reclaim(self, now: int, owner: str, held: Sequence[str]) -> int:
-        """As the Lua's ``reclaim``: the owner's leases but ``held`` given back."""
+    def reclaim(self, now: int, owner: str, held: Sequence[Lease]) -> int:
+        """As the Lua's ``reclaim``: the owner's leases but ``held`` (those of this state) given back."""
         mine = self.owned.get(owner, {})
+        keep = {lease.job_id for lease in held if self._current(lease)}
         count = 0
         for job_id, attempts in sorted(mine.items(), key=lambda item: (item[1], item[0])):
-            if job_id in held:
+            if job_id in keep:
                 continue
             self._disown(owner, job_id)
             entry = self._held(job_id, attempts)
@@ -826,7 +840,7 @@ class Model:
     def _nack(self, now: int, lease: Lease, error: str, mode: str, runtime: float | None) -> str:
         """The Lua's nack; ``mode``: "retry", "final" or "unhandled"."""
         ran = _runtime(runtime)
-        entry = self._held(lease.job_id, lease.attempts)
+        entry = self._held_lease(lease)
         if entry is None:
             return "stale"
         self._disown(lease.owner, lease.job_id)
@@ -849,7 +863,7 @@ class Model:
         return mode
 
     def extend(self, now: int, lease: Lease) -> bool:
-        if self._held(lease.job_id, lease.attempts) is None:
+        if self._held_lease(lease) is None:
             return False
         self.leases.add(lease.job_id, now + self.settings.visibility_ms)
         return True

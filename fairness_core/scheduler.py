@@ -441,9 +441,10 @@ class Scheduler:
             return ("pop", max_jobs, allowed, owner, *settle)
 
         self.memory.ensure_policy()
-        _now, items, acked, held = self._synced(build)
+        _now, items, acked, held, incarnation = self._synced(build)
         return Popped(acked=[bool(a) for a in acked],
-                      leases=[popped_lease(self.settings.names, *item, owner) for item in items], held_back=held == 1)
+                      leases=[popped_lease(self.settings.names, *item, owner, incarnation) for item in items],
+                      held_back=held == 1)
 
     def ack(self, lease: Lease, *, runtime: float | None = None) -> bool:
         """Complete a job. False when the lease was no longer held: taken back (expired, or its
@@ -451,7 +452,8 @@ class Scheduler:
         settled already. ``runtime``: the seconds its handler ran, charged under
         ``scheduler.charge: runtime`` and counted as worker time under either basis (None: the job
         keeps its estimated charge)."""
-        return bool(self._call("ack", lease.job_id, lease.attempts, runtime_us(runtime), lease.owner))
+        return bool(self._call("ack", lease.job_id, lease.attempts, runtime_us(runtime), lease.incarnation,
+                               lease.owner))
 
     def nack(self, lease: Lease, error: str | None = None, *, final: bool = False,
              runtime: float | None = None) -> str:
@@ -473,7 +475,8 @@ class Scheduler:
 
     def _nack(self, lease: Lease, error: str, mode: str, runtime: float | None) -> str:
         """The script's nack; ``mode`` "0" a failure, "1" final, "2" unhandled."""
-        return _text(self._call("nack", lease.job_id, lease.attempts, error, mode, runtime_us(runtime), lease.owner))
+        return _text(self._call("nack", lease.job_id, lease.attempts, error, mode, runtime_us(runtime), lease.owner,
+                                lease.incarnation))
 
     def give_back(self, leases: Sequence[Lease]) -> int:
         """Return leases their worker never started (a stopping worker's prefetched jobs) to the
@@ -481,14 +484,14 @@ class Scheduler:
         nothing. How many were still held."""
         by_owner: dict[str, list[object]] = {}
         for lease in leases:
-            by_owner.setdefault(lease.owner, []).extend((lease.job_id, lease.attempts))
+            by_owner.setdefault(lease.owner, []).extend((lease.job_id, lease.attempts, lease.incarnation))
         return sum(int(self._call("give_back", owner, *held)) for owner, held in by_owner.items())
 
-    def reclaim(self, owner: str, held: Sequence[str]) -> int:
-        """Give back every lease popped for worker ``owner`` but those of ``held`` (job ids): the
+    def reclaim(self, owner: str, held: Sequence[Lease]) -> int:
+        """Give back every lease popped for worker ``owner`` but ``held`` (the leases it holds): the
         leases of a pop whose reply was lost, which that worker never received. Each goes back at
         once with its attempt given back. The caller must have no pop of ``owner`` in flight. How many."""
-        return int(self._call("reclaim", owner, *held))
+        return int(self._call("reclaim", owner, *(arg for lease in held for arg in (lease.job_id, lease.incarnation))))
 
     def lease_taken_back(self, job_id: str) -> bool:
         """Whether the job's lease was taken back from its worker within the last hour (it
@@ -498,9 +501,20 @@ class Scheduler:
         with redis_errors(self.client):
             return self.client.zscore(self.keys.returned, job_id) is not None
 
+    def lost_with_state(self, lease: Lease) -> bool:
+        """Whether ``lease`` was made in a state of the group since lost (Redis came back empty):
+        then its ack, nack and heartbeat are refused, and the job runs again only if its producer
+        sends it again. Looks at the group's record now (:meth:`check_state`, one HMGET), so that a
+        refusal is told right even before the periodic look has seen the reset."""
+        if not lease.incarnation:
+            return False
+        self.check_state()
+        state = self._state
+        return not (isinstance(state, GroupState) and state.created == lease.incarnation)
+
     def extend(self, lease: Lease) -> bool:
         """Heartbeat for a long job: push the lease deadline a visibility timeout ahead."""
-        return bool(self._call("extend", lease.job_id, lease.attempts))
+        return bool(self._call("extend", lease.job_id, lease.attempts, lease.incarnation))
 
     # ------------------------------------------------------------------ sweeps
 
@@ -772,10 +786,11 @@ def _ms(time_reply: tuple[int, int]) -> float:
     return time_reply[0] * 1000 + time_reply[1] / 1000
 
 
-def _settled(done: Lease | Finished) -> tuple[str, int, str]:
-    """A lease done as the script's ack arguments: job id, attempts, runtime in µs ('' none)."""
+def _settled(done: Lease | Finished) -> tuple[str, int, str, str]:
+    """A lease done as the script's ack arguments: job id, attempts, runtime in µs ('' none), and
+    the token of the group's state it was leased in."""
     lease, runtime = settled(done)
-    return lease.job_id, lease.attempts, runtime_us(runtime)
+    return lease.job_id, lease.attempts, runtime_us(runtime), lease.incarnation
 
 
 def _text(value: bytes | str | int) -> str:

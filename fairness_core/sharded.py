@@ -858,18 +858,23 @@ class ShardedScheduler:
             by_shard.setdefault(index, []).append(replace(lease, job_id=own))
         return sum(self.shard(index).give_back(inner) for index, inner in by_shard.items())
 
-    def reclaim(self, owner: str, held: Sequence[str]) -> int:
+    def reclaim(self, owner: str, held: Sequence[Lease]) -> int:
         """:meth:`Scheduler.reclaim` on each served shard that answers, keeping the leases it holds there."""
-        by_shard: dict[int, list[str]] = {}
-        for job_id in held:
-            index, own = self.locate(job_id)
-            by_shard.setdefault(index, []).append(own)
+        by_shard: dict[int, list[Lease]] = {}
+        for lease in held:
+            index, own = self.locate(lease.job_id)
+            by_shard.setdefault(index, []).append(replace(lease, job_id=own))
         return sum(self.health.each(self.served_shards(),
                                     lambda index: self.shard(index).reclaim(owner, by_shard.get(index, []))))
 
     def lease_taken_back(self, job_id: str) -> bool:
         index, own = self.locate(job_id)
         return self.shard(index).lease_taken_back(own)
+
+    def lost_with_state(self, lease: Lease) -> bool:
+        """:meth:`Scheduler.lost_with_state`, on the shard the lease names."""
+        shard, inner = self._route(lease)
+        return shard.lost_with_state(inner)
 
     def wait_for_work(self, timeout: float, classes: Sequence[str] | None = None) -> float | None:
         """Until one of ``classes`` has work on some shard (0.0), or None after ``timeout``. The
@@ -1015,13 +1020,6 @@ class ShardedScheduler:
         """Whether any shard's state was reset since it was last looked at (the shards holding jobs
         and shard 0 look, of those that answer: an idle shard held no lease of this process)."""
         return any(self._each_swept(lambda i: self.shard(i).check_state()))
-
-    @property
-    def resets(self) -> int:
-        """Times a shard's state was found reset under this process, over the shards it has made
-        (no layout read: a worker reads this at every pop)."""
-        with self._lock:
-            return sum(s.resets for s in self._schedulers.values())
 
     # ------------------------------------------------------------------ applies: one group, one config
 

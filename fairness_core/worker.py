@@ -379,7 +379,6 @@ class Worker:
         self._signals = 0
         self._link = _Link()
         self._held: dict[str, Lease] = {}  # leases this worker must heartbeat
-        self._held_since: dict[str, int] = {}  # job id -> the group resets seen when it was leased
         self._started: set[str] = set()  # held jobs whose handler was called (a stop gives back the others)
         self._gate = PopGate()
         self._held_lock = threading.Lock()
@@ -493,7 +492,6 @@ class Worker:
             unstarted = [lease for job_id, lease in self._held.items() if job_id not in self._started]
             for lease in unstarted:
                 self._held.pop(lease.job_id)
-                self._held_since.pop(lease.job_id, None)
         if unstarted:
             given = self._call(partial(self.scheduler.give_back, unstarted), self._give_up_after(5.0))
             if given is None:  # Redis did not answer: unregistering (or the registration lapsing) returns them
@@ -653,14 +651,17 @@ class Worker:
     def _lost_line(self, lease: Lease) -> str | None:
         """Why a lease this worker held is no longer held, when that matters to the job: lost
         with its group's state, or taken back and queued again. None when it was settled already
-        (by a racing ack, or an earlier call whose reply was lost), which needs no word."""
-        if self._held_since.get(lease.job_id, 0) < self.scheduler.resets:
+        (by a racing ack, or an earlier call whose reply was lost), which needs no word. A lease
+        of a state since lost is told so before anything else: the new state's job that took
+        its id may well have been taken back, and that is not this job."""
+        try:
+            lost = self.scheduler.lost_with_state(lease)
+            taken = not lost and self.scheduler.lease_taken_back(lease.job_id)
+        except RedisUnavailable:
+            lost, taken = False, True  # cannot tell: say what may happen
+        if lost:
             return ("its lease was lost with its queue group's state (reset while it ran): "
                     "it runs again only if its producer sends it again")
-        try:
-            taken = self.scheduler.lease_taken_back(lease.job_id)
-        except RedisUnavailable:
-            taken = True  # cannot tell: say what may happen
         if not taken:
             return None
         return ("its lease was taken back (it expired, or this worker's registration lapsed) and the job "
@@ -727,18 +728,16 @@ class Worker:
             self._settled([finished], [self._call(ack, self._halt)])
 
     def _hold(self, leases: Sequence[Lease]) -> None:
-        """Heartbeat ``leases`` from now on, and remember the group's resets seen when leased."""
+        """Heartbeat ``leases`` from now on."""
         with self._held_lock:
             self._held.update((lease.job_id, lease) for lease in leases)
-            resets = self.scheduler.resets
-            self._held_since.update((lease.job_id, resets) for lease in leases)
 
     def _reclaim(self) -> None:
         """Give back the leases of a pop whose reply was lost: Redis lists them as this worker's,
         and no slot of it has them. Taken alone, so that no other slot's pop is half way."""
         with self._gate.alone():
             with self._held_lock:
-                held = list(self._held)
+                held = list(self._held.values())
             count = self._call(partial(self.scheduler.reclaim, self.worker_id, held), self._stopping)
         if count:
             log.warning("%d job(s) leased to this worker by a pop whose reply was lost given back", count)
@@ -861,5 +860,4 @@ class Worker:
     def _release(self, lease: Lease) -> None:
         with self._held_lock:
             self._held.pop(lease.job_id, None)
-            self._held_since.pop(lease.job_id, None)
             self._started.discard(lease.job_id)

@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from fairness_core import BudgetRejected, Finished, Lease, Model, Scheduler, TenantLimitReached
 from fairness_core.config import POLICIES, parse_config
 from fairness_core.config_dump import config_to_data
-from fairness_core.config_store import ConfigRefused, Moves
+from fairness_core.config_store import CREATED_MS, ConfigRefused, Moves
 from fairness_core.jobs import settled
 
 from .conftest import make_config
-from .redis_state import read_state
+from .redis_state import _glob, read_state
 
 TASKS = ["password_reset", "newsletter", "order", "nightly_digest"]
 # With accounts (tenants.account_separator "/"), acme/1 is a key of the account acme beside its
@@ -104,6 +104,9 @@ operations = st.lists(
         st.tuples(st.just("resume"), st.sampled_from(CLASSES)),
         st.tuples(st.just("register"), st.sampled_from(["w1", "w2"]), st.integers(0, 4)),
         st.tuples(st.just("sleep"), st.integers(0, 4000)),
+        # Redis back empty (a FLUSHALL, a restart without persistence): ids start again from 1, and
+        # the leases made before are refused.
+        st.tuples(st.just("wipe")),
         applies,
     ),
     min_size=20, max_size=80,
@@ -209,7 +212,7 @@ def _run(target: Any, op: tuple, now: int | None, leases: list[Lease]) -> Any:
     if name == "give_back":
         return target.give_back(*args, [leases[i % len(leases)] for i in op[1]] if leases else [])
     if name == "reclaim":
-        return target.reclaim(*args, op[1], [leases[i % len(leases)].job_id for i in op[2]] if leases else [])
+        return target.reclaim(*args, op[1], [leases[i % len(leases)] for i in op[2]] if leases else [])
     if name == "taken_back":
         return target.lease_taken_back(leases[op[1] % len(leases)].job_id) if leases else None
     if name in ("ack", "nack", "extend", "nack_final", "defer_unhandled"):
@@ -335,17 +338,31 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
     ("enqueue", "order", "acme/1", None, False, 3), ("enqueue", "order", "acme/2", None, False, 3),
     ("enqueue", "newsletter", "b", "pro", False, 3), ("pop", 2, None), ("ack_and_pop", [(0, 2.0), (1, 0.05)], 2, None),
     ("ack", 2, 0.5), ("pop", 3, None)])
+# A wipe: the new state's jobs take ids 1 and 2 again; the acks, nacks, heartbeats, give-backs
+# and reclaims of the leases made before it are refused and touch none of them.
+@example(params=PLAIN, ops=[
+    ("register", "w1", 4), ORDER, ORDER, ("pop", 2, None, "w1"), ("wipe",), ("register", "w1", 4),
+    ("enqueue", "order", "b", None, False, 2), ("pop", 2, None, "w1"), ("ack", 0, None), ("nack", 1, None),
+    ("extend", 0), ("defer_unhandled", 1), ("give_back", [0, 1]), ("reclaim", "w1", [0, 1]),
+    ("ack_and_pop", [(0, None), (2, 0.05)], 1, None, "w1"), ("ack", 3, None)])
 def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: list[tuple]) -> None:
     config = build_config(params)
     clock = [1_700_000_000_000]
     lua = Scheduler(config, client, clock=lambda: clock[0])
-    model = Model(config)
+    model = _new_state(lua, client)
     leases: list[Lease] = []
     accepted: set[str] = set()
     finished: set[str] = set()
     for step, op in enumerate(ops):
         if op[0] == "sleep":
             clock[0] += op[1]
+            continue
+        if op[0] == "wipe":  # every key of the group gone; the leases made before stay in hand
+            client.delete(*client.scan_iter(match=_glob(lua.keys.base) + "*", count=1000))
+            model = _new_state(lua, client)
+            accepted.clear()
+            finished.clear()
+            clock[0] += 1
             continue
         got_lua = _apply(lua, op, None, leases)
         got_model = _apply(model, op, clock[0], leases)
@@ -360,6 +377,13 @@ def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: l
         assert snapshot == model.snapshot(clock[0]), f"snapshot differs after step {step} {op}"
         _no_job_lost_or_hidden(model.state(clock[0]), snapshot, lua.config.class_names, accepted - finished)
         clock[0] += 1
+
+
+def _new_state(lua: Scheduler, client: redis.Redis) -> Model:
+    """The group created now from the Scheduler's config file, and a Model of it whose leases
+    carry the same token of the group's state."""
+    lua.sync()
+    return Model(lua.file_config, incarnation=client.hget(lua.keys.config, CREATED_MS).decode())
 
 
 def _done(op: tuple, leases: list[Lease]) -> list[Lease | Finished]:

@@ -19,7 +19,8 @@ from alerts.promql import selector
 from alerts.rules import QUEUE_STATE_LOST
 from exporter import metrics as m
 from fairctl.handlers import sleep_handlers
-from fairness_core import Config, Scheduler, redis_client
+from fairness_core import Config, Lease, Scheduler, ShardedScheduler, open_queue, redis_client
+from fairness_core.sharding import hand
 from fairness_core.worker import Worker
 from fairness_stack.servers import RedisServer, free_port
 
@@ -69,6 +70,44 @@ def test_a_worker_tells_a_wiped_group_once_and_re_creates_it_loudly(
         assert "the same config it ran before" in recreated
     assert not messages(caplog, logging.WARNING, "it may run again")
     assert messages(caplog, logging.WARNING, "lost with its queue group's state")
+
+
+def leased_twice(queue: Scheduler | ShardedScheduler, tenant: str) -> Lease:
+    """A job of ``tenant``'s leased a second time: its first lease taken back from a worker that
+    stopped holding it, so Redis remembers the id as one whose job may run again."""
+    queue.enqueue("newsletter", tenant)
+    queue.register_worker("gone", 3, 15.0)  # one slot past the 2 that jobs:high reserves
+    assert len(queue.pop(owner="gone")) == 1 and queue.unregister_worker("gone") == 1
+    if isinstance(queue, ShardedScheduler):
+        queue.loads(fresh=True)  # its view of the shards counts the job gone since its pop
+    (lease,) = queue.pop()
+    return lease
+
+
+@pytest.mark.parametrize("shards", [1, 6], ids=["one group", "6 shards"])
+def test_a_late_ack_from_before_a_wipe_never_settles_the_job_that_took_its_id(tmp_path: Path, shards: int) -> None:
+    """Worker A holds alice's job; Redis is flushed; bob's job takes the same id (and the same
+    attempt) in the new state and worker B leases it. A's ack, nack, heartbeat and give-back are
+    refused, touching nothing; B's ack settles bob's job, once; A's worker says its job's lease
+    went with the group's state, not that it may run again (the new state's job 1 may)."""
+    with RedisServer(port=free_port(), directory=str(tmp_path)) as server:
+        config = make_config(redis={"url": server.url, "shards": shards, "shard_hand": 1})
+        bob = next(t for t in (f"bob-{i}" for i in range(100)) if hand(t, shards, 1) == hand("alice", shards, 1))
+        worker_a = open_queue(config, redis_client(server.url))
+        old = leased_twice(worker_a, "alice")
+        redis_client(server.url).flushall()
+        worker_b = open_queue(config, redis_client(server.url))
+        new = leased_twice(worker_b, bob)
+        assert (new.job_id, new.attempts, new.tenant) == (old.job_id, old.attempts, bob)
+        assert worker_a.ack(old) is False
+        assert worker_a.ack_and_pop([old]).acked == [False]
+        assert worker_a.nack(old, "late") == "stale" and worker_a.defer_unhandled(old) == "stale"
+        assert worker_a.extend(old) is False and worker_a.give_back([old]) == 0
+        assert "lost with its queue group's state" in (Worker(worker_a, sleep_handlers)._lost_line(old) or "")
+        assert worker_b.extend(new) is True and worker_b.ack(new) is True
+        views = [group.snapshot().classes["jobs:low"] for group in worker_b.groups()]
+    assert sum(v.counters["processed"] for v in views) == 1 and sum(v.counters["redelivered"] for v in views) == 1
+    assert sum(v.depth + v.inflight for v in views) == 0
 
 
 def test_queue_state_lost_fires_in_prometheus_within_its_for(tmp_path: Path) -> None:

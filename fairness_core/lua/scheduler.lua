@@ -33,7 +33,9 @@ local bound = false
 
 local cfg = __SETTINGS__
 -- Set by `call` for each call: Redis runs one call at a time, and the functions below read them.
-local ARGV, op, base, now, now_s
+-- `incarnation`: when the group's state was created (the config hash's created_ms; '' for a group
+-- an earlier release created), the token each lease carries.
+local ARGV, op, base, now, now_s, incarnation
 -- `now` as text, made once per call when first asked: whole ms, which "%d" writes for less than
 -- tostring's "%.14g" does, in the same digits.
 local function now_text()
@@ -698,6 +700,11 @@ local function lease(c, tenant, items, out, owner)
   redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), int(#items), tenant)
 end
 
+-- Whether a lease's token names the group's state now ('' checks none). A lease made in a state
+-- since lost (Redis came back empty) names another: its ack, nack, heartbeat or give-back is
+-- refused as stale and touches nothing, as the new state's jobs take ids from 1 again.
+local function in_state(token) return token == '' or token == incarnation end
+
 -- Look up a live lease; a lease whose job was reaped (or redelivered since) is stale.
 local function held(id, attempts)
   local rec = redis.call('HGET', K_LEASED, id)
@@ -893,13 +900,13 @@ local function finish_work(w)
   if #w.classes > 0 and (cfg.policy == 'weighted' or cfg.policy == 'weighted-fair') then correct_classes(w.fixes, w.classes) end
 end
 
--- Ack the leases given as (job id, attempts, runtime) triples in ARGV[first..last] (runtime: µs the
--- job ran, '' when not reported): 1 each, or 0 for a stale lease (expired and reaped, redelivered
--- since, or acked earlier in the same list). The same state as acking them one by one, with one
--- call per structure and per tenant, not per job.
+-- Ack the leases given as (job id, attempts, runtime, state token) in ARGV[first..last] (runtime:
+-- µs the job ran, '' when not reported): 1 each, or 0 for a stale lease (expired and reaped,
+-- redelivered since, acked earlier in the same list, or of a state since lost). The same state as
+-- acking them one by one, with one call per structure and per tenant, not per job.
 local function settle(first, last, owner)
   local ids, acked = {}, {}
-  for i = first, last, 3 do ids[#ids + 1] = ARGV[i] end
+  for i = first, last, 4 do ids[#ids + 1] = ARGV[i] end
   if #ids == 0 then return acked end
   local records = redis.call('HMGET', K_LEASED, unpack(ids))
   local charged = cfg.runtime and redis.call('HMGET', K_CHARGED, unpack(ids)) or NONE
@@ -907,11 +914,11 @@ local function settle(first, last, owner)
   local w = new_work()
   for k, id in ipairs(ids) do
     acked[k] = 0
-    if records[k] and not taken[id] then
+    if records[k] and not taken[id] and in_state(ARGV[first + 4 * k - 1]) then
       local f = fields(records[k], REC_HEAD)
       local c, tenant, att = f[REC_QUEUE], f[REC_TENANT], number(f[REC_ATTEMPTS])
       local env = cfg.runtime and rest(records[k], f)  -- read only to learn runtimes
-      if att == number(ARGV[first + 3 * k - 2]) then
+      if att == number(ARGV[first + 4 * k - 3]) then
         acked[k], taken[id] = 1, true
         gone[#gone + 1] = id
         local key = c .. SEP .. tenant
@@ -922,7 +929,7 @@ local function settle(first, last, owner)
           order[#order + 1] = t
         end
         t[3] = t[3] + 1
-        t[4] = t[4] + ran_for(w, c, tenant, env, tonumber(ARGV[first + 3 * k - 1]), tonumber(charged[k]), true)
+        t[4] = t[4] + ran_for(w, c, tenant, env, tonumber(ARGV[first + 4 * k - 2]), tonumber(charged[k]), true)
       end
     end
   end
@@ -963,9 +970,9 @@ end
 
 -- ARGV[4]: max jobs, ARGV[5]: allowed classes as "1,3" (1-based) or "" for all, ARGV[6]: the
 -- popping worker's id ('' none: its leases go back only when they expire), ARGV[7..]: job id,
--- attempts and runtime of each lease to ack first (the worker's finished jobs ride with its next
--- pop: one round trip per job). Returns {now, leased records, 1/0 per ack, 1 when held back by
--- reservations}.
+-- attempts, runtime and state token of each lease to ack first (the worker's finished jobs ride
+-- with its next pop: one round trip per job). Returns {now, leased records, 1/0 per ack, 1 when
+-- held back by reservations, the state token of the leases}.
 function ops.pop()
   local owner = ARGV[6] ~= '' and ARGV[6] or nil
   local acked = settle(7, #ARGV, owner)
@@ -1083,23 +1090,24 @@ function ops.pop()
   if swrr ~= nil then save_swrr(swrr, stored) end
   -- Held back: nothing leased though a class has work, as other classes' reservations keep the
   -- fleet's free slots (the worker then waits for those classes' work, not for any).
-  return {now_text(), out, acked, (#out == 0 and held) and 1 or 0}
+  return {now_text(), out, acked, (#out == 0 and held) and 1 or 0, incarnation}
 end
 
 -- ARGV[4]: job id, ARGV[5]: attempts of the lease, ARGV[6]: µs it ran ('' not reported),
--- ARGV[7]: the worker the lease was popped for ('' none)
+-- ARGV[7]: its state token, ARGV[8]: the worker the lease was popped for ('' none)
 function ops.ack()
-  return settle(4, 6, ARGV[7] ~= '' and ARGV[7] or nil)[1]
+  return settle(4, 7, ARGV[8] ~= '' and ARGV[8] or nil)[1]
 end
 
 -- ARGV[4]: job id, ARGV[5]: attempts, ARGV[6]: error text (one line), ARGV[7]: the mode: '0' a
 -- failure (retried after backoff, dead-lettered after max_attempts), '1' final (dead-lettered at
 -- once whatever the attempts: a failure no retry can mend), '2' unhandled (the worker has no
 -- handler for the task: not a failure, see give_back), ARGV[8]: µs it ran ('' not reported),
--- ARGV[9]: the worker the lease was popped for ('' none). A failure is charged the worker time it
--- took, as an ack.
+-- ARGV[9]: the worker the lease was popped for ('' none), ARGV[10]: its state token. A failure is
+-- charged the worker time it took, as an ack.
 function ops.nack()
   local id = ARGV[4]
+  if not in_state(ARGV[10]) then return 'stale' end
   local c, tenant, att, env = held(id, tonumber(ARGV[5]))
   if not c then return 'stale' end
   if ARGV[9] ~= '' then redis.call('ZREM', owned(ARGV[9]), id) end
@@ -1142,12 +1150,15 @@ local function give_back_all(owner, ids, atts)
   return count
 end
 
--- ARGV[4]: a worker, ARGV[5..]: the job ids of the leases it holds. Every other lease popped for it
--- it never received (a pop whose reply was lost): each goes back at once, its attempt given back.
+-- ARGV[4]: a worker, ARGV[5..]: job id and state token of each lease it holds. Every other lease
+-- popped for it it never received (a pop whose reply was lost): each goes back at once, its
+-- attempt given back. A lease it holds of a state since lost keeps none of the new state's.
 -- Returns how many.
 function ops.reclaim()
   local keep = {}
-  for i = 5, #ARGV do keep[ARGV[i]] = true end
+  for i = 5, #ARGV, 2 do
+    if in_state(ARGV[i + 1]) then keep[ARGV[i]] = true end
+  end
   local mine = redis.call('ZRANGE', owned(ARGV[4]), '0', '-1', 'WITHSCORES')
   local ids, atts = {}, {}
   for i = 1, #mine, 2 do
@@ -1158,20 +1169,22 @@ function ops.reclaim()
   return give_back_all(ARGV[4], ids, atts)
 end
 
--- ARGV[4]: the worker the leases were popped for ('' none), ARGV[5..]: job id and attempts of
--- each lease it gives back unstarted (a stopping worker's prefetched jobs). Returns how many
--- were still held.
+-- ARGV[4]: the worker the leases were popped for ('' none), ARGV[5..]: job id, attempts and state
+-- token of each lease it gives back unstarted (a stopping worker's prefetched jobs). Returns how
+-- many were still held.
 function ops.give_back()
   local ids, atts = {}, {}
-  for i = 5, #ARGV, 2 do
-    ids[#ids + 1], atts[#atts + 1] = ARGV[i], tonumber(ARGV[i + 1])
+  for i = 5, #ARGV, 3 do
+    if in_state(ARGV[i + 2]) then
+      ids[#ids + 1], atts[#atts + 1] = ARGV[i], tonumber(ARGV[i + 1])
+    end
   end
   return give_back_all(ARGV[4] ~= '' and ARGV[4] or nil, ids, atts)
 end
 
--- ARGV[4]: job id, ARGV[5]: attempts
+-- ARGV[4]: job id, ARGV[5]: attempts, ARGV[6]: state token
 function ops.extend()
-  if not held(ARGV[4], tonumber(ARGV[5])) then return 0 end
+  if not (in_state(ARGV[6]) and held(ARGV[4], tonumber(ARGV[5]))) then return 0 end
   redis.call('ZADD', K_LEASES, 'XX', now + cfg.visibility_ms, ARGV[4])
   return 1
 end
@@ -1389,8 +1402,13 @@ function ops.apply()
     'applied_ms', now)
   -- When the group's state was created: a reset (Redis restarted without persistence, a failover
   -- to an empty replica, a FLUSHALL) removes it with everything else, and the group created anew
-  -- has another, which is how a process that knew the old one tells.
-  if current == '' then redis.call('HSET', K_CONFIG, 'created_ms', now) end
+  -- has another, which is how a process that knew the old one tells. Read to the µs (a test's
+  -- clock: to the ms), so that a group wiped and created anew within the same ms has another too:
+  -- it is the token of the leases made in this state.
+  if current == '' then
+    local t = ARGV[3] == '' and redis.call('TIME')
+    redis.call('HSET', K_CONFIG, 'created_ms', t and string.format('%.3f', t[1] * 1000 + t[2] / 1000) or now_text())
+  end
   local version = redis.call('HINCRBY', K_CONFIG, 'version', 1)
   -- Smooth weighted round-robin restarts from zero: the new weights hold from the first round,
   -- and no class gets a burst to catch up on credit it banked under the old ones.
@@ -1593,9 +1611,12 @@ local function call(keys, args)
   -- Every call runs the applied config or nothing: code compiled from another config (a process
   -- that has not seen the latest `fairctl config apply`, or one that has not applied any) is
   -- refused before it reads or writes anything, and its process reloads the applied config and retries.
-  if op ~= 'apply' and redis.call('HGET', K_CONFIG, 'fingerprint') ~= cfg.fingerprint then
+  -- The same read gives the state's token (one HMGET, as cheap as the HGET of the fingerprint alone).
+  local stored = redis.call('HMGET', K_CONFIG, 'fingerprint', 'created_ms')
+  if op ~= 'apply' and stored[1] ~= cfg.fingerprint then
     return redis.error_reply('FAIRCTL_STALE_CONFIG the queue group runs another config than this process')
   end
+  incarnation = stored[2] or ''
   now_s = nil
   if ARGV[3] ~= '' then
     now = tonumber(ARGV[3])
