@@ -773,7 +773,7 @@ class Model:
     def give_back(self, now: int, leases: Sequence[Lease]) -> int:
         """As the Lua's ``give_back``: unstarted leases back at once, their attempts given back."""
         count = 0
-        for lease in leases:
+        for lease in reversed(leases):  # each to the head of its sub-queue, the last first, as the Lua's
             if not self._current(lease):
                 continue  # of a state since lost: it touches nothing, as in the Lua
             entry = self._held(lease.job_id, lease.attempts)
@@ -824,7 +824,7 @@ class Model:
         mine = self.owned.get(owner, {})
         keep = {lease.job_id for lease in held if self._current(lease)}
         count = 0
-        for job_id, attempts in sorted(mine.items(), key=lambda item: (item[1], item[0])):
+        for job_id, attempts in sorted(mine.items(), key=lambda item: int(item[0]), reverse=True):
             if job_id in keep:
                 continue
             self._disown(owner, job_id)

@@ -1139,7 +1139,8 @@ end
 -- how many were held.
 local function give_back_all(owner, ids, atts)
   local count = 0
-  for k, id in ipairs(ids) do
+  for k = #ids, 1, -1 do  -- each to the head of its sub-queue, the last first: they keep their order
+    local id = ids[k]
     local c, tenant, att, env = held(id, atts[k])
     if c then
       give_back(id, c, tenant, att, env)
@@ -1160,12 +1161,13 @@ function ops.reclaim()
     if in_state(ARGV[i + 1]) then keep[ARGV[i]] = true end
   end
   local mine = redis.call('ZRANGE', owned(ARGV[4]), '0', '-1', 'WITHSCORES')
-  local ids, atts = {}, {}
+  local lost = {}
   for i = 1, #mine, 2 do
-    if not keep[mine[i]] then
-      ids[#ids + 1], atts[#atts + 1] = mine[i], number(mine[i + 1])
-    end
+    if not keep[mine[i]] then lost[#lost + 1] = {mine[i], number(mine[i + 1])} end
   end
+  table.sort(lost, function(a, b) return tonumber(a[1]) < tonumber(b[1]) end)  -- in the order they were queued
+  local ids, atts = {}, {}
+  for k, pair in ipairs(lost) do ids[k], atts[k] = pair[1], pair[2] end
   return give_back_all(ARGV[4], ids, atts)
 end
 
