@@ -78,6 +78,7 @@ from .jobs import (
     Lease,
     Popped,
     RedisUnavailable,
+    ReplyLost,
     check_tenant,
     check_tier,
     decoded,
@@ -739,6 +740,8 @@ class ShardedScheduler:
                 popped = self.health.call(index, partial(self.shard(index).ack_and_pop, [item for _, item in settle],
                                                          max_jobs, classes=None if queue is None else [queue],
                                                          owner=owner))
+            except ReplyLost:  # it may have leased jobs: the caller decides (a worker reclaims them)
+                raise
             except RedisUnavailable:
                 self.loads()[index].ran_dry(None)
                 held = False

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fairness_core import ReplyLost, Scheduler, redis_client
+from fairness_core import Queue, ReplyLost, Scheduler, open_queue, redis_client
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer
 
@@ -49,11 +49,13 @@ def test_a_lost_pops_leases_are_the_workers_and_it_gives_them_back(proxy: FaultP
     assert [(lease.job_id, lease.attempts) for lease in leases] == [(i, 1) for i in ids], "in order, at attempt 1"
 
 
-def test_a_worker_whose_pop_reply_is_lost_runs_every_job_once(redis_server: RedisServer, proxy: FaultProxy) -> None:
+@pytest.mark.parametrize("shards", [1, 6])
+def test_a_worker_whose_pop_reply_is_lost_runs_every_job_once(redis_server: RedisServer, proxy: FaultProxy,
+                                                              shards: int) -> None:
     """The worker's own pop loses its reply: it sends the pop again (a new lease) and gives back
-    what the lost one leased at once, not after the 5-minute lease timeout."""
-    config = make_config(redis={"url": proxy.url()})
-    producer = Scheduler(config, redis_client(redis_server.url))
+    what the lost one leased at once, not after the 5-minute lease timeout; on a sharded queue too."""
+    config = make_config(redis={"url": proxy.url(), "shards": shards})
+    producer = open_queue(config, redis_client(redis_server.url))
     ids = {producer.submit("newsletter", f"t{i % 3}").job_id for i in range(30)}
     ran: list[tuple[str, int]] = []
     lock = threading.Lock()
@@ -63,11 +65,17 @@ def test_a_worker_whose_pop_reply_is_lost_runs_every_job_once(redis_server: Redi
             ran.append((lease.job_id, lease.attempts))  # type: ignore[attr-defined]
 
     proxy.drop_reply_to(POP)
-    with running(Worker(Scheduler(config, redis_client(proxy.url())), HandlerRegistry(fallback=record), concurrency=4)):
-        wait_for(lambda: totals(producer)["processed"] == 30, 30, "every job done")
+    with running(Worker(open_queue(config, redis_client(proxy.url())), HandlerRegistry(fallback=record),
+                        concurrency=4)):
+        wait_for(lambda: counted(producer, "processed") == 30, 30, "every job done")
     assert proxy.dropped == 1
     assert sorted(job_id for job_id, _ in ran) == sorted(ids), "each ran once"
-    assert totals(producer)["redelivered"] == 0
+    assert counted(producer, "redelivered") == 0
+
+
+def counted(queue: Queue, counter: str) -> int:
+    """A lifecycle counter summed over the queue's groups (one, or every shard)."""
+    return sum(totals(group)[counter] for group in queue.groups())
 
 
 def test_a_lost_acks_job_is_done_once_and_its_resend_says_so(proxy: FaultProxy) -> None:
