@@ -60,7 +60,7 @@ LIFECYCLE: tuple[tuple[m.MetricSpec, str], ...] = (
     (m.JOBS_FAILED, "failed"), (m.JOBS_REDELIVERED, "redelivered"), (m.JOBS_UNHANDLED, "unhandled"),
     (m.JOBS_DEAD_LETTERED, "dead"),
     (m.JOBS_PROMOTED, "promoted"), (m.JOBS_DEMOTED, "demoted"), (m.JOBS_REJECTED, "rejected"),
-    (m.JOBS_REFUSED, "refused"),
+    (m.JOBS_REFUSED, "refused"), (m.JOBS_DEDUPLICATED, "deduplicated"),
 )
 
 

@@ -179,6 +179,10 @@ JOBS_REJECTED = _counter(
 JOBS_REFUSED = _counter(
     "jobs_refused_total", Q,
     "Arrivals for the class refused because their tenant was at an admission limit (tenants.max_queued, tenants.max_rate).")
+JOBS_DEDUPLICATED = _counter(
+    "jobs_deduplicated_total", Q,
+    "Keyed submits that queued nothing: their key named a job of the class submitted within scheduler.dedup_window "
+    "(a producer's retry), and they were answered with that job.")
 JOBS_WAIT = MetricSpec(
     "jobs_wait_seconds", Kind.HISTOGRAM, Q, "Time from enqueue to a job's first lease, by class.")
 
@@ -274,7 +278,7 @@ FROM_REDIS: tuple[MetricSpec, ...] = (
     QUEUE_OLDEST_AGE, QUEUE_DEPTH, QUEUE_INFLIGHT, QUEUE_DELAYED, QUEUE_PAUSED, QUEUE_ACTIVE_TENANTS,
     QUEUE_NOISY_TENANTS, QUEUE_QUIET_OLDEST_AGE, QUEUE_FAIRNESS_INDEX, JOBS_ENQUEUED, JOBS_PROCESSED,
     QUEUE_WORKER_SECONDS, JOBS_FAILED, JOBS_REDELIVERED, JOBS_UNHANDLED, JOBS_DEAD_LETTERED, JOBS_PROMOTED,
-    JOBS_DEMOTED, JOBS_REJECTED, JOBS_REFUSED, JOBS_WAIT,
+    JOBS_DEMOTED, JOBS_REJECTED, JOBS_REFUSED, JOBS_DEDUPLICATED, JOBS_WAIT,
     QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION, GROUP_CONFIG,
     STATE_RESETS, *UNCONFIGURED, *REDIS_MEMORY, *ACCOUNTS,
 )

@@ -72,18 +72,23 @@ def _without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
               help="How many identical jobs to enqueue.")
 @click.option("--payload", metavar="JSON|@FILE|-", show_default=False,
               help='Job payload as JSON, e.g. \'{"service_s": 0.5}\'; @FILE reads it from a file, - from stdin.')
+@click.option("--key", metavar="KEY",
+              help="Idempotency key: run again with the same key within scheduler.dedup_window, it queues nothing "
+                   "and prints the job first queued with it. One job only (not with --count).")
 @config_option
 @redis_url_option
 def enqueue(task: str, tenant: str, tier: str | None, user_waiting: bool, count: int, payload: str | None,
-            config: Path, redis_url: str | None) -> None:
+            key: str | None, config: Path, redis_url: str | None) -> None:
     """Enqueue jobs; prints their ids and the class and reason the classification rules chose."""
+    if key is not None and count > 1:
+        fail("--key", "names one job: it cannot go with --count")
     body = parse_payload(payload)
     scheduler = connect_queue(load(config, redis_url))
     done: list[Enqueued] = []
     with clear_errors(task="TASK"):
         try:
             for _ in range(count):
-                done.append(scheduler.submit(task, tenant, body, tier=tier, user_waiting=user_waiting))
+                done.append(scheduler.submit(task, tenant, body, tier=tier, user_waiting=user_waiting, key=key))
         finally:
             if 0 < len(done) < count:
                 click.echo(f"enqueued {len(done)} of {count} jobs before the error (last id {done[-1].job_id})", err=True)

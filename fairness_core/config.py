@@ -104,6 +104,9 @@ class RedisConfig:
 # one function library. Past 64 a second queue (another redis.prefix) costs less than more shards.
 MAX_SHARDS = 64
 
+# The longest scheduler.dedup_window: each keyed job's record (about 100 bytes) lives that long.
+MAX_DEDUP_WINDOW = 30 * 86400
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -113,6 +116,8 @@ class SchedulerConfig:
     budget_min_arrivals: int = 100
     budget_action: str = "demote"
     charge: str = "jobs"
+    # How long a keyed submit's key names its job: a submit again with the key within it returns that job.
+    dedup_window: float = 86400.0
 
 
 @dataclass(frozen=True)
@@ -347,6 +352,14 @@ def _rate_window(value: object, path: str) -> float:
     return seconds
 
 
+def _dedup_window(value: object, path: str) -> float:
+    """1s to 30d, in whole milliseconds: each keyed job's record lives that long in Redis."""
+    seconds = parse_duration(value, path)
+    if not float(seconds * 1000).is_integer() or not 1 <= seconds <= MAX_DEDUP_WINDOW:
+        raise ConfigError(path, f"expected whole milliseconds from 1s to 30d, got {value!r}")
+    return seconds
+
+
 def _redis(value: object, path: str, source: str | None) -> RedisConfig:
     r = Reader(value, path, source)
     url = r.get("url", RedisConfig.url, nonempty_str)
@@ -373,6 +386,7 @@ def _scheduler(value: object, path: str, source: str | None) -> SchedulerConfig:
         budget_min_arrivals=r.get("budget_min_arrivals", SchedulerConfig.budget_min_arrivals, int_between(1, 10**9)),
         budget_action=r.get("budget_action", SchedulerConfig.budget_action, choice(BUDGET_ACTIONS)),
         charge=r.get("charge", SchedulerConfig.charge, choice(CHARGES)),
+        dedup_window=r.get("dedup_window", SchedulerConfig.dedup_window, _dedup_window),
     )
     r.done()
     return out

@@ -69,6 +69,8 @@ def config_to_data(config: Config) -> dict[str, Any]:
         "budget_min_arrivals": s.budget_min_arrivals, "budget_action": s.budget_action}
     if s.charge != SchedulerConfig.charge:  # only when set: a group's fingerprint holds across the upgrade
         scheduler["charge"] = s.charge
+    if s.dedup_window != SchedulerConfig.dedup_window:  # only when set, as for charge
+        scheduler["dedup_window"] = format_duration(s.dedup_window)
     data: dict[str, Any] = {
         "redis": {"url": config.redis.url, "prefix": config.redis.prefix,
                   "memory_headroom": config.redis.memory_headroom},

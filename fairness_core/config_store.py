@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from .config import OVER_BUDGET_REASON, Config, ConfigError, SchedulerConfig, parse_config
+from .config import OVER_BUDGET_REASON, Config, ConfigError, SchedulerConfig, format_duration, parse_config
 from .config_dump import config_to_data
 from .config_sections import local_keys
 from .generated import yaml_text
@@ -251,7 +251,9 @@ def _keyed(data: dict[str, Any]) -> dict[str, Any]:
     out = dict(data)
     # Written only when set (so fingerprints of configs from before it existed hold): a change
     # from or to the default reads as one.
-    out["scheduler"] = {**data["scheduler"], "charge": data["scheduler"].get("charge", SchedulerConfig.charge)}
+    out["scheduler"] = {**data["scheduler"], "charge": data["scheduler"].get("charge", SchedulerConfig.charge),
+                        "dedup_window": data["scheduler"].get("dedup_window",
+                                                              format_duration(SchedulerConfig.dedup_window))}
     out["classes"] = {c["name"]: {k: v for k, v in c.items() if k != "name"} for c in data["classes"]}
     out["classification"] = {str(i): rule for i, rule in enumerate(data["classification"])}
     out["class order"] = [c["name"] for c in data["classes"]]

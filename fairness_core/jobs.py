@@ -127,6 +127,28 @@ def check_tenant(tenant: object, config: Config) -> str:
     return tenant
 
 
+# The longest key a submit may carry, in UTF-8 bytes: Redis stores it in its record's name.
+MAX_KEY_BYTES = 256
+
+
+def check_key(key: object) -> str:
+    """A submit's key (its idempotency key): any text but control characters and line breaks, which
+    would break log lines, up to :data:`MAX_KEY_BYTES`."""
+    if not isinstance(key, str):
+        raise InvalidJob("key", f"expected a string, got {type(key).__name__}")
+    if not key:
+        raise InvalidJob("key", "must not be empty")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidJob("key", f"is not valid Unicode text: {key!r}") from None
+    if size > MAX_KEY_BYTES:
+        raise InvalidJob("key", f"is {size} bytes; at most {MAX_KEY_BYTES}")
+    if _FORBIDDEN_IN_TENANT.search(key):
+        raise InvalidJob("key", f"must not contain control characters or line breaks: {key!r}")
+    return key
+
+
 def check_task(task: object) -> str:
     if not isinstance(task, str) or not NAME_PATTERN.match(task):
         raise InvalidJob("task", f"expected 1-64 characters of A-Z a-z 0-9 _ . : -, got {task!r}")

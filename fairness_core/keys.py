@@ -42,6 +42,10 @@ ACCOUNT_RATE_MARK = "\x01"
 # base + CHARGED; hash: job id -> the microseconds of worker time its pop charged (scheduler.charge:
 # runtime), so its ack corrects the charge by the difference. Built from ``base`` like RATE_SPACE.
 CHARGED = "charged"
+# base + DEDUP_SPACE + a submit's key (scheduler.dedup_window); string: the id, class and reason of
+# the job first submitted with that key and when the key stops naming it (ms), expiring then. Built
+# from ``base`` like RATE_SPACE; a key may hold any text but control characters, after the tag.
+DEDUP_SPACE = "key:"
 # A sharded queue group's layout (fairness_core.sharded): hash of shards, serve and version, under
 # the logical group's own tag; each shard is a queue group of its own, tagged ``{prefix.i}``.
 LAYOUT = "layout"
@@ -162,6 +166,10 @@ class Keys:
     @property
     def charged(self) -> str:
         return self.base + CHARGED
+
+    def dedup(self, key: str) -> str:
+        """The record of the job first submitted with ``key``."""
+        return self.base + DEDUP_SPACE + key
 
     @property
     def layout(self) -> str:

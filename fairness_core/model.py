@@ -30,6 +30,7 @@ from .jobs import (
     Record,
     TenantLimitReached,
     check_job_id,
+    check_key,
     check_task,
     check_tenant,
     check_tier,
@@ -90,6 +91,7 @@ class Model:
         self.returned = ZSet()  # job id -> when its lease was taken back from its worker
         self.reaped: int | None = None  # when a worker last reaped
         self.charged: dict[str, int] = {}  # job id -> µs its pop charged (charge: runtime)
+        self.keyed: dict[str, tuple[int, Enqueued]] = {}  # a submit's key -> until when (ms) it names which job
 
     def _use(self, config: Config, moves: Moves, names: Names | None = None) -> None:
         self.config, self.moves = config, moves
@@ -462,9 +464,20 @@ class Model:
         return self.submit(now, task, tenant, payload, tier=tier, user_waiting=user_waiting).job_id
 
     def submit(self, now: int, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
-               user_waiting: bool = False) -> Enqueued:
+               user_waiting: bool = False, key: str | None = None) -> Enqueued:
+        """As the Scheduler's: a ``key`` that names a job accepted within ``scheduler.dedup_window``
+        returns that job, counted as deduplicated; an accepted job's key names it from now on."""
+        if key is not None:
+            self._checked(task, tenant, tier, payload, user_waiting)
+            until, first = self.keyed.get(check_key(key), (0, None))
+            if first is not None and until > now:
+                self._stat("deduplicated", first.queue, 1)
+                return first
         queue, reason, _ = self.submit_many(now, task, tenant, 1, payload, tier=tier, user_waiting=user_waiting)[0]
-        return Enqueued(str(self.seq), queue, reason)
+        job = Enqueued(str(self.seq), queue, reason)
+        if key is not None:
+            self.keyed[key] = (now + self.settings.dedup_window_ms, job)
+        return job
 
     def submit_many(self, now: int, task: str, tenant: str, count: int, payload: Any = None, *,
                     tier: str | None = None, user_waiting: bool = False) -> list[tuple[str, str, int]]:
@@ -474,12 +487,7 @@ class Model:
         is at a limit (every job left counted as refused), BudgetRejected at a rejection. Jobs
         for a class without an arrival budget are queued in one step, so the simulator's
         2.3-million-job burst costs about a second, not a minute."""
-        task = check_task(task)
-        tenant = check_tenant(tenant, self.config)
-        tier = check_tier(tier, self.config)
-        body = encode_payload(payload, self.config)
-        if not isinstance(user_waiting, bool):
-            raise InvalidJob("user_waiting", f"expected true or false, got {user_waiting!r}")
+        task, tenant, tier, body = self._checked(task, tenant, tier, payload, user_waiting)
         decision = classify(self.config, task, tier=tier, user_waiting=user_waiting)
         wanted = self.config.class_index(decision.queue)
         has_budget = self.settings.has_budget
@@ -534,6 +542,16 @@ class Model:
             rate_room -= n
             account_rate_room -= n
         return runs
+
+    def _checked(self, task: str, tenant: str, tier: str | None, payload: Any,
+                 user_waiting: bool) -> tuple[str, str, str, str]:
+        """A job's task, tenant, tier and encoded payload, each checked as the Scheduler checks them
+        before sending anything (InvalidJob names the field)."""
+        checked = (check_task(task), check_tenant(tenant, self.config), check_tier(tier, self.config),
+                   encode_payload(payload, self.config))
+        if not isinstance(user_waiting, bool):
+            raise InvalidJob("user_waiting", f"expected true or false, got {user_waiting!r}")
+        return checked
 
     def _queued(self, member: str, *, account: bool = False) -> int:
         """As the Lua's ``queued_in_classes``: a tenant's (an ``account``'s) queued jobs in every
@@ -1058,6 +1076,9 @@ class Model:
             "returned": dict(self.returned.items()),
             "reaped": self.reaped,
             "charged": dict(self.charged),
+            # The keys that name a job at ``now`` (Redis expires the others, or keeps them unread).
+            "keyed": {key: SEP.join((str(until), job.job_id, job.queue, job.reason))
+                      for key, (until, job) in self.keyed.items() if until > now},
         }
 
 

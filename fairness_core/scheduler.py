@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import hiredis
 import redis
@@ -23,9 +23,9 @@ from .config_store import (
 )
 from .connection import ClusterClient, describe, redis_errors
 from .jobs import (
-    SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, Finished, InvalidJob, Lease, Popped, ReplyLost,
-    StateDamaged, TenantLimitReached, check_job_id, check_task, check_tenant, check_tier, encode_payload, one_line,
-    popped_lease, runtime_us, settled,
+    SEP, BudgetRejected, DeadLetter, DeadOutcome, Enqueued, Finished, InvalidJob, Lease, Popped, RedisUnavailable,
+    ReplyLost, StateDamaged, TenantLimitReached, check_job_id, check_key, check_task, check_tenant, check_tier,
+    encode_payload, one_line, popped_lease, runtime_us, settled,
 )
 from .keys import WAKE_MEMBER, Keys
 from .library import Library, missing
@@ -45,6 +45,7 @@ STALE, DAMAGED = "FAIRCTL_STALE_CONFIG", "FAIRCTL_DAMAGED"
 # Syncs one call may need: more means the applied config changes faster than it can be read.
 SYNC_TRIES = 5
 _UNSEEN = object()  # the group's state before a process first looks
+T = TypeVar("T")
 
 log = logging.getLogger("fairctl.config")
 
@@ -284,41 +285,60 @@ class Scheduler:
         return self.submit(task, tenant, payload, tier=tier, user_waiting=user_waiting).job_id
 
     def submit(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
-               user_waiting: bool = False) -> Enqueued:
-        """Like :meth:`enqueue`, also telling the class and reason the job was queued under."""
+               user_waiting: bool = False, key: str | None = None) -> Enqueued:
+        """Like :meth:`enqueue`, also telling the class and reason the job was queued under.
+
+        ``key`` makes the submit safe to retry, as an idempotency key: while a job accepted with
+        that key is younger than ``scheduler.dedup_window``, a submit with it queues nothing and
+        returns that job (queued, running or done), counted as ``deduplicated``. Decided in the
+        enqueue's own script call, so two producers racing with one key make one job; and a keyed
+        submit whose reply was lost (:class:`ReplyLost`) is sent once more, returning the job the
+        first send made. An unkeyed one raises it: sent again, it would queue a second job."""
         body = encode_payload(payload, self.config)
+        keyed = () if key is None else (check_key(key),)
         heads: list[tuple[object, ...]] = []
 
         def build() -> tuple[object, ...]:
             heads.append(self._enqueue_args(task, tenant, tier, user_waiting))
-            return (*heads[-1], body)
+            return (*heads[-1], body, *keyed)
 
         self.memory.check()
         with self.memory.refusals():
-            reply = self._synced(build, enqueue=True)
+            reply = _once_more(lambda: self._synced(build, enqueue=True), keyed=key is not None)
         return self._enqueued(reply, heads[-1])
 
     def submit_many(self, task: str, tenant: str, payloads: Sequence[Any], *, tier: str | None = None,
-                    user_waiting: bool = False) -> list[Enqueued | None]:
+                    user_waiting: bool = False, keys: Sequence[str] | None = None) -> list[Enqueued | None]:
         """One job per payload, all for the same task and tenant, in one pipelined round trip: a
         burst (a load generator, a backfill) is not held to one round trip per job. The jobs go in
         script calls of up to :data:`ENQUEUE_BATCH`, each job decided in turn exactly as by
         :meth:`submit`; None for a job a priority budget rejected or a tenant limit refused (the
         jobs before and after it are queued or refused on their own). Every payload is checked
-        before anything is sent."""
+        before anything is sent. ``keys``: one per payload, each as :meth:`submit`'s ``key``; a
+        keyed batch whose connection fails is sent once more, as the keys make that safe (the jobs
+        the first send queued come back as they were)."""
         self._enqueue_args(task, tenant, tier, user_waiting)  # InvalidJob before anything is sent
         bodies = [encode_payload(p, self.config) for p in payloads]
+        if keys is not None:
+            if len(keys) != len(bodies):
+                raise InvalidJob("key", f"expected one key per payload, got {len(keys)} for {len(bodies)} payloads")
+            bodies = [arg for k, body in zip(keys, bodies) for arg in (check_key(k), body)]
+        op, per_job = ("enqueue_many", 1) if keys is None else ("enqueue_keyed_many", 2)
         self.memory.check()
-        results: list[Enqueued | None] = [None] * len(bodies)
-        todo = list(range(0, len(bodies), ENQUEUE_BATCH))  # the first job of each call
+        results: list[Enqueued | None] = [None] * (len(bodies) // per_job)
+        todo = list(range(0, len(results), ENQUEUE_BATCH))  # the first job of each call
         for _ in range(SYNC_TRIES):
             head = self._enqueue_args(task, tenant, tier, user_waiting)
-            with redis_errors(self.client):
-                library, pipe = self._library, self._pipeline()
-                for first in todo:
-                    library.queue(pipe, library.enqueue, self._declared,
-                                  self._argv("enqueue_many", *head[1:], *bodies[first:first + ENQUEUE_BATCH]))
-                replies = pipe.execute(raise_on_error=False)
+
+            def send() -> list[Any]:
+                with redis_errors(self.client):
+                    library, pipe = self._library, self._pipeline()
+                    for first in todo:
+                        batch = bodies[first * per_job:(first + ENQUEUE_BATCH) * per_job]
+                        library.queue(pipe, library.enqueue, self._declared, self._argv(op, *head[1:], *batch))
+                    return pipe.execute(raise_on_error=False)
+
+            replies = _once_more(send, keyed=keys is not None)
             again: list[int] = []
             errors: list[Exception] = []
             for first, reply in zip(todo, replies):
@@ -720,6 +740,18 @@ def _drop_if_closed(conn: Any) -> None:
         ready = True
     if ready:
         conn.disconnect()
+
+
+def _once_more(send: Callable[[], T], *, keyed: bool) -> T:
+    """``send()``; when ``keyed``, sent once more if its connection failed (:class:`ReplyLost`,
+    or on a Cluster, whose client does not tell a lost reply apart, any RedisUnavailable): the
+    keys make a second send return the jobs a first one that ran queued, not new ones."""
+    if not keyed:
+        return send()
+    try:
+        return send()
+    except RedisUnavailable:
+        return send()
 
 
 def check_pop(max_jobs: int, classes: Sequence[str] | None) -> None:

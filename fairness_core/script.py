@@ -22,6 +22,7 @@ from .keys import (
     CHARGED,
     CLASS_PARTS,
     CLASS_SPACE,
+    DEDUP_SPACE,
     FIXED,
     OWNED_SPACE,
     PART_SEP,
@@ -84,7 +85,7 @@ def layout() -> dict[str, Any]:
         "CLASS_SPACE": CLASS_SPACE, "PART_SEP": PART_SEP, "TENANT_QUEUE": TENANT_QUEUE, "RATE_SPACE": RATE_SPACE,
         "CHARGED": CHARGED, "WAKE_MEMBER": WAKE_MEMBER, "SWEEP_BATCH": SWEEP_BATCH, "OWNED_SPACE": OWNED_SPACE,
         "REAP_GAP_MS": REAP_GAP_MS, "RETURNED_KEEP_MS": RETURNED_KEEP_MS,
-        "ACCOUNT_RATE_MARK": ACCOUNT_RATE_MARK,
+        "ACCOUNT_RATE_MARK": ACCOUNT_RATE_MARK, "DEDUP_SPACE": DEDUP_SPACE,
         **{f"PART_{name.upper()}": part for name, part in CLASS_PARTS.items()},
     }
 

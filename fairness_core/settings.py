@@ -91,6 +91,7 @@ class Settings:
     sample: int  # backlogged tenants in the fairness sample
     account_top: int  # with accounts: the accounts whose busiest keys a snapshot reads
     account_keys: int  # and how many of each one's keys
+    dedup_window_ms: int  # how long a keyed job's key returns it (scheduler.dedup_window)
 
     def cost_of(self, tier: str) -> int:
         """As the Lua's ``cost_of``: a job's virtual-time cost from its tenant's tier."""
@@ -170,6 +171,7 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
         sample=exp.fairness_sample,
         account_top=exp.topk_tenants,
         account_keys=ACCOUNT_KEYS,
+        dedup_window_ms=int(config.scheduler.dedup_window * 1000),
     )
 
 

@@ -79,6 +79,7 @@ from .jobs import (
     Popped,
     RedisUnavailable,
     ReplyLost,
+    check_key,
     check_tenant,
     check_tier,
     decoded,
@@ -88,7 +89,7 @@ from .keys import CLASS_PARTS, LAYOUT_COPY, WAKE_MEMBER, Keys
 from .scheduler import ApplyOutcome, Scheduler, check_pop
 from .settings import Settings
 from .shard_health import RETRY_S, ShardHealth
-from .sharding import hand, place, shard_prefix
+from .sharding import hand, key_shard, place, shard_prefix
 
 log = logging.getLogger("fairctl.config")
 
@@ -649,26 +650,57 @@ class ShardedScheduler:
         return self.submit(task, tenant, payload, tier=tier, user_waiting=user_waiting).job_id
 
     def submit(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
-               user_waiting: bool = False) -> Enqueued:
+               user_waiting: bool = False, key: str | None = None) -> Enqueued:
+        """As :meth:`Scheduler.submit`; a keyed job goes to the shard of its key (:meth:`shard_of_key`)."""
         index, queued = self._to_hand(task, tenant, tier, user_waiting,
-                                      lambda s: s.submit(task, tenant, payload, tier=tier, user_waiting=user_waiting))
+                                      lambda s: s.submit(task, tenant, payload, tier=tier, user_waiting=user_waiting,
+                                                         key=key), key=key)
         self.wake([queued.queue])
         return replace(queued, job_id=self.job_id_in(index, queued.job_id))
 
     def submit_many(self, task: str, tenant: str, payloads: Sequence[Any], *, tier: str | None = None,
-                    user_waiting: bool = False) -> list[Enqueued | None]:
-        """All to one shard (the tenant's, as for :meth:`submit`), in one pipelined round trip."""
+                    user_waiting: bool = False, keys: Sequence[str] | None = None) -> list[Enqueued | None]:
+        """All to one shard (the tenant's, as for :meth:`submit`), in one pipelined round trip; with
+        ``keys``, each job to the shard of its key, one pipelined submit_many per shard."""
+        if keys is not None:
+            return self._submit_keyed(task, tenant, payloads, tier, user_waiting, keys)
         index, queued = self._to_hand(task, tenant, tier, user_waiting,
                                       lambda s: s.submit_many(task, tenant, payloads, tier=tier,
                                                               user_waiting=user_waiting))
         self.wake(sorted({q.queue for q in queued if q is not None}))
         return [None if q is None else replace(q, job_id=self.job_id_in(index, q.job_id)) for q in queued]
 
+    def _submit_keyed(self, task: str, tenant: str, payloads: Sequence[Any], tier: str | None, user_waiting: bool,
+                      keys: Sequence[str]) -> list[Enqueued | None]:
+        if len(keys) != len(payloads):
+            raise InvalidJob("key", f"expected one key per payload, got {len(keys)} for {len(payloads)} payloads")
+        by_shard: dict[int, list[int]] = {}
+        for n, key in enumerate(keys):
+            by_shard.setdefault(self.shard_of_key(tenant, key), []).append(n)
+        results: list[Enqueued | None] = [None] * len(keys)
+        for index, jobs in by_shard.items():
+            queued = self.health.call(index, lambda: self.shard(index).submit_many(
+                task, tenant, [payloads[n] for n in jobs], tier=tier, user_waiting=user_waiting,
+                keys=[keys[n] for n in jobs]))
+            for n, q in zip(jobs, queued):
+                results[n] = None if q is None else replace(q, job_id=self.job_id_in(index, q.job_id))
+        self.wake(sorted({q.queue for q in results if q is not None}))
+        return results
+
+    def shard_of_key(self, tenant: str, key: str) -> int:
+        """The shard a keyed job of ``tenant`` goes to: one of its hand's, by the key's hash alone
+        (not by load), so that every retry of the key reaches the shard that holds its record."""
+        return key_shard(self._hand(check_tenant(tenant, self.shard(0).config)), check_key(key))
+
     def _to_hand(self, task: str, tenant: str, tier: str | None, user_waiting: bool,
-                 send: Callable[[Scheduler], T]) -> tuple[int, T]:
+                 send: Callable[[Scheduler], T], key: str | None = None) -> tuple[int, T]:
         """``send`` to the shard :meth:`shard_for` chooses; when that shard does not answer, to the
         next of the tenant's hand that does (the tenant's jobs then sit on two shards, each in
-        its order). RedisUnavailable naming the hand's shards and masters when none answers."""
+        its order). RedisUnavailable naming the hand's shards and masters when none answers. A
+        keyed job goes to the shard of its key, and to no other: a retry must find its record."""
+        if key is not None:
+            index = self.shard_of_key(tenant, key)
+            return index, self.health.call(index, lambda: send(self.shard(index)))
         while True:
             index = self.shard_for(task, tenant, tier=tier, user_waiting=user_waiting)
             try:

@@ -64,6 +64,12 @@ def _score(tenant: str, shard: int) -> int:
     return int.from_bytes(digest, "big")
 
 
+def key_shard(dealt: Sequence[int], key: str) -> int:
+    """The shard of a tenant's hand ``dealt`` that a keyed job goes to: by the key's hash alone,
+    not by load, so that every submit of one key (a producer's retries) finds its record there."""
+    return dealt[_score(key, 0) % len(dealt)]
+
+
 @lru_cache(maxsize=65536)
 def hand(tenant: str, shards: int, size: int) -> tuple[int, ...]:
     """The ``size`` shards of ``shards`` a tenant's jobs may go to, best first (its home shard)."""

@@ -24,9 +24,10 @@ WAIT_BUCKETS_S: tuple[float, ...] = (
 
 # Per-class lifecycle counters kept by the scripts (stats field "<name>" SEP "<class>"); "worktime"
 # is the microseconds workers reported running the class's acked and nacked jobs; "unhandled" the
-# leases given back by workers with no handler for the task (Scheduler.defer_unhandled).
+# leases given back by workers with no handler for the task (Scheduler.defer_unhandled);
+# "deduplicated" the keyed submits answered with the job first submitted with their key.
 COUNTERS = ("processed", "failed", "redelivered", "unhandled", "dead", "promoted", "demoted", "rejected", "refused",
-            "worktime")
+            "deduplicated", "worktime")
 
 # A tenant is noisy in a class when it holds more than this share of the class's in-flight jobs
 # (the SQS fair-queue rule; and at least exporter.noisy_min_inflight of its own) or of its queued

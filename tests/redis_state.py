@@ -10,7 +10,7 @@ from typing import Any
 import redis
 
 from fairness_core import Config
-from fairness_core.keys import CLASS_PARTS, RATE_SPACE, TENANT_QUEUE, Keys
+from fairness_core.keys import CLASS_PARTS, DEDUP_SPACE, RATE_SPACE, TENANT_QUEUE, Keys
 
 
 def _s(value: bytes) -> str:
@@ -91,6 +91,11 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
     for key in client.scan_iter(match=_glob(k.owned("")) + "*", count=1000):
         owned[_s(key)[len(k.owned("")):]] = {m: int(a) for m, a in _zset(client, key).items()}
     reaped = client.get(k.reaped)
+    keyed = {}
+    for key in client.scan_iter(match=_glob(k.base + DEDUP_SPACE) + "*", count=1000):
+        record = _s(client.get(key))
+        if int(record.split("\t", 1)[0]) > now_ms:  # a record past its window names no job any more
+            keyed[_s(key)[len(k.base + DEDUP_SPACE):]] = record
     return {
         "stats": {f: v for f, v in ((_s(f), int(v)) for f, v in client.hgetall(k.stats).items()) if v != 0},
         "swrr": {_s(f): _num(v) for f, v in client.hgetall(k.swrr).items()},
@@ -109,4 +114,5 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
         "returned": _zset(client, k.returned),
         "reaped": int(reaped) if reaped else None,
         "charged": {_s(f): int(v) for f, v in client.hgetall(k.charged).items()},
+        "keyed": keyed,
     }

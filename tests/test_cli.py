@@ -58,6 +58,18 @@ def test_enqueue_prints_ids_class_and_reason(config_path: Path, client: redis.Re
     assert (lease.task, lease.tenant, lease.payload) == ("newsletter", "acme", {"service_s": 0})
 
 
+def test_enqueue_with_a_key_run_twice_queues_one_job(config_path: Path, client: redis.Redis) -> None:
+    runs = [invoke("enqueue", "password_reset", "--tenant", "acme", "--key", "acme:reset-9", "--config", config_path)
+            for _ in range(2)]
+    assert [r.exit_code for r in runs] == [0, 0], runs[1].output
+    assert runs[0].stdout == runs[1].stdout and "class jobs:high: a human is blocked on this" in runs[1].stdout
+    assert scheduler_for(config_path, client).snapshot().classes["jobs:high"].depth == 1
+    for args, problem in ((("--key", "a\nb"), "--key: must not contain control characters"),
+                          (("--key", "k", "--count", "2"), "--key: names one job: it cannot go with --count")):
+        bad = invoke("enqueue", "order", "--tenant", "acme", *args, "--config", config_path)
+        assert (bad.exit_code, problem in bad.stderr) == (2, True), bad.output
+
+
 def test_pause_resume_and_status(config_path: Path, client: redis.Redis) -> None:
     invoke("enqueue", "newsletter", "--tenant", "acme", "--count", "3", "--config", config_path)
     assert invoke("pause", "jobs:low", "--config", config_path).exit_code == 0

@@ -102,7 +102,7 @@ def test_every_derived_figure_of_a_busy_reading() -> None:
     assert snap.classes["jobs:high"] == ClassSnapshot(
         name="jobs:high", depth=50, inflight=30, delayed=7, paused=True, oldest_age=90.5, active_tenants=4,
         counters={"processed": 11, "failed": 2, "redelivered": 0, "unhandled": 0, "dead": 0, "promoted": 0,
-                  "demoted": 0, "rejected": 0, "refused": 0, "worktime": 0},
+                  "demoted": 0, "rejected": 0, "refused": 0, "deduplicated": 0, "worktime": 0},
         enqueued={"default": 4, "over priority budget": 1}, wait_buckets=buckets, wait_sum=12.345,
         wait_count=sum(buckets),
         top_backlog=(("p", 5), ("x", 4), ("z", 1)), top_inflight=(("x", 3),), noisy_tenants=(), quiet_oldest_age=90.5,

@@ -58,6 +58,11 @@ runtimes = st.sampled_from([None, 0.0, 0.0004, 0.05, 0.2, 0.5, 2.0])
 
 enqueues = st.tuples(st.just("enqueue"), st.sampled_from(TASKS), st.sampled_from(TENANTS),
                      st.sampled_from([None, "enterprise", "pro", "free"]), st.booleans(), st.integers(1, 8))
+# Keyed submits (one by one, or a batch with submit_many): a key again within the window (30s)
+# returns the first job; "sleep"s carry some past it.
+keyed = st.tuples(st.just("keyed"), st.sampled_from(TASKS), st.sampled_from(TENANTS),
+                  st.sampled_from([None, "pro", "free"]), st.booleans(),
+                  st.lists(st.sampled_from(["k1", "k2", "k3", "ключ/{x}"]), min_size=1, max_size=4))
 # The worker a pop is for: none (its leases go back only when they expire), or a registered one,
 # whose leases go back when it unregisters or its registration lapses.
 owners = st.sampled_from(["", "w1", "w2"])
@@ -86,7 +91,7 @@ applies = st.tuples(st.just("apply"), st.fixed_dictionaries({
 }))
 operations = st.lists(
     st.one_of(
-        enqueues, enqueues, enqueues, pops, pops, pops, ack_and_pops, ack_and_pops,
+        enqueues, enqueues, enqueues, keyed, pops, pops, pops, ack_and_pops, ack_and_pops,
         st.tuples(st.just("ack"), st.integers(0, 50), runtimes),
         st.tuples(st.just("nack"), st.integers(0, 50), runtimes),
         st.tuples(st.just("nack_final"), st.integers(0, 50), runtimes),
@@ -125,7 +130,7 @@ def build_config(params: dict[str, Any]):
     ]
     return make_config(
         classes=classes,
-        scheduler={"policy": params["policy"], "budget_window": "10s", "budget_min_arrivals": 4,
+        scheduler={"policy": params["policy"], "budget_window": "10s", "budget_min_arrivals": 4, "dedup_window": "30s",
                    "budget_action": params.get("budget_action", "demote"), "charge": params.get("charge", "jobs")},
         tenants={"batch": params["batch"], "max_queued": params.get("max_queued"),
                  **({"account_separator": params["accounts"],
@@ -205,6 +210,8 @@ def _run(target: Any, op: tuple, now: int | None, leases: list[Lease]) -> Any:
             except TenantLimitReached as exc:
                 out.append(f"refused: {exc}")
         return out
+    if name == "keyed":
+        return _keyed(target, op, args)
     if name == "pop":
         return target.pop(*args, op[1], classes=op[2], owner=op[3] if len(op) > 3 else "")
     if name == "ack_and_pop":
@@ -242,6 +249,22 @@ def _run(target: Any, op: tuple, now: int | None, leases: list[Lease]) -> Any:
     if name == "register":
         return target.register_worker(*args, op[1], op[2], 10.0)
     raise AssertionError(name)
+
+
+def _keyed(target: Any, op: tuple, args: tuple) -> list[Any]:
+    """A keyed op: on the Scheduler one submit, or a submit_many of them all; on the Model, a
+    submit for each key. None for a job refused or rejected."""
+    task, tenant, tier, user_waiting, keys = op[1:]
+    payloads = [{"n": i} for i in range(len(keys))]
+    if args or len(keys) == 1:
+        out: list[Any] = []
+        for key, payload in zip(keys, payloads):
+            try:
+                out.append(target.submit(*args, task, tenant, payload, tier=tier, user_waiting=user_waiting, key=key))
+            except (BudgetRejected, TenantLimitReached):
+                out.append(None)
+        return out
+    return target.submit_many(task, tenant, payloads, tier=tier, user_waiting=user_waiting, keys=keys)
 
 
 PLAIN = {"policy": "weighted-fair", "weights": (3, 2, 1), "batch": 2, "budget": None, "reserved": 0, "promote": False}
@@ -345,6 +368,13 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
     ("enqueue", "order", "b", None, False, 2), ("pop", 2, None, "w1"), ("ack", 0, None), ("nack", 1, None),
     ("extend", 0), ("defer_unhandled", 1), ("give_back", [0, 1]), ("reclaim", "w1", [0, 1]),
     ("ack_and_pop", [(0, None), (2, 0.05)], 1, None, "w1"), ("ack", 3, None)])
+# A key returns its job queued, and done; past the window it is a new job's. A key refused at a
+# limit names no job, and its retry after a pop is queued; a key twice in one batch is one job.
+@example(params={**PLAIN, "max_queued": 3}, ops=[
+    ("keyed", "order", "acme", None, False, ["k1", "k2", "k1", "k3", "ключ/{x}"]),
+    ("keyed", "order", "acme", None, False, ["k1"]),
+    ("pop", 1, None), ("ack", 0, None), ("keyed", "order", "acme", None, False, ["ключ/{x}", "k1"]),
+    *[("sleep", 4000)] * 8, ("keyed", "order", "acme", None, False, ["k1", "k2"])])
 def test_lua_and_model_agree(client: redis.Redis, params: dict[str, Any], ops: list[tuple]) -> None:
     config = build_config(params)
     clock = [1_700_000_000_000]
@@ -394,8 +424,8 @@ def _done(op: tuple, leases: list[Lease]) -> list[Lease | Finished]:
 
 def _account(op: tuple, got: Any, leases: list[Lease], accepted: set[str], finished: set[str]) -> None:
     """Track the jobs Redis accepted and those that left it for good (acked, dropped)."""
-    if op[0] == "enqueue":
-        accepted.update(e.job_id for e in got if not isinstance(e, str))
+    if op[0] in ("enqueue", "keyed"):
+        accepted.update(e.job_id for e in got if e is not None and not isinstance(e, str))
     elif op[0] == "ack" and got:
         finished.add(leases[op[1] % len(leases)].job_id)
     elif op[0] == "ack_and_pop" and not isinstance(got, str):

@@ -143,7 +143,7 @@ def test_every_family_of_a_busy_scrape_is_in_the_contract_and_promtool_accepts_o
     for spec, counter in (
         (m.JOBS_FAILED, "failed"), (m.JOBS_UNHANDLED, "unhandled"), (m.JOBS_DEAD_LETTERED, "dead"),
         (m.JOBS_REJECTED, "rejected"),
-        (m.JOBS_REFUSED, "refused"),
+        (m.JOBS_REFUSED, "refused"), (m.JOBS_DEDUPLICATED, "deduplicated"),
     ):
         assert scrape.value(spec.name, queue="jobs:high") == busy.counters[counter]
     checked = promtool_check_metrics(scrape.text)

@@ -595,12 +595,25 @@ end
 
 local ops = {}
 
--- One job: class index (1-based), tenant, tier, task, reason, payload. Returns {id, class,
--- reason}; a budget rejection has the id ''; a refusal at a tenant limit has the id '' and the
--- limit's name and value (a rate as a string, jobs per second) after the reason. The queued-jobs
--- limit is checked first, then the rate, then the budget; only an accepted job is an arrival for
--- either the rate or the budget.
-local function enqueue_one(asked, tenant, tier, task, asked_reason, payload)
+-- A keyed job's record (DEDUP_SPACE .. key): when the key stops naming the job (ms), its id, class
+-- and reason. The record expires then too, so keys take memory for one window only.
+local DEDUP_RECORD = '^(%d+)' .. SEP .. '([^' .. SEP .. ']*)' .. SEP .. '([^' .. SEP .. ']*)' .. SEP .. '(.*)$'
+
+-- One job: class index (1-based), tenant, tier, task, reason, payload, and its key (nil: none).
+-- Returns {id, class, reason}; a budget rejection has the id ''; a refusal at a tenant limit has the
+-- id '' and the limit's name and value (a rate as a string, jobs per second) after the reason. A
+-- key that names a job (one accepted with it within scheduler.dedup_window) returns that job, and
+-- nothing else is done but counting it: a producer's retry is not a second job. The queued-jobs
+-- limit is checked next, then the rate, then the budget; only an accepted job is an arrival for
+-- either the rate or the budget, and only an accepted job's key is recorded.
+local function enqueue_one(asked, tenant, tier, task, asked_reason, payload, key)
+  if key then
+    local till, first, queue, why = string.match(redis.call('GET', base .. DEDUP_SPACE .. key) or '', DEDUP_RECORD)
+    if till and tonumber(till) > now then
+      stat('deduplicated', queue, 1)
+      return {first, queue, why}
+    end
+  end
   local account_rate = cfg.account_rate_allowed > 0 and ACCOUNT_RATE_MARK .. account_of(tenant)
   if cfg.has_limit then
     local limit = at_limit(tenant, tier)
@@ -638,12 +651,17 @@ local function enqueue_one(asked, tenant, tier, task, asked_reason, payload)
   local env = table.concat(e, SEP)
   push_tail(c, tenant, tier, env, now)
   stat('enq', c .. SEP .. reason, 1)
+  if key then
+    local window = cfg.dedup_window_ms
+    redis.call('SET', base .. DEDUP_SPACE .. key, int(now + window) .. SEP .. id .. SEP .. c .. SEP .. reason,
+      'PX', int(window))
+  end
   return {tostring(id), c, reason}
 end
 
--- ARGV[4..9]: enqueue_one's arguments.
+-- ARGV[4..9]: enqueue_one's arguments, ARGV[10]: the job's key (absent: none).
 function ops.enqueue()
-  return enqueue_one(tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
+  return enqueue_one(tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
 end
 
 -- ARGV[4..8]: enqueue_one's arguments but the payload, then one payload per job: a batch of one
@@ -654,6 +672,14 @@ function ops.enqueue_many()
   local asked, tenant, tier, task, reason = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8]
   local out = {}
   for i = 9, #ARGV do out[i - 8] = enqueue_one(asked, tenant, tier, task, reason, ARGV[i]) end
+  return out
+end
+
+-- As enqueue_many, with a key and a payload per job after ARGV[8].
+function ops.enqueue_keyed_many()
+  local asked, tenant, tier, task, reason = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+  local out = {}
+  for i = 9, #ARGV, 2 do out[#out + 1] = enqueue_one(asked, tenant, tier, task, reason, ARGV[i + 1], ARGV[i]) end
   return out
 end
 
