@@ -24,7 +24,9 @@ from fairness_sim.scenario import DEFAULT_SCENARIO, load_scenario
 from fairness_sim.simulator import simulate
 from fairness_stack.servers import RedisServer
 
-from . import accounts, admission, charge, e2e, memory, peers, pickup, script_latency, sharded, startup, throughput
+from . import (
+    accounts, admission, charge, e2e, keyed, memory, peers, pickup, script_latency, sharded, startup, throughput,
+)
 from .exporter_scrape import scrape
 from .harness import Row, alternate, log, machine, per_second, server_name, server_us
 from .load import PAYLOAD_BYTES, fill, scheduler, work_some
@@ -237,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     with RedisServer() as server:
         log("a storm against a queued-jobs limit")
         rows.append(admission.row(server.url, sizes.admission_limit, 10 * sizes.admission_limit))
+        log("keyed submits against unkeyed ones")
+        rows.append(keyed.row(server.url, sizes.jobs, sizes.repeats))
     rows += e2e.rows(sizes.e2e_jobs, sizes.concurrency, sizes.repeats, found)
     with RedisServer() as server:
         log("idle pickup and an idle fleet's commands, fairctl and BullMQ")
