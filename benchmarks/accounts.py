@@ -10,17 +10,15 @@ tenants of one level (the same number of parties, no second level).
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import redis
 
-from fairness_stack.servers import RedisServer
 
 from . import throughput
 from .harness import Row, alternate, per_second
 from .load import scheduler
-from .report import table
+from .report import run_alone
 
 ACCOUNTS, KEYS = 10, 10
 IDS = [f"acct-{a}/key-{k}" for a in range(ACCOUNTS) for k in range(KEYS)]
@@ -53,13 +51,7 @@ def row(url: str, jobs: int, repeats: int) -> Row:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=5_000, help="jobs per run (default 5000, as --preset full)")
-    parser.add_argument("--repeats", type=int, default=5, help="runs of each, in turns (default 5)")
-    args = parser.parse_args(argv)
-    with RedisServer() as server:
-        print(table([row(server.url, args.jobs, args.repeats)]))
-    return 0
+    return run_alone(row, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":
