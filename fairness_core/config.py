@@ -104,7 +104,7 @@ class RedisConfig:
 # one function library. Past 64 a second queue (another redis.prefix) costs less than more shards.
 MAX_SHARDS = 64
 
-# The longest scheduler.dedup_window: each keyed job's record (about 100 bytes) lives that long.
+# The longest scheduler.dedup_window: each keyed job's record (about 190 bytes) lives that long.
 MAX_DEDUP_WINDOW = 30 * 86400
 
 
