@@ -3,10 +3,13 @@ or the scheduler's own second send after a lost reply, queues nothing more."""
 
 from __future__ import annotations
 
-import random
+import os
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -21,9 +24,9 @@ from fairness_core.sharding import hand
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer
 
-from .conftest import make_config
+from .conftest import ROOT, make_config
 from .fault_proxy import FaultProxy, fault_proxy
-from .support import running, wait_for
+from .support import running, wait_for, write_config
 
 
 def _queued(scheduler: Scheduler) -> int:
@@ -175,11 +178,12 @@ def test_a_key_goes_to_one_shard_of_its_hand_whatever_the_load(redis_server: Red
 # ------------------------------------------------------------------ live: producers retrying under a worker
 
 
-def test_producers_retrying_at_random_complete_every_key_once(redis_server: RedisServer, client: redis.Redis) -> None:
-    """4 producers make 50,000 keyed submits in all (batches of 50), each sent again at random as
-    if its reply were lost (in a batch, or one by one), while a worker runs: every key's job runs
-    exactly once."""
-    config = make_config()
+def test_producers_retrying_at_random_complete_every_key_once(
+        redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
+    """4 producer processes make 50,000 keyed submits in all (batches of 50), each sent again at
+    random as if its reply were lost (in a batch, or one by one), while a worker runs: every key's
+    job runs exactly once."""
+    path, config = write_config(tmp_path, redis_server.url, scheduler={"budget_min_arrivals": 10**9})
     runs: Counter[str] = Counter()
     lock = threading.Lock()
 
@@ -188,30 +192,13 @@ def test_producers_retrying_at_random_complete_every_key_once(redis_server: Redi
             runs[lease.payload["key"]] += 1
 
     worker = Worker(Scheduler(config, client), HandlerRegistry(fallback=handle), concurrency=4)
-    per_producer, batch = 12_500, 50
-    sent: Counter[str] = Counter()
-
-    def produce(p: int) -> None:
-        s, rng = Scheduler(config, redis_client(redis_server.url)), random.Random(p)
-        for first in range(0, per_producer, batch):
-            keys = [f"p{p}-{i}" for i in range(first, first + batch)]
-            s.submit_many("order", f"tenant-{p}", [{"key": k} for k in keys], keys=keys)
-            again = [k for k in keys if rng.random() < 0.5]  # their replies "lost": sent again
-            if first // batch % 2:
-                s.submit_many("order", f"tenant-{p}", [{"key": k} for k in again], keys=again)
-            else:
-                for k in again:
-                    s.submit("order", f"tenant-{p}", {"key": k}, key=k)
-            with lock:
-                sent.update(keys + again)
-
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with running(worker):
-        producers = [threading.Thread(target=produce, args=(p,)) for p in range(4)]
-        for t in producers:
-            t.start()
-        for t in producers:
-            t.join()
+        producers = [subprocess.Popen([sys.executable, "-m", "tests.keyed_producer", str(path), str(p), "12500"],
+                                      cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True) for p in range(4)]
+        sent = sum(int(proc.communicate(timeout=120)[0]) for proc in producers)
+        assert [proc.returncode for proc in producers] == [0] * 4
         wait_for(lambda: sum(runs.values()) >= 50_000, 60, "every key's job to run")
-    assert sum(sent.values()) > 60_000  # the retries were sent
+    assert sent > 60_000  # the retries were sent
     assert len(runs) == 50_000 and set(runs.values()) == {1}
-    assert _deduplicated(Scheduler(config, client)) == sum(sent.values()) - 50_000
+    assert _deduplicated(Scheduler(config, client)) == sent - 50_000
