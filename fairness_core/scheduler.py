@@ -382,6 +382,8 @@ class Scheduler:
             conn.send_packed_command(packed, check_health=False)
         try:
             return conn.read_response()
+        except redis.BusyLoadingError:  # Redis's reply (it is loading its data): the call did not run
+            raise
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             conn.disconnect()
             kind, place = describe(self.client)
