@@ -885,20 +885,21 @@ class ShardedScheduler:
         shard, inner = self._route(lease)
         return shard.extend(inner)
 
-    def give_back(self, leases: Sequence[Lease]) -> int:
-        """:meth:`Scheduler.give_back`, each on the shard its lease names."""
+    def _by_shard(self, leases: Sequence[Lease]) -> dict[int, list[Lease]]:
+        """``leases`` by the shard each names, each with that shard's own job id."""
         by_shard: dict[int, list[Lease]] = {}
         for lease in leases:
             index, own = self.locate(lease.job_id)
             by_shard.setdefault(index, []).append(replace(lease, job_id=own))
-        return sum(self.shard(index).give_back(inner) for index, inner in by_shard.items())
+        return by_shard
+
+    def give_back(self, leases: Sequence[Lease]) -> int:
+        """:meth:`Scheduler.give_back`, each on the shard its lease names."""
+        return sum(self.shard(index).give_back(inner) for index, inner in self._by_shard(leases).items())
 
     def reclaim(self, owner: str, held: Sequence[Lease]) -> int:
         """:meth:`Scheduler.reclaim` on each served shard that answers, keeping the leases it holds there."""
-        by_shard: dict[int, list[Lease]] = {}
-        for lease in held:
-            index, own = self.locate(lease.job_id)
-            by_shard.setdefault(index, []).append(replace(lease, job_id=own))
+        by_shard = self._by_shard(held)
         return sum(self.health.each(self.served_shards(),
                                     lambda index: self.shard(index).reclaim(owner, by_shard.get(index, []))))
 
