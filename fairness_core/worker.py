@@ -706,14 +706,15 @@ class Worker:
                 self._doorbell.wait(self._stopping, held=popped.held_back)
                 continue
             # Jobs this worker has no handler for go back first, not after the others ran.
-            unhandled = {lease.job_id: lease for lease in leases if self.handlers.resolve(lease.task) is None}
-            for lease in unhandled.values():
-                self._settle_unhandled(lease)
+            handlers = [(lease, self.handlers.resolve(lease.task)) for lease in leases]
+            unhandled = [lease for lease, handler in handlers if handler is None]
+            for lease in unhandled:
+                self._work(lease, None)
                 self._release_settled(lease)
-            for lease in leases:
-                if lease.job_id in unhandled or self._halt.is_set() or not self._start(lease):
+            for lease, handler in handlers:
+                if handler is None or self._halt.is_set() or not self._start(lease):
                     continue  # given back, or abandoned: unregistering queues it again
-                finished = self._work(lease)
+                finished = self._work(lease, handler)
                 if finished is not None:
                     done.append(finished)
                 else:
@@ -785,12 +786,12 @@ class Worker:
             self._stopping.wait(jittered(OUTAGE_MAX_S))
         return None
 
-    def _work(self, lease: Lease) -> Finished | None:
-        """Run the job; its :class:`Finished` (lease and runtime) when it succeeded and awaits
-        its ack, else None. A failure is nacked here, with the time it took."""
+    def _work(self, lease: Lease, handler: Handler | None) -> Finished | None:
+        """Run the job with its ``handler``; its :class:`Finished` (lease and runtime) when it
+        succeeded and awaits its ack, else None. A failure is nacked here, with the time it took;
+        a job with no handler (None) is settled as :attr:`unhandled` says."""
         try:
-            handler = self.handlers.resolve(lease.task)
-            if handler is None:  # its handler was removed since the slot looked: as any unhandled job
+            if handler is None:
                 self._settle_unhandled(lease)
                 return None
             error, runtime = self._run_handler(handler, lease)
