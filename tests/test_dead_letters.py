@@ -97,7 +97,7 @@ def test_a_worker_asked_to_dead_letters_a_task_without_handler_at_once(client: r
     scheduler.enqueue("no_such_task", "acme")
     worker = Worker(scheduler, HandlerRegistry(), concurrency=1, unhandled="dead-letter")
     lease = scheduler.pop(1)[0]
-    assert worker._work(lease) is None
+    assert worker._work(lease, worker.handlers.resolve(lease.task)) is None
     (dead,) = scheduler.dead_letters()
     assert dead["error"] == "no handler for task no_such_task" and dead["lease"].attempts == 1
 
