@@ -139,7 +139,7 @@ class BullmqSource:
             seen = self._completed_seen.get(q)
             pipe.zcount(f"{self.prefix}{q}:completed", "-inf" if seen is None else f"({seen!r}", latest[q])
         replies = pipe.execute() if wanted or counted else []
-        jobs = dict(zip(wanted, replies[: len(wanted)], strict=True))
+        stored = dict(zip(wanted, replies[: len(wanted)], strict=True))  # (timestamp, data) of each job read
         for q, new in zip(counted, replies[len(wanted):], strict=True):
             self._completed_seen[q] = latest[q]
             for name, queues in self.whole.items():
@@ -148,7 +148,7 @@ class BullmqSource:
 
         out = {}
         for name, parts in self.parts.items():
-            heads = [_epoch(jobs[(part.queue, waiting[part][1][0])][0]) for part in parts
+            heads = [_epoch(stored[(part.queue, waiting[part][1][0])][0]) for part in parts
                      if waiting[part][0] and waiting[part][1]]
             olds = [head for head in heads if head is not None]
             queues = self.whole[name]
@@ -158,7 +158,7 @@ class BullmqSource:
                 oldest_enqueued=min(olds) if olds else None,
                 inflight=sum(active[q] for q in queues) if queues else None,
                 processed=self._processed[name] if queues else None,
-                tenants=top_tenants([_tenant(jobs[job][1], path) for job in sampled[name]]) if path else (),
+                tenants=top_tenants([_tenant(stored[job][1], path) for job in sampled[name]]) if path else (),
             )
         return out
 

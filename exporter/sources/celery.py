@@ -162,8 +162,9 @@ def _identity(raw: bytes | None) -> str | int | None:
     message = _message(raw) or {}
     for part, field in (("headers", "id"), ("properties", "correlation_id")):
         section = message.get(part)
-        if isinstance(section, dict) and isinstance(section.get(field), str):
-            return section[field]
+        found = section.get(field) if isinstance(section, dict) else None
+        if isinstance(found, str):
+            return found
     return hash(raw)
 
 
@@ -175,6 +176,8 @@ def _arguments(raw: bytes) -> Any:
     if message is None or message.get("content-type") != "application/json":
         return None
     body = message.get("body")
+    if not isinstance(body, (str, bytes)):  # JSON text, or its base64; anything else is no task message
+        return None
     properties = message.get("properties")
     try:
         if isinstance(properties, dict) and properties.get("body_encoding") == "base64":

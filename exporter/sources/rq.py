@@ -84,10 +84,10 @@ class RqSource:
                 if latest:
                     self._finished_seen[q] = float(latest[0][1])
                 self._processed[name] += int(new)
-            olds = [heads[q] for q in queues if by_queue[q][0] and heads.get(q) is not None]
+            olds = [at for q in queues if by_queue[q][0] and (at := heads.get(q)) is not None]
             out[name] = ClassReading(
                 depth=sum(int(by_queue[q][0]) for q in queues),
-                oldest_enqueued=min(olds) if olds else None,  # type: ignore[type-var]
+                oldest_enqueued=min(olds) if olds else None,
                 inflight=sum(int(by_queue[q][2]) for q in queues),
                 processed=self._processed[name],
                 tenants=top_tenants([t for q in queues for t in tenants[q]]),

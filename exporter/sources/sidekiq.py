@@ -65,9 +65,9 @@ class SidekiqSource:
                 pipe.hvals(f"{self.prefix}{identity}:work")
             for values in pipe.execute():
                 for value in values:
-                    q = _busy_queue(value)
-                    if q is not None:
-                        busy[q] = busy.get(q, 0) + 1
+                    fetched_from = _busy_queue(value)
+                    if fetched_from is not None:
+                        busy[fetched_from] = busy.get(fetched_from, 0) + 1
 
         heads: dict[str, float | None] = {}
         tenants: dict[str, list[str | None]] = {q: [] for q in every}
