@@ -25,13 +25,14 @@ job, stay two queues: every aggregation folds only the labels it names (``withou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from fairness_core.config import Config
-from fairness_core.memory import SAFE_POLICY  # noqa: F401 - the rules read the safe policy from the contract
+from fairness_core.memory import SAFE_POLICY as SAFE_POLICY  # the rules read the safe policy from the contract
 from fairness_core.snapshot import WAIT_BUCKETS_S
 
 # Label names.
@@ -70,7 +71,8 @@ class Kind(Enum):
     HISTOGRAM = "histogram"
 
 
-_FAMILIES = {Kind.GAUGE: GaugeMetricFamily, Kind.COUNTER: CounterMetricFamily, Kind.HISTOGRAM: HistogramMetricFamily}
+_FAMILIES: dict[Kind, Callable[..., Metric]] = {
+    Kind.GAUGE: GaugeMetricFamily, Kind.COUNTER: CounterMetricFamily, Kind.HISTOGRAM: HistogramMetricFamily}
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from typing import Any
 
 from .config_sections import mark_seen, owned_sections, parse_sections
 from .redis_url import check_url
-from .yaml_reader import (
-    ConfigError,
+from .yaml_reader import (  # ConfigError: re-exported, the error every layer's config check raises
+    ConfigError as ConfigError,
     Reader,
     boolean,
     choice,
@@ -186,12 +186,23 @@ class TenantsConfig:
     def limit_for(self, tier: str, name: str) -> int | float | None:
         """The limit ``name`` (``max_queued``, ``max_rate``) of a tenant enqueueing as ``tier``:
         its tier's own, else the group's (None: no limit)."""
+        group = _limit(self, name)
         if name.startswith(ACCOUNT_LIMIT):
-            return getattr(self, name)
+            return group
         own = self.limits.get(tier)
-        if own is None or getattr(own, name) is None:
-            return getattr(self, name)
-        return None if getattr(own, name) == UNLIMITED else getattr(own, name)
+        mine = None if own is None else _limit(own, name)
+        if mine is None:
+            return group
+        return None if mine == UNLIMITED else mine
+
+
+def _limit(limits: TenantsConfig | TierLimits, name: str) -> int | float | None:
+    """The limit field ``name`` of ``limits``, looked up by name because callers name the limit
+    they enforce; refusing a field that is no limit, so a wrong name cannot pass as one."""
+    value = getattr(limits, name)
+    if value is None or isinstance(value, (int, float)):
+        return value
+    raise AttributeError(f"{name!r} is not a limit of {type(limits).__name__}")
 
 
 @dataclass(frozen=True)

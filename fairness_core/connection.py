@@ -21,6 +21,7 @@ from typing import Any
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, RedisClusterException
 from redis.retry import Retry
 
@@ -48,7 +49,7 @@ class _Cluster(RedisCluster):
 
     def determine_slot(self, *args: Any) -> int | None:
         if str(args[0]).upper() in ("FCALL", "FCALL_RO") and len(args) > 3 and int(args[2]) > 0:
-            slots = {self.keyslot(key) for key in args[3:3 + int(args[2])]}
+            slots = {key_slot(self.encoder.encode(key)) for key in args[3:3 + int(args[2])]}
             if len(slots) == 1:
                 return slots.pop()
         return super().determine_slot(*args)
@@ -133,8 +134,9 @@ def database_out_of_range(client: Any) -> RedisDatabaseOutOfRange:
         probe = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class,
                                                                  **{**kwargs, "db": 0}))
         try:
-            databases = int(probe.config_get("databases")["databases"])
-        except (redis.RedisError, KeyError, ValueError):  # CONFIG refused (ACL, renamed command) or unreadable
+            reply = probe.config_get("databases").get("databases")  # absent or None: the server did not say
+            databases = None if reply is None else int(reply)
+        except (redis.RedisError, ValueError):  # CONFIG refused (ACL, renamed command) or unreadable
             pass
         finally:
             probe.close()

@@ -14,7 +14,7 @@ import json
 import re
 import string
 import unicodedata
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 from functools import cache
 from typing import Any, Callable, Self, Sequence, get_type_hints
 
@@ -334,7 +334,7 @@ class Fields:
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        return _names(cls)
+        return _names(cls)  # type: ignore[arg-type]  # mypy wrongly finds a class unhashable
 
     def encode(self) -> str:
         return SEP.join(_encoded(getattr(self, name)) for name in self.names())
@@ -346,7 +346,8 @@ class Fields:
     @classmethod
     def from_fields(cls, values: Sequence[str]) -> Self:
         """The line from its fields as text, each read back as the type the dataclass declares."""
-        return cls(*(read(v) for read, v in zip(_readers(cls), values, strict=True)))
+        readers = _readers(cls)  # type: ignore[arg-type]  # mypy wrongly finds a class unhashable
+        return cls(*(read(v) for read, v in zip(readers, values, strict=True)))
 
 
 def _encoded(value: object) -> str:
@@ -355,7 +356,9 @@ def _encoded(value: object) -> str:
 
 @cache
 def _names(cls: type[Fields]) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    if not is_dataclass(cls):  # a Fields subclass is a line only as a dataclass
+        raise TypeError(f"{cls.__name__} is a Fields line, so it must be a dataclass")
+    return tuple(f.name for f in fields(cls))
 
 
 @cache
@@ -363,7 +366,8 @@ def _readers(cls: type[Fields]) -> tuple[Callable[[str], Any], ...]:
     """How each field is read back from its text: its declared type (int, str), or a nested
     line's decode."""
     hints = get_type_hints(cls)
-    return tuple(hints[name].decode if issubclass(hints[name], Fields) else hints[name] for name in _names(cls))
+    names = _names(cls)  # type: ignore[arg-type]  # mypy wrongly finds a class unhashable
+    return tuple(hints[name].decode if issubclass(hints[name], Fields) else hints[name] for name in names)
 
 
 # An envelope's enqueue time is stored as its milliseconds in base 62, these digits in this

@@ -25,6 +25,7 @@ class ConfigError(ValueError):
 
 
 T = TypeVar("T")
+D = TypeVar("D")
 
 
 class Reader:
@@ -44,7 +45,7 @@ class Reader:
     def error(self, key: str, message: str) -> ConfigError:
         return ConfigError(self.sub(key), message, self.source)
 
-    def get(self, key: str, default: T, convert: Callable[[object, str], T]) -> T:
+    def get(self, key: str, default: D, convert: Callable[[object, str], T]) -> T | D:
         self.seen.add(key)
         if key not in self.data or self.data[key] is None:
             return default
@@ -128,7 +129,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
                     "while reading a mapping", node.start_mark, f"key {key!r} is given twice", key_node.start_mark)
