@@ -122,13 +122,17 @@ class Scenario:
     def for_minutes(self, alert: str, queue: str | None = None) -> int:
         return minutes(self.alerts[alert].variant(queue).for_seconds)
 
-    def firing(self, alert: str, value: float, queue: str | None = None, queried: Mapping[str, float | str] | None = None,
-               *, grouped: bool = True, **labels: str) -> Firing:
-        """An expected alert: the expression's labels (the group's unless it reads only Prometheus's
-        own ``up``) plus the rule's severity."""
-        expr_labels = {"job": self.job, **({m.GROUP: self.group} if grouped else {}),
-                       **({m.QUEUE: queue} if queue else {}), **labels}
+    def firing(self, alert: str, value: float, queue: str | None = None,
+               queried: Mapping[str, float | str] | None = None, /, **labels: str) -> Firing:
+        """An expected alert: the expression's labels (the group's, ``queue``'s and ``labels``)
+        plus the rule's severity. Every keyword is a label, whatever its name (a label named by a
+        variable, ``**{label: name}``, included), so the other arguments are positional only."""
+        expr_labels = {"job": self.job, m.GROUP: self.group, **({m.QUEUE: queue} if queue else {}), **labels}
         return Firing({**expr_labels, "severity": self.alerts[alert].variant(queue).severity}, value, queried or {})
+
+    def firing_on_up(self, alert: str, value: float) -> Firing:
+        """An expected alert whose expression reads only Prometheus's own ``up``: it has no group."""
+        return Firing({"job": self.job, "severity": self.alerts[alert].variant(None).severity}, value, {})
 
     def edge(self, alert: str, fire_at: int, *firing: Firing) -> tuple[Check, ...]:
         """The for: pinned from both sides: still pending one evaluation before ``fire_at``, firing
@@ -688,7 +692,7 @@ def _customers(s: Scenario, alert: str, end: int, big: float,
         """The keys' series: each listed key's share of the class, and the keys with due jobs."""
         return (*s.series(m.QUEUE_ACTIVE_TENANTS, flat(active, end), queue=queue),
                 *(x for key, values in shares.items()
-                  for x in s.series(m.QUEUE_TENANT_SHARE, values, queue=queue, **{m.TENANT: key})))
+                  for x in s.series(m.QUEUE_TENANT_SHARE, values, queue=queue, tenant=key)))
 
     # The exporter lists the k busiest keys (all bigco's) and the k busiest accounts.
     flooding = {"bigco": flat(flood, end), **{f"account-{i}": flat((1 - flood) / others, end) for i in range(1, k)}}
@@ -753,18 +757,20 @@ class Due:
     unscraped: int | None = None
     resumed_at: int = 0
 
-    def series(self, s: Scenario, end: int, queue: str, **labels: str) -> list[Series]:
+    def series(self, s: Scenario, end: int, queue: str, shard: str | None = None) -> list[Series]:
+        """The class's series, on ``shard`` of it (None: the unsharded queue, its own shard)."""
+        on = s.group if shard is None else shard
         depth = " ".join("_" if t == self.unscraped else number(0 if t < self.due_from or t == self.empty_at else 500)
                          for t in range(end + 1))
-        out = s.series(m.QUEUE_DEPTH, depth, queue=queue, **labels)
+        out = s.series(m.QUEUE_DEPTH, depth, queue=queue, shard=on)
         # A flat 0 when never paused: the form a system that serves no pauses may be fed (_ZERO).
         paused = listed(1 if t < self.resumed_at else self.paused for t in range(end + 1)) if self.resumed_at else (
             flat(self.paused, end))
-        out += s.series(m.QUEUE_PAUSED, paused, queue=queue, **labels)
+        out += s.series(m.QUEUE_PAUSED, paused, queue=queue, shard=on)
         if self.per_minute is not None:
             n, until = self.per_minute, self.served_until
             served = ramp(n, end, 1234) if until is None else f"{ramp(n, until, 1234)} {flat(1234 + n * until, end - until - 1)}"
-            out += s.series(m.JOBS_PROCESSED, served, queue=queue, **labels)
+            out += s.series(m.JOBS_PROCESSED, served, queue=queue, shard=on)
         return out
 
 
@@ -830,9 +836,9 @@ def _shard_stalled(s: Scenario) -> list[Case]:
     def shard(index: int | None, per_minute: float, paused: int = 0, due: Due | None = None) -> list[Series]:
         """One shard of ``queue`` (None: the unsharded queue, its own shard) with 500 due jobs,
         or as ``due`` says."""
-        labels = {} if index is None else {m.SHARD: s.shard(index)}
-        out = (due or Due(per_minute=per_minute, paused=paused)).series(s, end, queue, **labels)
-        return out + s.series(m.REDIS_MASTER, flat(1, end), master=masters[index or 0], **labels)
+        on = s.group if index is None else s.shard(index)
+        out = (due or Due(per_minute=per_minute, paused=paused)).series(s, end, queue, on)
+        return out + s.series(m.REDIS_MASTER, flat(1, end), master=masters[index or 0], shard=on)
 
     stuck = s.firing(alert, 500, queue, {"master": masters[1]}, shard=s.shard(1))
     return [
@@ -1143,8 +1149,8 @@ def _exporter_down(s: Scenario) -> list[Case]:
 
     return [
         Case("both exporters down: fires once after for:", inputs(0, 0),
-             s.edge(alert, end - 1, s.firing(alert, 0, grouped=False))),
-        Case("no exporter target at all: fires", (), (Check(end, alert, (s.firing(alert, 1, grouped=False),)),)),
+             s.edge(alert, end - 1, s.firing_on_up(alert, 0))),
+        Case("no exporter target at all: fires", (), (Check(end, alert, (s.firing_on_up(alert, 1),)),)),
         Case("one of two exporters down, the other still sees: silent", inputs(0, 1), (Check(end, alert),)),
     ]
 
@@ -1234,7 +1240,9 @@ def _recording(s: Scenario) -> list[Case]:
     per_minute = {name: max(1, round(600 * w)) for name, w in weights}
     # Less urgent classes run longer jobs, so shares of worker time differ from shares of jobs.
     seconds_per_minute = {name: per_minute[name] * 0.5 * (i + 1) for i, (name, _) in enumerate(weights)}
-    served = {m.JOBS_PROCESSED: per_minute, m.QUEUE_WORKER_SECONDS: seconds_per_minute}[s.basis.counter]
+    by_counter: dict[m.MetricSpec, Mapping[str, float]] = {m.JOBS_PROCESSED: per_minute,
+                                                           m.QUEUE_WORKER_SECONDS: seconds_per_minute}
+    served = by_counter[s.basis.counter]
     series = [x for name, w in weights for x in (
         *s.series(m.QUEUE_DEPTH, flat(7, end), exporters=2, queue=name),
         *s.series(m.QUEUE_WEIGHT_RATIO, flat(w, end), exporters=2, queue=name),

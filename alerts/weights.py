@@ -113,7 +113,8 @@ def table_rows(report: WeightsReport) -> list[tuple[str, ...]]:
     def pct(value: float | None) -> str:
         return "-" if value is None else f"{value:.1%}"
 
-    rows = [("class", "weight", "pop share", "time share", "arrivals/s", "service s", "needs", "min weight", "keeps up")]
+    rows: list[tuple[str, ...]] = [
+        ("class", "weight", "pop share", "time share", "arrivals/s", "service s", "needs", "min weight", "keeps up")]
     for c in report.classes:
         rows.append((
             c.name, str(c.weight), pct(c.weight_share), pct(c.guaranteed),
