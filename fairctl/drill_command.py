@@ -98,7 +98,7 @@ def render(drills: list[PolicyDrill], scenario: Scenario) -> str:
         if d.delay is not None:
             lines.append(f"  resolution {human(d.shown_resolution_s)}: the live pipeline's delay here, {d.delay}")
         lines += [f"  {c}" for c in d.load.config_changes]
-        rows = [("alert", "first firing", "delivered", "simulate")]
+        rows: list[tuple[str, ...]] = [("alert", "first firing", "delivered", "simulate")]
         rows += [(str(a), *("-" if t is None else human(t) for t in (a.first_firing_s, a.delivered_s, a.simulated_s)))
                  for a in d.alerts]
         lines += text_table(rows, indent="  ")

@@ -37,7 +37,7 @@ REDELIVER_AFTER_S = 0.01  # a signal whose exception Python swallowed is sent ag
 # SIGSEGV when one is, so an interruption landing there is sent again a moment later instead.
 # Matched by file and name, so that no command imports redis to handle its Ctrl-C.
 UNSAFE_FRAMES = frozenset({(os.path.join("redis", "connection.py"), "pack")})
-WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+WORDS: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}  # by signal number
 
 
 class Interrupted(KeyboardInterrupt):

@@ -323,9 +323,9 @@ def _verdict_table(scenario: Scenario, outcomes: Sequence[Outcome]) -> str:
             cells.append(_cell("not evaluated"))
         else:
             paging = [a for a in outcome.alerts if a.labels.get("severity") in ("page", "critical")]
-            first = min((a.first_firing_s for a in paging), default=None)
-            text = f"{len(outcome.alerts)}" + (f", {len(paging)} paging (first at {human(first)})" if paging else
-                                                ", none paging")
+            text = f"{len(outcome.alerts)}" + (
+                f", {len(paging)} paging (first at {human(min(a.first_firing_s for a in paging))})" if paging
+                else ", none paging")
             cells.append(_cell(text if outcome.alerts else "none"))
         cells.append(_cell(*_expectation(scenario, outcome, outcomes)))
         rows.append("<tr>" + "".join(cells) + "</tr>")

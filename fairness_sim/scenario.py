@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -353,7 +353,7 @@ def run_parts(name: str) -> tuple[str, str | None]:
 # ------------------------------------------------------------------ small converters
 
 
-def _number(positive: bool) -> Any:
+def _number(positive: bool) -> Callable[[object, str], float]:
     def convert(value: object, path: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, f"expected a number, got {value!r}")
@@ -428,10 +428,10 @@ def _stream_job(r: Reader, config: Config) -> tuple[str, str, bool]:
     user_waiting = r.get("user_waiting", False, boolean)
     task = r.get("task", None, nonempty_str)
     queue = r.get("class", None, choice(config.class_names))
-    if (task is None) == (queue is None):
-        raise r.error("task", "give exactly one of task (classified by the config's rules) or class")
-    if task is not None:
+    if task is not None and queue is None:
         return task, tier, user_waiting
+    if task is not None or queue is None:  # both, or neither
+        raise r.error("task", "give exactly one of task (classified by the config's rules) or class")
     job = class_job(config, queue, tier, user_waiting)
     if job is None:
         raise r.error("class", f"no classification rule of the config sends jobs to {queue!r}")
@@ -566,14 +566,14 @@ def _figures(raw: object, path: str, source: str | None, kind: str, names: _Name
 def _expectation(value: object, path: str, source: str | None, names: _Names) -> Expectation:
     r = Reader(value, path, source)
 
-    def matches(fire: bool) -> Any:
+    def matches(fire: bool) -> Callable[[object, str], tuple[AlertMatch, ...]]:
         def convert(raw: object, lpath: str) -> tuple[AlertMatch, ...]:
             if not isinstance(raw, list):
                 raise ConfigError(lpath, f"expected a list of alerts, got {raw!r}")
             return tuple(_alert_match(item, f"{lpath}[{i}]", source, fire) for i, item in enumerate(raw))
         return convert
 
-    def figures(kind: str) -> Any:
+    def figures(kind: str) -> Callable[[object, str], tuple[FigureCheck, ...]]:
         return lambda raw, fpath: _figures(raw, fpath, source, kind, names)
 
     out = Expectation(fire=r.get("fire", (), matches(True)), silent=r.get("silent", (), matches(False)),
@@ -583,7 +583,7 @@ def _expectation(value: object, path: str, source: str | None, names: _Names) ->
     return out
 
 
-def _choices(options: tuple[str, ...], plural: str, singular: str) -> Any:
+def _choices(options: tuple[str, ...], plural: str, singular: str) -> Callable[[object, str], tuple[str, ...]]:
     """A non-empty list of distinct ``options`` (the ``policies`` or ``charges`` list)."""
     def convert(value: object, path: str) -> tuple[str, ...]:
         if not isinstance(value, list) or not value:
@@ -598,12 +598,17 @@ def _choices(options: tuple[str, ...], plural: str, singular: str) -> Any:
 # ------------------------------------------------------------------ the scheduler config
 
 
+def _patch_items(patch: object, path: str) -> dict[Any, object]:
+    """A patch, checked to be the mapping of config path to value it must be."""
+    if not isinstance(patch, dict):
+        raise ConfigError(path, f"expected a mapping of config path to value, got {patch!r}")
+    return patch
+
+
 def _patch(data: Any, patch: object, path: str) -> None:
     """Apply ``{"classes[0].reserved_slots": 0, ...}`` to the raw YAML of a fairness.yaml: each key
     is a path to a value that exists in the file (or a new key of an existing mapping)."""
-    if not isinstance(patch, dict):
-        raise ConfigError(path, f"expected a mapping of config path to value, got {patch!r}")
-    for key, value in patch.items():
+    for key, value in _patch_items(patch, path).items():
         where = f'{path}."{key}"'
         steps = _PATCH_STEP.findall(str(key))
         if not steps or "".join(f"[{i}]" if i else f".{n}" for n, i in steps).lstrip(".") != key:
@@ -693,7 +698,7 @@ def _config_changes(r: Reader, data: Any, duration: float) -> tuple[ConfigChange
             raise c.error("at", f"must be inside the scenario's duration (0 to {duration:g}s, exclusive), got {at:g}s")
         if changes and at <= changes[-1].at:
             raise c.error("at", f"must be later than config_changes[{i - 1}].at: list the changes in time order")
-        patch = c.require("patch", lambda v, p: v)
+        patch = c.require("patch", _patch_items)
         data = copy.deepcopy(data)
         try:
             _patch(data, patch, c.sub("patch"))
@@ -703,7 +708,7 @@ def _config_changes(r: Reader, data: Any, duration: float) -> tuple[ConfigChange
             config = parse_config(data)
         except ConfigError as exc:
             raise c.error("patch", f"the patched config is invalid: {exc}") from None
-        moves = c.get("moves", {}, _moves)
+        moves: dict[str, str] = c.get("moves", {}, _moves)
         try:
             Moves(classes=moves).check(config)
         except ValueError as exc:
@@ -768,10 +773,10 @@ def parse_scenario(data: object, source: str | None = None, base: Path | None = 
     )
     r.done()
     for i, pool in enumerate(scenario.workers):
-        classes = pool.classes
+        serves = pool.classes
         for k, change in enumerate(scenario.config_changes):
-            classes = change.pool_classes(classes)
-            if classes == ():
+            serves = change.pool_classes(serves)
+            if serves == ():
                 raise ConfigError(f"workers[{i}].classes", f"config_changes[{k}] removes every class this pool "
                                   "serves: move one of them to a configured class", source)
     if scenario.scrape_interval > duration:
@@ -779,7 +784,7 @@ def parse_scenario(data: object, source: str | None = None, base: Path | None = 
     return scenario
 
 
-def _list_of(key: str, source: str | None, low: int, high: int) -> Any:
+def _list_of(key: str, source: str | None, low: int, high: int) -> Callable[[object, str], list[Any]]:
     def convert(value: object, path: str) -> list[Any]:
         if not isinstance(value, list) or not low <= len(value) <= high:
             raise ConfigError(path, f"expected a list of {low} to {high} {key}, got {value!r}")
