@@ -81,8 +81,12 @@ class RedisServer:
                  extra_args: tuple[str, ...] = (), binary: str | None = None) -> None:
         self.binary = binary or find_binary("redis-server", INSTALL_HINT)
         self.port = port or free_port()
-        self._tmp = None if directory else tempfile.TemporaryDirectory(prefix="fairctl-redis-")
-        self.directory = Path(directory or self._tmp.name)  # type: ignore[union-attr]
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if directory:
+            self.directory = Path(directory)
+        else:
+            self._tmp = tempfile.TemporaryDirectory(prefix="fairctl-redis-")
+            self.directory = Path(self._tmp.name)
         self.appendonly = appendonly
         self.extra_args = extra_args
         self.process: subprocess.Popen[bytes] | None = None

@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from types import FrameType
 
@@ -261,7 +262,7 @@ class Stack:
             for name in sc.EXPORTERS:
                 self._start(state, name, ports[name], [
                     *fairctl, "exporter", "--config", config_file, "--listen", f"127.0.0.1:{ports[name]}"],
-                    lambda p=ports[name]: _http_ok(f"http://127.0.0.1:{p}/metrics"))
+                    partial(_http_ok, f"http://127.0.0.1:{ports[name]}/metrics"))
             self._start(state, sc.ALERTMANAGER, ports[sc.ALERTMANAGER], [
                 binaries["alertmanager"], f"--config.file={self.directory / 'alertmanager.yml'}",
                 f"--storage.path={self.directory / 'data/alertmanager'}",
@@ -362,7 +363,8 @@ class Stack:
             stopped += self._stop_all(batch)
         stopped.sort(key=[s.name for s in state.services].index)
         self.stopped = stopped
-        held = [f"{s.name} :{s.port}" for s in state.services if s.port is not None and not wait_until(lambda p=s.port: _port_free(p), PORT_TIMEOUT_S)]
+        held = [f"{s.name} :{s.port}" for s in state.services
+                if s.port is not None and not wait_until(partial(_port_free, s.port), PORT_TIMEOUT_S)]
         state.services = [s for s in state.services if _alive(s.pid) and self._ours(s)]
         state.save()
         if held:
@@ -387,7 +389,7 @@ class Stack:
                     os.killpg(service.pid, sig)
                 except ProcessLookupError:
                     pass
-            wait_until(lambda batch=left: all(self._gone(s.pid) for s in batch), STOP_TIMEOUT_S)
+            wait_until(lambda: all(self._gone(s.pid) for s in left), STOP_TIMEOUT_S)  # called before left changes
             left = [s for s in left if not self._gone(s.pid)]
             if not left:
                 break
@@ -427,7 +429,7 @@ def _signals_deferred() -> Iterator[None]:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for signum, frame in arrived:
-            handler = previous[signum]
+            handler = previous[signal.Signals(signum)]
             if callable(handler):
                 handler(signum, frame)
             elif handler == signal.SIG_DFL:
