@@ -16,10 +16,10 @@ from typing import Any
 import yaml
 
 from alerts import promtool
-from alerts.mutation import pruned_copies
 from fairness_core import Config, Scheduler, load_config
 from fairness_core.worker import Worker
 
+from .alert_mutation import pruned_copies
 from .conftest import EXAMPLE_CONFIG, ROOT, make_config
 
 
@@ -102,7 +102,7 @@ def running(worker: Worker) -> Iterator[threading.Thread]:
 
 def promtool_passes_generated_tests(generated: Path, scratch: Path) -> str:
     """promtool on every test file of a generated alerts set, each against only the rules it reads
-    (alerts.mutation.pruned_copies: the same verdicts at a quarter of the CPU). The committed set
-    runs whole in tests/test_alerts.py, as a user runs it; a set generated for another config runs
-    pruned here."""
+    (alert_mutation.pruned_copies: the same verdicts at a quarter of the CPU). The committed set runs
+    whole in tests/test_alerts.py, as a user runs it; a set generated for another config runs pruned
+    here."""
     return promtool.test_rules(*pruned_copies(generated, scratch))

@@ -1,4 +1,4 @@
-"""The mutant generator of alerts/mutation.py on small expressions (each kind's text, label
+"""The mutant generator of tests/alert_mutation.py on small expressions (each kind's text, label
 matchers and metric names untouched, clauses dropped at the right precedence), that mutants stay
 valid rules (promtool check rules), which test files see which rule, and one tiny run."""
 
@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts import mutation, promtool
+from alerts import promtool
 from alerts.layout import GENERATED_DIR, RULES_FILE, TESTS_DIR
 from fairness_core.generated import yaml_text
 
+from . import alert_mutation as mutation
 from .conftest import ROOT
 
 GENERATED = ROOT / GENERATED_DIR

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts import mutation, promtool, recording
+from alerts import promtool, recording
 from alerts.layout import RULES_FILE, TESTS_DIR, runbook_file
 from alerts.rules import ACCOUNT_DOMINATING_QUEUE, TENANT_DOMINATING_QUEUE
 from exporter import metrics as m
 from fairness_core import parse_config
 
+from . import alert_mutation as mutation
 from .conftest import EXAMPLE_CONFIG
 from .support import promtool_passes_generated_tests
 from .test_alerts import GENERATED, OTHER_CONFIGS, generate_into

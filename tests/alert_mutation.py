@@ -8,7 +8,7 @@ see the mutated rule run against it. A mutant the tests still pass ("survives") 
 behaviour nobody would notice: a missing boundary case, or a truly equivalent rewrite, which goes
 on :data:`EQUIVALENTS` with the argument why.
 
-``python -m alerts.mutation [--jobs N] [--only RULE] [--list]``; exit code 1 when a mutant not
+``python -m tests.alert_mutation [--jobs N] [--only RULE] [--list]``; exit code 1 when a mutant not
 listed as equivalent survives.
 """
 
@@ -37,10 +37,10 @@ from exporter import metrics as m
 from fairness_core.config import format_duration, parse_duration
 from fairness_core.generated import yaml_text
 
-from . import promtool
-from . import recording as rec
-from .layout import GENERATED_DIR, RULES_FILE, TESTS_DIR
-from .promql import number
+from alerts import promtool
+from alerts import recording as rec
+from alerts.layout import GENERATED_DIR, RULES_FILE, TESTS_DIR
+from alerts.promql import number
 
 # Mutant id (or fnmatch pattern over ids) -> why that change cannot alter any alert or recording.
 # Only rigorous arguments belong here: a survivor is a missing test until proven otherwise.
@@ -546,7 +546,8 @@ def report(outcomes: Sequence[Outcome], seconds: float, jobs: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m alerts.mutation", description=(__doc__ or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.alert_mutation",
+                                     description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="promtool runs at a time")
     parser.add_argument("--only", action="append", metavar="RULE", help="record or alert name (repeatable)")
     parser.add_argument("--list", action="store_true", help="list the mutants without running them")
