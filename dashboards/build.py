@@ -1,5 +1,5 @@
-"""The two dashboards as grafanalib objects, built from the config, the metric contract and the
-recording rules, and their import-ready JSON.
+"""The three dashboards (overview, tenant, runbooks) as grafanalib objects, built from the config,
+the metric contract and the recording rules, and their import-ready JSON.
 
 Panels are declared as sections of (panel, width) and placed by :func:`layout`, so adding a panel
 never means recomputing coordinates by hand. Every panel and query uses the ``$datasource``
