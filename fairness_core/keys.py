@@ -167,6 +167,10 @@ class Keys:
     def charged(self) -> str:
         return self.base + CHARGED
 
+    def rate_bucket(self, bucket: int) -> str:
+        """The accepted jobs of each tenant (and account) in one rate-window bucket."""
+        return f"{self.base}{RATE_SPACE}{bucket}"
+
     def dedup(self, key: str) -> str:
         """The record of the job first submitted with ``key``."""
         return self.base + DEDUP_SPACE + key

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Container, Mapping, Sequence
 
 from .accounts import account_of
+from .admission import NOWHERE, Elsewhere
 from .classification import classify
 from .config import Config
 from .config_store import NO_MOVES, ConfigRefused, Moves, Names
@@ -65,7 +66,7 @@ class _Class:
 
 
 class Model:
-    """Same operations as :class:`fairness_core.Scheduler`, each taking ``now_ms`` first. Every
+    """Same operations as :class:`fairness_core.scheduler.Scheduler` (the driver of one queue group), each taking ``now_ms`` first. Every
     value derived from the config comes from ``settings``, the same object the script is built from.
     ``incarnation``: the token of the group's state its leases carry, as Redis records when the
     group was created ('' none); a lease carrying another is refused, as of a state since lost."""
@@ -312,13 +313,14 @@ class Model:
             cls.backlog.remove(tenant)
             party = self._party(tenant)
             members = cls.accounts.get(party)
+            gone = True  # the party has no tenant queued in the class any more
             if members is not None:
                 members.remove(tenant)
                 if members:
-                    party = None  # the account has other tenants queued
+                    gone = False  # the account has other tenants queued
                 else:
                     del cls.accounts[party]
-            if party is not None:
+            if gone:
                 cls.tags.remove(party)
                 self._count_tier(queue, cls.cost.pop(party, self.settings.default_tier), -1)
         else:
@@ -464,7 +466,7 @@ class Model:
         return self.submit(now, task, tenant, payload, tier=tier, user_waiting=user_waiting).job_id
 
     def submit(self, now: int, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
-               user_waiting: bool = False, key: str | None = None) -> Enqueued:
+               user_waiting: bool = False, key: str | None = None, elsewhere: Elsewhere = NOWHERE) -> Enqueued:
         """As the Scheduler's: a ``key`` that names a job accepted within ``scheduler.dedup_window``
         returns that job, counted as deduplicated; an accepted job's key names it from now on."""
         if key is not None:
@@ -473,33 +475,36 @@ class Model:
             if first is not None and until > now:
                 self._stat("deduplicated", first.queue, 1)
                 return first
-        queue, reason, _ = self.submit_many(now, task, tenant, 1, payload, tier=tier, user_waiting=user_waiting)[0]
+        queue, reason, _ = self.submit_many(now, task, tenant, 1, payload, tier=tier, user_waiting=user_waiting,
+                                            elsewhere=elsewhere)[0]
         job = Enqueued(str(self.seq), queue, reason)
         if key is not None:
             self.keyed[key] = (now + self.settings.dedup_window_ms, job)
         return job
 
     def submit_many(self, now: int, task: str, tenant: str, count: int, payload: Any = None, *,
-                    tier: str | None = None, user_waiting: bool = False) -> list[tuple[str, str, int]]:
+                    tier: str | None = None, user_waiting: bool = False,
+                    elsewhere: Elsewhere = NOWHERE) -> list[tuple[str, str, int]]:
         """``count`` jobs queued exactly as ``count`` calls of :meth:`submit` at ``now`` would queue
         them (ids ``seq+1 ..``, classes, reasons, budget decisions, tenant-limit refusals and the
         whole state), returned as runs of (class, reason, jobs); TenantLimitReached once the tenant
         is at a limit (every job left counted as refused), BudgetRejected at a rejection. Jobs
         for a class without an arrival budget are queued in one step, so the simulator's
-        2.3-million-job burst costs about a second, not a minute."""
+        2.3-million-job burst costs about a second, not a minute. ``elsewhere``: what the tenant's
+        limits count on a sharded queue's other shards, as the script adds it."""
         task, tenant, tier, body = self._checked(task, tenant, tier, payload, user_waiting)
         decision = classify(self.config, task, tier=tier, user_waiting=user_waiting)
         wanted = self.config.class_index(decision.queue)
         has_budget = self.settings.has_budget
         s = self.settings
         limit = s.max_queued.get(tier, 0)
-        room: float = limit - self._queued(tenant) if limit else math.inf
+        room: float = limit - self._queued(tenant) - elsewhere.queued if limit else math.inf
         account = self._party(tenant)
-        account_room: float = (s.account_max_queued - self._queued(account, account=True)
+        account_room: float = (s.account_max_queued - self._queued(account, account=True) - elsewhere.account_queued
                                if s.account_max_queued else math.inf)
-        rate_room = self._rate_room(now, tenant, s.rate_allowed.get(tier, 0))
+        rate_room = self._rate_room(now, tenant, s.rate_allowed.get(tier, 0), elsewhere.rate)
         account_field = ACCOUNT_RATE_MARK + account
-        account_rate_room = self._rate_room(now, account_field, s.account_rate_allowed)
+        account_rate_room = self._rate_room(now, account_field, s.account_rate_allowed, elsewhere.account_rate)
         runs: list[tuple[str, str, int]] = []
         left = count
         while left > 0:
@@ -559,11 +564,28 @@ class Model:
         return int(sum((cls.account_backlog if account else cls.backlog).score(member) or 0
                        for cls in map(self._cls, self.names)))
 
-    def _rate_room(self, now: int, field: str, allowed: float) -> float:
+    def admission_counts(self, now: int, tenant: str) -> Elsewhere:
+        """What this group holds of ``tenant``'s admission counts (its and its account's queued
+        jobs, and their rate estimates at ``now``): what a sharded queue reads of the shards an
+        enqueue does not go to (:class:`fairness_core.admission.LimitReads`)."""
+        account = self._party(tenant)
+        return Elsewhere(self._queued(tenant), self._queued(account, account=True),
+                         self._rate_estimate(now, tenant), self._rate_estimate(now, ACCOUNT_RATE_MARK + account))
+
+    def _rate_estimate(self, now: int, field: str) -> float:
+        """As the Lua's ``rate_estimate``: the previous bucket's accepted jobs weighted by the part
+        of it still in the window, plus the current bucket's."""
+        window = self.settings.rate_window_ms
+        bucket = math.floor(now / window)
+        part = self.rates.get(bucket - 1, {}).get(field, 0) * (window - (now - bucket * window)) / window
+        return part + self.rates.get(bucket, {}).get(field, 0)
+
+    def _rate_room(self, now: int, field: str, allowed: float, elsewhere: float = 0.0) -> float:
         """The jobs the rate field ``field`` (a tenant, or an account's) may still have accepted at
         ``now`` under ``allowed`` jobs a window (inf: 0, no rate limit), each decided as the Lua's
         ``rate_estimate`` decides it, float for float: job k is accepted while the estimate with
-        the k before it counted stays under the allowance."""
+        the k before it counted (and ``elsewhere``, the other shards' estimate) stays under the
+        allowance."""
         if not allowed:
             return math.inf
         window = self.settings.rate_window_ms
@@ -572,9 +594,9 @@ class Model:
         cur = self.rates.get(bucket, {}).get(field, 0)
 
         def accepted(k: int) -> bool:
-            return part + (cur + k) < allowed
+            return part + (cur + k) + elsewhere < allowed
 
-        n = max(0, math.ceil(allowed - part - cur))  # the first refused job, give or take rounding
+        n = max(0, math.ceil(allowed - part - cur - elsewhere))  # the first refused job, give or take rounding
         while n > 0 and not accepted(n - 1):
             n -= 1
         while accepted(n):
@@ -641,7 +663,8 @@ class Model:
         for _, runtime in finished:
             _runtime(runtime)  # an invalid one refuses the whole call, as the Scheduler's does
         # The acks settle the leases of the pop's own worker, as the Lua's do.
-        acked = [self.ack(now, replace(lease, owner=owner), runtime=runtime) for lease, runtime in finished]
+        acked: list[bool | None] = [self.ack(now, replace(lease, owner=owner), runtime=runtime)
+                                    for lease, runtime in finished]
         leases = self.pop(now, max_jobs, classes=classes, owner=owner)
         return Popped(acked=acked, leases=leases, held_back=not leases and self._held_back(classes))
 
@@ -1004,7 +1027,7 @@ class Model:
                  served_before.score(t) or 0.0)
                 for t, _ in cls.backlog.top(s.sample)
             ]
-            by_account = {}
+            by_account: dict[str, Any] = {}
             if s.account_sep:
                 accounts_now = cls.account_served.get(bucket, empty).top(s.served_top)
                 accounts_before = cls.account_served.get(bucket - 1, empty).top(s.served_top)

@@ -1,6 +1,13 @@
-"""The scheduler on Redis: a thin Python shell around one atomic Lua script.
+"""The driver of one queue group on Redis: its Lua script, the connections its calls go on, and
+its applied config. :class:`fairness_core.queue.Queue` is what everything else uses; it runs one
+driver per group.
 
-Every decision and its effect (classify-then-push, choose-class-then-tenant-then-pop-and-lease,
+The driver is more than a shell around the script: it checks every argument before sending
+anything, sends each call on a connection of its thread's own and tells a lost reply from a call
+never sent (a keyed submit is sent once more, an unkeyed one is not), follows the group's applied
+config (syncing when the script finds it stale, reloading the library after a restart), refuses
+enqueues near maxmemory, and notices when the group's state was lost under it. Every decision and
+its effect (classify-then-push, choose-class-then-tenant-then-pop-and-lease,
 ack, nack, reap, promote) is one script call, so a fleet of workers shares exact weighted shares
 and nothing is lost or half-written when a worker or the connection dies between calls.
 """
@@ -15,6 +22,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import hiredis
 import redis
 
+from .admission import NOWHERE, Elsewhere
 from .classification import classify
 from .config import Config, ConfigError
 from .config_store import (
@@ -44,7 +52,6 @@ DEAD_PAGE = 100
 STALE, DAMAGED = "FAIRCTL_STALE_CONFIG", "FAIRCTL_DAMAGED"
 # Syncs one call may need: more means the applied config changes faster than it can be read.
 SYNC_TRIES = 5
-_UNSEEN = object()  # the group's state before a process first looks
 T = TypeVar("T")
 
 log = logging.getLogger("fairctl.config")
@@ -80,7 +87,8 @@ class Scheduler:
         self._declared = self.keys.declared()
         self.applied: Applied | None = None
         self.resets = 0  # times this process found the group's state reset under it
-        self._state: GroupState | None | object = _UNSEEN  # the group's state as last seen (None: gone)
+        self._state: GroupState | None = None  # the group's state as last seen (None: gone)
+        self._looked = False  # whether this process has looked at the group's state yet
         self._lost: GroupState | None = None  # the state last lost, while the group has none
         self._state_lock = threading.Lock()
         self._ran = False  # a script call has run: a sync from now on follows a change, not a start
@@ -174,8 +182,9 @@ class Scheduler:
         without persistence, a failover to an empty replica or a FLUSHALL took every job and
         lease of the group with it."""
         with self._state_lock:
-            before, self._state = self._state, state
-            if before is _UNSEEN or before is None or (state is not None and state.created == before.created):
+            before, looked = self._state, self._looked
+            self._state, self._looked = state, True
+            if not looked or before is None or (state is not None and state.created == before.created):
                 return False  # a first look, a loss already told, or the same state
             self.resets += 1
             self._lost = before
@@ -285,7 +294,7 @@ class Scheduler:
         return self.submit(task, tenant, payload, tier=tier, user_waiting=user_waiting).job_id
 
     def submit(self, task: str, tenant: str, payload: Any = None, *, tier: str | None = None,
-               user_waiting: bool = False, key: str | None = None) -> Enqueued:
+               user_waiting: bool = False, key: str | None = None, elsewhere: Elsewhere = NOWHERE) -> Enqueued:
         """Like :meth:`enqueue`, also telling the class and reason the job was queued under.
 
         ``key`` makes the submit safe to retry, as an idempotency key: while a job accepted with
@@ -293,13 +302,14 @@ class Scheduler:
         returns that job (queued, running or done), counted as ``deduplicated``. Decided in the
         enqueue's own script call, so two producers racing with one key make one job; and a keyed
         submit whose reply was lost (:class:`ReplyLost`) is sent once more, returning the job the
-        first send made. An unkeyed one raises it: sent again, it would queue a second job."""
+        first send made. An unkeyed one raises it: sent again, it would queue a second job.
+        ``elsewhere``: what the tenant's limits count on a sharded queue's other shards."""
         body = encode_payload(payload, self.config)
         keyed = () if key is None else (check_key(key),)
         heads: list[tuple[object, ...]] = []
 
         def build() -> tuple[object, ...]:
-            heads.append(self._enqueue_args(task, tenant, tier, user_waiting))
+            heads.append(self._enqueue_args(task, tenant, tier, user_waiting, elsewhere))
             return (*heads[-1], body, *keyed)
 
         self.memory.check()
@@ -308,7 +318,8 @@ class Scheduler:
         return self._enqueued(reply, heads[-1])
 
     def submit_many(self, task: str, tenant: str, payloads: Sequence[Any], *, tier: str | None = None,
-                    user_waiting: bool = False, keys: Sequence[str] | None = None) -> list[Enqueued | None]:
+                    user_waiting: bool = False, keys: Sequence[str] | None = None,
+                    elsewhere: Elsewhere = NOWHERE) -> list[Enqueued | None]:
         """One job per payload, all for the same task and tenant, in one pipelined round trip: a
         burst (a load generator, a backfill) is not held to one round trip per job. The jobs go in
         script calls of up to :data:`ENQUEUE_BATCH`, each job decided in turn exactly as by
@@ -317,7 +328,7 @@ class Scheduler:
         before anything is sent. ``keys``: one per payload, each as :meth:`submit`'s ``key``; a
         keyed batch whose connection fails is sent once more, as the keys make that safe (the jobs
         the first send queued come back as they were)."""
-        self._enqueue_args(task, tenant, tier, user_waiting)  # InvalidJob before anything is sent
+        self._enqueue_args(task, tenant, tier, user_waiting, elsewhere)  # InvalidJob before anything is sent
         bodies = [encode_payload(p, self.config) for p in payloads]
         if keys is not None:
             if len(keys) != len(bodies):
@@ -328,7 +339,7 @@ class Scheduler:
         results: list[Enqueued | None] = [None] * (len(bodies) // per_job)
         todo = list(range(0, len(results), ENQUEUE_BATCH))  # the first job of each call
         for _ in range(SYNC_TRIES):
-            head = self._enqueue_args(task, tenant, tier, user_waiting)
+            head = self._enqueue_args(task, tenant, tier, user_waiting, elsewhere)
 
             def send() -> list[Any]:
                 with redis_errors(self.client):
@@ -336,7 +347,8 @@ class Scheduler:
                     for first in todo:
                         batch = bodies[first * per_job:(first + ENQUEUE_BATCH) * per_job]
                         library.queue(pipe, library.enqueue, self._declared, self._argv(op, *head[1:], *batch))
-                    return pipe.execute(raise_on_error=False)
+                    sent: list[Any] = pipe.execute(raise_on_error=False)
+                    return sent
 
             replies = _once_more(send, keyed=keys is not None)
             again: list[int] = []
@@ -344,7 +356,7 @@ class Scheduler:
             for first, reply in zip(todo, replies):
                 if not isinstance(reply, Exception):
                     for i, job in enumerate(reply, first):
-                        results[i] = self._enqueued(job, head, raise_rejected=False)
+                        results[i] = _accepted(job)
                 elif str(reply).startswith(STALE) or missing(reply):
                     again.append(first)
                 else:
@@ -373,7 +385,7 @@ class Scheduler:
         if conn is None:
             pool = self.client.connection_pool
             conn = self._own.conn = pool.connection_class(**pool.connection_kwargs)
-        packed = [hiredis.pack_command(command)]  # 0.9 µs; redis-py's pack_command wrapping it: 3.4 µs
+        packed = [hiredis.pack_command(command)]  # type: ignore[arg-type]  # its stub types one element; 0.9 µs; redis-py's pack_command wrapping it: 3.4 µs
         _drop_if_closed(conn)
         try:
             conn.send_packed_command(packed, check_health=False)
@@ -413,7 +425,8 @@ class Scheduler:
         if any(str(e).startswith(STALE) for e in errors):
             self.sync()
 
-    def _enqueue_args(self, task: str, tenant: str, tier: str | None, user_waiting: bool) -> tuple[object, ...]:
+    def _enqueue_args(self, task: str, tenant: str, tier: str | None, user_waiting: bool,
+                      elsewhere: Elsewhere) -> tuple[object, ...]:
         """The enqueue op's arguments but the payload, after checking each (InvalidJob names it)."""
         task = check_task(task)
         tenant = check_tenant(tenant, self.config)
@@ -421,18 +434,17 @@ class Scheduler:
         if not isinstance(user_waiting, bool):
             raise InvalidJob("user_waiting", f"expected true or false, got {user_waiting!r}")
         decision = classify(self.config, task, tier=tier, user_waiting=user_waiting)
-        return ("enqueue", self.config.class_index(decision.queue) + 1, tenant, tier, task, decision.reason)
+        return ("enqueue", self.config.class_index(decision.queue) + 1, tenant, tier, task, decision.reason,
+                elsewhere.argument())
 
-    def _enqueued(self, reply: Any, head: tuple[object, ...], *, raise_rejected: bool = True) -> Enqueued | None:
+    def _enqueued(self, reply: Any, head: tuple[object, ...]) -> Enqueued:
         """The script's reply as the job queued; for a job refused at a tenant limit or rejected by a
-        budget, None (``raise_rejected`` false) or the error."""
-        job_id, queue, reason, *limit = reply
-        if job_id:
-            return Enqueued(_text(job_id), _text(queue), _text(reason))
-        if not raise_rejected:
-            return None
-        if limit:
-            raise TenantLimitReached.at(self.config, str(head[2]), str(head[3]), _text(limit[0]))
+        budget, the error."""
+        job = _accepted(reply)
+        if job is not None:
+            return job
+        if reply[3:]:  # a tenant limit's name and value after the reason
+            raise TenantLimitReached.at(self.config, str(head[2]), str(head[3]), _text(reply[3]))
         asked = self.settings.classes[int(str(head[1])) - 1]
         raise BudgetRejected(f"{asked} is over its arrival budget; job for tenant {head[2]!r} rejected")
 
@@ -465,7 +477,8 @@ class Scheduler:
         self.memory.ensure_policy()
         _now, items, acked, held, incarnation = self._synced(build)
         return Popped(acked=[bool(a) for a in acked],
-                      leases=[popped_lease(self.settings.names, *item, owner, incarnation) for item in items],
+                      leases=[popped_lease(self.settings.names, queue, tenant, attempts, envelope, owner, incarnation)
+                              for queue, tenant, attempts, envelope in items],
                       held_back=held == 1)
 
     def ack(self, lease: Lease, *, runtime: float | None = None) -> bool:
@@ -659,7 +672,7 @@ class Scheduler:
                 library, pipe = self._library, self._pipeline()
                 for op in calls():
                     library.queue(pipe, library.drain, self._declared, self._argv(*op))
-                replies = pipe.execute(raise_on_error=False)
+                replies: list[Any] = pipe.execute(raise_on_error=False)
             errors = [r for r in replies if isinstance(r, Exception)]
             if not errors:
                 self._ran = True
@@ -756,6 +769,12 @@ def _once_more(send: Callable[[], T], *, keyed: bool) -> T:
         return send()
 
 
+def _accepted(reply: Any) -> Enqueued | None:
+    """The script's reply to one job as the job queued; None for a job refused or rejected."""
+    job_id, queue, reason = reply[:3]
+    return Enqueued(_text(job_id), _text(queue), _text(reason)) if job_id else None
+
+
 def check_pop(max_jobs: int, classes: Sequence[str] | None) -> None:
     """A pop's arguments, checked before anything is sent (ValueError naming the argument)."""
     if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or not 1 <= max_jobs <= MAX_POP:
@@ -774,7 +793,7 @@ def _pairs_int(flat: list[Any]) -> dict[str, int]:
 
 def _raw_class(reply: list[Any]) -> RawClass:
     heads, active, backlog, inflight, now, before, now_total, before_total, rows, accounts = reply
-    by_account = {}
+    by_account: dict[str, Any] = {}
     if accounts:  # with accounts: the parties queued, their service in both buckets, their backlog
         keys = accounts[4]
         by_account = {"active_accounts": int(accounts[0]), "accounts_now": _pairs(accounts[1]),
@@ -795,7 +814,7 @@ def _optional_float(value: bytes | str) -> float | None:
     return float(text) if text else None
 
 
-def _script_error(exc: redis.ResponseError) -> Exception:
+def _script_error(exc: Exception) -> Exception:
     """The script's own refusal as fairctl's error; any other error as it is."""
     text = str(exc)
     if text.startswith(DAMAGED):

@@ -16,11 +16,13 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fairness_core import BudgetRejected, Finished, Lease, Model, Scheduler, TenantLimitReached
+from fairness_core import BudgetRejected, Finished, Lease, Model, TenantLimitReached
+from fairness_core.admission import NOWHERE, Elsewhere
 from fairness_core.config import POLICIES, parse_config
 from fairness_core.config_dump import config_to_data
 from fairness_core.config_store import CREATED_MS, ConfigRefused, Moves
 from fairness_core.jobs import settled
+from fairness_core.scheduler import Scheduler
 
 from .conftest import make_config
 from .redis_state import _glob, read_state
@@ -56,8 +58,10 @@ configs = st.fixed_dictionaries({
 # A runtime a worker reports (seconds): none, under the minimum charge, about the seed, far above it.
 runtimes = st.sampled_from([None, 0.0, 0.0004, 0.05, 0.2, 0.5, 2.0])
 
+# What a sharded queue's other shards hold of the tenant's limits (the enqueue's ``elsewhere``).
+elsewheres = st.sampled_from([NOWHERE, NOWHERE, Elsewhere(2, 1, 0.5, 1.25), Elsewhere(5, 3, 2.0, 3.5)])
 enqueues = st.tuples(st.just("enqueue"), st.sampled_from(TASKS), st.sampled_from(TENANTS),
-                     st.sampled_from([None, "enterprise", "pro", "free"]), st.booleans(), st.integers(1, 8))
+                     st.sampled_from([None, "enterprise", "pro", "free"]), st.booleans(), st.integers(1, 8), elsewheres)
 # Keyed submits (one by one, or a batch with submit_many): a key again within the window (30s)
 # returns the first job; "sleep"s carry some past it.
 keyed = st.tuples(st.just("keyed"), st.sampled_from(TASKS), st.sampled_from(TENANTS),
@@ -204,7 +208,8 @@ def _run(target: Any, op: tuple, now: int | None, leases: list[Lease]) -> Any:
         out = []
         for i in range(op[5]):
             try:
-                out.append(target.submit(*args, op[1], op[2], {"n": i}, tier=op[3], user_waiting=op[4]))
+                out.append(target.submit(*args, op[1], op[2], {"n": i}, tier=op[3], user_waiting=op[4],
+                                         elsewhere=op[6] if len(op) > 6 else NOWHERE))
             except BudgetRejected:
                 out.append("rejected")
             except TenantLimitReached as exc:

@@ -553,10 +553,20 @@ local function queued_in_classes(part, member)
   return queued
 end
 
+-- On a sharded queue, what the tenant's limits count on the other shards of its hand (an enqueue's
+-- argument, '' for none: fairness_core.admission): its queued jobs, its account's, and the two rate
+-- estimates', added to this shard's own.
+local elsewhere = {0, 0, 0, 0}
+local function held_elsewhere(arg)
+  elsewhere = {0, 0, 0, 0}
+  local i = 1
+  for v in string.gmatch(arg, '[^,]+') do elsewhere[i], i = tonumber(v), i + 1 end
+end
+
 local function at_limit(tenant, tier)
   local limit = cfg.max_queued[tier] or 0
   if limit == 0 then return nil end
-  if queued_in_classes(PART_BACKLOG, tenant) >= limit then return limit end
+  if queued_in_classes(PART_BACKLOG, tenant) + elsewhere[1] >= limit then return limit end
   return nil
 end
 
@@ -573,7 +583,7 @@ end
 
 local function over_rate(tenant, tier)
   local allowed = cfg.rate_allowed[tier] or 0
-  if allowed == 0 or rate_estimate(tenant) < allowed then return nil end
+  if allowed == 0 or rate_estimate(tenant) + elsewhere[3] < allowed then return nil end
   return cfg.max_rate[tier]
 end
 
@@ -621,7 +631,8 @@ local function enqueue_one(asked, tenant, tier, task, asked_reason, payload, key
       stat('refused', cfg.classes[asked], 1)
       return {'', cfg.classes[asked], asked_reason, 'max_queued', limit}
     end
-    if cfg.account_max_queued > 0 and queued_in_classes(PART_ACCOUNT_BACKLOG, account_of(tenant)) >= cfg.account_max_queued then
+    if cfg.account_max_queued > 0 and queued_in_classes(PART_ACCOUNT_BACKLOG, account_of(tenant)) + elsewhere[2]
+        >= cfg.account_max_queued then
       stat('refused', cfg.classes[asked], 1)
       return {'', cfg.classes[asked], asked_reason, 'account_max_queued', cfg.account_max_queued}
     end
@@ -632,7 +643,7 @@ local function enqueue_one(asked, tenant, tier, task, asked_reason, payload, key
       stat('refused', cfg.classes[asked], 1)
       return {'', cfg.classes[asked], asked_reason, 'max_rate', tostring(rate)}
     end
-    if account_rate and rate_estimate(account_rate) >= cfg.account_rate_allowed then
+    if account_rate and rate_estimate(account_rate) + elsewhere[4] >= cfg.account_rate_allowed then
       stat('refused', cfg.classes[asked], 1)
       return {'', cfg.classes[asked], asked_reason, 'account_max_rate', tostring(cfg.account_max_rate)}
     end
@@ -659,27 +670,31 @@ local function enqueue_one(asked, tenant, tier, task, asked_reason, payload, key
   return {tostring(id), c, reason}
 end
 
--- ARGV[4..9]: enqueue_one's arguments, ARGV[10]: the job's key (absent: none).
+-- ARGV[4..8]: enqueue_one's arguments but the payload, ARGV[9]: the tenant's counts elsewhere
+-- (held_elsewhere), ARGV[10]: the payload, ARGV[11]: the job's key (absent: none).
 function ops.enqueue()
-  return enqueue_one(tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+  held_elsewhere(ARGV[9])
+  return enqueue_one(tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[10], ARGV[11])
 end
 
--- ARGV[4..8]: enqueue_one's arguments but the payload, then one payload per job: a batch of one
--- tenant's jobs of one task in one call, each decided in turn exactly as its own enqueue would be
--- (admission, budget, id, order). One reply per job, as enqueue's. The call's fixed work (the
--- config check, the clock, the counters' writes) is paid once, not once a job.
+-- ARGV[4..9]: as enqueue's, then one payload per job: a batch of one tenant's jobs of one task in
+-- one call, each decided in turn exactly as its own enqueue would be (admission, budget, id,
+-- order). One reply per job, as enqueue's. The call's fixed work (the config check, the clock, the
+-- counters' writes) is paid once, not once a job.
 function ops.enqueue_many()
   local asked, tenant, tier, task, reason = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+  held_elsewhere(ARGV[9])
   local out = {}
-  for i = 9, #ARGV do out[i - 8] = enqueue_one(asked, tenant, tier, task, reason, ARGV[i]) end
+  for i = 10, #ARGV do out[i - 9] = enqueue_one(asked, tenant, tier, task, reason, ARGV[i]) end
   return out
 end
 
--- As enqueue_many, with a key and a payload per job after ARGV[8].
+-- As enqueue_many, with a key and a payload per job after ARGV[9].
 function ops.enqueue_keyed_many()
   local asked, tenant, tier, task, reason = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+  held_elsewhere(ARGV[9])
   local out = {}
-  for i = 9, #ARGV, 2 do out[#out + 1] = enqueue_one(asked, tenant, tier, task, reason, ARGV[i + 1], ARGV[i]) end
+  for i = 10, #ARGV, 2 do out[#out + 1] = enqueue_one(asked, tenant, tier, task, reason, ARGV[i + 1], ARGV[i]) end
   return out
 end
 
