@@ -16,7 +16,7 @@ import sys
 
 import redis
 
-from fairness_core import Scheduler
+from fairness_core import Queue
 from fairness_stack.servers import RedisServer
 
 from .harness import Row, server_us
@@ -29,7 +29,7 @@ TENANT = "marketing"
 TARGET = 0.01  # memory grown while refused, as a share of what the accepted jobs took
 
 
-def flood(scheduler: Scheduler, jobs: int) -> int:
+def flood(scheduler: Queue, jobs: int) -> int:
     """Submit ``jobs`` newsletter jobs for the flooding tenant in chunks; how many were accepted."""
     accepted = 0
     for first in range(0, jobs, CHUNK):
@@ -43,7 +43,7 @@ def row(url: str, limit: int, storm: int) -> Row:
     client = redis.Redis.from_url(url)
     config = bench_config(url, "admission")
     config = dataclasses.replace(config, tenants=dataclasses.replace(config.tenants, max_queued=limit))
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     counts: dict[str, int] = {}
     accepted_bytes = grown_by(client, lambda: counts.update(accepted=flood(scheduler, limit)))
     accept_us = server_us(client, "fcall", lambda: scheduler.submit_many(

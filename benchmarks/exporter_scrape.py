@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter import metrics as m
 from exporter.collector import scrape_client
 from exporter.server import exporter_server
-from fairness_core import Scheduler
+from fairness_core import open_queue
 from fairness_stack.servers import RedisServer
 
 from .load import bench_config, populate
@@ -63,7 +63,7 @@ def scrape(server: RedisServer, label: str, prefix: str, tenants: int, jobs_per_
     """Scrape the exporter of an already loaded queue group ``scrapes`` times over HTTP."""
     config = bench_config(server.url, prefix)
     admin = redis.Redis.from_url(server.url, decode_responses=True)
-    with exporter_server(config, Scheduler(config, scrape_client(config)), "127.0.0.1", 0) as exporter:
+    with exporter_server(config, open_queue(config, scrape_client(config)).groups()[0], "127.0.0.1", 0) as exporter:
         for _ in range(3):  # warm up: script cache, connection, code paths
             body = fetch(exporter.url)
         before = commands(admin)

@@ -14,7 +14,7 @@ from itertools import count
 
 import redis
 
-from fairness_core import Scheduler
+from fairness_core import Queue
 
 from .harness import Row, alternate, per_second, rate, server_us
 from .load import bench_config, payload
@@ -28,7 +28,7 @@ TARGET = 0.85  # keyed submits at most 15% slower
 def row(url: str, jobs: int, repeats: int) -> Row:
     """Row 7c: ``jobs`` submits, keyed against unkeyed, the median of ``repeats`` runs in turns."""
     client = redis.Redis.from_url(url)
-    scheduler = Scheduler(bench_config(url, "keyed"), client)
+    scheduler = Queue(bench_config(url, "keyed"), client)
     runs = count()
 
     def submits(keyed: bool) -> Callable[[], float]:

@@ -1,6 +1,6 @@
 """Queue states the measurements run against: N tenants with jobs queued, some in flight, some done.
 
-Loading is pipelined (``Scheduler.submit_many``, one round trip per tenant) over two processes, so a
+Loading is pipelined (``Queue.submit_many``, one round trip per tenant) over two processes, so a
 million jobs load in about a minute on two cores; every job still goes through the enqueue script.
 """
 
@@ -12,7 +12,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from fairness_core import Config, Lease, Scheduler, load_config, redis_client
+from fairness_core import Config, Lease, Queue, load_config, redis_client
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parent.parent / "fairness.yaml"
 TASKS = ("password_reset", "sync_contacts", "newsletter")  # one per class of the example config
@@ -39,8 +39,8 @@ def bench_config(url: str, prefix: str, charge: str = "jobs", account_separator:
         tenants=dataclasses.replace(config.tenants, account_separator=account_separator))
 
 
-def scheduler(url: str, prefix: str, charge: str = "jobs", account_separator: str | None = None) -> Scheduler:
-    return Scheduler(bench_config(url, prefix, charge, account_separator), redis_client(url))
+def scheduler(url: str, prefix: str, charge: str = "jobs", account_separator: str | None = None) -> Queue:
+    return Queue(bench_config(url, prefix, charge, account_separator), redis_client(url))
 
 
 def _load_tenants(url: str, prefix: str, first: int, last: int, jobs_per_tenant: int) -> None:

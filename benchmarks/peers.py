@@ -3,7 +3,7 @@ RQ and BullMQ on the same redis-server.
 
 Each run starts the system's workers, waits until they are ready, then times from the first
 enqueue to the last completion. The producer enqueues in chunks of 100 with each system's own
-bulk call (``Scheduler.submit_many``, ``Queue.enqueue_many``, ``Queue.addBulk``), so the workers,
+bulk call (fairctl's ``Queue.submit_many``, RQ's ``Queue.enqueue_many``, BullMQ's ``Queue.addBulk``), so the workers,
 not the producer, set the pace. The peers are installed by :func:`install` into
 ``benchmarks/.peers/`` (git-ignored): RQ from PyPI into a virtualenv, BullMQ from npm, run with the
 machine's Node.js (installed from Debian's packages when missing and running as root).
@@ -25,7 +25,7 @@ from pathlib import Path
 import redis
 import yaml
 
-from fairness_core import Scheduler, redis_client
+from fairness_core import Queue, redis_client
 from fairness_core.jobs import SEP
 from fairness_stack.servers import stop_process
 
@@ -146,7 +146,7 @@ def fairctl(url: str, run: str, jobs: int, concurrency: int, batch: int | None =
     data["scheduler"]["budget_min_arrivals"] = config.scheduler.budget_min_arrivals
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as file:
         yaml.safe_dump(data, file)
-    sched = Scheduler(config, redis_client(url))
+    sched = Queue(config, redis_client(url))
     worker = subprocess.Popen(
         [sys.executable, "-m", "fairctl", "worker", "--config", file.name, "--handlers",
          handlers, "--concurrency", str(concurrency), *(["--batch", str(batch)] if batch else []),
@@ -169,11 +169,11 @@ def fairctl(url: str, run: str, jobs: int, concurrency: int, batch: int | None =
         os.unlink(file.name)
 
 
-def processed(sched: Scheduler) -> int:
+def processed(sched: Queue) -> int:
     """Jobs the queue group has processed: its classes' counters, read with one HMGET, as cheap a
     check as the peers' (RQ's finished-registry count, BullMQ's completed count). A snapshot, ten
     script calls' worth of work, would take a few per cent of the machine from the run it times."""
-    fields = [f"processed{SEP}{queue}" for queue in sched.settings.classes]
+    fields = [f"processed{SEP}{queue}" for queue in sched.config.class_names]
     return sum(int(n or 0) for n in sched.client.hmget(sched.keys.stats, fields))
 
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import redis
 import yaml
 
-from fairness_core import Scheduler, open_queue, parse_config, redis_client
-from fairness_core.sharded import LOOK_S
+from fairness_core import Queue, open_queue, parse_config, redis_client
+from fairness_core.queue import LOOK_S
 from fairness_stack.servers import RedisServer, stop_process
 
 from . import peers
@@ -91,7 +91,7 @@ def measure(url: str, key: str, enqueue: Callable[[], None], samples: int, idle:
 
 
 @contextmanager
-def fairctl_worker(url: str, slots: int, name: str, *options: str, reserved: bool = True) -> Iterator[Scheduler]:
+def fairctl_worker(url: str, slots: int, name: str, *options: str, reserved: bool = True) -> Iterator[Queue]:
     """One ``fairctl worker --concurrency slots *options`` on the prefix ``name`` (its pickups go to
     the list ``pickup:<name>``); ``reserved`` False: the example config without reserved slots."""
     data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
@@ -103,7 +103,7 @@ def fairctl_worker(url: str, slots: int, name: str, *options: str, reserved: boo
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as file:
         yaml.safe_dump(data, file)
     # The producer runs the worker's config: the first to call applies its own to the group.
-    scheduler = Scheduler(parse_config(data), redis_client(url))
+    scheduler = Queue(parse_config(data), redis_client(url))
     env = {**os.environ, "PICKUP_REDIS_URL": url, "PICKUP_KEY": f"pickup:{name}"}
     worker = subprocess.Popen([sys.executable, "-m", "fairctl", "worker", "--config", file.name, "--handlers",
                                "benchmarks.pickup_handlers:handlers", "--concurrency", str(slots), "--log-every", "0",
@@ -128,7 +128,7 @@ def bullmq_worker(found: peers.Peers, url: str, slots: int) -> Iterator[Callable
         yield lambda: run_mode("add") and None
 
 
-def stamped(scheduler: Scheduler) -> Callable[[], None]:
+def stamped(scheduler: Queue) -> Callable[[], None]:
     """Enqueue one interactive job stamped with the wall clock (ms)."""
     return lambda: scheduler.submit("password_reset", "acme", {"t": time.time() * 1000}) and None
 

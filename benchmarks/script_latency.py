@@ -25,7 +25,7 @@ from pathlib import Path
 
 import redis
 
-from fairness_core import Lease, Scheduler
+from fairness_core import Lease, Queue
 
 from .load import TASKS, payload
 
@@ -41,7 +41,7 @@ def start(client: redis.Redis) -> None:
     client.slowlog_reset()
 
 
-def sweeps(sched: Scheduler, rounds: int) -> None:
+def sweeps(sched: Queue, rounds: int) -> None:
     """The operations the throughput and scrape runs do not exercise, ``rounds`` times each."""
     for n in range(rounds):
         sched.submit(TASKS[n % len(TASKS)], f"tenant-{n}", payload(n))
@@ -104,7 +104,7 @@ class OnCpu:
     over_1ms: int  # calls above 1 ms in SLOWLOG
 
 
-def on_cpu(client: redis.Redis, pid: int, sched: Scheduler, calls: int) -> OnCpu | None:
+def on_cpu(client: redis.Redis, pid: int, sched: Queue, calls: int) -> OnCpu | None:
     """``calls`` pop+acks of one job each, timed as :class:`OnCpu` says; None where the kernel
     keeps no schedstat (not Linux, or built without it). Leaves the slow log empty, at Redis's
     default threshold."""
@@ -153,7 +153,7 @@ class Commands:
 NOT_THE_SCRIPTS = {"fcall", "info"}  # the calls themselves, and the counting
 
 
-def commands(client: redis.Redis, sched: Scheduler, calls: int) -> Commands:
+def commands(client: redis.Redis, sched: Queue, calls: int) -> Commands:
     """``calls`` pop+acks of one job each, the commands each ran counted from ``INFO
     commandstats`` read just before and after it: the work a call does, which the machine's
     stalls do not change. Nothing else may use the server meanwhile."""

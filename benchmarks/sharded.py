@@ -1,5 +1,5 @@
 """The sharded queue (``redis.shards`` 6, ``redis.shard_hand`` 2) on loopback Redis Clusters of 1, 2
-and 3 masters, driven by the same number of client processes, each with its own ShardedScheduler.
+and 3 masters, driven by the same number of client processes, each with its own Queue.
 
 - **Throughput**, enqueue and pop+ack measured separately: first every client submits its jobs one
   per call (``submit``: the hand's two shards read, then the enqueue script), all of jobs:medium
@@ -44,7 +44,7 @@ import yaml
 from fairness_core import parse_config, redis_client
 from fairness_core.config import Config
 from fairness_core.jobs import Lease
-from fairness_core.sharded import ShardedScheduler
+from fairness_core.queue import Queue
 from fairness_stack.servers import RedisClusterServers
 
 from .harness import log
@@ -98,7 +98,7 @@ class LoopbackCluster(RedisClusterServers):
     def shards_per_master(self) -> list[int]:
         """How many of the benchmark group's shards each master holds, most first (the layout's
         names, placed when the group was first used)."""
-        held = ShardedScheduler(bench_config(self.url), redis_client(self.url)).masters()
+        held = Queue(bench_config(self.url), redis_client(self.url)).masters()
         return sorted([len(held.get(f"127.0.0.1:{node.port}", [])) for node in self.nodes], reverse=True)
 
 
@@ -163,8 +163,8 @@ class CpuSpan:
 
 
 def _client(url: str, index: int, conn: Any, barrier: Any) -> None:
-    """One client process: its own ShardedScheduler, running the phases the parent sends."""
-    sched = ShardedScheduler(bench_config(url), redis_client(url), seed=index)
+    """One client process: its own Queue, running the phases the parent sends."""
+    sched = Queue(bench_config(url), redis_client(url), seed=index)
     serial = 0
     while True:
         command, arg = conn.recv()
@@ -195,7 +195,7 @@ def _client(url: str, index: int, conn: Any, barrier: Any) -> None:
             conn.send((started, time.perf_counter(), sum(done.values()), dict(done)))
 
 
-def _pop_ack(sched: ShardedScheduler, jobs: int) -> Counter[tuple[str, str]]:
+def _pop_ack(sched: Queue, jobs: int) -> Counter[tuple[str, str]]:
     """Pop and ack up to ``jobs`` jobs one per call, each ack riding with the next pop; stops early
     only when a pop finds nothing twice with a fresh view of the shards."""
     done: Counter[tuple[str, str]] = Counter()
@@ -329,7 +329,7 @@ def measure_throughput(fleets: dict[int, Fleet], sizes: Sizes) -> dict[int, Thro
 
 def measure_drift(fleet: Fleet, sizes: Sizes) -> Drift:
     config = bench_config(fleet.cluster.url)
-    sched = ShardedScheduler(config, redis_client(fleet.cluster.url))
+    sched = Queue(config, redis_client(fleet.cluster.url))
     tenants = [(queue, f"{queue.split(':')[1]}-{n}") for queue in TASKS for n in range(sizes.tenants)]
     log(f"sharded: drift, loading {len(tenants) * sizes.backlog:,} jobs for {len(tenants)} tenants")
     parts = [tenants[i::sizes.clients] for i in range(sizes.clients)]
@@ -374,7 +374,7 @@ def section(preset: str, sizes: Sizes, results: dict[int, Throughput], drift: Dr
     lines = [
         (f"Measured by `python -m benchmarks --sharded --preset {preset}` on {time.strftime('%Y-%m-%d %H:%M %Z')} in "
         f"{elapsed_s / 60:.1f} minutes: one logical queue of {SHARDS} shards (shard_hand {HAND}), "
-        f"{sizes.clients} client processes on each cluster, each with its own ShardedScheduler; "
+        f"{sizes.clients} client processes on each cluster, each with its own Queue; "
         f"{sizes.clients} x {sizes.jobs:,} jobs per phase, median of {sizes.repeats} rounds taken in turns "
         f"(1, 2, 3 masters, 1, 2, 3, ...). Load average {os.getloadavg()[0]:.2f} at the end."),
         "",
@@ -397,7 +397,7 @@ def section(preset: str, sizes: Sizes, results: dict[int, Throughput], drift: Dr
         "",
         (f"Drift on the 3-master cluster: {sizes.tenants} tenants per class (default tier), {sizes.backlog} jobs "
         f"each queued, {drift.jobs:,} popped and acked one per call by the {sizes.clients} clients, each keeping the "
-        "ShardedScheduler (view and class account) of the throughput rounds, which served one class; every tenant "
+        "Queue (view and class account) of the throughput rounds, which served one class; every tenant "
         f"still had jobs queued at the end: {'yes' if drift.still_backlogged else '**no**'}."),
         "",
         "| class | weight share | realised share | realised / weight | tenant share / fair share, min | max |",

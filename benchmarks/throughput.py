@@ -1,4 +1,4 @@
-"""Scheduler pop+ack throughput against raw ``LPOP`` from the same Python client on the same Redis.
+"""Queue pop+ack throughput against raw ``LPOP`` from the same Python client on the same Redis.
 
 Raw ``LPOP`` of the same payloads is the physical floor of a Redis pop from Python: one round trip,
 no decision, no lease. The scheduler's loop is the worker's: each call acks the jobs of the call
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import redis
 
-from fairness_core import Finished, Lease, Scheduler
+from fairness_core import Finished, Lease, Queue
 
 from .harness import rate, server_us
 from .load import payload
@@ -31,7 +31,7 @@ def raw_lpop(client: redis.Redis, key: str, jobs: int) -> Callable[[], float]:
     return run
 
 
-def refill(sched: Scheduler, tenants: int | Sequence[str], jobs: int) -> None:
+def refill(sched: Queue, tenants: int | Sequence[str], jobs: int) -> None:
     """Queue ``jobs`` jobs over ``tenants`` tenants (a count, or their ids), all in one class
     (jobs:medium)."""
     ids = [f"tenant-{t}" for t in range(tenants)] if isinstance(tenants, int) else tenants
@@ -46,7 +46,7 @@ def ran_for(lease: Lease) -> float:
     return 0.001 * (1 + lease.payload["user_id"] % 10)
 
 
-def drain(sched: Scheduler, jobs: int, per_call: int, *, report: bool = False) -> None:
+def drain(sched: Queue, jobs: int, per_call: int, *, report: bool = False) -> None:
     """Pop and ack ``jobs`` jobs, ``per_call`` per call, each call acking the previous call's;
     with ``report``, each ack carries the job's runtime (:func:`ran_for`), as a worker's does."""
     def finished(leases: list[Lease]) -> list[Lease | Finished]:
@@ -63,14 +63,14 @@ def drain(sched: Scheduler, jobs: int, per_call: int, *, report: bool = False) -
         sched.ack(lease, runtime=ran_for(lease) if report else None)
 
 
-def pop_then_ack(sched: Scheduler, jobs: int) -> None:
+def pop_then_ack(sched: Queue, jobs: int) -> None:
     """The loop without acks riding on pops: two round trips per job."""
     for _ in range(jobs):
         for lease in sched.pop(1):
             sched.ack(lease)
 
 
-def scheduler_run(sched: Scheduler, jobs: int, work: Callable[[Scheduler, int], None],
+def scheduler_run(sched: Queue, jobs: int, work: Callable[[Queue, int], None],
                   tenants: int | Sequence[str] | None = None) -> Callable[[], float]:
     """One run of ``work`` over ``jobs`` jobs; with ``tenants``, the queue is refilled first (a
     small state is drained by each run; the 100,000-tenant state is far larger than a run)."""
@@ -81,7 +81,7 @@ def scheduler_run(sched: Scheduler, jobs: int, work: Callable[[Scheduler, int], 
     return run
 
 
-def script_us(client: redis.Redis, sched: Scheduler, tenants: int | Sequence[str], jobs: int, per_call: int, *,
+def script_us(client: redis.Redis, sched: Queue, tenants: int | Sequence[str], jobs: int, per_call: int, *,
               report: bool = False) -> float:
     """Mean microseconds Redis spends in the script per call of :func:`drain` (what limits it)."""
     refill(sched, tenants, jobs)

@@ -1,4 +1,4 @@
-"""The prometheus-client collector: one ``Scheduler.snapshot()`` per scrape, under a hard deadline.
+"""The prometheus-client collector: one queue group's ``snapshot()`` per scrape, under a hard deadline.
 
 Families are built fresh at every scrape from the snapshot and Redis's INFO memory and stats
 (nothing is registered at import time and no state is kept between scrapes except the exporter's
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import redis
 from prometheus_client.core import (
@@ -34,11 +34,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from fairness_core import AppliedConfigUnreadable, Config, MemoryInfo, RedisUnavailable, Scheduler, Snapshot, redis_client
+from fairness_core import (
+    AppliedConfigUnreadable, Config, MemoryInfo, QueueGroup, RedisUnavailable, Snapshot, open_queue, redis_client,
+)
 from fairness_core.config_store import Applied
-from fairness_core.connection import redis_errors, server_of
+from fairness_core.connection import ClusterClient, redis_errors, server_of
+from fairness_core.layout import group_fingerprint
 from fairness_core.memory import read_memory
-from fairness_core.sharded import group_fingerprint
 from fairness_core.version import fairctl_version
 
 from . import metrics as m
@@ -69,7 +71,7 @@ def snapshot_deadline(budget: float) -> float:
     return budget - min(budget * RENDER_SHARE, RENDER_MAX_S)
 
 
-def scrape_client(config: Config, url: str | None = None) -> redis.Redis:
+def scrape_client(config: Config, url: str | None = None) -> redis.Redis | ClusterClient:
     """A client of ``url`` (default ``redis.url``) whose connect and reply timeouts are the scrape
     budget, so a read left behind by a timed-out scrape ends by itself instead of holding a
     connection to a stalled Redis. ValueError for an unusable URL (the message does not repeat it)."""
@@ -229,20 +231,27 @@ def add_config(families: Families, config: Config, ratios: Mapping[str, float]) 
         families.add(m.QUEUE_ARRIVAL_BUDGET, c.arrival_budget if c.arrival_budget is not None else 1.0, queue=c.name)
 
 
+class SnapshotSource(Protocol):
+    """A stand-in for a queue group that only gives snapshots (the simulator replays its own)."""
+
+    def snapshot(self) -> Snapshot: ...
+
+
 class FairnessCollector(Collector):
-    """Serves the metric contract for one queue group (one Scheduler): a shard of the logical
-    queue ``group``, labelled ``shard`` with the group's own name, or (no ``group``) an unsharded
-    queue, its own logical queue.
+    """Serves the metric contract for one queue group: a shard of the logical queue ``group``,
+    labelled ``shard`` with the group's own name, or (no ``group``) an unsharded queue, its own
+    logical queue.
 
-    A real :class:`Scheduler`'s config is read at every scrape; a stand-in (the simulator replays
-    snapshots through one) serves ``config`` and no Redis memory or master series."""
+    A live group's (:class:`fairness_core.QueueGroup`) config is read at every scrape; a stand-in
+    (the simulator replays snapshots through one) serves ``config`` and no Redis memory or master
+    series."""
 
-    def __init__(self, config: Config, scheduler: Scheduler, *, version: str | None = None,
+    def __init__(self, config: Config, scheduler: QueueGroup | SnapshotSource, *, version: str | None = None,
                  group: str | None = None) -> None:
         self.scheduler = scheduler
         self.shard = config.redis.prefix
         self.group = group or self.shard
-        self._live = isinstance(scheduler, Scheduler)
+        self._group = scheduler if isinstance(scheduler, QueueGroup) else None
         self._given = config
         self.version = version or fairctl_version()
         self._reader = SnapshotReader(self._read)
@@ -255,19 +264,20 @@ class FairnessCollector(Collector):
         self._grouped: tuple[Applied, str] | None = None  # the applied config, and its fingerprint as the group's
 
     def _read(self) -> Reading:
-        if not self._live:
+        group = self._group
+        if group is None:
             return Reading(self.scheduler.snapshot())
-        client, key = self.scheduler.client, self.scheduler.keys.config
+        client, key = group.client, group.keys.config
         with redis_errors(client):  # by the slot map, before reading: a shard that never answers is named too
             self._master = server_of(client, key)
-        snapshot = self.scheduler.snapshot()
-        self.scheduler.check_state()
-        return Reading(snapshot, read_memory(client, key), self.scheduler.resets)
+        snapshot = group.snapshot()
+        group.check_state()
+        return Reading(snapshot, read_memory(client, key), group.resets)
 
     @property
     def config(self) -> Config:
         """The scheduler's config now, with the maps derived from it brought up to date."""
-        config = self.scheduler.config if self._live else self._given
+        config = self._given if self._group is None else self._group.config
         if config is not self._derived_from:
             self._weight_ratio = weight_ratios(config)
             # Reasons the classification rules can give each class: their counters exist from the start.
@@ -295,8 +305,8 @@ class FairnessCollector(Collector):
         reading = self._health.read(self._reader, serving(config).scrape_timeout - spent)
         if reading is not None:
             self._add_snapshot(families, reading.snapshot, config)
-            if self._live:  # the simulator's stand-in has no applied config
-                applied = self.scheduler.applied or self.scheduler.sync()  # read once; a change syncs again
+            if self._group is not None:  # the simulator's stand-in has no applied config
+                applied = self._group.applied or self._group.sync()  # read once; a change syncs again
                 families.add(m.CONFIG_VERSION, applied.version, fingerprint=applied.fingerprint)
                 families.add(m.GROUP_CONFIG, 1, fingerprint=self._group_fingerprint(applied))
             if reading.memory is not None:
@@ -373,7 +383,7 @@ class FairnessCollector(Collector):
 def group_collector(config: Config, group: str) -> FairnessCollector:
     """A queue group's collector, on a client of its own fitted to the scrape budget, its series
     labelled as a shard of the logical queue ``group``."""
-    return FairnessCollector(config, Scheduler(config, scrape_client(config)), group=group)
+    return FairnessCollector(config, open_queue(config, scrape_client(config)).groups()[0], group=group)
 
 
 def own_registry(collector: Collector) -> CollectorRegistry:
@@ -384,5 +394,5 @@ def own_registry(collector: Collector) -> CollectorRegistry:
     return registry
 
 
-def make_registry(config: Config, scheduler: Scheduler) -> CollectorRegistry:
+def make_registry(config: Config, scheduler: QueueGroup | SnapshotSource) -> CollectorRegistry:
     return own_registry(FairnessCollector(config, scheduler))

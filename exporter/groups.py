@@ -7,7 +7,7 @@ once, so it takes about one group's time, not their sum, and a group whose Redis
 merged by name, so the exposition has one HELP and TYPE per metric whose samples every group
 adds to, told apart by their ``group`` label.
 
-A sharded queue's shards follow its layout (:class:`ShardedCollector`): the shards a re-shard
+A queue's groups follow its layout (:class:`QueueCollector`): the shards a re-shard
 adds are served from the next scrape on, and those a settle retires are gone from it, with no
 restart.
 """
@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
 from concurrent.futures import ThreadPoolExecutor
 
 import redis
@@ -26,7 +27,8 @@ from prometheus_client.registry import Collector
 
 from fairness_core import Config, RedisUnavailable
 from fairness_core.config import MAX_SHARDS
-from fairness_core.sharded import Layout, ShardedScheduler, shard_config
+from fairness_core.layout import Layout
+from fairness_core.queue import Queue, shard_config
 
 from . import metrics as m
 from .collector import (
@@ -46,8 +48,16 @@ log = logging.getLogger(__name__)
 LAYOUT_SHARE = 0.25
 
 
+class Describing(Protocol):
+    """A collector that also describes its families without reading (every collector here does)."""
+
+    def describe(self) -> Iterator[Metric]: ...
+
+    def collect(self) -> Iterator[Metric]: ...
+
+
 class GroupsCollector(Collector):
-    def __init__(self, collectors: Sequence[Collector]) -> None:
+    def __init__(self, collectors: Sequence[Describing]) -> None:
         self.collectors = tuple(collectors)
         self._pool = ThreadPoolExecutor(max_workers=len(self.collectors), thread_name_prefix="exporter-group")
 
@@ -58,16 +68,16 @@ class GroupsCollector(Collector):
         return iter(merged(self._pool.map(lambda c: list(c.collect()), self.collectors)))
 
 
-class ShardedCollector(Collector):
-    """A sharded queue's shards, each read by a collector of its own (its own client and budget,
+class QueueCollector(Collector):
+    """A queue's groups (a sharded queue's shards), each read by a collector of its own (its own client and budget,
     all at once), as its layout says at each scrape: the layout is read again first (one HMGET
     on its master, or its newest copy while that master does not answer; see
-    :meth:`ShardedScheduler.layout`), within :data:`LAYOUT_SHARE` of the budget. A layout not
-    read in time leaves the shards as they were. ``groups``: the shards at start."""
+    :meth:`fairness_core.queue.Queue.layout`), within :data:`LAYOUT_SHARE` of the budget. A layout
+    not read in time leaves the shards as they were. ``groups``: the shards at start."""
 
     def __init__(self, config: Config, groups: Sequence[Config]) -> None:
         self.config = config
-        self.queue = ShardedScheduler(config, scrape_client(config))
+        self.queue = Queue(config, scrape_client(config))
         self._shards = {group.redis.prefix: group_collector(group, config.redis.prefix) for group in groups}
         self._layouts = SnapshotReader(lambda: self.queue.layout(fresh=True))
         self._lock = threading.Lock()

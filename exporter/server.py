@@ -21,11 +21,11 @@ from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from fairness_core import Config, Scheduler
+from fairness_core import Config, QueueGroup
 
 from . import metrics as m
-from .collector import group_collector, make_registry, own_registry
-from .groups import GroupsCollector, ShardedCollector
+from .collector import make_registry, own_registry
+from .groups import Describing, GroupsCollector, QueueCollector
 from .sources import watched
 from .watch import WatchCollector, watch_client
 
@@ -63,7 +63,8 @@ def make_app(registry: CollectorRegistry, title: str) -> WSGIApp:
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
         if path == "/metrics":
-            return metrics(environ, start_response)
+            body: Iterable[bytes] = metrics(environ, start_response)
+            return body
         if path == "/":
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [index]
@@ -158,7 +159,7 @@ class ExporterServer:
         self.stop()
 
 
-def exporter_server(config: Config, scheduler: Scheduler, host: str, port: int, *,
+def exporter_server(config: Config, scheduler: QueueGroup, host: str, port: int, *,
                     tls: ssl.SSLContext | None = None) -> ExporterServer:
     """The whole sidecar for one queue group, not yet started."""
     title = f"fairctl exporter: queue group {config.redis.prefix} ({', '.join(config.class_names)})"
@@ -170,24 +171,15 @@ def server_for(queues: Sequence[tuple[Config, Sequence[Config]]], host: str, por
     """The sidecar of one or several logical queues, each given with its queue groups (itself, or
     a sharded queue's shards as it starts: ``fairctl.common.load_queues``), not yet started. Each
     group is read with its own client and budget, its series labelled with its queue and its
-    shard; a sharded queue's shards follow its layout (:class:`ShardedCollector`)."""
-    collectors: list[Collector] = []
+    shard; a sharded queue's shards follow its layout (:class:`QueueCollector`)."""
+    collectors: list[Describing] = []
     for config, groups in queues:
-        if config.redis.shards > 1 and watched(config) is None:
-            collectors.append(ShardedCollector(config, groups))
+        if watched(config) is None:
+            collectors.append(QueueCollector(config, groups))
         else:
-            collectors.extend(collector_for(group, config.redis.prefix) for group in groups)
+            collectors.extend(WatchCollector(group, watch_client(group)) for group in groups)
     collector = collectors[0] if len(collectors) == 1 else GroupsCollector(collectors)
     title = "fairctl exporter: " + "; ".join(
         f"{f'{w.system} queues' if (w := watched(c)) is not None else f'queue {m.group_of(c)}'} "
         f"({', '.join(c.class_names)}{f', {len(groups)} shards' if len(groups) > 1 else ''})" for c, groups in queues)
     return ExporterServer(make_app(own_registry(collector), title), host, port, tls=tls)
-
-
-def collector_for(config: Config, group: str) -> Collector:
-    """A queue group's collector, its series labelled as a shard of the logical queue ``group``:
-    its watched system's, read only (no Scheduler, which would apply a config in that Redis), or
-    its own queue group's."""
-    if watched(config) is not None:
-        return WatchCollector(config, watch_client(config))
-    return group_collector(config, group)

@@ -12,7 +12,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from fairness_core import Config
-from fairness_core.connection import server_of
+from fairness_core.connection import ClusterClient, server_of
 from fairness_core.version import fairctl_version
 
 from . import metrics as m
@@ -25,8 +25,12 @@ Reading = tuple[float, Mapping[str, ClassReading]]  # (epoch seconds of the read
 
 
 def watch_client(config: Config) -> redis.Redis:
-    """The scrape client of the watched system's Redis (``watch.url``, else ``redis.url``)."""
-    return scrape_client(config, _watch(config).url)
+    """The scrape client of the watched system's Redis (``watch.url``, else ``redis.url``): one
+    node, as Celery, RQ and Sidekiq run on (ValueError for a Cluster URL)."""
+    client = scrape_client(config, _watch(config).url)
+    if isinstance(client, ClusterClient):
+        raise ValueError("watch.url: a Redis Cluster URL; the watched system's queues are read from one Redis node")
+    return client
 
 
 def _watch(config: Config) -> WatchConfig:

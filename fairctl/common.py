@@ -1,4 +1,4 @@
-"""What every command shares: the ``--config``/``--redis-url`` options, building a Scheduler from
+"""What every command shares: the ``--config``/``--redis-url`` options, opening the queue from
 them, and turning expected failures into one clear line on stderr with exit code 2.
 
 Failures the user can fix (a bad argument, a bad config, Redis down) are not bugs, so they never
@@ -26,8 +26,8 @@ from fairness_core import (
     EvictionPolicyError,
     InvalidJob,
     RedisMemoryFull,
+    Queue,
     RedisUnavailable,
-    Scheduler,
     TenantLimitReached,
     load_config,
     open_queue,
@@ -35,7 +35,7 @@ from fairness_core import (
 )
 from fairness_core.config import EXAMPLE_CONFIG, POLICIES
 from fairness_core.redis_url import check_url, is_cluster
-from fairness_core.sharded import ShardedScheduler, shard_config
+from fairness_core.queue import group_configs, shard_config
 
 from .commands import BAD_ARGUMENT
 
@@ -120,21 +120,24 @@ def load_queues(config_paths: Sequence[Path] | None, redis_url: str | None) -> l
 
 
 def groups_of(config: Config) -> list[Config]:
-    """The queue groups ``config`` describes: itself, or a sharded group's shards, each as a queue
-    group's config: every shard its layout serves (re-sharding may have added some), under the
-    names the layout gives them. Without Redis, off a Cluster, the config's redis.shards under
-    their plain names (the names placement salts are a Cluster's); on a Cluster, exit 1."""
-    if config.redis.shards == 1:
+    """The queue groups ``config`` describes, each as a queue group's config: itself, or every shard
+    a sharded queue's layout serves (re-sharding may have added some), under the names the layout
+    gives them. Without Redis, off a Cluster, the config's redis.shards under their plain names
+    (the names placement salts are a Cluster's); on a Cluster, exit 1. A config watching another
+    job system's queues is its one group."""
+    if watched(config) is not None:
         return [config]
     try:
-        layout = ShardedScheduler(config, redis_client(config.redis.url)).layout()
+        layout = open_queue(config).layout()
     except ValueError as exc:  # the message never repeats the URL
         fail("--redis-url", str(exc))
     except RedisUnavailable as exc:
         if is_cluster(config.redis.url):
             fail("--config", f"queue group {config.redis.prefix} is sharded over a Redis Cluster, and its shards' "
                              f"names are read from it: {exc}", code=1)
-        return [shard_config(config, i) for i in range(config.redis.shards)]
+        return group_configs(config)
+    if len(layout.prefixes) == 1 and layout.prefixes[0] == config.redis.prefix:
+        return [config]
     return [shard_config(config, i, name) for i, name in enumerate(layout.prefixes[:layout.serve])]
 
 
@@ -158,25 +161,11 @@ def with_redis_url(config: Config, redis_url: str | None) -> Config:
     return dataclasses.replace(config, redis=dataclasses.replace(config.redis, url=redis_url))
 
 
-def connect(config: Config) -> Scheduler:
-    """A Scheduler on a client that fails fast: no client-side retries, because re-sending a
-    script whose reply was lost could run it twice (a duplicate enqueue); the worker retries
-    whole operations itself instead. A config that watches another job system is refused: the
-    scheduler would write its keys into that system's Redis. So is a sharded one: the commands
-    that take one (:func:`connect_queue`) open it."""
-    if config.redis.shards > 1:
-        fail("--config", f"its queue group {config.redis.prefix} is sharded (redis.shards: {config.redis.shards}): this "
-                         "command works on one queue group; give it a config of one shard (redis.prefix "
-                         f"{config.redis.prefix}.0 and so on, without redis.shards)")
-    return Scheduler(config, _client(config))
-
-
-def connect_queue(config: Config) -> Scheduler | ShardedScheduler:
-    """What :func:`connect` gives, or for a sharded config its :class:`ShardedScheduler` (enqueue,
-    pause, resume, the worker and loadgen serve the logical queue): :func:`open_queue`, on a
-    client of :func:`connect`'s checks."""
-    if config.redis.shards == 1:
-        return connect(config)
+def connect(config: Config) -> Queue:
+    """The queue ``config`` describes (:func:`fairness_core.open_queue`), on a client that fails
+    fast: no client-side retries, because re-sending a script whose reply was lost could run it
+    twice (a duplicate enqueue); the worker retries whole operations itself instead. A config that
+    watches another job system is refused: the queue would write its keys into that system's Redis."""
     return open_queue(config, _client(config))
 
 

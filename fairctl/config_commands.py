@@ -14,11 +14,11 @@ from pathlib import Path
 import click
 from click.exceptions import Exit
 
-from fairness_core import Config, ConfigError, Scheduler, load_config
+from fairness_core import Config, ConfigError, QueueGroup, load_config
 from fairness_core.ages import format_age
 from fairness_core.config_store import Applied, ConfigConflict, ConfigRefused, Moves, differences, shared_text
 from fairness_core.scheduler import ApplyOutcome
-from fairness_core.sharded import ApplyLost, GroupBusy, GroupConfig, PartlyApplied, ShardedScheduler
+from fairness_core.layout import GroupBusy, PartlyApplied
 
 from .commands import Group, argument
 from .common import (
@@ -26,9 +26,7 @@ from .common import (
     clear_errors,
     config_option,
     connect,
-    connect_queue,
     fail,
-    groups_of,
     load,
     redis_url_option,
     with_redis_url,
@@ -51,11 +49,18 @@ def _load_file(file: Path, redis_url: str | None) -> Config:
     return with_redis_url(config, redis_url)
 
 
-def _read(scheduler: Scheduler) -> Applied | None:
+def _read(group: QueueGroup) -> Applied | None:
     """The group's applied config; Redis down, or a stored config this release cannot read, is
     one line naming the cause instead of a traceback."""
     with clear_errors():
-        return scheduler.read_applied()
+        return group.read_applied()
+
+
+def _groups(config: Config) -> list[QueueGroup]:
+    """The queue groups of ``config``'s queue: its one group, or every shard its layout serves."""
+    queue = connect(config)
+    with clear_errors():
+        return queue.groups()
 
 
 def _moves(values: Sequence[str] | None, option: str) -> dict[str, str]:
@@ -102,13 +107,13 @@ def show(config: Path, redis_url: str | None) -> None:
     it was applied, its moves and how many names its jobs store as codes (as YAML comments), then the
     config itself. redis.url and
     exporter.listen are each process's own and are never stored. Exit 1 when none is applied yet."""
-    for group in groups_of(load(config, redis_url)):
-        _show_one(connect(group))
+    for queue_group in _groups(load(config, redis_url)):
+        _show_one(queue_group)
 
 
-def _show_one(scheduler: Scheduler) -> None:
-    applied = _read(scheduler)
-    prefix = scheduler.keys.prefix
+def _show_one(queue_group: QueueGroup) -> None:
+    applied = _read(queue_group)
+    prefix = queue_group.keys.prefix
     if applied is None:
         fail("--config", f"queue group {prefix} has no applied config yet: its first process applies its own, "
                          "or start it with: fairctl config apply FILE", code=1)
@@ -126,7 +131,7 @@ def diff(file: Path, redis_url: str | None) -> None:
     """What applying FILE would change in its queue group, one line per field (path: applied ->
     FILE). Exit 0 when FILE is what the group runs, 1 when it differs or none is applied yet, as
     diff(1) does."""
-    changed = [_show_diff(_read(connect(group)), group, file) for group in groups_of(_load_file(file, redis_url))]
+    changed = [_show_diff(_read(g), g.file_config, file) for g in _groups(_load_file(file, redis_url))]
     if any(changed):
         raise Exit(1)
 
@@ -170,38 +175,10 @@ def apply(file: Path, move: Sequence[str] | None, move_tier: Sequence[str] | Non
     except ValueError as exc:  # "--move OLD=NEW: why"
         option, _, why = str(exc).partition(": ")
         fail(option, why)
-    if new.redis.shards > 1:
-        _apply_sharded(new, moves, file, dry_run)
-    else:
-        _apply_one(new, moves, file, dry_run)
-
-
-def _apply_one(new: Config, moves: Moves, file: Path, dry_run: bool) -> None:
-    scheduler = connect(new)
-    applied = _read(scheduler)
-    if not _worth_applying([_show_diff(applied, new, file)], moves, dry_run):
-        return
-    try:
-        with clear_errors():
-            outcome = scheduler.apply(new, moves=moves, expect=applied.fingerprint if applied else "")
-    except ConfigRefused as exc:
-        fail("FILE", str(exc), code=1)
-    except ConfigConflict as exc:
-        won = _read(scheduler)  # the config that came between
-        lost = ApplyLost(new.redis.prefix, GroupConfig(won.version, won.fingerprint)) if won else exc
-        fail("FILE", str(lost), code=1)
-    _say_applied(new.redis.prefix, outcome, moves)
-    click.echo("running processes of the group follow it within their next call")
-
-
-def _apply_sharded(new: Config, moves: Moves, file: Path, dry_run: bool) -> None:
-    """The diff of every shard the group serves, then one apply of the group: every shard, or
-    (another apply having come between) none."""
-    queue = connect_queue(new)
-    assert isinstance(queue, ShardedScheduler)
+    queue = connect(new)
     with clear_errors():
-        seen = queue.applied_group()  # before the shards: an apply that ends after this read wins
-        changed = [_show_diff(_read(shard), shard.file_config, file) for shard in queue.groups()]
+        seen = queue.applied_group()  # before the groups: an apply that ends after this read wins
+        changed = [_show_diff(_read(g), g.file_config, file) for g in queue.groups()]
     if not _worth_applying(changed, moves, dry_run):
         return
     try:
@@ -211,8 +188,11 @@ def _apply_sharded(new: Config, moves: Moves, file: Path, dry_run: bool) -> None
         fail("FILE", str(exc), code=1)
     for prefix, outcome in done.shards.items():
         _say_applied(prefix, outcome, moves)
-    click.echo(f"queue group {new.redis.prefix}: all {len(done.shards)} shards run config v{done.group.version} "
-               f"(group fingerprint {done.group.fingerprint}); running processes follow it within their next call")
+    if queue.sharded:
+        click.echo(f"queue group {new.redis.prefix}: all {len(done.shards)} shards run config v{done.group.version} "
+                   f"(group fingerprint {done.group.fingerprint}); running processes follow it within their next call")
+    else:
+        click.echo("running processes of the group follow it within their next call")
 
 
 def _worth_applying(changed: list[bool], moves: Moves, dry_run: bool) -> bool:

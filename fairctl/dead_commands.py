@@ -2,9 +2,9 @@
 
 A job is dead-lettered after ``leases.max_attempts`` failed deliveries, or at once when no worker
 handler exists for its task. Requeue and drop are each one atomic script call per batch of jobs
-(:meth:`fairness_core.Scheduler.requeue_dead`), so a job is never both requeued and still dead.
-A sharded queue keeps a dead-letter list per shard; these commands work on all of them, with the
-sharded job ids (``shard:id``) that enqueue printed.
+(:meth:`fairness_core.Queue.requeue_dead`), so a job is never both requeued and still dead.
+A sharded queue keeps a dead-letter list per shard; the queue's own methods work on all of them,
+with the sharded job ids (``shard:id``) that enqueue printed.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from typing import Any
 
 import click
 
-from fairness_core import Scheduler
+from fairness_core import Queue
 from fairness_core.ages import format_age
-from fairness_core.jobs import DeadOutcome, InvalidJob, check_job_id
+from fairness_core.jobs import DeadOutcome
 from fairness_core.scheduler import DEAD_PAGE
-from fairness_core.sharded import ShardedScheduler
 
 from .commands import Group, argument
-from .common import check_classes, clear_errors, config_option, connect_queue, fail, load, redis_url_option
+from .common import check_classes, clear_errors, config_option, connect, fail, load, redis_url_option
 from .text_table import text_table
 
 group = Group("dead", help="List, inspect, requeue and drop dead-lettered jobs.", no_args_is_help=True)
@@ -38,45 +37,28 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 ERROR_WIDTH = 60
 
 
-class _Lists:
-    """The dead-letter lists of a queue: its group's, or each shard's of a sharded queue, whose
-    job ids carry the shard (``shard:id``)."""
+def _open(config: Any, redis_url: str | None, queue: str | None) -> Queue:
+    cfg = load(config, redis_url)
+    if queue is not None:
+        check_classes(cfg, [queue], "--queue")
+    return connect(cfg)
 
-    def __init__(self, config: Any, redis_url: str | None, queue: str | None) -> None:
-        cfg = load(config, redis_url)
-        if queue is not None:
-            check_classes(cfg, [queue], "--queue")
-        self.queue = connect_queue(cfg)
-        with clear_errors():
-            self.groups: dict[int, Scheduler] = dict(enumerate(self.queue.groups()))
 
-    def ids(self, ids: Sequence[str] | None, every: bool) -> dict[int, list[str]]:
-        """The job ids given, checked, by group (each as its group stores it), or {} for --all;
-        exactly one of the two."""
-        if ids and every:
-            fail("--all", "give job ids or --all, not both")
-        if not ids and not every:
-            fail("ID", "give at least one job id, or --all")
-        out: dict[int, list[str]] = {}
+def _ids(dead: Queue, ids: Sequence[str] | None, every: bool) -> list[str]:
+    """The job ids given, each checked (exit 2 naming ID), or [] for --all; exactly one of the two."""
+    if ids and every:
+        fail("--all", "give job ids or --all, not both")
+    if not ids and not every:
+        fail("ID", "give at least one job id, or --all")
+    with clear_errors(**{"job id": "ID"}):
         for raw in ids or ():
-            try:
-                index, own = self.queue.locate(raw)
-                out.setdefault(index, []).append(check_job_id(own))
-            except InvalidJob as exc:
-                fail("ID", str(exc).removeprefix(f"{exc.field}: "))
-            else:
-                if index not in self.groups:
-                    fail("ID", f"{raw}: the queue has no shard {index} (it serves {len(self.groups)})")
-        return out
-
-    def shown(self, index: int, job_id: str) -> str:
-        """A group's own job id as the user gives it."""
-        return self.queue.job_id_in(index, job_id)
+            dead.locate(raw)
+    return list(ids or ())
 
 
-def _record(item: dict[str, Any], now: float, job_id: str) -> dict[str, Any]:
+def _record(item: dict[str, Any], now: float) -> dict[str, Any]:
     lease = item["lease"]
-    return {"id": job_id, "class": lease.queue, "tenant": lease.tenant, "task": lease.task,
+    return {"id": lease.job_id, "class": lease.queue, "tenant": lease.tenant, "task": lease.task,
             "reason": lease.reason, "attempts": lease.attempts, "enqueued_at": lease.enqueued_at,
             "dead_at": item["dead_at"], "dead_for_s": max(0.0, now - item["dead_at"]), "error": item["error"],
             "payload": lease.payload}
@@ -91,26 +73,11 @@ def _record(item: dict[str, Any], now: float, job_id: str) -> dict[str, Any]:
 @redis_url_option
 def list_(limit: int, queue: str | None, as_json: bool, config: Path, redis_url: str | None) -> None:
     """List dead letters, oldest first: id, class, tenant, task, attempts, how long ago, error."""
-    lists = _Lists(config, redis_url, queue)
-    rows: list[dict[str, Any]] = []
-    total = 0
+    dead = _open(config, redis_url, queue)
     with clear_errors():
-        for index, scheduler in lists.groups.items():  # each list is oldest first; so is their merge
-            count = scheduler.dead_letter_count()
-            total += count
-            found, start = 0, 0
-            while found < limit and start < count:
-                page = scheduler.dead_letters(start, start + DEAD_PAGE - 1)
-                if not page:
-                    break
-                now = time.time()
-                kept = [_record(i, now, lists.shown(index, i["lease"].job_id))
-                        for i in page if queue is None or i["lease"].queue == queue]
-                rows += kept
-                found += len(kept)
-                start += DEAD_PAGE
-    rows.sort(key=lambda r: r["dead_at"])
-    rows = rows[:limit]
+        total = dead.dead_letter_count()
+        now = time.time()
+        rows = [_record(item, now) for item in dead.dead_letters(0, limit - 1, queue=queue)]
     if as_json:
         click.echo(json.dumps({"total": total, "dead_letters": rows}, indent=2, ensure_ascii=False))
         return
@@ -136,13 +103,13 @@ def _short(text: str) -> str:
 @redis_url_option
 def show(job_id: str, as_json: bool, config: Path, redis_url: str | None) -> None:
     """Everything stored with one dead letter: class, tenant, task, reason, attempts, error, payload."""
-    lists = _Lists(config, redis_url, None)
-    ((index, (wanted,)),) = lists.ids([job_id], False).items()
+    dead = _open(config, redis_url, None)
+    (wanted,) = _ids(dead, [job_id], False)
     with clear_errors():
-        item = lists.groups[index].dead_letter(wanted)
+        item = dead.dead_letter(wanted)
     if item is None:
         fail("ID", f"no dead letter with id {job_id}", code=1)
-    record = _record(item, time.time(), lists.shown(index, wanted))
+    record = _record(item, time.time())
     if as_json:
         click.echo(json.dumps(record, indent=2, ensure_ascii=False))
         return
@@ -154,28 +121,22 @@ def show(job_id: str, as_json: bool, config: Path, redis_url: str | None) -> Non
 
 def _act(action: str, ids: Sequence[str] | None, every: bool, queue: str | None, config: Any,
          redis_url: str | None) -> None:
-    lists = _Lists(config, redis_url, queue)
-    wanted = lists.ids(ids, every)
+    dead = _open(config, redis_url, queue)
+    wanted = _ids(dead, ids, every)
     done: list[str] = []
     skipped: list[str] = []
+    method = dead.requeue_dead if action == "requeue" else dead.drop_dead
     with clear_errors():
-        for index, scheduler in lists.groups.items():
-            method = scheduler.requeue_dead if action == "requeue" else scheduler.drop_dead
-            outcomes = (_by_id(method, wanted.get(index, []), queue) if wanted
-                        else _every(method, scheduler.dead_letter_count(), queue))
-            for outcome in outcomes:
-                done += [lists.shown(index, i) for i in outcome.done]
-                skipped += [lists.shown(index, i) for i in outcome.skipped]
-    if action == "requeue" and done and isinstance(lists.queue, ShardedScheduler):
-        lists.queue.wake()  # its idle workers wait on the queue's wake key, not on the shards' own
+        for outcome in (_by_id(method, wanted, queue) if wanted else _every(method, dead.dead_letter_count(), queue)):
+            done += outcome.done
+            skipped += outcome.skipped
     verb = "requeued" if action == "requeue" else "dropped"
     click.echo(f"{verb} {len(done)} dead letter{'' if len(done) == 1 else 's'}"
                + (f": {' '.join(done)}" if 0 < len(done) <= 20 else ""))
     if skipped:
         click.echo(f"fairctl: warning: left {len(skipped)} in the list whose class is no longer configured: "
                    f"{' '.join(skipped[:20])}", err=True)
-    given = [lists.shown(index, i) for index, held in wanted.items() for i in held]
-    missing = [i for i in dict.fromkeys(given) if i not in set(done) | set(skipped)]
+    missing = [i for i in dict.fromkeys(wanted) if i not in set(done) | set(skipped)]
     if missing:
         where = f" in {queue}" if queue else ""
         fail("ID", f"no dead letter{where} with id {', '.join(missing)}", code=1)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from fairness_core import Config, Lease, Scheduler, classify
+from fairness_core import Config, Lease, Queue, classify
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer
 
@@ -54,7 +54,7 @@ class WaitRecorder:
         sleep_for_service_time(lease)
 
 
-def trickle(scheduler: Scheduler, stop: threading.Event) -> None:
+def trickle(scheduler: Queue, stop: threading.Event) -> None:
     """Steady interactive and batch work from many small tenants, next to the storm."""
     rng = random.Random(7)
     tiers = list(scheduler.config.tenants.tiers)

@@ -32,7 +32,7 @@ from fairness_sim.simulator import scenario_config
 from fairness_sim.timescale import SpeedTooHigh, compress
 
 from .commands import Command, F, argument
-from .common import PATH, check_policies, clear_errors, connect_queue, fail, load, redis_url_option, with_redis_url
+from .common import PATH, check_policies, clear_errors, connect, fail, load, redis_url_option, with_redis_url
 from .interrupts import stopped
 from .text_table import text_table
 
@@ -234,7 +234,7 @@ def loadgen(scenario_file: Path | None, redis_url: str | None, policy: str | Non
     run_policy = policy or scenario.config.scheduler.policy
     config = with_redis_url(scenario_config(scenario, run_policy), redis_url)
     changes = live_changes(scenario, run_policy, lambda c: with_redis_url(c, redis_url))
-    _run_loadgen(scenario, connect_queue(config), replay, changes, f"into {config.redis.prefix}")
+    _run_loadgen(scenario, connect(config), replay, changes, f"into {config.redis.prefix}")
 
 
 def _watched(config_file: Path | None, redis_url: str | None) -> Config | None:

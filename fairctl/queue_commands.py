@@ -13,10 +13,11 @@ import click
 from fairness_core import Config, Enqueued
 from fairness_core.config import MAX_SHARDS
 from fairness_core.jobs import PAYLOAD_TOO_DEEP
-from fairness_core.sharded import GroupBusy, LayoutConflict, ShardedScheduler
+from fairness_core.layout import GroupBusy, LayoutConflict
+from fairness_core.queue import NotSharded
 
 from .commands import Command, argument
-from .common import check_classes, clear_errors, config_option, connect_queue, fail, load, redis_url_option
+from .common import check_classes, clear_errors, config_option, connect, fail, load, redis_url_option
 
 LIST_IDS_UP_TO = 10
 
@@ -83,7 +84,7 @@ def enqueue(task: str, tenant: str, tier: str | None, user_waiting: bool, count:
     if key is not None and count > 1:
         fail("--key", "names one job: it cannot go with --count")
     body = parse_payload(payload)
-    scheduler = connect_queue(load(config, redis_url))
+    scheduler = connect(load(config, redis_url))
     done: list[Enqueued] = []
     with clear_errors(task="TASK"):
         try:
@@ -123,7 +124,7 @@ def only_catch_all(config: Config, task: str, tier: str | None, user_waiting: bo
 def _set_paused(queue: str, config: Path, redis_url: str | None, paused: bool) -> None:
     cfg = load(config, redis_url)
     check_classes(cfg, [queue], "QUEUE")
-    scheduler = connect_queue(cfg)
+    scheduler = connect(cfg)
     with clear_errors():
         (scheduler.pause if paused else scheduler.resume)(queue)
     click.echo(f"{queue} {'paused' if paused else 'resumed'}")
@@ -149,18 +150,17 @@ def reshard(to: int | None, settle: bool, config: Path, redis_url: str | None) -
     A re-shard and the group's config applies take turns: one under way is waited for (briefly,
     then exit 1 naming it), and the shards added get the config last applied."""
     cfg = load(config, redis_url)
-    if cfg.redis.shards == 1:
+    queue = connect(cfg)
+    if not queue.sharded:
         fail("--config", f"queue group {cfg.redis.prefix} is not sharded (redis.shards is 1); a sharded group is "
                          "a new one (its shards are the queue groups PREFIX.0, PREFIX.1, ...)")
-    scheduler = connect_queue(cfg)
-    assert isinstance(scheduler, ShardedScheduler)
     try:
         with clear_errors():
-            before = scheduler.layout(fresh=True)
-            layout = scheduler.reshard(to) if to is not None else before
-            layout = scheduler.settle() if settle else layout
-            masters = scheduler.masters()
-    except (GroupBusy, LayoutConflict) as exc:
+            before = queue.layout(fresh=True)
+            layout = queue.reshard(to) if to is not None else before
+            layout = queue.settle() if settle else layout
+            masters = queue.masters()
+    except (GroupBusy, LayoutConflict, NotSharded) as exc:
         fail("--to" if to is not None else "--settle", str(exc), code=1)
     left = f" (shards {layout.shards}..{layout.serve - 1} until they are empty)" if layout.serve > layout.shards else ""
     change = f"; was {before.shards} and {before.serve}" if layout != before else ""

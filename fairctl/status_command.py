@@ -16,16 +16,15 @@ from typing import Any, TypeVar
 import click
 
 from exporter.metrics import group_of
-from fairness_core import Config, MemoryInfo, RedisUnavailable, Scheduler
+from fairness_core import Config, MemoryInfo, QueueGroup, RedisUnavailable
 from fairness_core.ages import format_age
 from fairness_core.config_store import Applied
 from fairness_core.connection import server_of
 from fairness_core.memory import read_memory, riskiest
 from fairness_core.merged_snapshot import merged_snapshot, summed_counts
-from fairness_core.sharded import ShardedScheduler
 from fairness_core.snapshot import Snapshot
 
-from .common import clear_errors, configs_option, connect_queue, load_queues, redis_url_option
+from .common import clear_errors, configs_option, connect, load_queues, redis_url_option
 from .status_view import applied_json, as_json, class_statuses, config_line, memory_line, render
 from .text_table import text_table
 
@@ -92,10 +91,10 @@ class _Queue:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.queue = connect_queue(config)
-        self.sharded = self.queue if isinstance(self.queue, ShardedScheduler) else None
+        self.queue = connect(config)
+        self.sharded = self.queue if self.queue.sharded else None
 
-    def shards(self) -> list[Scheduler]:
+    def shards(self) -> list[QueueGroup]:
         return self.queue.groups()
 
     def snapshots(self) -> list[Snapshot | None]:
@@ -110,7 +109,7 @@ class _Queue:
                 raise
             return None
 
-    def _read(self, shard: Scheduler) -> _Reading:
+    def _read(self, shard: QueueGroup) -> _Reading:
         return _Reading(shard.snapshot(), shard.dead_letter_counts(), shard.applied or shard.sync(),
                         read_memory(shard.client, None if self.sharded is None else shard.keys.config))
 
@@ -129,7 +128,8 @@ class _Queue:
                                    f"{self._named(range(len(shards)))}")
         config = next(iter(got.values())).applied.config  # the classes and weights the queue runs (its first shard's)
         merged = self.merged([r.snapshot for r in got.values()])
-        rows = class_statuses(config, None if before is None else self.merged([before[i] for i in got]), merged, top,
+        earlier = None if before is None else self.merged([b for i in got if (b := before[i]) is not None])
+        rows = class_statuses(config, earlier, merged, top,
                               summed_counts(r.dead for r in got.values()))
         unconfigured = sorted(merged.unconfigured.values(), key=lambda u: u.name)
         headroom, charge = config.redis.memory_headroom, config.scheduler.charge

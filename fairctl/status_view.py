@@ -46,7 +46,7 @@ class ClassStatus:
 def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top: int,
                    dead: Mapping[str, int] | None = None) -> list[ClassStatus]:
     """One row per configured class; ``before=None`` means no interval (share unknown); ``dead``
-    the dead letters of each class (Scheduler.dead_letter_counts). The share is in ``config``'s
+    the dead letters of each class (Queue.dead_letter_counts). The share is in ``config``'s
     charge: pass the applied config, the one the scheduler follows."""
     def delta(counter: str) -> dict[str, int]:
         return {name: after.classes[name].counters[counter] - before.classes[name].counters[counter] if before else 0

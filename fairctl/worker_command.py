@@ -19,7 +19,7 @@ from .common import (
     clear_errors,
     config_file,
     config_option,
-    connect_queue,
+    connect,
     fail,
     load,
     redis_url_option,
@@ -111,7 +111,7 @@ def worker(handlers: str, concurrency: int, classes: str | None, batch: int, pre
     registry = load_handlers(handlers)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if processes > 1:
-        scheduler = connect_queue(cfg)
+        scheduler = connect(cfg)
         with clear_errors():  # one clear error here, not one per child
             require_noeviction_of(scheduler)
         args = ["--handlers", handlers, "--concurrency", str(concurrency), "--batch", str(batch), "--prefetch", prefetch,
@@ -120,7 +120,7 @@ def worker(handlers: str, concurrency: int, classes: str | None, batch: int, pre
         # The URL may hold a password: it goes to the children in their environment, never on a command line.
         env = {**os.environ, **({"FAIRCTL_REDIS_URL": redis_url} if redis_url else {})}
         raise Exit(run_processes(processes, args, env))
-    runner = Worker(connect_queue(cfg), registry, concurrency=concurrency, classes=only, batch=batch, grace=grace,
+    runner = Worker(connect(cfg), registry, concurrency=concurrency, classes=only, batch=batch, grace=grace,
                     log_every=every, prefetch=ahead, unhandled=unhandled)
     with clear_errors():
         clean = runner.run()

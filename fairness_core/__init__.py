@@ -11,16 +11,13 @@ from .jobs import (
 )
 from .memory import EvictionPolicyError, MemoryInfo, RedisMemoryFull
 from .model import Model
-from .queue import Queue, open_queue
-from .scheduler import Scheduler
-from .sharded import ShardedScheduler
+from .queue import Queue, QueueApply, QueueGroup, open_queue
 from .snapshot import ClassSnapshot, Snapshot
 
 __all__ = [
     "AppliedConfigUnreadable", "BudgetRejected", "Classification", "ClassSnapshot", "Config", "ConfigConflict",
     "ConfigError", "ConfigRefused", "Enqueued", "EvictionPolicyError", "FairnessError", "Finished", "InvalidJob", "Lease",
-    "MemoryInfo", "Model", "Moves", "Popped", "Queue", "RedisDatabaseOutOfRange", "RedisMemoryFull",
-    "RedisUnavailable", "ReplyLost", "Scheduler",
-    "ShardedScheduler", "Snapshot", "TenantLimitReached", "classify", "load_config", "open_queue", "parse_config",
-    "parse_duration", "redis_client",
+    "MemoryInfo", "Model", "Moves", "Popped", "Queue", "QueueApply", "QueueGroup", "RedisDatabaseOutOfRange",
+    "RedisMemoryFull", "RedisUnavailable", "ReplyLost", "Snapshot", "TenantLimitReached", "classify", "load_config",
+    "open_queue", "parse_config", "parse_duration", "redis_client",
 ]

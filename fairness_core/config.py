@@ -91,7 +91,7 @@ class RedisConfig:
     # scripts (pops, acks, retries) and Redis's own buffers (see docs/configuration.md).
     memory_headroom: float = 0.9
     # One logical queue over this many queue groups (shards), each its own hash tag, so a Redis
-    # Cluster spreads them over its masters (fairness_core.sharded). 1: not sharded.
+    # Cluster spreads them over its masters (fairness_core.queue). 1: not sharded.
     shards: int = 1
     # Shuffle sharding: the shards a tenant's jobs may go to (its hand), chosen per tenant by
     # rendezvous hashing; 1 is a plain stable hash of the tenant.

@@ -5,7 +5,7 @@ The config lives in Redis beside the group's state (the hash ``{prefix}:config``
 fingerprint of all three and a version counting applies. Every scheduler script compares the
 fingerprint it was compiled with against the stored one in the same atomic call, so no process
 acts on any policy but the applied one: a process whose copy is stale is refused, reloads the
-applied config and retries (:class:`fairness_core.Scheduler` does this by itself).
+applied config and retries (:class:`fairness_core.Queue` does this by itself).
 
 Process-local settings are never stored and never compared: ``redis.url`` (it may hold a
 password) and the keys a section another layer owns calls local (``exporter.listen``; see

@@ -46,10 +46,10 @@ CHARGED = "charged"
 # the job first submitted with that key and when the key stops naming it (ms), expiring then. Built
 # from ``base`` like RATE_SPACE; a key may hold any text but control characters, after the tag.
 DEDUP_SPACE = "key:"
-# A sharded queue group's layout (fairness_core.sharded): hash of shards, serve and version, under
+# A sharded queue group's layout (fairness_core.layout): hash of shards, serve and version, under
 # the logical group's own tag; each shard is a queue group of its own, tagged ``{prefix.i}``.
 LAYOUT = "layout"
-# The layout's copies, one on each master (fairness_core.sharded), are the LAYOUT keys of the names
+# The layout's copies, one on each master (fairness_core.layout), are the LAYOUT keys of the names
 # ``P`` + LAYOUT_COPY + ``.i``; no group's name can hold a ``~``, so no group's keys are these.
 LAYOUT_COPY = "~layout"
 
@@ -86,7 +86,7 @@ CLASS_PARTS: dict[str, str] = {
     "tenant_estimate": "est/",  # + tenant; hash: task -> the tenant's own moving average (µs)
     # zset of one member, WAKE_MEMBER: idle workers block on it (BZPOPMIN). Scored 0 when the class
     # may have work to take now, else the time (ms) a retry of the class comes due. A sharded queue
-    # has its own under the logical group's tag (fairness_core.sharded), which every enqueue to any
+    # has its own under the logical group's tag (fairness_core.queue), which every enqueue to any
     # of its shards arms: no one blocking command can wait on the shards' own, in as many slots.
     "wake": "wake",
 }

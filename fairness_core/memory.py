@@ -54,7 +54,7 @@ class EvictionPolicyError(FairnessError):
 class RedisMemoryFull(FairnessError):
     """An enqueue refused because Redis is (nearly) out of memory; pops and acks still run.
 
-    ``accepted``: for a batch (:meth:`Scheduler.submit_many`), the jobs of it Redis did queue
+    ``accepted``: for a batch (:meth:`Queue.submit_many`), the jobs of it Redis did queue
     before refusing the rest, so the caller knows exactly which were taken."""
 
     def __init__(self, message: str, accepted: tuple[Enqueued, ...] = ()) -> None:

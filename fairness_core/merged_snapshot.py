@@ -22,10 +22,10 @@ def summed_counts(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
 
 
 def _summed(pairs: Iterable[Iterable[tuple[str, float]]], keep: int) -> tuple[tuple[str, Any], ...]:
-    total: Counter[str] = Counter()
+    total: dict[str, float] = {}
     for part in pairs:
         for tenant, n in part:
-            total[tenant] += n
+            total[tenant] = total.get(tenant, 0) + n
     return tuple(sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[:keep])
 
 

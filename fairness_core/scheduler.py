@@ -635,19 +635,6 @@ class Scheduler:
 
     # ------------------------------------------------------------------ observing
 
-    def groups(self) -> list[Scheduler]:
-        """The queue groups this queue is made of: this one (a sharded queue's are its shards)."""
-        return [self]
-
-    def locate(self, job_id: str) -> tuple[int, str]:
-        """Which of :meth:`groups` holds ``job_id``, and the id that group knows it by: here, this
-        group, and the id as it is."""
-        return 0, job_id
-
-    def job_id_in(self, group: int, job_id: str) -> str:
-        """The queue's id of the job ``job_id`` of group ``group`` (the inverse of :meth:`locate`)."""
-        return job_id
-
     def snapshot(self) -> Snapshot:
         """Counters, depth, in-flight, ages, windowed tenant service and the fairness sample per
         class in one pipelined round trip: a script call per class, then one for the counters (last,

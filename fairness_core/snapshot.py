@@ -24,7 +24,7 @@ WAIT_BUCKETS_S: tuple[float, ...] = (
 
 # Per-class lifecycle counters kept by the scripts (stats field "<name>" SEP "<class>"); "worktime"
 # is the microseconds workers reported running the class's acked and nacked jobs; "unhandled" the
-# leases given back by workers with no handler for the task (Scheduler.defer_unhandled);
+# leases given back by workers with no handler for the task (Queue.defer_unhandled);
 # "deduplicated" the keyed submits answered with the job first submitted with their key.
 COUNTERS = ("processed", "failed", "redelivered", "unhandled", "dead", "promoted", "demoted", "rejected", "refused",
             "deduplicated", "worktime")

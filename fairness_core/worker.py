@@ -39,8 +39,7 @@ from typing import TypeVar
 from .connection import redis_errors, server_of
 from .jobs import Finished, Lease, Popped, RedisUnavailable
 from .memory import EvictionPolicyError, require_noeviction
-from .scheduler import Scheduler
-from .sharded import ShardedScheduler
+from .queue import Queue
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +111,7 @@ class HandlerRegistry(MutableMapping[str, Handler]):
 
 class Doorbell:
     """Where a worker's idle slots wait for work, instead of each polling Redis. One listener
-    thread blocks on the wake keys of the worker's classes (``Scheduler.wait_for_work``) for all of
+    thread blocks on the wake keys of the worker's classes (``Queue.wait_for_work``) for all of
     them and lets one slot go per wake-up: an idle worker sends Redis one blocking call every
     ``IDLE_WAIT_S`` however many slots it has, and a job enqueued into an idle fleet starts within
     a round trip or two of its enqueue. A retry's due time, which a wake-up may carry, shortens the
@@ -175,7 +174,7 @@ class Doorbell:
                 due = min(due or math.inf, time.monotonic() + got)
 
 
-def require_noeviction_of(queue: Scheduler | ShardedScheduler) -> None:
+def require_noeviction_of(queue: Queue) -> None:
     """Refuse an evicting policy on the Redis of each queue group ``queue`` serves (on a cluster,
     each group's own master, once however many of its shards it holds: one master down stops the
     check only for the groups on it)."""
@@ -335,13 +334,13 @@ class Worker:
     worker.
 
     ``unhandled`` is what it does with a job whose task it has no handler for: ``"wait"`` (give
-    it back at once, :meth:`Scheduler.defer_unhandled`, for a worker that has one: in a rolling
+    it back at once, :meth:`Queue.defer_unhandled`, for a worker that has one: in a rolling
     deploy or from an older build, a worker must not throw away the jobs only newer workers know;
     the slot then pauses before it pops again) or ``"dead-letter"`` (at once, where ``fairctl
     dead`` shows it).
     """
 
-    def __init__(self, scheduler: Scheduler | ShardedScheduler, handlers: HandlerRegistry, *, concurrency: int = 4,
+    def __init__(self, scheduler: Queue, handlers: HandlerRegistry, *, concurrency: int = 4,
                  classes: Sequence[str] | None = None, batch: int = BATCH, worker_id: str | None = None,
                  grace: float = 30.0, registration_ttl: float = 15.0, log_every: float = LOG_EVERY_S,
                  prefetch: float = PREFETCH_S, unhandled: str = UNHANDLED_WAIT) -> None:

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import yaml
 
@@ -30,8 +30,8 @@ from alerts import promtool
 from alerts.config import alert_settings
 from exporter import metrics as m
 from exporter.collector import FairnessCollector
-from fairness_core import Config, Scheduler, Snapshot
-from fairness_core.sharded import shard_config
+from fairness_core import Config, Snapshot
+from fairness_core.queue import group_configs
 
 INSTANCE = "simulator:29100"  # the simulated exporter's scrape target
 # Wall-clock figures of the simulating process, not of the simulated system.
@@ -62,7 +62,7 @@ class FiredAlert:
 
 
 class _Replay:
-    """Stands in for the Scheduler the collector reads: hands it the simulated snapshot."""
+    """Stands in for the queue group the collector reads: hands it the simulated snapshot."""
 
     def __init__(self) -> None:
         self.current: Snapshot | None = None
@@ -75,10 +75,9 @@ class _Replay:
 class _Shard:
     """One shard's collector, labelled as the production exporter labels it, on its replay."""
 
-    def __init__(self, config: Config, shard: int) -> None:
+    def __init__(self, config: Config, group: Config) -> None:
         self.replay = _Replay()
-        group = config if config.redis.shards == 1 else shard_config(config, shard)
-        self.collector = FairnessCollector(group, cast(Scheduler, self.replay), group=config.redis.prefix)
+        self.collector = FairnessCollector(group, self.replay, group=config.redis.prefix)
 
 
 def _series_key(name: str, labels: Mapping[str, str]) -> str:
@@ -104,7 +103,7 @@ class SeriesRecorder:
     @staticmethod
     def _collectors(config: Config) -> list[_Shard]:
         """A collector per shard (one for an unsharded queue), as ``fairctl exporter`` serves them."""
-        return [_Shard(config, i) for i in range(config.redis.shards)]
+        return [_Shard(config, group) for group in group_configs(config)]
 
     def reconfigure(self, now_ms: int, config: Config) -> None:
         """Serve ``config``'s classes and their weights, SLOs and budgets from the next scrape on,

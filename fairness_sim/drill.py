@@ -3,8 +3,8 @@
 Per policy: the scenario's config with that policy is compressed by the speed
 (:mod:`fairness_sim.timescale`), a stack runs it (or the workers run against a team's own Redis,
 Prometheus and Alertmanager), the load generator enqueues the scenario's arrivals through
-``Scheduler.submit`` and applies its config changes (compressed alike) at their time with
-``Scheduler.apply``, and once the replay ends the firing alerts are read from Prometheus
+``Queue.submit`` and applies its config changes (compressed alike) at their time with
+``Queue.apply``, and once the replay ends the firing alerts are read from Prometheus
 (``ALERTS``) and from what Alertmanager delivered to the webhook receiver. Each alert's first
 firing is mapped back to scenario time and set beside the scenario's ``expect`` and beside what
 ``fairctl simulate`` predicts for the same stretch of the scenario, within the resolution the
@@ -30,7 +30,7 @@ from alerts.rules import PRIORITY_INVERSION, QUEUE_STARVING, QUIET_TENANTS_STARV
 from fairness_core.ages import human
 from fairness_core.config import Config
 from fairness_core.connection import redis_client
-from fairness_core.scheduler import Scheduler
+from fairness_core.queue import open_queue
 from fairness_sim.loadgen import LoadGenerator, LoadStats, Replay, live_changes, quickest_service_s
 from fairness_sim.scenario import Expectation, Fired, Scenario, alert_text
 from fairness_sim.simulator import scenario_config
@@ -293,7 +293,7 @@ def _drill_once(scenario: Scenario, policy: str, replay: Replay, directory: Path
         say(f"{policy}: the pipeline is warm; its delay here: {warm}")
         if may_slow_down and (slower := _too_slow(warm, replay.speed, deadlines, "warming up,")) is not None:
             raise slower
-        scheduler = Scheduler(config, redis_client(state.redis_url))
+        scheduler = open_queue(config, redis_client(state.redis_url))
         say(f"{policy}: replaying {replay.until:g} scenario seconds in {replay.real_seconds(replay.until):.0f}s "
             f"(speed {replay.speed:g}, one live job per {replay.volume:.3g})")
         changes = live_changes(scenario, policy, lambda c: drill_config(c, replay, interval, prefix))

@@ -11,7 +11,7 @@ its shape, and so do the shares. Each job's payload carries its live service tim
 
 Config changes: at scenario second ``at`` (so at ``at / speed`` real seconds, like an arrival)
 the change's config, made live the same way as the first one, is applied with
-:meth:`Scheduler.apply` as ``fairctl config apply`` would, and every process of the group
+:meth:`Queue.apply` as ``fairctl config apply`` would, and every process of the group
 (workers, exporter, this generator) follows it within its next call.
 """
 
@@ -29,7 +29,7 @@ from fairness_core.ages import human
 from fairness_core.config import Config, ConfigError
 from fairness_core.config_store import ConfigRefused, Moves
 from fairness_core.jobs import FairnessError, RedisUnavailable
-from fairness_core.scheduler import Scheduler
+from fairness_core.queue import Queue
 
 from .arrivals import Arrival, all_arrivals, service_samplers
 from .scenario import Backlog, Burst, ConfigChange, Scenario, Service, Stream
@@ -105,7 +105,7 @@ def check_replayable(scenario: Scenario) -> None:
 
 
 class Producer(Protocol):
-    """What the generator queues through: fairctl's :class:`Scheduler`, or a producer writing a
+    """What the generator queues through: fairctl's :class:`Queue`, or a producer writing a
     watched system's own jobs (:mod:`fairness_sim.producers`). None in the reply: a job refused."""
 
     def submit_many(self, task: str, tenant: str, payloads: Sequence[Any], *, tier: str | None = None,
@@ -135,14 +135,14 @@ class LoadGenerator:
     """Replays ``scenario`` through ``producer``; :meth:`run` returns when ``until`` is reached or
     ``stop`` is set. Single arrivals keep the scenario's own seed, so the same jobs arrive as in
     ``fairctl simulate``. ``changes`` (see :func:`live_changes`) are applied at their time, each
-    one's changes passed to ``say``; they change fairctl's config, so they need a :class:`Scheduler`."""
+    one's changes passed to ``say``; they change fairctl's config, so they need a :class:`Queue`."""
 
     def __init__(self, scenario: Scenario, producer: Producer, replay: Replay, *,
                  changes: Sequence[ConfigChange] = (), say: Callable[[str], None] = lambda _: None,
                  stop: threading.Event | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         check_replayable(scenario)
-        if changes and not isinstance(producer, Scheduler):
-            raise ValueError("config changes are applied to fairctl's scheduler: the producer must be one")
+        if changes and not isinstance(producer, Queue):
+            raise ValueError("config changes are applied to fairctl's queue: the producer must be one")
         self.scenario = scenario
         self.producer = producer
         self.replay = replay
@@ -221,18 +221,19 @@ class LoadGenerator:
         return True
 
     def _apply(self, change: ConfigChange) -> None:
-        """Apply ``change`` as ``fairctl config apply`` does, from a scheduler of its own: this
+        """Apply ``change`` as ``fairctl config apply`` does, from a queue of its own: this
         generator's producer follows it on its next enqueue, like every other process."""
-        assert isinstance(self.producer, Scheduler)  # checked at __init__
-        applier = Scheduler(change.config, self.producer.client)
+        assert isinstance(self.producer, Queue)  # checked at __init__
+        applier = Queue(change.config, self.producer.client)
         try:
-            outcome = applier.apply(change.config, moves=Moves(classes=dict(change.moves)))
+            done = applier.apply(change.config, moves=Moves(classes=dict(change.moves)))
         except ConfigRefused as exc:
             raise ChangeRefused(f"the config change at {human(change.at)}: {exc}") from exc
-        applied = AppliedChange(change.at, outcome.changes)
+        first = next(iter(done.shards.values()))
+        applied = AppliedChange(change.at, first.changes)
         self.stats.config_changes.append(applied)
-        moved = f"; {outcome.moved:,} job(s) moved" if outcome.moved else ""
-        self.say(f"{applied} (v{outcome.version}{moved})")
+        moved = sum(outcome.moved for outcome in done.shards.values())
+        self.say(f"{applied} (v{done.group.version}{f'; {moved:,} job(s) moved' if moved else ''})")
 
     def _submit(self, stream: Stream, tenant: str, payloads: Sequence[object]) -> None:
         """Queue ``payloads``, retrying while Redis is unavailable (a lost reply may then queue a

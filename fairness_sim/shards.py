@@ -1,14 +1,15 @@
 """The simulator's sharded queue: N shards, each the reference model, behind one queue.
 
-Why a module of its own: with ``redis.shards`` N > 1 a queue group is N queue groups that
-:class:`fairness_core.sharded.ShardedScheduler` makes one queue (enqueue to a shard of the tenant's
-hand, pop choosing the class fleet-wide, then a shard). The question a simulation of it answers is
-whether those rules keep what one group keeps: each class's share against its weight, fleet-wide,
-and each tenant's fair service even beside a flooder on the same shard. So each shard here is the
-simulator's own per-group model (:class:`~fairness_core.model.Model`, checked against the Lua), the
-hands are :func:`fairness_core.sharding.hand`'s, and the pops are chosen by ShardedScheduler's own
-code (its class and shard choices, run over the models' backlogs instead of Redis reads): nothing
-about the sharded queue is written twice.
+Why a module of its own: with ``redis.shards`` N > 1 a queue is N queue groups that the routing
+(:mod:`fairness_core.routing`) makes one queue (enqueue to a shard of the tenant's hand, pop choosing
+the class fleet-wide, then a shard). The question a simulation of it answers is whether those rules
+keep what one group keeps: each class's share against its weight, fleet-wide, and each tenant's
+fair service even beside a flooder on the same shard. So each shard here is the simulator's own
+per-group model (:class:`~fairness_core.model.Model`, checked against the Lua), and the hands, the
+shard an enqueue goes to and the pops' class and shard choices are the routing module's own
+:class:`~fairness_core.routing.Router`, run over the models' backlogs instead of Redis reads, as
+:class:`fairness_core.queue.Queue` runs it over Redis: nothing about the sharded queue is written
+twice.
 
 :class:`ShardedModel` has the model's operations the simulator uses, so a
 :class:`~fairness_sim.simulator.Simulation` runs on it as on one model; :func:`predict` drains a
@@ -24,14 +25,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fairness_core.accounts import account_of
 from fairness_core.classification import classify
+from fairness_core.admission import NOWHERE, counts_limits
 from fairness_core.config import Config
 from fairness_core.config_store import NO_MOVES, Moves
 from fairness_core.jobs import SEP, Lease, Record, check_tier
 from fairness_core.merged_snapshot import merged_snapshot
 from fairness_core.model import Model
-from fairness_core.sharded import ShardedScheduler, ShardLoad, choose_shard, shard_config, tenant_weights
+from fairness_core.queue import shard_config
+from fairness_core.routing import Router, ShardLoad, choose_shard, party, tenant_weights
 from fairness_core.sharding import hand
 from fairness_core.snapshot import Snapshot
 
@@ -45,51 +47,28 @@ class Waiting:
     queues: dict[str, Any]
 
 
-class _Router(ShardedScheduler):
-    """ShardedScheduler's pop choices (class fleet-wide, then shard) over the shards' models: its
-    view is read from the models, fresh at every pop, and no Redis client is ever used."""
-
-    def __init__(self, config: Config, models: Sequence[Model], seed: int) -> None:
-        super().__init__(config, None, seed=seed)
-        self.models = models
-
-    def shard(self, index: int) -> Any:  # the shard's model: the config and moves a choice reads
-        return self.models[index]
-
-    def loads(self, *, fresh: bool = False) -> list[ShardLoad]:
-        return [ShardLoad(depth={c: m.stats.get(f"depth{SEP}{c}", 0) for c in m.names},
-                          tenant_weight=tenant_weights(m.stats, m.names, m.settings),
-                          paused=frozenset(m.paused)) for m in self.models]
-
-
 class ShardedModel:
     """N shards' models as one queue, with the operations of :class:`Model` the simulator uses.
     Job ids are one sequence over the shards (each job's shard is remembered by id); a tenant's
-    jobs go to a shard of its hand by the enqueue rule; each pop is ShardedScheduler's choice."""
+    jobs go to a shard of its hand by the enqueue rule; each pop is the routing's choice."""
 
     def __init__(self, config: Config, *, seed: int = 0) -> None:
         self.shards = config.redis.shards
         self.hand_size = min(config.redis.shard_hand, self.shards)
         self.models = [Model(shard_config(config, i)) for i in range(self.shards)]
-        self.router = _Router(config, self.models, seed)
+        self.router = Router(config, seed=seed)
         self.seq = 0
         self._shard_of = array("H", [0])  # job id -> shard (ids start at 1)
         self.enqueued: Counter[tuple[str, str]] = Counter()  # (class, tenant) -> jobs queued
         self.served: Counter[tuple[str, str]] = Counter()  # (class, tenant) -> jobs acked
 
-    def hand(self, tenant: str) -> tuple[int, ...]:
-        return hand(self.party(tenant), self.shards, self.hand_size)
-
-    def party(self, tenant: str) -> str:
-        return account_of(tenant, self.models[0].config.tenants.account_separator)
-
     def shard_for(self, queue: str, tenant: str) -> int:
-        """ShardedScheduler.shard_for's rule: of the tenant's hand (its account's), the shard
-        holding its (account's) queued jobs of the class, else the one whose class is least
-        backlogged (first in the hand on ties)."""
-        dealt = self.hand(tenant)
-        party = self.party(tenant)
-        held = [queue in self.models[i].classes and self.models[i].classes[queue].tags.score(party) is not None
+        """The routing's rule (:func:`fairness_core.routing.choose_shard`) over the models: of the
+        tenant's hand (its account's), the shard holding its (account's) queued jobs of the class,
+        else the one whose class is least backlogged (first in the hand on ties)."""
+        dealt = self.router.hand(tenant, self.shards)
+        routed_as = party(self.models[0].config, tenant)
+        held = [queue in self.models[i].classes and self.models[i].classes[queue].tags.score(routed_as) is not None
                 for i in dealt]
         return choose_shard(dealt, held, [self.models[i].stats.get(f"depth{SEP}{queue}", 0) for i in dealt])
 
@@ -100,9 +79,15 @@ class ShardedModel:
         index = self.shard_for(queue, tenant)
         model = self.models[index]
         model.seq = self.seq
+        elsewhere = NOWHERE
+        if counts_limits(model.settings):  # the tenant's limits are the queue's: its jobs on the hand's other shards count
+            for other in self.router.hand(tenant, self.shards):
+                if other != index:
+                    elsewhere = elsewhere + self.models[other].admission_counts(now, tenant)
         runs: list[tuple[str, str, int]] = []
         try:
-            runs = model.submit_many(now, task, tenant, count, payload, tier=tier, user_waiting=user_waiting)
+            runs = model.submit_many(now, task, tenant, count, payload, tier=tier, user_waiting=user_waiting,
+                                     elsewhere=elsewhere)
             return runs
         finally:  # the jobs before a refusal were queued too (in the class asked for, as counted here)
             added = model.seq - self.seq
@@ -112,13 +97,20 @@ class ShardedModel:
                 self.enqueued[ran, tenant] += n
 
     def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Record]:
-        """Up to ``max_jobs`` jobs of one class from one shard, chosen as ShardedScheduler chooses."""
-        for index, queue in self.router.choices(classes):
+        """Up to ``max_jobs`` jobs of one class from one shard, chosen by the routing as the Redis
+        queue chooses (its view read from the models, fresh at every pop)."""
+        first = self.models[0]
+        for index, queue in self.router.choices(self._loads(), first.config, first.moves.classes, classes):
             got = self.models[index].pop_entries(now, max_jobs, classes=classes if queue is None else [queue])
             if got:
-                self.router.count_served(got)  # type: ignore[arg-type]  # a record has the lease's queue
+                self.router.count_served([record.queue for record in got])
                 return got
         return []
+
+    def _loads(self) -> list[ShardLoad]:
+        return [ShardLoad(depth={c: m.stats.get(f"depth{SEP}{c}", 0) for c in m.names},
+                          tenant_weight=tenant_weights(m.stats, m.names, m.settings),
+                          paused=frozenset(m.paused)) for m in self.models]
 
     def _model(self, lease: Lease) -> Model:
         return self.models[self._shard_of[int(lease.job_id)]]
@@ -251,7 +243,10 @@ def predict(backlogs: Sequence[tuple[str, str, int]], shards: int, hand_size: in
     by one worker slot would serve them."""
     model = ShardedModel(sharded_config(config, shards, hand_size), seed=seed)
     for queue, tenant, count in backlogs:
-        task, tier, user_waiting = class_job(model.models[0].config, queue)
+        job = class_job(model.models[0].config, queue)
+        if job is None:
+            raise ValueError(f"backlogs: no classification rule sends jobs to {queue}")
+        task, tier, user_waiting = job
         model.submit_many(0, task, tenant, count, tier=tier, user_waiting=user_waiting)
     names = model.models[0].settings.names
     for now in range(1, pops + 1):

@@ -196,6 +196,8 @@ class Simulation:
         self.scenario = scenario
         self.run_name = policy
         self.policy, second = run_parts(policy)
+        self.charge: str | None
+        self.variant: str | None
         self.charge, self.variant = (None, second) if scenario.variants is not None else (second, None)
         self.config = scenario_config(scenario, policy)
         # redis.shards > 1: the sharded queue, each shard this same model (see fairness_sim.shards)

@@ -27,7 +27,7 @@ from types import FrameType
 from alerts.config import alert_settings
 from alerts.output import rules_text
 from exporter.config import serving
-from fairness_core import Scheduler, redis_client
+from fairness_core import open_queue, redis_client
 from fairness_core.config import Config
 from fairness_core.config_dump import config_to_yaml
 from fairness_core.config_store import ConfigRefused, differences
@@ -449,11 +449,12 @@ def apply_config(config: Config) -> list[str]:
                          "queue on your own Redis)")
     client = redis_client(config.redis.url)
     try:
-        scheduler = Scheduler(config, client)
-        applied = scheduler.read_applied()
+        queue = open_queue(config, client)
+        (group,) = queue.groups()
+        applied = group.read_applied()
         if applied is not None and not differences(applied.config, config):
             return []
-        outcome = scheduler.apply(config, expect=applied.fingerprint if applied else "")
+        (outcome,) = queue.apply(config, expect=applied.fingerprint if applied else "").shards.values()
     except ConfigRefused as exc:
         raise StackError(f"{config.source or 'the config'}: {exc}. The stack's Redis keeps its jobs between runs: "
                          "start the stack with the config it ran before, then apply this one with fairctl config "

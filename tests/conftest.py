@@ -28,7 +28,7 @@ import pytest
 import redis
 from hypothesis import HealthCheck, settings
 
-from fairness_core import Config, Scheduler, load_config, parse_config, redis_client
+from fairness_core import Config, Queue, load_config, parse_config, redis_client
 from fairness_stack.servers import RedisClusterServers, RedisServer
 
 # The suite runs on shared, noisy machines, in three workers on two cores: an example that takes
@@ -255,5 +255,5 @@ def make_config(**overrides: Any) -> Config:
 
 
 @pytest.fixture
-def scheduler(client: redis.Redis) -> Scheduler:
-    return Scheduler(make_config(), client)
+def scheduler(client: redis.Redis) -> Queue:
+    return Queue(make_config(), client)

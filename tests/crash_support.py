@@ -59,7 +59,7 @@ def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
 def enqueue_jobs(scheduler: Any, start: int, count: int, ids: set[str],
                  payload: dict[str, Any] | None = None) -> None:
     """Jobs ``start`` .. ``start + count - 1`` (task and tenant by number), each with ``payload``,
-    their ids added to ``ids``; ``scheduler``: a Scheduler or a ShardedScheduler."""
+    their ids added to ``ids``; ``scheduler``: a Scheduler or a Queue."""
     for i in range(start, start + count):
         tenant, tier = TENANTS[i % len(TENANTS)]
         ids.add(scheduler.enqueue(TASKS[i % len(TASKS)], tenant, payload, tier=tier))

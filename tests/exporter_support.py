@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter import metrics as m
 from exporter.collector import scrape_client
 from exporter.server import ExporterServer, exporter_server
-from fairness_core import Config, Scheduler
+from fairness_core import Config, Queue
 from fairness_stack.servers import find_binary, free_port, stop_process
 
 PROMETHEUS_HINT = "install it with: apt-get install -y prometheus (promtool comes with it)"
@@ -33,7 +33,7 @@ Labels = tuple[tuple[str, str], ...]
 @contextmanager
 def running_exporter(config: Config) -> Iterator[ExporterServer]:
     """The sidecar for ``config`` on a free loopback port, with its own budget-fitted client."""
-    with exporter_server(config, Scheduler(config, scrape_client(config)), "127.0.0.1", 0) as server:
+    with exporter_server(config, Queue(config, scrape_client(config)).groups()[0], "127.0.0.1", 0) as server:
         yield server
 
 

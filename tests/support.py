@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from alerts import promtool
-from fairness_core import Config, Scheduler, load_config
+from fairness_core import Config, Queue, load_config
 from fairness_core.worker import Worker
 
 from .alert_mutation import pruned_copies
@@ -52,7 +52,7 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def totals(scheduler: Scheduler) -> dict[str, int]:
+def totals(scheduler: Queue) -> dict[str, int]:
     """depth, inflight, delayed and every lifecycle counter, summed over classes."""
     out: dict[str, int] = {}
     for view in scheduler.snapshot().classes.values():

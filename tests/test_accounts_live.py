@@ -13,7 +13,7 @@ import pytest
 
 from exporter import metrics as m
 from fairness_core import load_config, open_queue, redis_client
-from fairness_core.sharded import ShardedScheduler
+from fairness_core.queue import Queue
 from fairness_stack.servers import RedisClusterServers, RedisServer, free_port
 
 from .crash_support import stop_all
@@ -116,7 +116,7 @@ def test_a_sharded_queue_shares_by_account_fleet_wide(cluster: RedisClusterServe
     turn adds at most one visit per shard to the bound (smooth weighted round-robin over shards)."""
     path = config_for(tmp_path, cluster.url, shards=6, shard_hand=2)
     queue = open_queue(load_config(path))
-    assert isinstance(queue, ShardedScheduler)
+    assert isinstance(queue, Queue)
     hands = {queue._hand(f"bigco/key-{k}") for k in range(FLOOD_KEYS)}
     assert len(hands) == 1, f"the account's keys were dealt {len(hands)} hands"
     with RedisServer() as records:  # the recording is the test's, outside the queue's cluster

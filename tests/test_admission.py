@@ -13,7 +13,8 @@ import redis
 from click.testing import CliRunner
 
 from fairctl.cli import app
-from fairness_core import ConfigError, Model, Scheduler, TenantLimitReached
+from fairness_core import ConfigError, Model, TenantLimitReached
+from fairness_core.scheduler import Scheduler
 from fairness_core.config import MAX_QUEUED, parse_config
 from fairness_core.config_dump import config_to_data
 from fairness_core.keys import RATE_SPACE

@@ -25,7 +25,9 @@ import yaml
 from alerts.output import rules_text
 from alerts.rules import JOBS_UNDER_UNCONFIGURED_CLASS
 from exporter import metrics as m
-from fairness_core import Config, Scheduler, Snapshot, load_config, redis_client
+from fairness_core import Config, Snapshot, load_config, redis_client
+from fairness_core.queue import Queue
+from fairness_core.scheduler import Scheduler
 from fairness_core import worker as worker_module
 from fairness_core.config_store import ConfigRefused, Moves, shared_text
 from fairness_core.settings import derive
@@ -334,7 +336,7 @@ def test_moves_finish_without_the_process_that_applied_them(
 
     monkeypatch.setattr(worker_module, "PROMOTE_EVERY_S", 0.1)
     done: list[str] = []
-    worker = Worker(Scheduler(before, client), HandlerRegistry(fallback=lambda lease: done.append(lease.job_id)),
+    worker = Worker(Queue(before, client), HandlerRegistry(fallback=lambda lease: done.append(lease.job_id)),
                     concurrency=1, grace=5.0)
     runner = threading.Thread(target=worker.run)
     runner.start()

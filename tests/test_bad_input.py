@@ -20,7 +20,7 @@ from redis.crc import key_slot
 
 from exporter.collector import make_registry
 from fairctl.cli import app
-from fairness_core import ConfigError, InvalidJob, Scheduler, parse_config
+from fairness_core import ConfigError, InvalidJob, Queue, parse_config
 from fairness_core.config import NAME_PATTERN, parse_duration
 from fairness_core.jobs import check_task, check_tenant, encode_payload
 from fairness_core.keys import Keys
@@ -149,7 +149,7 @@ def test_a_payload_over_the_limit_names_its_size_and_the_limit(size: int) -> Non
 def test_nasty_tenants_round_trip_through_redis_and_the_exposition(client: redis.Redis, tenants: list[str]) -> None:
     """Whatever is accepted is stored under the group's tag only, comes back intact from a pop, and
     is a valid, faithfully parsed Prometheus label (promtool check metrics)."""
-    scheduler = Scheduler(make_config(exporter={"topk_tenants": 20}), client)
+    scheduler = Queue(make_config(exporter={"topk_tenants": 20}), client)
     accepted = []
     for tenant in tenants:
         try:
@@ -164,7 +164,7 @@ def test_nasty_tenants_round_trip_through_redis_and_the_exposition(client: redis
     base = scheduler.keys.base.encode()
     ours = [key for key in client.scan_iter(match=b"{" + scheduler.config.redis.prefix.encode() + b"}*", count=1000)]
     assert {key_slot(key) for key in ours} == ({key_slot(base)} if accepted else set()), "a refused id writes nothing"
-    text = generate_latest(make_registry(scheduler.config, scheduler)).decode()
+    text = generate_latest(make_registry(scheduler.config, scheduler.groups()[0])).decode()
     checked = promtool_check_metrics(text)
     assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
     labelled = {dict(labels).get("tenant") for (name, labels) in parse(text) if name == "queue_tenant_share_ratio"}

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis
 
-from fairness_core import Scheduler
+from fairness_core import Queue
 from fairness_stack.servers import RedisServer
 
 from .support import spawn_worker, wait_for, write_config
@@ -37,12 +37,12 @@ TENANTS_PER_CLASS = 3
 QUEUED = {"jobs:high": 10_500, "jobs:medium": 1_000, "jobs:low": 450}
 
 
-def configured(redis_server: RedisServer, client: redis.Redis, tmp_path: Path, charge: str) -> tuple[Path, Scheduler]:
+def configured(redis_server: RedisServer, client: redis.Redis, tmp_path: Path, charge: str) -> tuple[Path, Queue]:
     """The example config under ``charge`` with CLASSES and no arrival budget (the mixes below are
     no realistic arrival mix, and demotions would move jobs between the classes measured)."""
     path, config = write_config(tmp_path, redis_server.url, classes=CLASSES,
                                 scheduler={"charge": charge, "budget_min_arrivals": 10**9})
-    return path, Scheduler(config, client)
+    return path, Queue(config, client)
 
 
 @contextmanager
@@ -60,7 +60,7 @@ def fleet(path: Path, tmp_path: Path, redis_server: RedisServer, handlers: str, 
             assert proc.wait(timeout=60) == 0, log.read_text()
 
 
-def counters(scheduler: Scheduler, name: str) -> dict[str, int]:
+def counters(scheduler: Queue, name: str) -> dict[str, int]:
     """A stats counter of each class, e.g. ``worktime``: µs of reported runtimes of its settled jobs."""
     return {c: view.counters[name] for c, view in scheduler.snapshot().classes.items()}
 

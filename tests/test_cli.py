@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from fairctl.cli import app
 from fairctl.status_view import class_statuses, render
-from fairness_core import Finished, Scheduler, load_config
+from fairness_core import Finished, Queue, load_config
 from fairness_core.ages import format_age
 from fairness_stack.servers import RedisServer, free_port
 
@@ -33,8 +33,8 @@ def invoke(*args: str | Path) -> Result:
     return runner.invoke(app, [str(a) for a in args])
 
 
-def scheduler_for(config_path: Path, client: redis.Redis) -> Scheduler:
-    return Scheduler(load_config(config_path), client)
+def scheduler_for(config_path: Path, client: redis.Redis) -> Queue:
+    return Queue(load_config(config_path), client)
 
 
 def test_enqueue_prints_ids_class_and_reason(config_path: Path, client: redis.Redis) -> None:
@@ -81,7 +81,7 @@ def test_pause_resume_and_status(config_path: Path, client: redis.Redis) -> None
     low = next(line for line in table.stdout.splitlines() if line.startswith("jobs:low"))
     assert low.split()[1] == "3" and " yes " in low and low.endswith("-")
     assert "jobs:low: acme (3)" in table.stdout
-    applied = scheduler.read_applied()
+    applied = scheduler.groups()[0].read_applied()
     assert applied is not None
     assert (f"config: v1 of queue group {applied.config.redis.prefix} (fingerprint {applied.fingerprint}), "
             "applied ") in table.stdout

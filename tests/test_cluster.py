@@ -24,9 +24,9 @@ from exporter import metrics as m
 from exporter.server import server_for
 from fairctl.cli import app
 from fairctl.common import groups_of
-from fairness_core import RedisUnavailable, Scheduler, redis_client
+from fairness_core import RedisUnavailable, redis_client
 from fairness_core.keys import Keys
-from fairness_core.sharded import ShardedScheduler
+from fairness_core.queue import Queue
 from fairness_core.worker import require_noeviction_of
 from fairness_stack.servers import RedisClusterServers, RedisServer, free_port
 
@@ -99,7 +99,7 @@ def test_queue_groups_on_three_masters_schedule_and_scrape_independently(cluster
     for n, prefix in enumerate(prefixes):
         config = make_config(redis={"url": cluster.url, "prefix": prefix}, scheduler={"budget_min_arrivals": 10**9},
                              leases={"visibility_timeout": "1s", "retry_backoff": "10m"})
-        scheduler = Scheduler(config, redis_client(cluster.url))
+        scheduler = Queue(config, redis_client(cluster.url))
         for i in range(10 * (n + 1)):
             scheduler.enqueue(("password_reset", "newsletter")[i % 2], f"tenant-{i % 3}")
         groups.append(scheduler)
@@ -139,13 +139,13 @@ def test_fairctl_commands_take_a_cluster_url(cluster: RedisClusterServers, tmp_p
     assert result.exit_code == 0, result.output
     status = CliRunner().invoke(app, ["status", "--interval", "0", "--json", "--config", str(path)])
     assert status.exit_code == 0, status.output
-    assert Scheduler(config, redis_client(cluster.url)).snapshot().classes["jobs:low"].depth == 3
+    assert Queue(config, redis_client(cluster.url)).snapshot().classes["jobs:low"].depth == 3
 
 
 def test_an_unreachable_cluster_is_a_clear_error_and_the_exporter_still_answers(tmp_path: Path) -> None:
     url = f"redis+cluster://app:hunter2@127.0.0.1:{free_port()}"
     config = make_config(redis={"url": url}, exporter={"scrape_timeout": "1s"})
-    scheduler = Scheduler(config, redis_client(url, connect_timeout=1))  # nothing contacted yet
+    scheduler = Queue(config, redis_client(url, connect_timeout=1))  # nothing contacted yet
     with pytest.raises(RedisUnavailable, match=r"^Redis Cluster at 127\.0\.0\.1:\d+ is unavailable") as err:
         scheduler.enqueue("newsletter", "acme")
     assert "hunter2" not in str(err.value)
@@ -189,18 +189,18 @@ def test_a_dead_master_refuses_enqueues_only_to_the_groups_on_it() -> None:
     the groups on the live masters keep taking jobs and only the dead master's group is refused."""
     with RedisClusterServers(3) as cluster:
         partial_coverage(cluster)
-        groups = [Scheduler(make_config(redis={"url": cluster.url, "prefix": p}), redis_client(cluster.url))
+        groups = [Queue(make_config(redis={"url": cluster.url, "prefix": p}), redis_client(cluster.url))
                   for p in prefixes_one_per_master(cluster)]
         for group in groups:
             group.enqueue("newsletter", "before")
         kill(cluster, owner(cluster, groups[-1].keys.base))
         for group in groups[:-1]:
-            group.memory.read(fresh=True)
+            group.shard(0).memory.read(fresh=True)
             group.enqueue("newsletter", "after")
             require_noeviction_of(group)
             assert totals(group)["depth"] == 2
         with pytest.raises(RedisUnavailable):
-            groups[-1].memory.read(fresh=True)
+            groups[-1].shard(0).memory.read(fresh=True)
 
 
 def test_a_dead_master_costs_only_its_shards_to_producers_workers_and_the_exporter(tmp_path: Path) -> None:
@@ -217,7 +217,7 @@ def test_a_dead_master_costs_only_its_shards_to_producers_workers_and_the_export
         _, config = write_config(tmp_path, cluster.url, redis={"url": cluster.url, "shards": 6},
                                  exporter={"scrape_timeout": "800ms"},
                                  alerts={"for": {FAIRNESS_EXPORTER_REDIS_DOWN: "2s"}})
-        queue = ShardedScheduler(config, redis_client(cluster.url))
+        queue = Queue(config, redis_client(cluster.url))
         for tenant in range(60):
             queue.submit("newsletter", f"shop-{tenant}")
         masters = queue.masters()

@@ -16,7 +16,8 @@ from click.testing import CliRunner, Result
 
 from fairctl import config_commands
 from fairctl.cli import app
-from fairness_core import Scheduler, load_config
+from fairness_core import load_config
+from fairness_core.scheduler import Scheduler
 from fairness_core.config_store import Applied, shared_text
 from fairness_stack.servers import RedisServer
 

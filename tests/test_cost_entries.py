@@ -8,7 +8,7 @@ import dataclasses
 
 import redis
 
-from fairness_core import Scheduler
+from fairness_core.scheduler import Scheduler
 from fairness_core.jobs import SEP
 
 from .conftest import make_config

@@ -11,7 +11,7 @@ import redis
 from click.testing import CliRunner, Result
 
 from fairctl.cli import app
-from fairness_core import Lease, Scheduler, load_config
+from fairness_core import Lease, Queue, load_config
 from fairness_core.jobs import InvalidJob
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer
@@ -31,11 +31,11 @@ def config_path(redis_server: RedisServer, tmp_path: Path) -> Path:
     return write_config(tmp_path, redis_server.url)[0]
 
 
-def kill(scheduler: Scheduler, lease: Lease, error: str = "boom") -> None:
+def kill(scheduler: Queue, lease: Lease, error: str = "boom") -> None:
     assert scheduler.nack(lease, error, final=True) == "dead"
 
 
-def dead_jobs(scheduler: Scheduler, *tasks: str, tenant: str = "acme") -> list[Lease]:
+def dead_jobs(scheduler: Queue, *tasks: str, tenant: str = "acme") -> list[Lease]:
     """One job per task, leased and dead-lettered at once; their leases, in order."""
     for task in tasks:
         scheduler.submit(task, tenant, {"task": task})
@@ -46,7 +46,7 @@ def dead_jobs(scheduler: Scheduler, *tasks: str, tenant: str = "acme") -> list[L
 
 
 def test_requeue_keeps_the_job_and_resets_attempts(client: redis.Redis) -> None:
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     job = scheduler.submit("newsletter", "acme", {"n": 1}, tier="pro")
     lease = scheduler.pop(1)[0]
     kill(scheduler, lease)
@@ -61,7 +61,7 @@ def test_requeue_keeps_the_job_and_resets_attempts(client: redis.Redis) -> None:
 
 
 def test_requeue_and_drop_select_by_id_and_by_class(client: redis.Redis) -> None:
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     high, low1, low2 = dead_jobs(scheduler, "password_reset", "newsletter", "backfill")
     assert scheduler.drop_dead(["999", low1.job_id]).done == [low1.job_id]
     assert scheduler.requeue_dead(queue="jobs:high").done == [high.job_id]
@@ -71,7 +71,7 @@ def test_requeue_and_drop_select_by_id_and_by_class(client: redis.Redis) -> None
 
 
 def test_bad_ids_and_classes_are_named(client: redis.Redis) -> None:
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     with pytest.raises(InvalidJob, match="job id: expected a positive whole number"):
         scheduler.requeue_dead(["x1"])
     with pytest.raises(ValueError, match="queue: unknown class 'jobs:nope'"):
@@ -79,7 +79,7 @@ def test_bad_ids_and_classes_are_named(client: redis.Redis) -> None:
 
 
 def test_a_dead_letter_of_a_class_no_longer_configured_stays(client: redis.Redis) -> None:
-    old = Scheduler(make_config(), client)
+    old = Queue(make_config(), client)
     (lease,) = dead_jobs(old, "newsletter")
     prefix = old.config.redis.prefix
     two = make_config(classes=[{"name": "jobs:high", "weight": 3, "max_age": "60s"},
@@ -87,13 +87,13 @@ def test_a_dead_letter_of_a_class_no_longer_configured_stays(client: redis.Redis
                       classification=[{"class": "jobs:medium", "reason": "default"}],
                       redis={"prefix": prefix})
     old.apply(two)  # dead letters hold no class's place: the apply is not refused for them
-    outcome = Scheduler(two, client).requeue_dead()
+    outcome = Queue(two, client).requeue_dead()
     assert (outcome.done, outcome.skipped) == ([], [lease.job_id])
     assert old.dead_letter_count() == 1
 
 
 def test_a_worker_asked_to_dead_letters_a_task_without_handler_at_once(client: redis.Redis) -> None:
-    scheduler = Scheduler(make_config(leases={"max_attempts": 5}), client)
+    scheduler = Queue(make_config(leases={"max_attempts": 5}), client)
     scheduler.enqueue("no_such_task", "acme")
     worker = Worker(scheduler, HandlerRegistry(), concurrency=1, unhandled="dead-letter")
     lease = scheduler.pop(1)[0]
@@ -103,7 +103,7 @@ def test_a_worker_asked_to_dead_letters_a_task_without_handler_at_once(client: r
 
 
 def test_cli_list_show_requeue_drop(config_path: Path, client: redis.Redis) -> None:
-    scheduler = Scheduler(load_config(config_path), client)
+    scheduler = Queue(load_config(config_path), client)
     a, b, c = dead_jobs(scheduler, "password_reset", "newsletter", "backfill")
     listed = invoke("dead", "list", "--config", config_path)
     assert listed.exit_code == 0, listed.output
@@ -144,7 +144,7 @@ def test_cli_bad_arguments_are_named(config_path: Path, args: list[str], message
 
 
 def test_cli_unknown_id_fails_naming_it(config_path: Path, client: redis.Redis) -> None:
-    scheduler = Scheduler(load_config(config_path), client)
+    scheduler = Queue(load_config(config_path), client)
     (lease,) = dead_jobs(scheduler, "newsletter")
     result = invoke("dead", "requeue", lease.job_id, "424242", "--config", config_path)
     assert result.exit_code == 1 and "ID: no dead letter with id 424242" in result.stderr

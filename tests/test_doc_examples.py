@@ -36,7 +36,7 @@ import pytest
 import redis
 import yaml
 
-from fairness_core import Scheduler, load_config
+from fairness_core import Queue, load_config
 from fairness_stack.servers import RedisServer
 
 from .conftest import EXAMPLE_CONFIG
@@ -187,7 +187,7 @@ def test_the_documents_code_blocks_run_as_written(document: Path, server: RedisS
         if block.not_run is None:
             _run(block, tmp_path, env)
             ran += 1
-    scheduler = Scheduler(load_config(tmp_path / "fairness.yaml"), client)
+    scheduler = Queue(load_config(tmp_path / "fairness.yaml"), client)
     failed = {q: c.counters["failed"] + c.counters["dead"] for q, c in scheduler.snapshot().classes.items()}
     assert not any(failed.values()), (f"{document.name}: a handler failed jobs {failed}; dead letters: "
                                       f"{scheduler.dead_letters()}")

@@ -9,7 +9,7 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fairness_core import Scheduler
+from fairness_core import Queue
 from fairness_core.jobs import CODE_LETTERS, CODE_MARK, SEP, Envelope, code, named, stamp, stamp_ms
 
 from .conftest import make_config
@@ -54,7 +54,7 @@ def earlier_form(line: str) -> str:
 
 def test_jobs_an_earlier_release_queued_read_back_as_they_were(client: redis.Redis) -> None:
     now = [T0]
-    scheduler = Scheduler(make_config(), client, clock=lambda: now[0])
+    scheduler = Queue(make_config(), client, clock=lambda: now[0])
     for n in range(4):
         scheduler.enqueue("password_reset", "acme", {"n": n})
         now[0] += 1000

@@ -30,7 +30,7 @@ from exporter import metrics as m
 from exporter.server import exporter_server, tls_context
 from fairctl.cli import app
 from fairctl.handlers import sleep_handlers
-from fairness_core import Config, Lease, Scheduler, redis_client
+from fairness_core import Config, Lease, Queue, redis_client
 from fairness_core.version import fairctl_version
 from fairness_core.worker import Worker
 from fairness_stack.servers import RedisServer, free_port
@@ -53,7 +53,7 @@ def config_on(url: str, **sections: Any) -> Config:
 class Ledger:
     """Every job submitted and what became of it, kept by the test: the ground truth."""
 
-    scheduler: Scheduler
+    scheduler: Queue
     queued: dict[str, tuple[str, str, float]] = field(default_factory=dict)  # id -> class, tenant, enqueued at
     reasons: Counter[tuple[str, str]] = field(default_factory=Counter)
     leased: dict[str, Lease] = field(default_factory=dict)
@@ -91,7 +91,7 @@ class Ledger:
 
 def test_values_match_ground_truth_from_the_jobs(redis_server: RedisServer) -> None:
     config = config_on(redis_server.url, scheduler=NO_BUDGET, leases={"retry_backoff": "10m"})
-    ledger = Ledger(Scheduler(config, redis_client(redis_server.url)))
+    ledger = Ledger(Queue(config, redis_client(redis_server.url)))
     for i in range(30):
         ledger.submit("newsletter", f"shop-{i % 5}")
         ledger.submit("password_reset", f"user-{i % 4}")
@@ -144,7 +144,7 @@ def test_worker_time_and_tenant_shares_follow_the_reported_runtimes(redis_server
     """Worker time is counted (in seconds) under either charge; the tenant shares are of jobs under
     jobs and of worker time under runtime: two jobs of 0.3 s each against two of 0.1 s."""
     config = config_on(redis_server.url, scheduler={**NO_BUDGET, "charge": charge})
-    scheduler = Scheduler(config, redis_client(redis_server.url))
+    scheduler = Queue(config, redis_client(redis_server.url))
     runtimes = {"long": 0.3, "short": 0.1}
     for tenant in ("long", "short") * 2:
         scheduler.submit("newsletter", tenant)
@@ -193,7 +193,7 @@ def test_configured_classes_with_no_work_report_zero(redis_server: RedisServer) 
 
 def test_promtool_finds_nothing_wrong_in_a_scrape_while_workers_run(redis_server: RedisServer) -> None:
     config = config_on(redis_server.url, scheduler=NO_BUDGET)
-    scheduler = Scheduler(config, redis_client(redis_server.url))
+    scheduler = Queue(config, redis_client(redis_server.url))
     odd = ['say "hi"', "back\\slash", "ünïcødé 租户", "{tag}:x/y", "trailing\\"]
     for i in range(300):
         tenant = odd[i % len(odd)] if i % 3 == 0 else f"tenant-{i % 17}"
@@ -210,7 +210,7 @@ def test_promtool_finds_nothing_wrong_in_a_scrape_while_workers_run(redis_server
 
 def load_tenants(config: Config, url: str, tenants: int) -> None:
     """Two jobs per tenant in every class, then one job in six processed (no class runs dry)."""
-    scheduler = Scheduler(config, redis_client(url))
+    scheduler = Queue(config, redis_client(url))
     for i in range(tenants):
         for queue in CLASSES:
             scheduler.enqueue(TASK_OF[queue], f"tenant-{i}")
@@ -252,7 +252,7 @@ def own_redis() -> Iterator[RedisServer]:
 
 def test_redis_stopped_then_restarted_under_a_running_exporter(own_redis: RedisServer) -> None:
     config = config_on(own_redis.url, exporter={"scrape_timeout": "1s"})
-    scheduler = Scheduler(config, redis_client(own_redis.url))
+    scheduler = Queue(config, redis_client(own_redis.url))
     for i in range(7):
         scheduler.enqueue("newsletter", f"t{i}")
     with running_exporter(config) as exporter:
@@ -279,7 +279,7 @@ def test_a_stalled_redis_still_gets_an_answer_within_the_budget(redis_server: Re
                                                                 client: redis.Redis) -> None:
     """CLIENT PAUSE ALL: connections are accepted but no command is answered."""
     config = config_on(redis_server.url, exporter={"scrape_timeout": "1s"})
-    Scheduler(config, client).enqueue("newsletter", "t")
+    Queue(config, client).enqueue("newsletter", "t")
     with running_exporter(config) as exporter:
         assert scrape(exporter.url).value(m.EXPORTER_REDIS_UP.name) == 1
         client.execute_command("CLIENT", "PAUSE", 3000, "ALL")  # over by itself after 3 s
@@ -293,7 +293,7 @@ def test_a_stalled_redis_still_gets_an_answer_within_the_budget(redis_server: Re
 
 def test_two_exporters_on_one_redis_serve_identical_values(redis_server: RedisServer) -> None:
     config = config_on(redis_server.url, scheduler=NO_BUDGET)
-    ledger = Ledger(Scheduler(config, redis_client(redis_server.url)))
+    ledger = Ledger(Queue(config, redis_client(redis_server.url)))
     for i in range(60):
         ledger.submit(TASK_OF[CLASSES[i % 3]], f"t{i % 7}")
     for lease in ledger.pop(25):
@@ -336,9 +336,9 @@ def test_metrics_over_https_with_a_self_signed_certificate(redis_server: RedisSe
                                                            capfd: pytest.CaptureFixture[str]) -> None:
     config = config_on(redis_server.url)
     cert, key = self_signed(tmp_path)
-    scheduler = Scheduler(config, redis_client(redis_server.url))
+    scheduler = Queue(config, redis_client(redis_server.url))
     trusting = ssl.create_default_context(cafile=str(cert))
-    with exporter_server(config, scheduler, "127.0.0.1", 0, tls=tls_context(str(cert), str(key))) as server:
+    with exporter_server(config, scheduler.groups()[0], "127.0.0.1", 0, tls=tls_context(str(cert), str(key))) as server:
         assert server.url.startswith("https://127.0.0.1:")
         got = scrape(server.url, context=trusting)
         with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):

@@ -16,7 +16,7 @@ from alerts.output import rules_text
 from alerts.rules import TENANT_DOMINATING_QUEUE
 from exporter import metrics as m
 from fairctl.handlers import sleep_handlers
-from fairness_core import Scheduler, redis_client
+from fairness_core import Queue, redis_client
 from fairness_core.jobs import Envelope
 from fairness_core.keys import Keys
 from fairness_core.worker import Worker
@@ -64,7 +64,7 @@ def oldest_enqueued_s(url: str, keys: Keys, queue: str, tenants: list[str]) -> f
 def test_prometheus_sees_the_configured_shares_the_top_tenant_and_the_oldest_ages(
         redis_server: RedisServer, tmp_path: Path) -> None:
     config = make_config(redis={"url": redis_server.url}, scheduler={"budget_min_arrivals": 10**9})
-    scheduler = Scheduler(config, redis_client(redis_server.url))
+    scheduler = Queue(config, redis_client(redis_server.url))
     for queue, (task, tenants) in WORKLOAD.items():
         for tenant, (tier, jobs) in tenants.items():
             for _ in range(jobs):
@@ -89,7 +89,7 @@ def test_prometheus_sees_the_configured_shares_the_top_tenant_and_the_oldest_age
         assert starving_while_busy == []
 
         # A newsletter queued two hours ago (the scheduler's clock set back) while nothing works.
-        Scheduler(config, redis_client(redis_server.url), clock=lambda: int((time.time() - 7200) * 1000)).enqueue(
+        Queue(config, redis_client(redis_server.url), clock=lambda: int((time.time() - 7200) * 1000)).enqueue(
             "newsletter", "ancient")
         time.sleep(2.5)  # two scrape intervals
         at = time.time()
@@ -120,7 +120,7 @@ def test_a_tenant_flooding_after_ten_thousand_others_is_named_and_paged(redis_se
         alerts={"rate_window": f"{FLOOD_WINDOW_S}s", "for": {TENANT_DOMINATING_QUEUE: f"{FLOOD_FOR_S}s"}})
     rules = tmp_path / "rules.yml"
     rules.write_text(rules_text(config))
-    scheduler = Scheduler(config, redis_client(redis_server.url))
+    scheduler = Queue(config, redis_client(redis_server.url))
     queue, task = "jobs:low", "newsletter"
 
     def serve_all() -> None:

@@ -22,7 +22,7 @@ from alerts.output import rules_text
 from alerts.rules import QUEUE_STARVING
 from exporter import metrics as m
 from fairctl.cli import app
-from fairness_core import Config, Scheduler, load_config, redis_client
+from fairness_core import Config, Queue, load_config, redis_client
 from fairness_stack.servers import RedisServer, free_port, stop_process
 
 from .conftest import EXAMPLE_CONFIG
@@ -86,7 +86,7 @@ def test_two_groups_behind_one_job_stay_apart_and_only_the_starved_one_pages(
     first_enqueued = {}
     for config in configs:
         first_enqueued[config.redis.prefix] = time.time()
-        Scheduler(config, redis_client(redis_server.url)).submit_many(
+        Queue(config, redis_client(redis_server.url)).submit_many(
             "newsletter", f"{config.redis.prefix}-tenant", [{"n": n} for n in range(JOBS[config.redis.prefix])])
     rules = tmp_path / "rules.yml"
     rules.write_text(rules_text(configs[0]))  # one rules file serves both: SLOs come from the exporters
@@ -127,7 +127,7 @@ def test_status_shows_every_group_given(redis_server: RedisServer, tmp_path: Pat
     paths = [group_config(tmp_path, redis_server.url, prefix) for prefix in (STARVED, HEALTHY)]
     for path in paths:
         config = load_config(path)
-        Scheduler(config, redis_client(redis_server.url)).submit_many(
+        Queue(config, redis_client(redis_server.url)).submit_many(
             "newsletter", "t", [{"n": n} for n in range(JOBS[config.redis.prefix])])
     both = ["status", "--interval", "0", "--config", str(paths[0]), "--config", str(paths[1])]
     text = CliRunner().invoke(app, both)

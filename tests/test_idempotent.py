@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from fairness_core import ConfigError, InvalidJob, Lease, ReplyLost, Scheduler, ShardedScheduler
+from fairness_core import ConfigError, InvalidJob, Lease, Queue, ReplyLost
 from fairness_core.config import parse_config
 from fairness_core.config_dump import config_to_data
 from fairness_core.connection import redis_client
 from fairness_core.jobs import MAX_KEY_BYTES, check_key
-from fairness_core.sharded import split_job_id
+from fairness_core.queue import split_job_id
 from fairness_core.sharding import hand
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer
@@ -29,18 +29,18 @@ from .fault_proxy import FaultProxy, fault_proxy
 from .support import running, wait_for, write_config
 
 
-def _queued(scheduler: Scheduler) -> int:
+def _queued(scheduler: Queue) -> int:
     """Jobs the group accepted, by its id counter: every job queued gets the next id."""
     return int(scheduler.client.get(scheduler.keys.seq) or 0)
 
 
-def _deduplicated(scheduler: Scheduler) -> int:
+def _deduplicated(scheduler: Queue) -> int:
     return sum(c.counters["deduplicated"] for c in scheduler.snapshot().classes.values())
 
 
 def test_a_key_returns_its_first_job_queued_or_done(client: redis.Redis) -> None:
     config = make_config(scheduler={"dedup_window": "1h"})
-    s = Scheduler(config, client)
+    s = Queue(config, client)
     first = s.submit("password_reset", "acme", {"n": 1}, key="acme:reset-1")
     assert s.submit("password_reset", "acme", {"n": 2}, key="acme:reset-1") == first  # queued
     (lease,) = s.pop()
@@ -54,7 +54,7 @@ def test_a_key_returns_its_first_job_queued_or_done(client: redis.Redis) -> None
 
 
 def test_a_batch_of_keys_is_one_job_per_key(client: redis.Redis) -> None:
-    s = Scheduler(make_config(), client)
+    s = Queue(make_config(), client)
     keys = [f"k{i % 40}" for i in range(60)]  # 20 keys twice, in one batch and across its calls
     got = s.submit_many("order", "acme", [{"i": i} for i in range(60)], keys=keys)
     assert all(g is not None for g in got)
@@ -65,7 +65,7 @@ def test_a_batch_of_keys_is_one_job_per_key(client: redis.Redis) -> None:
 
 def test_a_refused_job_leaves_its_key_free(client: redis.Redis) -> None:
     """Only an accepted job's key is recorded: a retry after a refusal is decided anew."""
-    s = Scheduler(make_config(tenants={"max_queued": 1}), client)
+    s = Queue(make_config(tenants={"max_queued": 1}), client)
     s.submit("order", "acme", key="a")
     assert s.submit_many("order", "acme", [{}], keys=["b"]) == [None]
     s.pop()
@@ -77,7 +77,7 @@ def test_a_refused_job_leaves_its_key_free(client: redis.Redis) -> None:
     ("x" * (MAX_KEY_BYTES + 1), f"at most {MAX_KEY_BYTES}"), (7, "expected a string"),
 ])
 def test_bad_keys_are_refused_before_redis(key: object, why: str) -> None:
-    s = Scheduler(make_config(), redis.Redis(port=1))  # never reached
+    s = Queue(make_config(), redis.Redis(port=1))  # never reached
     for submit in (lambda: s.submit("order", "acme", key=key),  # type: ignore[arg-type]
                    lambda: s.submit_many("order", "acme", [{}], keys=[key])):  # type: ignore[list-item]
         with pytest.raises(InvalidJob, match=why) as caught:
@@ -114,9 +114,9 @@ def proxy(redis_server: RedisServer) -> Iterator[FaultProxy]:
         yield faults
 
 
-def _behind(proxy: FaultProxy) -> Scheduler:
+def _behind(proxy: FaultProxy) -> Queue:
     """A scheduler whose every call goes through ``proxy``, with two jobs queued (ids 1 and 2)."""
-    s = Scheduler(make_config(redis={"url": proxy.url()}), redis_client(proxy.url()))
+    s = Queue(make_config(redis={"url": proxy.url()}), redis_client(proxy.url()))
     s.submit_many("order", "warm-up", [{}, {}])
     return s
 
@@ -164,7 +164,7 @@ def test_a_key_goes_to_one_shard_of_its_hand_whatever_the_load(redis_server: Red
     url = redis_server.url
     data = config_to_data(make_config())
     data["redis"].update(url=url, shards=6, shard_hand=2)
-    queue = ShardedScheduler(parse_config(data), redis_client(url))
+    queue = Queue(parse_config(data), redis_client(url))
     keys = [f"acme:{i}" for i in range(40)]
     first = [queue.submit("newsletter", "acme", key=k) for k in keys]
     assert {split_job_id(e.job_id)[0] for e in first} == set(hand("acme", 6, 2))  # by key, not where acme's jobs are
@@ -191,7 +191,7 @@ def test_producers_retrying_at_random_complete_every_key_once(
         with lock:
             runs[lease.payload["key"]] += 1
 
-    worker = Worker(Scheduler(config, client), HandlerRegistry(fallback=handle), concurrency=4)
+    worker = Worker(Queue(config, client), HandlerRegistry(fallback=handle), concurrency=4)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with running(worker):
         producers = [subprocess.Popen([sys.executable, "-m", "tests.keyed_producer", str(path), str(p), "12500"],
@@ -201,4 +201,4 @@ def test_producers_retrying_at_random_complete_every_key_once(
         wait_for(lambda: sum(runs.values()) >= 50_000, 60, "every key's job to run")
     assert sent > 60_000  # the retries were sent
     assert len(runs) == 50_000 and set(runs.values()) == {1}
-    assert _deduplicated(Scheduler(config, client)) == sent - 50_000
+    assert _deduplicated(Queue(config, client)) == sent - 50_000

@@ -13,7 +13,8 @@ from contextlib import ExitStack, contextmanager
 
 import pytest
 
-from fairness_core import Config, open_queue, redis_client, sharded
+from fairness_core import Config, open_queue, redis_client
+from fairness_core import queue as queue_module
 from fairness_core.jobs import Lease
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer
@@ -25,9 +26,9 @@ pytestmark = pytest.mark.slow
 
 SHARDS = 64
 WORKERS = 4
-# Two looks at every shard per worker (sharded.LOOK_S) and two aging ticks: a multiple of the
+# Two looks at every shard per worker (queue_module.LOOK_S) and two aging ticks: a multiple of the
 # longest period, so both fleets' windows hold the same ticks.
-WINDOW_S = 2 * sharded.LOOK_S
+WINDOW_S = 2 * queue_module.LOOK_S
 WARM_UP_S = 2.0  # the workers have registered and read the group's state
 
 
@@ -74,7 +75,7 @@ def test_an_idle_sharded_fleet_costs_about_what_it_costs_unsharded_and_takes_job
         queue = open_queue(config)
         with fleet(config, HandlerRegistry(fallback=record)):
             rate = idle_rate(server)
-            monkeypatch.setattr(sharded, "LOOK_S", 3600.0)
+            monkeypatch.setattr(queue_module, "LOOK_S", 3600.0)
             first = queue.enqueue("newsletter", "shop-0")
             wait_for(lambda: done == [first], 60, "the first job to be done")
             burst = [queue.enqueue("newsletter", f"shop-{n}") for n in range(1, 641)]

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fairctl.cli import app
-from fairness_core import InvalidJob, Scheduler
+from fairness_core import InvalidJob, Queue
 from fairness_core.jobs import MAX_PAYLOAD_DEPTH, check_tenant, encode_payload
 
 from .conftest import make_config
@@ -51,7 +51,7 @@ def test_a_payload_that_contains_itself_is_refused_as_too_deep() -> None:
 
 
 def test_the_library_refuses_a_deep_payload_before_touching_redis(client: redis.Redis) -> None:
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     before = set(client.scan_iter(match=scheduler.keys.base + "*"))
     for call in (lambda: scheduler.enqueue("newsletter", "acme", payload=nested(5_000)),
                  lambda: scheduler.submit_many("newsletter", "acme", [{}, nested(5_000)])):
@@ -98,7 +98,7 @@ def test_string_keys_and_non_finite_numbers() -> None:
 
 
 def test_the_library_refuses_a_key_that_is_not_a_string_before_touching_redis(client: redis.Redis) -> None:
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     with pytest.raises(InvalidJob, match=r"^payload: keys must be strings, got int 1$"):
         scheduler.submit_many("newsletter", "acme", [{"1": "b"}, {1: "a", "1": "b"}])
     assert not set(client.scan_iter(match=scheduler.keys.base + "*"))
@@ -162,7 +162,7 @@ def test_fairctl_enqueue_refuses_an_invisible_tenant_in_one_line(redis_server: A
 def test_a_job_enqueued_without_a_payload_is_leased_with_an_empty_object(client: redis.Redis) -> None:
     """The documented handler reads ``lease.payload.get(...)``: it works for a job with no payload
     (None, and JSON null from fairctl enqueue --payload null), which is leased with {}."""
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     scheduler.enqueue("password_reset", "acme")
     scheduler.enqueue("password_reset", "acme", payload=None)
     scheduler.enqueue("password_reset", "acme", payload={"user": 42})
@@ -181,6 +181,6 @@ def test_fairctl_runs_the_documented_handler_on_a_job_enqueued_without_a_payload
     for args in ([], ["--payload", "null"]):
         result = runner.invoke(app, ["enqueue", "password_reset", "--tenant", "acme", "--config", str(path), *args])
         assert result.exit_code == 0, result.output
-    scheduler = Scheduler(config, redis.Redis.from_url(redis_server.url))
+    scheduler = Queue(config, redis.Redis.from_url(redis_server.url))
     leases = scheduler.pop(2)
     assert [lease.payload.get("user", "nobody") for lease in leases] == ["nobody", "nobody"]

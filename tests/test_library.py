@@ -9,10 +9,11 @@ import logging
 import pytest
 import redis
 
-from fairness_core import Scheduler, parse_config
+from fairness_core import parse_config
+from fairness_core.scheduler import Scheduler
 from fairness_core.config_dump import config_to_data
 from fairness_core.library import EXPIRE_MS, NAME_PREFIX, REFRESH_S, STAMP, stamps
-from fairness_core.sharded import ShardedScheduler
+from fairness_core.queue import Queue
 
 from .conftest import make_config
 
@@ -182,7 +183,7 @@ def test_the_shards_of_a_sharded_queue_share_one_library(client: redis.Redis) ->
     config = make_config()
     data = config_to_data(config)
     data["redis"].update(url=config.redis.url, shards=12, shard_hand=2)
-    queue = ShardedScheduler(parse_config(data), client)
+    queue = Queue(parse_config(data), client)
     for n in range(40):
         queue.enqueue("newsletter", f"tenant-{n}")
     popped = [lease for _ in range(40) for lease in queue.pop(1)]

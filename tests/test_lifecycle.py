@@ -9,8 +9,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from fairness_core import (BudgetRejected, Enqueued, InvalidJob, Popped, RedisUnavailable, Scheduler,
-                           TenantLimitReached)
+from fairness_core import BudgetRejected, Enqueued, InvalidJob, Popped, Queue, RedisUnavailable, TenantLimitReached
 from fairness_core.connection import ClusterClient, server_of
 from fairness_core.keys import CLASS_PARTS
 from fairness_stack.servers import RedisServer
@@ -32,9 +31,9 @@ class Clock:
         self.ms += int(seconds * 1000)
 
 
-def at(client: redis.Redis, **overrides: Any) -> tuple[Scheduler, Clock]:
+def at(client: redis.Redis, **overrides: Any) -> tuple[Queue, Clock]:
     clock = Clock()
-    return Scheduler(make_config(**overrides), client, clock=clock), clock
+    return Queue(make_config(**overrides), client, clock=clock), clock
 
 
 def test_classification_reason_travels_with_the_job(client: redis.Redis) -> None:
@@ -259,7 +258,7 @@ def test_priority_budget_can_reject_instead(client: redis.Redis) -> None:
     assert s.snapshot().classes["jobs:high"].counters["rejected"] >= 1
 
 
-def one_at_a_time(s: Scheduler, task: str, tenant: str, n: int, tier: str | None) -> list[Enqueued | None]:
+def one_at_a_time(s: Queue, task: str, tenant: str, n: int, tier: str | None) -> list[Enqueued | None]:
     """``n`` jobs submitted one call each, None for each a budget rejected or a limit refused."""
     out: list[Enqueued | None] = []
     for i in range(n):
@@ -407,7 +406,7 @@ def test_odd_tenant_ids_stay_in_their_own_namespace(client: redis.Redis) -> None
 def test_redis_down_is_a_clear_error() -> None:
     server = RedisServer().start()
     conn = redis.Redis.from_url(server.url, socket_connect_timeout=1, retry_on_timeout=False)
-    s = Scheduler(make_config(), conn)
+    s = Queue(make_config(), conn)
     s.enqueue("order", "acme")
     server.close()
     with pytest.raises(RedisUnavailable, match="127.0.0.1"):

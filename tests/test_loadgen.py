@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from alerts.config import alert_settings
 from alerts.rules import starving_for
+from fairness_core import Queue
 from fairctl.cli import app
-from fairness_core import Scheduler
 from fairness_core.jobs import InvalidJob
 from fairness_sim.arrivals import all_arrivals
 from fairness_sim.loadgen import LoadGenerator, Replay, live_changes, volume_for
@@ -50,7 +50,7 @@ def small_scenario(config_prefix: str) -> Scenario:
 
 
 def test_submit_many_queues_each_job_as_submit_does(client: redis.Redis) -> None:
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     done = scheduler.submit_many("newsletter", "acme", [{"n": i} for i in range(5)])
     assert [d.queue for d in done if d] == ["jobs:low"] * 5 and len({d.job_id for d in done if d}) == 5
     assert [lease.payload for lease in scheduler.pop(5)] == [{"n": i} for i in range(5)]
@@ -63,7 +63,7 @@ def test_replay_keeps_every_volume_th_job_and_each_stream_first(client: redis.Re
     config = make_config()
     scenario = small_scenario(config.redis.prefix)
     replay = Replay(speed=600, volume=10, until=60)
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     stats = LoadGenerator(scenario, scheduler, replay).run()
     resets = sum(1 for a in all_arrivals(scenario, 60) if a.stream == 1)
     assert stats.enqueued == {"burst": 100, "resets": -(-resets // 10)}  # the first reset is always kept
@@ -82,7 +82,7 @@ def test_what_arrives_after_a_burst_is_queued_behind_all_of_it(client: redis.Red
     compares enqueue times to the millisecond and gives a tie to the more urgent class, so it
     may overtake the burst jobs of that one millisecond, and only those."""
     config = make_config(scheduler={"policy": "fifo"})
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     stats = LoadGenerator(small_scenario(config.redis.prefix), scheduler, Replay(speed=600, volume=1, until=10)).run()
     assert stats.enqueued == {"burst": 1000, "resets": 11}  # one a second from 0s, the first after the burst
     leases = [lease for _ in range(11) for lease in scheduler.pop(100)]
@@ -117,12 +117,12 @@ def test_a_config_change_is_applied_live_at_its_time_and_every_process_follows(c
     first = scenario_config(scenario, "weighted-fair")
     replay = Replay(speed=60, volume=1, until=until)
     said: list[str] = []
-    stats = LoadGenerator(scenario, Scheduler(first, client), replay,
+    stats = LoadGenerator(scenario, Queue(first, client), replay,
                           changes=live_changes(scenario, "weighted-fair", lambda c: c), say=said.append).run()
-    worker = Scheduler(first, client)
+    worker = Queue(first, client)
     popped = Counter(lease.queue for lease in worker.pop(30))
-    applied = worker.read_applied()
-    assert applied is not None and worker.settings.fingerprint == applied.fingerprint  # the worker follows it
+    applied = worker.groups()[0].read_applied()
+    assert applied is not None and worker.shard(0).settings.fingerprint == applied.fingerprint  # the worker follows it
     weights = {c.name: c.weight for c in applied.config.classes}
     if until < 30:
         assert (applied.version, said, weights["jobs:low"], popped) == (1, [], 10, {"jobs:medium": 20, "jobs:low": 10})

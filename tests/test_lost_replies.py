@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fairness_core import Queue, ReplyLost, Scheduler, open_queue, redis_client
+from fairness_core import Queue, ReplyLost, open_queue, redis_client
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer
 
@@ -29,9 +29,9 @@ def proxy(redis_server: RedisServer) -> Iterator[FaultProxy]:
         yield faults
 
 
-def through(proxy: FaultProxy, **sections: object) -> Scheduler:
+def through(proxy: FaultProxy, **sections: object) -> Queue:
     """A scheduler whose every call goes through the proxy."""
-    return Scheduler(make_config(redis={"url": proxy.url()}, **sections), redis_client(proxy.url()))
+    return Queue(make_config(redis={"url": proxy.url()}, **sections), redis_client(proxy.url()))
 
 
 def test_a_lost_pops_leases_are_the_workers_and_it_gives_them_back(proxy: FaultProxy) -> None:
@@ -98,7 +98,7 @@ def test_a_lost_apply_is_one_apply_and_applying_again_changes_nothing(proxy: Fau
     proxy.drop_reply_to(APPLY, skip=1)  # the first call finds the new config's script not loaded yet
     with pytest.raises(ReplyLost):
         s.apply(new)
-    applied = s.read_applied()
+    applied = s.groups()[0].read_applied()
     assert applied is not None and (applied.version, applied.config.scheduler.policy) == (2, "strict"), "it ran"
-    again = s.apply(new)
+    (again,) = s.apply(new).shards.values()
     assert (again.version, again.changes) == (2, ()), "the same config again is no change, not a second version"

@@ -14,7 +14,7 @@ import pytest
 
 from fairness_core import redis_client
 from fairness_core.library import NAME_PREFIX
-from fairness_core.sharded import ShardedScheduler
+from fairness_core.queue import Queue
 from fairness_stack.servers import RedisServer, free_port
 
 from .conftest import make_config
@@ -43,7 +43,7 @@ def test_32_shards_on_one_redis_share_one_library_and_fail_no_call(tmp_path: Pat
         port = free_port()
         path, config = write_config(tmp_path, server.url, redis={"url": server.url, "prefix": make_config().redis.prefix,
                                                                    "shards": SHARDS, "shard_hand": 2})
-        queue = ShardedScheduler(config, redis_client(server.url))
+        queue = Queue(config, redis_client(server.url))
         logs = [tmp_path / f"worker-{i}.log" for i in range(WORKERS)]
         processes = [spawn_worker(path, log, "record", server.url, "--concurrency", "2") for log in logs]
         processes.append(spawn_exporter(path, tmp_path / "exporter.log", "--listen", f"127.0.0.1:{port}"))

@@ -20,7 +20,9 @@ import redis
 from alerts.output import rules_text
 from alerts.rules import REDIS_MAY_EVICT_JOBS, REDIS_MEMORY_HIGH
 from exporter import metrics as m
-from fairness_core import EvictionPolicyError, Lease, RedisMemoryFull, Scheduler, redis_client
+from fairness_core import EvictionPolicyError, Lease, RedisMemoryFull, redis_client
+from fairness_core.queue import Queue
+from fairness_core.scheduler import Scheduler
 from fairness_core.memory import read_memory
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer
@@ -50,7 +52,7 @@ def memory_settings(client: redis.Redis, **settings: str | int) -> Iterator[None
 def test_an_evicting_redis_is_refused_by_producers_workers_and_the_cli_and_served_by_the_exporter(
         redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
     path, config = write_config(tmp_path, redis_server.url)
-    scheduler = Scheduler(config, redis_client(redis_server.url))
+    scheduler = Queue(config, redis_client(redis_server.url))
     with memory_settings(client, **{"maxmemory-policy": "allkeys-lru"}):
         for refused in (lambda: scheduler.submit("newsletter", "acme"), scheduler.pop,
                         lambda: Worker(scheduler, HandlerRegistry()).run()):
@@ -72,7 +74,7 @@ def test_an_evicting_redis_is_refused_by_producers_workers_and_the_cli_and_serve
 
 def test_a_running_worker_stops_loudly_when_the_policy_turns_evicting(
         redis_server: RedisServer, client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
-    scheduler = Scheduler(make_config(redis={"url": redis_server.url}), redis_client(redis_server.url))
+    scheduler = Queue(make_config(redis={"url": redis_server.url}), redis_client(redis_server.url))
     worker = Worker(scheduler, HandlerRegistry(fallback=lambda lease: None), concurrency=2, grace=5)
     outcome: list[BaseException | bool] = []
 
@@ -102,11 +104,11 @@ def test_a_flood_is_refused_at_the_headroom_after_the_alert_and_workers_drain_ev
                          alerts={"memory_warning": WARNING, "for": {REDIS_MEMORY_HIGH: "1s"}})
     rules = tmp_path / "rules.yml"
     rules.write_text(rules_text(config))
-    scheduler = Scheduler(config, redis_client(redis_server.url))
+    scheduler = Queue(config, redis_client(redis_server.url))
     # This producer reads memory before every job, so its refusal is the headroom's, exactly: with
     # the default 0.1 s between readings a fast producer can pass the last 10% before it looks
     # again (that race, Redis's own refusal, is the racing producer's part below).
-    scheduler.memory.refresh = 0.0
+    scheduler.shard(0).memory.refresh = 0.0
     base = read_memory(client).used
     limit = base + 4 * MIB
     accepted: list[str] = []
@@ -115,7 +117,7 @@ def test_a_flood_is_refused_at_the_headroom_after_the_alert_and_workers_drain_ev
 
     def enqueue_until_refused(stop_at: float = 1.0) -> RedisMemoryFull | None:
         """Enqueue until refused, or until memory passes ``stop_at`` of maxmemory."""
-        while scheduler.memory.read().fill < stop_at:
+        while scheduler.shard(0).memory.read().fill < stop_at:
             try:
                 accepted.append(scheduler.submit("newsletter", "storm", PAYLOAD).job_id)
             except RedisMemoryFull as exc:
@@ -140,7 +142,7 @@ def test_a_flood_is_refused_at_the_headroom_after_the_alert_and_workers_drain_ev
         assert refused is not None and alert_at < refused_at
         assert "refused by fairctl at redis.memory_headroom" in str(refused)
         assert f"of maxmemory {limit / MIB:.1f} MiB" in str(refused) and "redis.memory_headroom 90%" in str(refused)
-        fill = scheduler.memory.read(fresh=True).fill
+        fill = scheduler.shard(0).memory.read(fresh=True).fill
         assert HEADROOM <= fill < 1.0, fill
         full_at = len(accepted)
 

@@ -8,7 +8,8 @@ import dataclasses
 
 import redis
 
-from fairness_core import Config, Scheduler
+from fairness_core import Config
+from fairness_core.scheduler import Scheduler
 from fairness_core.config import Rule
 from fairness_core.config_store import NO_MOVES, NO_NAMES
 from fairness_core.jobs import CODE_MARK, SEP, DeadLetter, code

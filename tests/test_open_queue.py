@@ -1,5 +1,6 @@
-"""One way to open a queue from Python: ``open_queue`` serves one group or a sharded queue alike,
-and a bare ``Scheduler`` refuses a sharded config instead of queueing where no worker looks."""
+"""One way to open a queue from Python: ``open_queue`` gives one class, :class:`Queue`, for one
+group or a sharded queue alike, and the driver of one group refuses a sharded config instead of
+queueing where no worker looks."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from fairness_core import ConfigError, Scheduler, ShardedScheduler, open_queue, redis_client
+from fairness_core import ConfigError, Queue, open_queue, redis_client
+from fairness_core.scheduler import Scheduler
 from fairness_stack.servers import RedisServer
 from fairness_stack.supervisor import StackError, apply_config
 
@@ -37,8 +39,13 @@ def test_a_scheduler_refuses_a_sharded_config_and_open_queue_serves_it(redis_ser
     assert str(refused.value) == (f"redis.shards: queue group {sharded.redis.prefix} is sharded 3 ways and a Scheduler "
                                   "serves one queue group: open the queue with fairness_core.open_queue(config), "
                                   "which serves every shard")
-    assert isinstance(open_queue(sharded), ShardedScheduler)
-    assert isinstance(open_queue(make_config(redis={"url": redis_server.url})), Scheduler)
+    many, one = open_queue(sharded), open_queue(make_config(redis={"url": redis_server.url}))
+    assert isinstance(many, Queue) and isinstance(one, Queue)
+    assert (many.sharded, one.sharded) == (True, False)
+    assert [g.keys.prefix for g in one.groups()] == [one.keys.prefix]  # a queue of one group keeps its plain name
+    assert [g.keys.prefix for g in many.groups()] == [f"{sharded.redis.prefix}.{i}" for i in range(3)]
+    assert one.submit("newsletter", "acme").job_id.isdigit()  # its own ids
+    assert many.submit("newsletter", "acme").job_id.split(":")[0] in {"0", "1", "2"}  # shard:id
 
 
 def _status(config: Path) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import redis
 
-from fairness_core import Lease, Scheduler
+from fairness_core import Lease, Queue
 
 from .conftest import make_config
 
@@ -20,25 +20,25 @@ NO_BUDGET_CLASSES = [
 TASK_OF = {"jobs:high": "password_reset", "jobs:medium": "order_confirmation", "jobs:low": "newsletter"}
 
 
-def scheduler_for(client: redis.Redis, policy: str = "weighted-fair", **overrides: Any) -> Scheduler:
+def scheduler_for(client: redis.Redis, policy: str = "weighted-fair", **overrides: Any) -> Queue:
     config = make_config(classes=NO_BUDGET_CLASSES, scheduler={"policy": policy}, **overrides)
-    return Scheduler(config, client)
+    return Queue(config, client)
 
 
-def fill(s: Scheduler, per_class: dict[str, int], tenants: int = 5) -> None:
+def fill(s: Queue, per_class: dict[str, int], tenants: int = 5) -> None:
     for queue, n in per_class.items():
         for i in range(n):
             s.enqueue(TASK_OF[queue], f"tenant-{i % tenants}")
 
 
-def shares(s: Scheduler, pops: int) -> dict[str, float]:
+def shares(s: Queue, pops: int) -> dict[str, float]:
     counts = Counter(lease.queue for _ in range(pops) for lease in s.pop(1))
     total = sum(counts.values())
     assert total == pops, "a pop came back empty while work was queued"
     return {q: counts[q] / total for q in TASK_OF}
 
 
-def batched_shares(s: Scheduler, jobs: int, key: Callable[[Lease], str]) -> dict[str, float]:
+def batched_shares(s: Queue, jobs: int, key: Callable[[Lease], str]) -> dict[str, float]:
     """Pop 10 at a time until ``jobs`` are leased; each key's share of them."""
     counts: Counter[str] = Counter()
     while sum(counts.values()) < jobs:

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from fairctl.cli import app
-from fairness_core import RedisDatabaseOutOfRange, RedisUnavailable, Scheduler, redis_client
+from fairness_core import Queue, RedisDatabaseOutOfRange, RedisUnavailable, redis_client
 from fairness_stack.servers import RedisServer
 
 from .support import write_config
@@ -41,7 +41,7 @@ def test_a_database_out_of_range_is_one_line_naming_the_url(
 def test_the_library_raises_a_clear_error_saying_how_many_databases(tmp_path: Path) -> None:
     with RedisServer(extra_args=("--databases", "4")) as server:
         _, config = write_config(tmp_path, on_database(server.url, 4))
-        scheduler = Scheduler(config, redis_client(config.redis.url))
+        scheduler = Queue(config, redis_client(config.redis.url))
         with pytest.raises(RedisDatabaseOutOfRange) as raised:
             scheduler.snapshot()
         assert isinstance(raised.value, RedisUnavailable)  # what callers already handle for a bad URL
@@ -51,7 +51,7 @@ def test_the_library_raises_a_clear_error_saying_how_many_databases(tmp_path: Pa
         with pytest.raises(RedisDatabaseOutOfRange):
             scheduler.submit("x", tenant="a")
         _, config = write_config(tmp_path, on_database(server.url, 3))  # the last one is fine
-        assert Scheduler(config, redis_client(config.redis.url)).snapshot() is not None
+        assert Queue(config, redis_client(config.redis.url)).snapshot() is not None
 
 
 @pytest.mark.live
@@ -59,7 +59,7 @@ def test_when_config_is_refused_it_just_says_out_of_range(tmp_path: Path) -> Non
     with RedisServer(extra_args=("--rename-command", "CONFIG", "")) as server:
         _, config = write_config(tmp_path, on_database(server.url, 16))
         with pytest.raises(RedisDatabaseOutOfRange) as raised:
-            Scheduler(config, redis_client(config.redis.url)).snapshot()
+            Queue(config, redis_client(config.redis.url)).snapshot()
         assert raised.value.databases is None
         assert str(raised.value) == (f"Redis at 127.0.0.1:{server.port} has no database 16 (out of range for the "
                                      "server): fix the /<db> at the end of the URL")

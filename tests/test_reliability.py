@@ -15,7 +15,7 @@ import redis
 
 from exporter import metrics as m
 from fairctl.handlers import sleep_for_service_time
-from fairness_core import Lease, RedisUnavailable, Scheduler, redis_client
+from fairness_core import Lease, Queue, RedisUnavailable, redis_client
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer, free_port, stop_process
 
@@ -45,7 +45,7 @@ class Producer:
     returned; ``refused`` the messages of those that raised RedisUnavailable (none of them may be
     counted as queued by the caller, and at most the one in flight at the kill may have been)."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Queue) -> None:
         self.scheduler = scheduler
         self.acknowledged: set[str] = set()
         self.refused: list[str] = []
@@ -79,7 +79,7 @@ def test_redis_killed_and_restarted_from_its_aof_loses_no_acknowledged_enqueue(t
     server = RedisServer(appendonly=True).start()
     path, config = write_config(tmp_path, server.url, scheduler=NO_BUDGET, exporter={"scrape_timeout": "1s"},
                                 leases={"visibility_timeout": "3s", "max_attempts": 1000})
-    scheduler = Scheduler(config, redis_client(server.url))
+    scheduler = Queue(config, redis_client(server.url))
     key = f"{config.redis.prefix}:record"
     port = free_port()
     metrics = f"http://127.0.0.1:{port}/metrics"
@@ -89,7 +89,7 @@ def test_redis_killed_and_restarted_from_its_aof_loses_no_acknowledged_enqueue(t
     restarted: RedisServer | None = None
     try:
         wait_for(lambda: redis_up(metrics) == 1, 30, "the exporter to read Redis")
-        with Producer(Scheduler(config, redis_client(server.url))) as producer:
+        with Producer(Queue(config, redis_client(server.url))) as producer:
             wait_for(lambda: totals(scheduler)["processed"] >= 500, 60, "workers to make progress under load")
             server.stop(kill=True)
             with pytest.raises(RedisUnavailable, match=rf"^Redis at 127\.0\.0\.1:{server.port} is unavailable"):
@@ -167,7 +167,7 @@ def test_a_stalled_redis_answers_scrapes_in_budget_and_serves_each_lease_once(
         debuggable_redis: RedisServer, how: str, stall_s: float, visibility: str) -> None:
     config = make_config(redis={"url": debuggable_redis.url}, scheduler=NO_BUDGET, exporter={"scrape_timeout": "1s"},
                          leases={"visibility_timeout": visibility, "max_attempts": 1000})
-    scheduler = Scheduler(config, redis_client(debuggable_redis.url))
+    scheduler = Queue(config, redis_client(debuggable_redis.url))
     jobs = 60
     for i in range(jobs):
         scheduler.enqueue(TASKS[i % 3], f"tenant-{i % 7}", {"service_s": 0.2})
@@ -180,7 +180,7 @@ def test_a_stalled_redis_answers_scrapes_in_budget_and_serves_each_lease_once(
             completions.append((lease.job_id, lease.attempts))
 
     with running_exporter(config) as exporter, running(Worker(
-            Scheduler(config, redis_client(debuggable_redis.url)), HandlerRegistry(fallback=record), concurrency=4)):
+            Queue(config, redis_client(debuggable_redis.url)), HandlerRegistry(fallback=record), concurrency=4)):
         wait_for(lambda: len(completions) >= 8, 30, "some jobs done")
         stalling = stall(debuggable_redis.url, how, stall_s)
         time.sleep(0.3)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from fairness_core import Config, Scheduler, load_config, redis_client
+from fairness_core import Config, Queue, load_config, redis_client
 from fairness_stack.servers import RedisServer
 
 from .support import spawn_worker, totals, wait_for, write_config
@@ -39,7 +39,7 @@ def produce(config_path: str, first: int, step: int) -> list[tuple[str, str, str
     """One producer process: every ``step``-th tenant from ``first``, classes interleaved.
     Returns (job id, class, tenant) of each enqueue that returned."""
     config = load_config(config_path)
-    scheduler = Scheduler(config, redis_client(config.redis.url))
+    scheduler = Queue(config, redis_client(config.redis.url))
     done = []
     for i in range(first, TENANTS, step):
         name, tier = tenant(i)
@@ -74,7 +74,7 @@ def virtual_time_spread(config: Config, served: Counter[str], tiers: dict[str, s
 def test_eight_workers_two_hundred_thousand_jobs_a_thousand_tenants(redis_server: RedisServer, tmp_path: Path) -> None:
     path, config = write_config(tmp_path, redis_server.url, scheduler={"budget_min_arrivals": 10**9})
     client = redis_client(redis_server.url)
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     key = f"{config.redis.prefix}:record"
     started = time.monotonic()
     with multiprocessing.get_context("spawn").Pool(PRODUCERS) as pool:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from exporter import metrics as m
 from fairctl.cli import app
-from fairness_core import RedisUnavailable, Scheduler, redis_client
+from fairness_core import Queue, RedisUnavailable, redis_client
 from fairness_stack.servers import RedisServer, free_port, stop_process
 
 from .conftest import EXAMPLE_CONFIG, make_config
@@ -55,7 +55,7 @@ def secure_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureRed
 def test_scheduler_worker_and_exporter_over_tls_with_an_acl_user(secure_redis: SecureRedis, tmp_path: Path) -> None:
     url = secure_redis.url()
     path, config = write_config(tmp_path, url)
-    scheduler = Scheduler(config, redis_client(url))
+    scheduler = Queue(config, redis_client(url))
     for i in range(20):
         scheduler.enqueue("password_reset", f"tenant-{i % 3}")
     cert, key = self_signed(tmp_path)
@@ -89,7 +89,7 @@ def test_a_wrong_password_is_named_as_such_and_never_shown(secure_redis: SecureR
     wrong = "Wr0ng-pa55word"
     path, config = write_config(tmp_path, secure_redis.url(wrong))
     with pytest.raises(RedisUnavailable, match=r"^Redis at 127\.0\.0\.1:\d+ refused the user name or password") as err:
-        Scheduler(config, redis_client(config.redis.url)).enqueue("newsletter", "acme")
+        Queue(config, redis_client(config.redis.url)).enqueue("newsletter", "acme")
     assert wrong not in str(err.value)
     for command in (["status"], ["enqueue", "newsletter", "--tenant", "a"], ["worker"]):
         result = CliRunner().invoke(app, [*command, "--config", str(path)])
@@ -111,7 +111,7 @@ def test_an_untrusted_redis_certificate_is_a_clear_tls_error(secure_redis: Secur
     url = f"rediss://app:{PASSWORD}@127.0.0.1:{secure_redis.tls_port}/0"  # no ssl_ca_certs: not trusted
     with pytest.raises(RedisUnavailable, match="TLS failed.*CERTIFICATE_VERIFY_FAILED.*ssl_ca_certs") as err:
         with redis_client(url) as client:
-            Scheduler(make_config(redis={"url": url}), client).enqueue("newsletter", "acme")
+            Queue(make_config(redis={"url": url}), client).enqueue("newsletter", "acme")
     assert PASSWORD not in str(err.value)
 
 
@@ -127,7 +127,7 @@ def test_no_error_ever_quotes_the_password_of_a_url(password: str, scheme: str) 
     assume(password not in f"Redis Cluster at 127.0.0.1:{port} is unavailable (ConnectionError)")
     try:
         client = redis_client(url, connect_timeout=0.5)
-        Scheduler(make_config(), client).enqueue("newsletter", "acme")
+        Queue(make_config(), client).enqueue("newsletter", "acme")
     except (ValueError, RedisUnavailable) as exc:
         assert password not in str(exc)
     else:

@@ -24,7 +24,7 @@ from fairness_core import ConfigError, InvalidJob, Lease, parse_config, redis_cl
 from fairness_core.config import SHARD_NAME, config_name
 from fairness_core.config_dump import config_to_data
 from fairness_core.jobs import SEP
-from fairness_core.sharded import JOB_SEP, ShardedScheduler, split_job_id
+from fairness_core.queue import JOB_SEP, Queue, split_job_id
 from fairness_core.sharding import hand, place, shard_prefix
 from fairness_sim.shards import ShardFigures, predict
 from fairness_stack.servers import RedisClusterServers, RedisServer
@@ -92,7 +92,7 @@ def server() -> Iterator[RedisServer]:
 
 
 def test_a_tenant_stays_on_the_hand_shard_that_holds_its_jobs_and_new_ones_avoid_a_flood(server: RedisServer) -> None:
-    queue = ShardedScheduler(sharded(server.url, shards=6, hand_size=2), redis_client(server.url))
+    queue = Queue(sharded(server.url, shards=6, hand_size=2), redis_client(server.url))
     flooder = "flooder"
     home, other = hand(flooder, 6, 2)
     # A flood on the flooder's other hand shard: its first job goes to the emptier home shard, and stays there.
@@ -108,7 +108,7 @@ def test_a_tenant_stays_on_the_hand_shard_that_holds_its_jobs_and_new_ones_avoid
 
 def test_leases_carry_their_shard_and_ack_nack_defer_and_extend_reach_it(server: RedisServer) -> None:
     config = sharded(server.url, shards=3, hand_size=1)
-    queue = ShardedScheduler(config, redis_client(server.url))
+    queue = Queue(config, redis_client(server.url))
     ids = {queue.enqueue("invoice", f"shop-{i}") for i in range(9)}
     leases = [lease for _ in range(9) for lease in queue.pop()]
     assert {lease.job_id for lease in leases} == ids
@@ -128,7 +128,7 @@ def test_a_class_that_runs_dry_is_not_asked_again_nor_owed_a_burst_when_it_retur
     """The view of the shards is up to VIEW_TTL_S old: a class that just ran dry still shows work
     there. A pop that finds none marks the shard dry at once, so the next pops do not ask every
     shard again, and the class back with work starts level with the others."""
-    queue = ShardedScheduler(sharded(server.url, shards=6, hand_size=2), redis_client(server.url), seed=1)
+    queue = Queue(sharded(server.url, shards=6, hand_size=2), redis_client(server.url), seed=1)
     for n in range(60):
         queue.enqueue(list(TASKS.values())[n % 3], f"shop-{n % 10}")
     with redis.Redis.from_url(server.url) as conn:
@@ -149,7 +149,7 @@ def test_a_class_that_runs_dry_is_not_asked_again_nor_owed_a_burst_when_it_retur
 def test_a_pool_of_some_classes_takes_only_theirs_from_every_shard(server: RedisServer) -> None:
     """A reserved pool (``fairctl worker --classes``) on the sharded queue: only its classes, from
     whichever shards hold them, and it waits only for them."""
-    queue = ShardedScheduler(sharded(server.url, shards=4, hand_size=2), redis_client(server.url))
+    queue = Queue(sharded(server.url, shards=4, hand_size=2), redis_client(server.url))
     for t in range(6):
         queue.submit_many("newsletter", f"bulk-{t}", [None] * 5)
     assert queue.wait_for_work(0.2, ["jobs:high"]) is None
@@ -161,7 +161,7 @@ def test_a_pool_of_some_classes_takes_only_theirs_from_every_shard(server: Redis
 
 
 def test_pause_holds_a_class_on_every_shard(server: RedisServer) -> None:
-    queue = ShardedScheduler(sharded(server.url, shards=4, hand_size=1), redis_client(server.url))
+    queue = Queue(sharded(server.url, shards=4, hand_size=1), redis_client(server.url))
     for i in range(8):
         queue.enqueue("newsletter", f"shop-{i}")
     queue.pause("jobs:low")
@@ -172,7 +172,7 @@ def test_pause_holds_a_class_on_every_shard(server: RedisServer) -> None:
 
 
 def test_a_pause_holds_on_the_shards_a_reshard_adds_and_a_resume_releases_them(server: RedisServer) -> None:
-    queue = ShardedScheduler(sharded(server.url, shards=2, hand_size=1), redis_client(server.url))
+    queue = Queue(sharded(server.url, shards=2, hand_size=1), redis_client(server.url))
     queue.pause("jobs:low")
     queue.reshard(4)
     tenants = [t for t in (f"shop-{i}" for i in range(100)) if hand(t, 4, 1)[0] >= 2][:6]
@@ -195,7 +195,7 @@ def test_placing_puts_each_new_shard_on_a_master_with_the_fewest(cluster: RedisC
     client = redis_client(cluster.url)
     for _ in range(3):
         config = sharded(cluster.url, shards=6)
-        queue = ShardedScheduler(config, client)
+        queue = Queue(config, client)
         held = queue.masters()
         assert sorted(len(shards) for shards in held.values()) == [2, 2, 2], held
         assert sorted(i for shards in held.values() for i in shards) == list(range(6))
@@ -204,7 +204,7 @@ def test_placing_puts_each_new_shard_on_a_master_with_the_fewest(cluster: RedisC
         assert queue.layout().prefixes[0] == shard_prefix(config.redis.prefix, 0)  # where a dashboard opens
         queue.reshard(12)
         assert sorted(len(shards) for shards in queue.masters().values()) == [4, 4, 4]
-        assert queue.layout().prefixes[:6] == ShardedScheduler(config, client).layout().prefixes[:6]
+        assert queue.layout().prefixes[:6] == Queue(config, client).layout().prefixes[:6]
 
 
 @given(st.integers(1, 40), st.integers(1, 5), st.integers(0, 2**32))
@@ -228,7 +228,7 @@ def test_place_balances_any_slot_map(shards: int, masters: int, seed: int) -> No
     assert all(config_name(name, "shard") == name and SHARD_NAME.fullmatch(name) for name in names)
 
 
-def drain(workers: list[ShardedScheduler], pops: int) -> tuple[collections.Counter[str], collections.Counter[tuple[str, str]]]:
+def drain(workers: list[Queue], pops: int) -> tuple[collections.Counter[str], collections.Counter[tuple[str, str]]]:
     """``pops`` jobs taken and acked in turn by ``workers``, each as a worker slot would."""
     classes: collections.Counter[str] = collections.Counter()
     tenants: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -256,14 +256,14 @@ def test_class_weights_hold_fleet_wide_and_tenants_share_alike_across_shards(clu
     the others' service. The fleet's shares are the weights within 2 points, and every urgent
     tenant gets about the same service."""
     config = sharded(cluster.url, shards=6, hand_size=1)
-    producer = ShardedScheduler(config, redis_client(cluster.url))
+    producer = Queue(config, redis_client(cluster.url))
     placed = {"jobs:high": [t for shard, n in ((0, 20), (1, 5), (2, 5)) for t in tenants_homed(shard, n)],
               "jobs:medium": [t for shard in (1, 2) for t in tenants_homed(shard, 5)],
               "jobs:low": [t for shard in (3, 4, 5) for t in tenants_homed(shard, 5)]}
     for queue, tenants in placed.items():
         for tenant in tenants:
             producer.submit_many(TASKS[queue], tenant, [None] * 60)
-    workers = [ShardedScheduler(config, redis_client(cluster.url), seed=i) for i in range(4)]
+    workers = [Queue(config, redis_client(cluster.url), seed=i) for i in range(4)]
     classes, tenants_served = drain(workers, 1500)
     total = sum(classes.values())
     for queue, weight in WEIGHTS.items():
@@ -277,7 +277,7 @@ def test_each_shard_counts_its_queued_tenants_per_tier_and_never_below_zero(serv
     """The counts the shards' turns are weighed by: a tenant counts under its latest job's tier
     while it has jobs queued; one queued before the counts existed (an older release) leaves
     them at 0, not below."""
-    queue = ShardedScheduler(sharded(server.url, shards=2, hand_size=1), redis_client(server.url))
+    queue = Queue(sharded(server.url, shards=2, hand_size=1), redis_client(server.url))
     shop, studio = tenants_homed(0, 2, shards=2)
     queue.submit_many("newsletter", shop, [None] * 2, tier="free")
     queue.submit_many("newsletter", studio, [None] * 2, tier="free")
@@ -299,13 +299,13 @@ def test_a_tenants_tier_weight_holds_across_shards(server: RedisServer) -> None:
     half fleet-wide too; weighed by tenant counts it got a seventh."""
     config = sharded(server.url, shards=2, hand_size=1)
     assert config.tenants.tiers["enterprise"] == 6 and config.tenants.tiers["free"] == 1
-    producer = ShardedScheduler(config, redis_client(server.url))
+    producer = Queue(config, redis_client(server.url))
     enterprise, free = tenants_homed(0, 1, shards=2), tenants_homed(1, 6, shards=2)
     for tenant in enterprise:
         producer.submit_many("newsletter", tenant, [None] * 400, tier="enterprise")
     for tenant in free:
         producer.submit_many("newsletter", tenant, [None] * 100, tier="free")
-    workers = [ShardedScheduler(config, redis_client(server.url), seed=i) for i in range(3)]
+    workers = [Queue(config, redis_client(server.url), seed=i) for i in range(3)]
     _, served = drain(workers, 420)
     share = served[("jobs:low", enterprise[0])] / 420
     assert abs(share - 0.5) <= 0.03, served
@@ -321,10 +321,10 @@ def test_a_flooding_tenant_costs_its_shard_mates_what_the_simulator_predicts(clu
     and the flooder gets one tenant's share, not its backlog's."""
     config = sharded(cluster.url, shards=6, hand_size=2)
     backlogs = [("jobs:low", "flooder", 20_000)] + [("jobs:low", f"shop-{i}", 200) for i in range(40)]
-    producer = ShardedScheduler(config, redis_client(cluster.url))
+    producer = Queue(config, redis_client(cluster.url))
     for queue, tenant, count in backlogs:
         producer.submit_many(TASKS[queue], tenant, [None] * count)
-    workers = [ShardedScheduler(config, redis_client(cluster.url), seed=i) for i in range(4)]
+    workers = [Queue(config, redis_client(cluster.url), seed=i) for i in range(4)]
     _, served = drain(workers, 4000)
     measured = ShardFigures(6, 2, {(q, t): n for q, t, n in backlogs}, served).flood_cost()
     predicted = predict(backlogs, 6, 2, config, 4000).figures.flood_cost()
@@ -341,14 +341,14 @@ def test_resharding_6_to_12_under_load_loses_and_repeats_no_job(cluster: RedisCl
     12, then shrinks back to 6 and settles: every job is done exactly once (a lease here never
     expires, so there is no redelivery to count)."""
     config = sharded(cluster.url, shards=6)
-    admin = ShardedScheduler(config, redis_client(cluster.url))
+    admin = Queue(config, redis_client(cluster.url))
     sent: list[str] = []
     done: collections.Counter[str] = collections.Counter()
     stop = threading.Event()
     errors: list[BaseException] = []
 
     def produce(n: int) -> None:
-        queue = ShardedScheduler(config, redis_client(cluster.url))
+        queue = Queue(config, redis_client(cluster.url))
         for i in range(n):
             for enqueued in queue.submit_many("invoice", f"shop-{i % 50}", [{"n": i}] * 4):
                 assert enqueued is not None
@@ -356,7 +356,7 @@ def test_resharding_6_to_12_under_load_loses_and_repeats_no_job(cluster: RedisCl
 
     def work(seed: int) -> None:
         try:
-            queue = ShardedScheduler(config, redis_client(cluster.url), seed=seed)
+            queue = Queue(config, redis_client(cluster.url), seed=seed)
             held: list[Lease] = []
             while not stop.is_set() or held or queue.wait_for_work(0.3) is not None:
                 popped = queue.ack_and_pop(held, 5)
@@ -432,7 +432,7 @@ def test_dead_letters_of_every_shard_are_listed_shown_requeued_and_dropped_by_sh
         server: RedisServer, tmp_path: Path) -> None:
     path, config = write_config(tmp_path, server.url, classes=PLAIN_CLASSES,
                                 redis={"url": server.url, "prefix": make_config().redis.prefix, "shards": 3})
-    queue = ShardedScheduler(config, redis_client(server.url))
+    queue = Queue(config, redis_client(server.url))
     tenants = [next(t for t in (f"shop-{i}" for i in range(100)) if hand(t, 3, 2)[0] == shard) for shard in range(3)]
     for tenant in tenants:
         queue.submit_many("invoice", tenant, [None] * 2)
@@ -490,7 +490,7 @@ def test_status_of_a_sharded_queue_on_a_cluster_names_each_shards_master(
     the shards adds up their backlogs (measured over an interval, with classes no job reached)."""
     path, config = write_config(tmp_path, cluster.url, classes=PLAIN_CLASSES,
                                 redis={"url": cluster.url, "prefix": make_config().redis.prefix, "shards": 6})
-    queue = ShardedScheduler(config, redis_client(cluster.url))
+    queue = Queue(config, redis_client(cluster.url))
     for t in range(12):
         queue.submit_many("newsletter", f"shop-{t}", [None] * (t + 1))
     popped = queue.pop(5)  # up to 5, from one shard's tenant: as many as that tenant has
@@ -512,7 +512,7 @@ def test_one_exporter_serves_every_shard_of_the_logical_queue(server: RedisServe
     """``fairctl exporter --config sharded.yaml``: each shard's depth under ``group="P",shard="P.i"``."""
     path, config = write_config(tmp_path, server.url, classes=PLAIN_CLASSES,
                                 redis={"url": server.url, "prefix": make_config().redis.prefix, "shards": 4})
-    queue = ShardedScheduler(config, redis_client(server.url))
+    queue = Queue(config, redis_client(server.url))
     for t in range(12):
         queue.submit_many("newsletter", f"shop-{t}", [None] * (t + 1))
     expected = {f"{config.redis.prefix}.{i}": load.depth["jobs:low"] for i, load in enumerate(queue.loads(fresh=True))}

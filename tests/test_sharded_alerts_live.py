@@ -36,8 +36,8 @@ from alerts.rules import (
 )
 from exporter import metrics as m
 from fairctl.handlers import sleep_handlers
-from fairness_core import Config, Scheduler, redis_client
-from fairness_core.sharded import ShardedScheduler, shard_config
+from fairness_core import Config, redis_client
+from fairness_core.queue import Queue, shard_config
 from fairness_core.worker import Worker
 from fairness_stack.servers import RedisClusterServers
 
@@ -91,7 +91,7 @@ def by_queue(prometheus: Prometheus, expr: str, at: float) -> dict[str, float]:
 
 @contextmanager
 def watched_backlog(cluster: RedisClusterServers,
-                    tmp_path: Path) -> Iterator[tuple[Config, ShardedScheduler, Prometheus]]:
+                    tmp_path: Path) -> Iterator[tuple[Config, Queue, Prometheus]]:
     """The sharded queue under a fresh prefix, its exporter started as a user starts it (``fairctl
     exporter --config``: one process serving every shard, answering within a second or two) and a
     Prometheus on the generated rules scraping it, then the backlog queued as :data:`PLACED` says
@@ -106,7 +106,7 @@ def watched_backlog(cluster: RedisClusterServers,
     assert set(SHARE_ALERTS) <= {a.name for a in build_alerts(config)}
     rules = tmp_path / "rules.yml"
     rules.write_text(rules_text(config))
-    queue = ShardedScheduler(config, redis_client(cluster.url))
+    queue = Queue(config, redis_client(cluster.url))
     queue.groups()  # the layout, and each shard's config applied: what the exporter reads as it starts
     with one_exporter_for_both([], [path], tmp_path) as targets, Prometheus(targets, tmp_path, (rules,)) as prometheus:
         for name, shards in PLACED.items():
@@ -131,7 +131,7 @@ def test_a_fleet_serving_the_weights_raises_no_share_or_starvation_alert_on_unev
     with watched_backlog(cluster, tmp_path) as (config, queue, prometheus), ExitStack() as stack:
         group, share, home = config.redis.prefix, rec.basis(config).backlogged_share, queue.layout().prefixes[0]
         for seed in range(3):
-            stack.enter_context(running(Worker(ShardedScheduler(config, redis_client(cluster.url), seed=seed),
+            stack.enter_context(running(Worker(Queue(config, redis_client(cluster.url), seed=seed),
                                                sleep_handlers, concurrency=4)))
         time.sleep(WINDOW_S + 2)  # a whole rate window of work, then a scrape and an evaluation of it
         start = time.time()
@@ -169,10 +169,10 @@ def test_a_fleet_forced_off_the_weights_is_paged_once_for_the_logical_queue(
         group, names = config.redis.prefix, queue.layout().prefixes
         started = time.time()
         for shard in LOW_SHARDS:  # a pool for jobs:low alone on three shards, one slot each
-            stack.enter_context(running(Worker(Scheduler(shard_config(config, shard, names[shard]),
+            stack.enter_context(running(Worker(Queue(shard_config(config, shard, names[shard]),
                                                          redis_client(cluster.url)),
                                                sleep_handlers, concurrency=1, classes=["jobs:low"])))
-        stack.enter_context(running(Worker(ShardedScheduler(config, redis_client(cluster.url)), sleep_handlers,
+        stack.enter_context(running(Worker(Queue(config, redis_client(cluster.url)), sleep_handlers,
                                            concurrency=1)))
         wait_for(lambda: firing_alerts(prometheus, time.time(), queue="jobs:high") != [], 60,
                  f"{QUEUE_SHARE_BELOW_WEIGHT} firing for jobs:high")

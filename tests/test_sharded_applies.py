@@ -26,9 +26,11 @@ import yaml
 from exporter import metrics as m
 from exporter.collector import FairnessCollector
 from fairctl import config_commands, queue_commands
-from fairness_core import Scheduler, load_config
-from fairness_core import sharded as sharded_module
-from fairness_core.sharded import _LAYOUT_CLAIM, _LAYOUT_RELEASE, GroupConfig, ShardedScheduler, group_fingerprint
+from fairness_core import load_config
+from fairness_core.scheduler import Scheduler
+from fairness_core import layout as sharded_module
+from fairness_core.queue import Queue
+from fairness_core.layout import GroupConfig, LayoutStore, _LAYOUT_CLAIM, _LAYOUT_RELEASE, group_fingerprint
 from fairness_stack.servers import RedisServer
 
 from .conftest import make_config
@@ -109,7 +111,7 @@ def race(first: Callable[[], None], second: Callable[[], None], said: Callable[[
     return results[0], results[1]
 
 
-def shard_weights(queue: ShardedScheduler) -> list[int]:
+def shard_weights(queue: Queue) -> list[int]:
     """The jobs:high weight each served shard runs, as Redis holds it (one group fingerprint, too)."""
     queue.layout(fresh=True)
     applied = [shard.read_applied() for shard in queue.groups()]
@@ -118,10 +120,10 @@ def shard_weights(queue: ShardedScheduler) -> list[int]:
     return [a.config.classes[0].weight for a in applied if a is not None]
 
 
-def group(client: redis.Redis, url: str, tmp_path: Path) -> tuple[Path, ShardedScheduler]:
+def group(client: redis.Redis, url: str, tmp_path: Path) -> tuple[Path, Queue]:
     """A fresh sharded group with its first config applied (jobs:high weighs 70)."""
     path = write(tmp_path / "base.yaml", url, make_config().redis.prefix, 70)
-    queue = ShardedScheduler(load_config(path), client)
+    queue = Queue(load_config(path), client)
     queue.apply(load_config(path))
     return path, queue
 
@@ -204,15 +206,15 @@ def test_a_reshard_during_an_apply_waits_and_gives_the_new_shards_its_config(
     grown: list[Said] = []
     resharding = threading.Thread(target=lambda: grown.append(
         run(lambda: queue_commands.reshard.callback(to=GROWN, settle=False, config=base, redis_url=None), said)))
-    renew = ShardedScheduler._renew
+    renew = LayoutStore.renew
 
-    def renew_once_the_reshard_waits(self: ShardedScheduler, token: str) -> bool:
+    def renew_once_the_reshard_waits(self: LayoutStore, token: str) -> bool:
         if not resharding.is_alive() and not grown:  # after shard 0, before shard 1
             resharding.start()
             time.sleep(0.2)
         return renew(self, token)
 
-    monkeypatch.setattr(ShardedScheduler, "_renew", renew_once_the_reshard_waits)
+    monkeypatch.setattr(LayoutStore, "renew", renew_once_the_reshard_waits)
     applied = run(apply_of(a), said)
     resharding.join(timeout=30)
     assert applied.code == 0 and grown and grown[0].code == 0, (applied, grown)
@@ -243,11 +245,11 @@ def test_a_claim_held_too_long_fails_naming_its_holder_and_a_dead_ones_lapses(
     assert shard_weights(queue) == [60] * SHARDS
 
 
-def group_fingerprints(queue: ShardedScheduler) -> list[str]:
+def group_fingerprints(queue: Queue) -> list[str]:
     """``fairness_group_config_info`` as an exporter of each served shard serves it."""
     out = []
     for shard in queue.groups():
-        collector = FairnessCollector(shard.file_config, Scheduler(shard.file_config, queue.client),
+        collector = FairnessCollector(shard.file_config, Queue(shard.file_config, queue.client).groups()[0],
                                       group=queue.keys.prefix)
         served = [s.labels for family in collector.collect() for s in family.samples if s.name == m.GROUP_CONFIG.name]
         assert len(served) == 1 and served[0][m.SHARD] == shard.keys.prefix and served[0][m.GROUP] == queue.keys.prefix

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 import redis
 
-from fairness_core import Config, RedisUnavailable, redis_client, sharded
-from fairness_core.sharded import ShardedScheduler, split_job_id
+from fairness_core import Config, RedisUnavailable, redis_client
+from fairness_core import queue as queue_module
+from fairness_core.queue import Queue, split_job_id
 from fairness_core.sharding import hand
 from fairness_stack.servers import RedisClusterServers, RedisServer
 
@@ -63,7 +64,7 @@ def sharded_config(tmp_path: Path, url: str, **sections: Any) -> tuple[Path, Con
     return write_config(tmp_path, url, redis=section, leases=LEASES, **sections)
 
 
-def sharded_totals(queue: ShardedScheduler) -> dict[str, int]:
+def sharded_totals(queue: Queue) -> dict[str, int]:
     """tests/support.py's totals, summed over the shards."""
     out: Counter[str] = Counter()
     for shard in queue.groups():
@@ -75,7 +76,7 @@ def shard_of(job_id: str) -> int:
     return split_job_id(job_id)[0]
 
 
-def victim_of(cluster: RedisClusterServers, queue: ShardedScheduler) -> tuple[RedisServer, list[int]]:
+def victim_of(cluster: RedisClusterServers, queue: Queue) -> tuple[RedisServer, list[int]]:
     """The master to kill and the shards it holds: not the seed node the URL names; of the
     others, the one holding the most shards."""
     holders = {index: owner(cluster, queue.shard(index).keys.base) for index in range(SHARDS)}
@@ -86,7 +87,7 @@ def victim_of(cluster: RedisClusterServers, queue: ShardedScheduler) -> tuple[Re
 
 
 @contextmanager
-def backlogged(queue: ShardedScheduler, path: Path, records_url: str, tmp_path: Path,
+def backlogged(queue: Queue, path: Path, records_url: str, tmp_path: Path,
                each: int) -> Iterator[tuple[list[subprocess.Popen[bytes]], list[Path], set[str]]]:
     """Two workers started (recording outside the cluster: the recording is the test's, not under
     the fault), then ``each`` jobs of 10 ms per tenant and task queued: leases are held on every
@@ -124,7 +125,7 @@ def test_sigkilled_workers_lose_no_job_of_the_sharded_queue_and_redeliveries_are
     upfront, streamed = 600, 1_200
     started = time.monotonic()
     path, config = sharded_config(tmp_path, cluster.url)
-    queue = ShardedScheduler(config, redis_client(cluster.url))
+    queue = Queue(config, redis_client(cluster.url))
     key = f"{config.redis.prefix}:record"
     ids: set[str] = set()
     enqueue_jobs(queue, 0, upfront, ids, SERVICE)
@@ -137,7 +138,7 @@ def test_sigkilled_workers_lose_no_job_of_the_sharded_queue_and_redeliveries_are
         t = sharded_totals(queue)
         return t["processed"] == upfront + streamed and t["depth"] == t["inflight"] == t["delayed"] == 0
 
-    stream = producer(ShardedScheduler(config, redis_client(cluster.url)), ids, upfront, streamed, 50, SERVICE)
+    stream = producer(Queue(config, redis_client(cluster.url)), ids, upfront, streamed, 50, SERVICE)
     shard_0 = queue.shard(0)
     kills, kills_while_producing = kill_until_finished(
         spawn, 4, stream, finished, lambda: sharded_totals(queue),
@@ -161,10 +162,10 @@ def test_a_master_killed_and_restarted_from_its_aof_keeps_the_jobs_of_its_shards
         cluster: RedisClusterServers, tmp_path: Path) -> None:
     started = time.monotonic()
     path, config = sharded_config(tmp_path, cluster.url, scheduler=NO_BUDGET)
-    queue = ShardedScheduler(config, redis_client(cluster.url))
+    queue = Queue(config, redis_client(cluster.url))
     victim, on_victim = victim_of(cluster, queue)
     with RedisServer() as records, backlogged(queue, path, records.url, tmp_path, 60) as (workers, logs, ids):
-        with Producer(ShardedScheduler(config, redis_client(cluster.url))) as produced:
+        with Producer(Queue(config, redis_client(cluster.url))) as produced:
             wait_for(lambda: sharded_totals(queue)["processed"] >= 300
                      and sum(totals(queue.shard(index))["inflight"] for index in on_victim) > 0, 60,
                      "workers to make progress and hold leases on the master's shards")
@@ -224,9 +225,9 @@ def test_leases_popped_from_one_shard_reach_the_caller_when_an_ack_on_another_fa
     visibility timeout, then costs it an attempt it never ran (max_attempts 1: dead-lettered unrun)."""
     # The view of the shards' backlogs a busy worker read just before the master died (it is reused
     # for VIEW_TTL_S; a long one here so that the pop does not depend on how fast this machine is).
-    monkeypatch.setattr(sharded, "VIEW_TTL_S", 60.0)
+    monkeypatch.setattr(queue_module, "VIEW_TTL_S", 60.0)
     _, config = sharded_config(tmp_path, cluster.url)
-    queue = ShardedScheduler(config, redis_client(cluster.url))
+    queue = Queue(config, redis_client(cluster.url))
     victim, on_victim = victim_of(cluster, queue)
     down = on_victim[0]
     up = next(index for index in range(SHARDS) if index not in on_victim)
@@ -262,7 +263,7 @@ def test_leases_popped_from_one_shard_reach_the_caller_when_an_ack_on_another_fa
         "by nobody until its lease expires, and is then redelivered without having run")
 
 
-def live_processed(queue: ShardedScheduler, shards: list[int]) -> int:
+def live_processed(queue: Queue, shards: list[int]) -> int:
     return sum(totals(queue.shard(index))["processed"] for index in shards)
 
 
@@ -276,7 +277,7 @@ def test_a_dead_master_stops_only_its_shards_and_they_finish_after_its_restart(
         with redis.Redis(port=node.port) as conn:
             conn.config_set("cluster-require-full-coverage", "no")
     path, config = sharded_config(tmp_path, cluster.url, scheduler=NO_BUDGET)
-    queue = ShardedScheduler(config, redis_client(cluster.url))
+    queue = Queue(config, redis_client(cluster.url))
     victim, on_victim = victim_of(cluster, queue)
     live = [index for index in range(SHARDS) if index not in on_victim]
     try:

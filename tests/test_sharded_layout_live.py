@@ -18,9 +18,11 @@ from click.testing import CliRunner
 
 from exporter import metrics as m
 from fairctl.cli import app
-from fairness_core import RedisUnavailable, open_queue, redis_client, sharded
+from fairness_core import RedisUnavailable, open_queue, redis_client
+from fairness_core import layout as layout_module
 from fairness_core.keys import Keys
-from fairness_core.sharded import ShardedScheduler
+from fairness_core.layout import LayoutStore
+from fairness_core.queue import Queue
 from fairness_stack.servers import RedisClusterServers, RedisServer, free_port
 
 from .conftest import make_config
@@ -51,7 +53,7 @@ def depths(got: Samples) -> dict[str, float]:
     return out
 
 
-def layout_shards(queue: ShardedScheduler) -> set[str]:
+def layout_shards(queue: Queue) -> set[str]:
     layout = queue.layout(fresh=True)
     return set(layout.prefixes[:layout.serve])
 
@@ -84,10 +86,10 @@ def serving(path: Path, log: Path, started: list[subprocess.Popen[bytes]]) -> st
 def test_a_running_exporter_follows_reshard_and_settle_within_one_scrape(
         redis_server: RedisServer, tmp_path: Path, processes: list[subprocess.Popen[bytes]],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sharded, "LAYOUT_TTL_S", 0.05)  # settling waits two re-reads of the layout
+    monkeypatch.setattr(layout_module, "LAYOUT_TTL_S", 0.05)  # settling waits two re-reads of the layout
     path, config = write_config(tmp_path, redis_server.url, redis={
         "url": redis_server.url, "prefix": make_config().redis.prefix, "shards": 2})
-    queue = ShardedScheduler(config, redis_client(redis_server.url))
+    queue = Queue(config, redis_client(redis_server.url))
     url = serving(path, tmp_path / "exporter.log", processes)
     assert set(served(scrape(url))) == layout_shards(queue) == {f"{config.redis.prefix}.{i}" for i in range(2)}
 
@@ -106,7 +108,7 @@ def test_a_running_exporter_follows_reshard_and_settle_within_one_scrape(
     while leases := queue.pop(40):
         for lease in leases:
             queue.ack(lease)
-    time.sleep(3 * sharded.LAYOUT_TTL_S)  # settling waits until every process may have seen the change
+    time.sleep(3 * layout_module.LAYOUT_TTL_S)  # settling waits until every process may have seen the change
     reshard("--settle")
     got = scrape(url)  # the first scrape after the settle
     assert set(served(got)) == layout_shards(queue) == {f"{config.redis.prefix}.{i}" for i in range(2)}
@@ -119,9 +121,9 @@ def test_the_layout_has_a_copy_on_every_master_and_no_stale_writer_wins(cluster:
     to an older layout, and a layout made anew (its master lost it) replaces the old one's copies."""
     client = redis_client(cluster.url)
     config = make_config(redis={"url": cluster.url, "shards": SHARDS})
-    queue = ShardedScheduler(config, client)
+    queue = Queue(config, client)
     first = queue.layout()
-    copies = queue._copy_keys()
+    copies = LayoutStore(queue.file_config, queue.client)._copy_keys()
     assert sorted(owner(cluster, key) for key in copies) == sorted(node.port for node in cluster.nodes)
 
     def copied() -> set[tuple[int, int, int]]:
@@ -130,10 +132,10 @@ def test_the_layout_has_a_copy_on_every_master_and_no_stale_writer_wins(cluster:
     assert copied() == {(1, SHARDS, first.changed_ms)}
     grown = queue.reshard(8)
     assert copied() == {(2, 8, grown.changed_ms)}
-    ShardedScheduler(config, client)._write_copies(first)  # a process that read v1 before the re-shard
+    LayoutStore(config, client)._write_copies(first)  # a process that read v1 before the re-shard
     assert copied() == {(2, 8, grown.changed_ms)}
     client.delete(queue.keys.layout)
-    anew = ShardedScheduler(config, client).layout()
+    anew = Queue(config, client).layout()
     assert anew.version == 1 and copied() == {(1, SHARDS, anew.changed_ms)}
 
 
@@ -153,7 +155,7 @@ def test_processes_started_while_the_layouts_master_is_down_serve_and_export_the
                       == owner(cluster, Keys(f"{stem}x{n}.0").layout))
         path, config = write_config(tmp_path, cluster.url, redis={
             "url": cluster.url, "prefix": prefix, "shards": SHARDS, "shard_hand": 2})
-        queue = ShardedScheduler(config, redis_client(cluster.url))
+        queue = Queue(config, redis_client(cluster.url))
         names = queue.layout().prefixes
         victim = owner(cluster, queue.keys.layout)
         dead = set(queue.masters()[f"127.0.0.1:{victim}"])

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 import redis
 
-from fairness_core import ClassSnapshot, Lease, Scheduler
+from fairness_core import ClassSnapshot, Lease
+from fairness_core.scheduler import Scheduler
 from fairness_core.jobs import SEP
 from fairness_core.model import Model
 from fairness_core.snapshot import MAX_NOISY, RawClass, build_snapshot, heads_to_read, jain_index

@@ -19,7 +19,7 @@ from alerts.promql import selector
 from alerts.rules import QUEUE_STATE_LOST
 from exporter import metrics as m
 from fairctl.handlers import sleep_handlers
-from fairness_core import Config, Lease, Scheduler, ShardedScheduler, open_queue, redis_client
+from fairness_core import Config, Lease, Queue, open_queue, redis_client
 from fairness_core.sharding import hand
 from fairness_core.worker import Worker
 from fairness_stack.servers import RedisServer, free_port
@@ -47,14 +47,14 @@ def test_a_worker_tells_a_wiped_group_once_and_re_creates_it_loudly(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, old_file: bool) -> None:
     with RedisServer(port=free_port(), directory=str(tmp_path)) as server:
         config = make_config(redis={"url": server.url})
-        producer = Scheduler(config, redis_client(server.url))
+        producer = Queue(config, redis_client(server.url))
         if old_file:  # the group runs a newer config than the worker's file: re-weighted since
             classes = tuple(dataclasses.replace(c, weight=c.weight + 1) for c in config.classes)
             producer.apply(dataclasses.replace(config, classes=classes))
         for i in range(200):
             producer.enqueue("newsletter", f"t{i % 4}", {"service_s": 0.3})
         caplog.set_level(logging.INFO)
-        worker = Worker(Scheduler(config, redis_client(server.url)), sleep_handlers, concurrency=4)
+        worker = Worker(Queue(config, redis_client(server.url)), sleep_handlers, concurrency=4)
         with running(worker):
             wait_for(lambda: producer.snapshot().classes["jobs:low"].inflight > 0, 30, "jobs running")
             wipe(server)
@@ -72,13 +72,13 @@ def test_a_worker_tells_a_wiped_group_once_and_re_creates_it_loudly(
     assert messages(caplog, logging.WARNING, "lost with its queue group's state")
 
 
-def leased_twice(queue: Scheduler | ShardedScheduler, tenant: str) -> Lease:
+def leased_twice(queue: Queue | Queue, tenant: str) -> Lease:
     """A job of ``tenant``'s leased a second time: its first lease taken back from a worker that
     stopped holding it, so Redis remembers the id as one whose job may run again."""
     queue.enqueue("newsletter", tenant)
     queue.register_worker("gone", 3, 15.0)  # one slot past the 2 that jobs:high reserves
     assert len(queue.pop(owner="gone")) == 1 and queue.unregister_worker("gone") == 1
-    if isinstance(queue, ShardedScheduler):
+    if isinstance(queue, Queue):
         queue.loads(fresh=True)  # its view of the shards counts the job gone since its pop
     (lease,) = queue.pop()
     return lease
@@ -114,7 +114,7 @@ def test_queue_state_lost_fires_in_prometheus_within_its_for(tmp_path: Path) -> 
     with RedisServer(port=free_port(), directory=str(tmp_path)) as server:
         config: Config = make_config(redis={"url": server.url}, alerts={"rate_window": "30s", "for": {QUEUE_STATE_LOST: "2s"}},
                                      exporter={"scrape_timeout": "800ms"})
-        producer = Scheduler(config, redis_client(server.url))
+        producer = Queue(config, redis_client(server.url))
         producer.enqueue("newsletter", "a")
         rules = tmp_path / "rules.yml"
         rules.write_text(rules_text(config))

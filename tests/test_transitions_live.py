@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from fairness_core import Scheduler, redis_client
+from fairness_core import Queue, redis_client
 from fairness_core.jobs import Lease
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer
@@ -53,7 +53,7 @@ class Completions:
             return out
 
 
-def holding(scheduler: Scheduler, path: Path, log: Path, key: str, url: str, *args: str) -> subprocess.Popen[bytes]:
+def holding(scheduler: Queue, path: Path, log: Path, key: str, url: str, *args: str) -> subprocess.Popen[bytes]:
     """A ``fairctl worker`` of 4 slots that leases 5 jobs a slot (``--prefetch 0``), once it holds
     18 leases: 4 jobs running, 14 waiting for their slot (it registers 20 slots, and the example
     config keeps 2 of them for jobs:high)."""
@@ -75,7 +75,7 @@ def test_a_worker_stopped_past_its_grace_gives_every_lease_back_as_it_stops(
     back at once with their attempts, the 4 it cut short as it unregisters (redelivered), so a
     fresh worker serves jobs:low at once instead of waiting out the 5-minute lease timeout."""
     path, config = write_config(tmp_path, redis_server.url)
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     ids = {e.job_id for e in scheduler.submit_many("newsletter", "acme-marketing", [{"service_s": 5}] * 400)}
     log = tmp_path / "stopped.log"
     old = holding(scheduler, path, log, f"{config.redis.prefix}:record", redis_server.url, "--grace", "1")
@@ -94,7 +94,7 @@ def test_a_worker_stopped_past_its_grace_gives_every_lease_back_as_it_stops(
     assert (t["inflight"], t["depth"], t["redelivered"]) == (0, 400, 4), "no lease outlives the worker"
 
     ran = Completions()
-    with running(Worker(Scheduler(config, redis_client(redis_server.url)), HandlerRegistry(fallback=ran),
+    with running(Worker(Queue(config, redis_client(redis_server.url)), HandlerRegistry(fallback=ran),
                         concurrency=4)):
         wait_for(lambda: len(ran.runs) == 400, 60, "the fresh worker to run all 400")
     assert ran.first_at is not None and ran.first_at - stopped_at < 10, "jobs:low served at once, not after 5m"
@@ -110,12 +110,12 @@ def test_a_killed_workers_jobs_run_again_when_its_registration_lapses(
     the reaper of the worker beside it takes them back when the registration lapses, and every one
     completes there within 40 s, none lost, each counted as a redelivery."""
     path, config = write_config(tmp_path, redis_server.url)
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     ids = {e.job_id for e in scheduler.submit_many("newsletter", "acme-marketing", [{"service_s": 30}] * 18)}
     log = tmp_path / "killed.log"
     doomed = holding(scheduler, path, log, f"{config.redis.prefix}:record", redis_server.url)
     ran = Completions()
-    with running(Worker(Scheduler(config, redis_client(redis_server.url)), HandlerRegistry(fallback=ran),
+    with running(Worker(Queue(config, redis_client(redis_server.url)), HandlerRegistry(fallback=ran),
                         concurrency=4)):
         stop_all([doomed])  # SIGKILL
         killed_at = time.monotonic()
@@ -135,7 +135,7 @@ def test_a_worker_without_a_handler_leaves_the_backlog_to_one_that_has_it(
     newsletters of 50 ms: the old one gives back what it takes at once and pauses, and the new one
     runs at least 90% of them within 60 s."""
     path, config = write_config(tmp_path, redis_server.url)
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     key = f"{config.redis.prefix}:record"
     scheduler.submit_many("newsletter", "acme-marketing", [{"service_s": 0.05}] * 600)
     pool = ("--concurrency", "2", "--classes", "jobs:low")
@@ -156,12 +156,12 @@ def test_instant_jobs_with_no_fault_log_no_lost_lease(
     """100,000 instant jobs under a 1 s lease (a heartbeat every third of a second, racing the
     acks): no line says a lease was taken back or that a job may run again."""
     config = make_config(redis={"url": redis_server.url}, leases={"visibility_timeout": "1s"}, scheduler=NO_BUDGET)
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     for first in range(0, 100_000, 5_000):
         scheduler.submit_many("newsletter", f"tenant-{first // 5_000}", [None] * 5_000)
     ran = Completions()
     with caplog.at_level(logging.INFO, logger="fairness_core.worker"), running(Worker(
-            Scheduler(config, redis_client(redis_server.url)), HandlerRegistry(fallback=ran), concurrency=4)):
+            Queue(config, redis_client(redis_server.url)), HandlerRegistry(fallback=ran), concurrency=4)):
         wait_for(lambda: totals(scheduler)["processed"] == 100_000, 300, "100,000 jobs done")
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings == [], warnings[:5]
@@ -182,10 +182,10 @@ def test_a_stall_shorter_than_the_lease_costs_no_lease_and_is_timed_from_its_sta
     reaper sees the stall), no line says a job may run again, and the outage it logs is the
     stall's length, within a second."""
     config = make_config(redis={"url": debuggable_redis.url}, scheduler=NO_BUDGET)
-    scheduler = Scheduler(config, redis_client(debuggable_redis.url))
+    scheduler = Queue(config, redis_client(debuggable_redis.url))
     scheduler.submit_many("newsletter", "acme", [{"service_s": 0.01}] * 3_000)
     ran = Completions()
-    worker = Worker(Scheduler(config, redis_client(debuggable_redis.url, timeout=2.0)), HandlerRegistry(fallback=ran),
+    worker = Worker(Queue(config, redis_client(debuggable_redis.url, timeout=2.0)), HandlerRegistry(fallback=ran),
                     concurrency=4, registration_ttl=3.0)
     with caplog.at_level(logging.INFO, logger="fairness_core.worker"), running(worker):
         wait_for(lambda: len(ran.runs) >= 100, 30, "the worker at work")

@@ -13,8 +13,9 @@ from prometheus_client.registry import CollectorRegistry
 
 from exporter import metrics as m
 from exporter.collector import FairnessCollector
-from fairness_core import Config, Scheduler, Snapshot
-from fairness_core.sharded import group_fingerprint
+from fairness_core import Config, Snapshot
+from fairness_core.scheduler import Scheduler
+from fairness_core.layout import group_fingerprint
 from fairness_core.snapshot import UnconfiguredClass
 
 from .conftest import make_config

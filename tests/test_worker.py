@@ -14,7 +14,7 @@ import redis
 from fairctl.common import connect
 from fairctl.handlers import sleep_handlers
 from fairctl.status_view import class_statuses
-from fairness_core import Finished, Lease, Popped, Scheduler
+from fairness_core import Finished, Lease, Popped, Queue
 from fairness_core import worker as worker_module
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer, free_port
@@ -40,11 +40,11 @@ def test_registry_decorator_fallback_and_validation() -> None:
 
 def test_worker_rejects_unknown_classes(client: redis.Redis) -> None:
     with pytest.raises(ValueError, match="classes: unknown class 'jobs:nope'"):
-        Worker(Scheduler(make_config(), client), HandlerRegistry(), classes=["jobs:nope"])
+        Worker(Queue(make_config(), client), HandlerRegistry(), classes=["jobs:nope"])
 
 
 def test_success_acks_failure_nacks_and_unknown_task_dead_letters_when_asked(client: redis.Redis) -> None:
-    scheduler = Scheduler(make_config(leases={"max_attempts": 1}), client)
+    scheduler = Queue(make_config(leases={"max_attempts": 1}), client)
     registry = HandlerRegistry()
     ran: list[str] = []
 
@@ -72,7 +72,7 @@ def test_a_worker_without_a_handler_leaves_the_jobs_for_one_that_has_it(
     """A rolling deploy: an old worker that does not know ``newsletter`` gives back what it takes
     of the backlog, uncounted as failures and with its attempts, saying so once; a new worker then
     runs it all."""
-    scheduler = Scheduler(make_config(leases={"max_attempts": 2}), client)
+    scheduler = Queue(make_config(leases={"max_attempts": 2}), client)
     ids = {scheduler.enqueue("newsletter", f"tenant-{i % 7}") for i in range(82)}
     old = HandlerRegistry({"password_reset": lambda lease: None})
     old_worker = Worker(scheduler, old, concurrency=4)
@@ -98,11 +98,11 @@ def test_a_worker_without_a_handler_leaves_the_jobs_for_one_that_has_it(
 
 def test_unhandled_must_be_wait_or_dead_letter(client: redis.Redis) -> None:
     with pytest.raises(ValueError, match="unhandled: expected one of wait, dead-letter, got 'drop'"):
-        Worker(Scheduler(make_config(), client), HandlerRegistry(), unhandled="drop")
+        Worker(Queue(make_config(), client), HandlerRegistry(), unhandled="drop")
 
 
 def test_heartbeat_keeps_a_job_longer_than_the_visibility_timeout(client: redis.Redis) -> None:
-    scheduler = Scheduler(make_config(leases={"visibility_timeout": "1s"}), client)
+    scheduler = Queue(make_config(leases={"visibility_timeout": "1s"}), client)
     calls: list[int] = []
 
     def slow(lease: Lease) -> None:
@@ -121,7 +121,7 @@ def test_the_heartbeat_says_a_lease_was_taken_back_only_when_it_was(
     """The heartbeat extends a copy of the held leases. One acked meanwhile fails to extend too,
     released (job 1) or not yet (job 3: its slot has not read the ack's reply): neither is the
     lease taken back that the warning tells of (job 2, which the reaper queued again)."""
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     worker = Worker(scheduler, HandlerRegistry(), concurrency=1)
     leases = {job_id: Lease(job_id, "jobs:low", "acme", "", "newsletter", None, 0.0, 1) for job_id in ("1", "2", "3")}
     worker._held.update(leases)
@@ -187,7 +187,7 @@ def test_a_call_that_needs_no_redis_does_not_end_an_outage(tmp_path: Path, caplo
 def test_a_fleet_with_only_reserved_slots_says_so(client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
     config = make_config()  # jobs:high reserves 2 slots
     caplog.set_level(logging.WARNING, logger="fairness_core.worker")
-    with running(Worker(Scheduler(config, client), HandlerRegistry(), concurrency=2)):
+    with running(Worker(Queue(config, client), HandlerRegistry(), concurrency=2)):
         wait_for(lambda: any("reserved_slots add up to 2" in r.getMessage() for r in caplog.records), 10, "the warning")
 
 
@@ -195,7 +195,7 @@ def test_a_one_slot_pool_for_an_unreserved_class_serves_it(client: redis.Redis,
                                                            caplog: pytest.LogCaptureFixture) -> None:
     """``--classes jobs:low --concurrency 1`` beside a reservation of 2 on jobs:high: the only slot
     serves jobs:low (it can never run jobs:high, so nothing of it is held), with no warning."""
-    scheduler = Scheduler(make_config(), client)  # jobs:high reserves 2 slots
+    scheduler = Queue(make_config(), client)  # jobs:high reserves 2 slots
     caplog.set_level(logging.WARNING, logger="fairness_core.worker")
     for _ in range(3):
         scheduler.enqueue("newsletter", "t")
@@ -205,7 +205,7 @@ def test_a_one_slot_pool_for_an_unreserved_class_serves_it(client: redis.Redis,
 
 
 def test_classes_limit_a_worker_to_its_reserved_pool(client: redis.Redis) -> None:
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     seen: list[str] = []
     scheduler.enqueue("newsletter", "t")
     scheduler.enqueue("password_reset", "t")
@@ -224,7 +224,7 @@ def test_the_worker_reports_each_handlers_runtime_as_worker_time(client: redis.R
     """Acks (riding the next pop) and nacks carry the seconds the handler ran, under either charge:
     the class's worktime counter is the sum of its handlers' sleeps; the status view's share is of
     that worker time under charge: runtime, of the jobs processed under jobs."""
-    scheduler = Scheduler(make_config(scheduler={"charge": charge}, leases={"max_attempts": 1}), client)
+    scheduler = Queue(make_config(scheduler={"charge": charge}, leases={"max_attempts": 1}), client)
 
     def sleep_then_maybe_fail(lease: Lease) -> None:
         time.sleep(SLEEPS_S[lease.task])
@@ -256,7 +256,7 @@ def test_the_worker_reports_each_handlers_runtime_as_worker_time(client: redis.R
 
 def test_an_ack_sent_on_stop_carries_its_runtime(client: redis.Redis) -> None:
     """The last job's ack, sent on its own as the slot stops (no next pop to ride), has its runtime."""
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
 
     def last_job(lease: Lease) -> None:
         time.sleep(0.3)
@@ -272,7 +272,7 @@ def test_an_ack_sent_on_stop_carries_its_runtime(client: redis.Redis) -> None:
 def test_fairctl_worker_reports_runtimes(redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
     """The command itself, in its own process: 6 jobs of 0.25 s leave 1.5 s of worker time."""
     path, config = write_config(tmp_path, redis_server.url, scheduler={"charge": "runtime"})
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     for i in range(6):
         scheduler.enqueue("password_reset", f"t{i % 2}", {"service_s": 0.25})
     proc = spawn_worker(path, tmp_path / "worker.log", f"{config.redis.prefix}:ran", redis_server.url,
@@ -302,7 +302,7 @@ def idle(worker: Worker) -> Worker:
 
 @pytest.mark.usefixtures("long_idle_wait")
 def test_an_idle_worker_wakes_for_a_job_and_for_a_resumed_class(client: redis.Redis) -> None:
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     worker = Worker(scheduler, HandlerRegistry(fallback=lambda lease: None), concurrency=4)
     with running(worker):
         idle(worker)
@@ -318,7 +318,7 @@ def test_an_idle_worker_wakes_for_a_job_and_for_a_resumed_class(client: redis.Re
 
 @pytest.mark.usefixtures("long_idle_wait")
 def test_an_idle_worker_takes_a_retry_as_it_comes_due_and_a_reserved_pool_wakes(client: redis.Redis) -> None:
-    scheduler = Scheduler(make_config(leases={"retry_backoff": "1s"}), client)
+    scheduler = Queue(make_config(leases={"retry_backoff": "1s"}), client)
     attempts: list[int] = []
 
     def flaky(lease: Lease) -> None:
@@ -339,7 +339,7 @@ def test_a_batch_leases_ahead_only_what_the_slot_finishes_within_the_prefetch_bu
     """--batch 10 with jobs of at least 30 ms and a 100 ms budget: pops ask for at most three jobs
     (one before any runtime is known); with no-op jobs the whole batch; --prefetch 0 always the
     batch; the default budget (10 ms) leases 30 ms jobs one at a time."""
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     asked: list[int] = []
     pop = scheduler.ack_and_pop
 
@@ -366,7 +366,7 @@ def test_a_worker_registers_its_batch_only_while_it_leases_ahead(client: redis.R
     """Reservations count leases. Before a job has run, and for jobs past the prefetch budget, a
     slot leases one job at a time and registers one; once jobs are short enough to lease ahead,
     the worker registers concurrency x batch (its default flags: --batch 10, --prefetch 10ms)."""
-    scheduler = Scheduler(make_config(), client)  # jobs:high reserves 2 slots
+    scheduler = Queue(make_config(), client)  # jobs:high reserves 2 slots
     with running(Worker(scheduler, sleep_handlers, concurrency=3, registration_ttl=3.0)):
         wait_for(lambda: scheduler.snapshot().worker_slots == 3, 10, "one slot registered per thread")
         scheduler.submit_many("newsletter", "t", [{"service_s": 0}] * 200)
@@ -380,7 +380,7 @@ def test_a_worker_leases_ahead_from_its_first_measured_job(client: redis.Redis) 
     at once, not a second later: a backlog of no-op jobs goes ten a pop from the start. Before,
     3 slots beside jobs:high's 2 reserved leased these one at a time for the worker's first
     second, about 200 pops for 200 jobs."""
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     scheduler.submit_many("newsletter", "t", [{"service_s": 0}] * 200)
     sizes: list[int] = []
     pop = scheduler.ack_and_pop
@@ -399,7 +399,7 @@ def test_a_worker_leases_ahead_from_its_first_measured_job(client: redis.Redis) 
 def test_registration_follows_the_first_measured_job_at_once_then_at_most_once_a_second(client: redis.Redis) -> None:
     """Leasing ahead or not changes the slots a worker holds; the first change after a job was
     measured is told at once, later ones no sooner than a second after the last registration."""
-    worker = Worker(Scheduler(make_config(), client), sleep_handlers, concurrency=3, batch=10)
+    worker = Worker(Queue(make_config(), client), sleep_handlers, concurrency=3, batch=10)
     worker._registered, worker._registered_at = 3, time.monotonic() + 60  # registered "just now"
     assert not worker._due(1)  # one job a slot: what it holds
     assert worker._due(10)  # registered before any job was measured
@@ -412,7 +412,7 @@ def test_registration_follows_the_first_measured_job_at_once_then_at_most_once_a
 def test_with_default_flags_a_reservation_keeps_threads_free_for_long_jobs(client: redis.Redis) -> None:
     """jobs:high reserves 2 slots; a worker of 4 threads with default flags works a flood of
     50 ms jobs:low jobs one at a time, so jobs:low never holds more than the other 2 threads."""
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     scheduler.submit_many("newsletter", "t", [{"service_s": 0.05}] * 60)
     seen: list[int] = []
 
@@ -430,7 +430,7 @@ def test_slots_held_back_by_a_reservation_wait_instead_of_popping_again(client: 
     """jobs:high reserves 2 of 4 slots and has no work: two slots work a flood of 10 ms
     jobs:low jobs one at a time, and the other two, held back, wait for jobs:high's work (looking
     again every HELD_LOOK_S) instead of popping again each time a busy slot's pop re-arms jobs:low."""
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     jobs = 60
     scheduler.submit_many("newsletter", "t", [{"service_s": 0.01}] * jobs)
     pops = 0

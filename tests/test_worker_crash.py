@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from fairness_core import Scheduler, redis_client
+from fairness_core import Queue, redis_client
 from fairness_stack.servers import RedisServer
 
 from .crash_support import (
@@ -39,7 +39,7 @@ SERVICE = {"service_s": 0.01}
 def test_sigkilled_workers_under_continuous_load_lose_nothing_and_redeliveries_are_exact(
         redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
     path, config = write_config(tmp_path, redis_server.url, leases={"visibility_timeout": "2s", "max_attempts": 1000})
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     key = f"{config.redis.prefix}:record"
     ids: set[str] = set()
     enqueue_jobs(scheduler, 0, UPFRONT, ids, SERVICE)
@@ -52,7 +52,7 @@ def test_sigkilled_workers_under_continuous_load_lose_nothing_and_redeliveries_a
         t = totals(scheduler)
         return t["processed"] == UPFRONT + STREAMED and t["depth"] == t["inflight"] == t["delayed"] == 0
 
-    stream = producer(Scheduler(config, redis_client(redis_server.url)), ids, UPFRONT, STREAMED, CHUNK, SERVICE)
+    stream = producer(Queue(config, redis_client(redis_server.url)), ids, UPFRONT, STREAMED, CHUNK, SERVICE)
     kills, kills_while_producing = kill_until_finished(
         spawn, PROCESSES, stream, finished, lambda: totals(scheduler),
         lambda: client.zrange(scheduler.keys.workers, 0, -1), timeout=180)
@@ -72,7 +72,7 @@ def test_sigkilled_workers_under_continuous_load_lose_nothing_and_redeliveries_a
 def test_sigterm_lets_running_jobs_finish_and_redelivers_nothing(
         redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
     path, config = write_config(tmp_path, redis_server.url, leases={"visibility_timeout": "2s"})
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     key = f"{config.redis.prefix}:record"
     for _ in range(6):
         scheduler.enqueue("password_reset", "t", {"service_s": 1.5})
@@ -95,7 +95,7 @@ def test_second_signal_exits_at_once_and_the_job_is_queued_again_as_it_goes(
     """The job it abandons goes back as the worker unregisters, counted, with no reap and no
     lease timeout (an hour here) to wait out."""
     path, config = write_config(tmp_path, redis_server.url, leases={"visibility_timeout": "1h"})
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     scheduler.enqueue("password_reset", "t", {"service_s": 600})
     proc = spawn_worker(path, tmp_path / "worker.log", "unused", redis_server.url, "--concurrency", "2")
     try:

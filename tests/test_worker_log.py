@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from fairness_core import Lease, Scheduler
+from fairness_core import Lease, Queue
 from fairness_core.worker import HandlerRegistry, Tally, Worker
 from fairness_stack.servers import RedisServer
 
@@ -47,7 +47,7 @@ def test_tally_counts_from_many_threads_and_takes_them_afresh() -> None:
 
 
 def test_summary_lines_per_class_and_a_final_one(client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
-    scheduler = Scheduler(make_config(leases={"max_attempts": 2, "retry_backoff": "100ms"}), client)
+    scheduler = Queue(make_config(leases={"max_attempts": 2, "retry_backoff": "100ms"}), client)
     registry = HandlerRegistry()
 
     @registry.handler("password_reset")
@@ -93,7 +93,7 @@ def counted(caplog: pytest.LogCaptureFixture) -> dict[tuple[str, str], int]:
 
 
 def test_log_every_zero_leaves_only_the_final_line(client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
-    scheduler = Scheduler(make_config(), client)
+    scheduler = Queue(make_config(), client)
     scheduler.enqueue("password_reset", "t")
     caplog.set_level(logging.INFO, logger="fairness_core.worker")
     with running(Worker(scheduler, HandlerRegistry(fallback=lambda lease: None), log_every=0)):
@@ -105,14 +105,14 @@ def test_log_every_zero_leaves_only_the_final_line(client: redis.Redis, caplog: 
 def test_fairctl_worker_logs_its_summary(tmp_path: Path, redis_server: RedisServer | GivenRedis) -> None:
     """``fairctl worker --log-every 1s`` on stderr, and its final line on SIGTERM."""
     path, config = write_config(tmp_path, redis_server.url)
-    Scheduler(config, redis.Redis.from_url(config.redis.url)).enqueue("password_reset", "t", {"service_s": 0})
+    Queue(config, redis.Redis.from_url(config.redis.url)).enqueue("password_reset", "t", {"service_s": 0})
     worker = subprocess.Popen([sys.executable, "-m", "fairctl", "worker", "--config", str(path), "--log-every", "1s"],
                               cwd=ROOT, stderr=subprocess.PIPE, text=True, env=ENV)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(worker.stderr or ()), daemon=True)
     reader.start()
     try:
-        wait_for(lambda: totals(Scheduler(config, redis.Redis.from_url(config.redis.url)))["processed"] == 1, 30, "the job")
+        wait_for(lambda: totals(Queue(config, redis.Redis.from_url(config.redis.url)))["processed"] == 1, 30, "the job")
         time.sleep(2.5)
     finally:
         worker.terminate()

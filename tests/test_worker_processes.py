@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from fairness_core import Scheduler
+from fairness_core import Queue
 from fairness_stack.servers import RedisServer
 
 from .support import spawn_worker, totals, wait_for, write_config
@@ -30,11 +30,11 @@ def _children(log: Path) -> list[int]:
 
 
 def _one_slot_processes(redis_server: RedisServer, client: redis.Redis, tmp_path: Path, *,
-                        start_new_session: bool = False) -> tuple[Scheduler, str, Path, subprocess.Popen[bytes]]:
+                        start_new_session: bool = False) -> tuple[Queue, str, Path, subprocess.Popen[bytes]]:
     """PROCESSES worker processes of one slot each, once every one has registered: the scheduler,
     the key the handlers record to, the parent's log and the parent."""
     path, config = write_config(tmp_path, redis_server.url)
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     key, log = f"{config.redis.prefix}:ran", tmp_path / "worker.log"
     proc = spawn_worker(path, log, key, redis_server.url, "--processes", str(PROCESSES), "--concurrency", "1",
                         start_new_session=start_new_session)
@@ -49,7 +49,7 @@ def _one_slot_processes(redis_server: RedisServer, client: redis.Redis, tmp_path
 def test_processes_register_their_slots_work_jobs_and_drain_on_sigterm(
         redis_server: RedisServer, client: redis.Redis, tmp_path: Path) -> None:
     path, config = write_config(tmp_path, redis_server.url)
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     key, log = f"{config.redis.prefix}:ran", tmp_path / "worker.log"
     proc = spawn_worker(path, log, key, redis_server.url, "--processes", str(PROCESSES),
                         "--concurrency", str(CONCURRENCY), "--batch", str(BATCH))
@@ -74,7 +74,7 @@ def test_the_children_dead_letter_unhandled_tasks_when_asked(
     """``--unhandled dead-letter`` reaches the children: newsletters, which these handlers do not
     know, are dead-lettered at once by whichever process leased them, and none is given back."""
     path, config = write_config(tmp_path, redis_server.url)
-    scheduler = Scheduler(config, client)
+    scheduler = Queue(config, client)
     key, log = f"{config.redis.prefix}:ran", tmp_path / "worker.log"
     proc = spawn_worker(path, log, key, redis_server.url, "--processes", str(PROCESSES), "--concurrency", "2",
                         "--unhandled", "dead-letter", handlers="tests.recording_handlers:password_reset_only")

@@ -97,7 +97,7 @@ def _put(node: dict[str, Any] | list[Any], step: str, value: Any) -> None:
 
 class WatchedProducer:
     """The base of each system's producer: resolves a stream's class and queue, then hands the
-    jobs to :meth:`write`. Its ``submit_many`` matches :meth:`Scheduler.submit_many`, so the load
+    jobs to :meth:`write`. Its ``submit_many`` matches :meth:`fairness_core.Queue.submit_many`, so the load
     generator drives either."""
 
     system: str  # the ``watch.system`` value it writes for
