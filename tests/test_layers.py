@@ -210,3 +210,19 @@ def test_a_producer_loading_a_whole_config_loads_no_exporter_or_operator_library
     assert set(SECTION_MODULES) <= loaded
     heavy = sorted(m for m in loaded if m.split(".")[0] in ("prometheus_client", *OPERATOR_ONLY))
     assert not heavy, f"loading a config loads {heavy}"
+
+
+def test_every_runtime_module_is_named_in_the_architecture_doc() -> None:
+    """docs/architecture.md has a line per module: one added without it (or a directory of them
+    without the directory) fails here, naming the module."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    missing = []
+    for package in (layer for layer in LAYERS if layer != "benchmarks"):  # the runtime packages
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = path.relative_to(ROOT / package).as_posix()
+            if path.name == "__init__.py" and name != "__init__.py":
+                continue
+            if name == "__init__.py" or f"`{name}`" in text or f"`{name.rsplit('/', 1)[0]}/`" in text:
+                continue
+            missing.append(f"{package}/{name}")
+    assert not missing, f"docs/architecture.md names no line for: {', '.join(missing)}"
