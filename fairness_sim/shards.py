@@ -1,4 +1,4 @@
-"""The simulator's sharded queue: N shards, each the reference model, behind one queue.
+"""The simulator's queue: one reference model, or N shards, each the reference model, as one.
 
 Why a module of its own: with ``redis.shards`` N > 1 a queue is N queue groups that the routing
 (:mod:`fairness_core.routing`) makes one queue (enqueue to a shard of the tenant's hand, pop choosing
@@ -11,8 +11,9 @@ shard an enqueue goes to and the pops' class and shard choices are the routing m
 :class:`fairness_core.queue.Queue` runs it over Redis: nothing about the sharded queue is written
 twice.
 
-:class:`ShardedModel` has the model's operations the simulator uses, so a
-:class:`~fairness_sim.simulator.Simulation` runs on it as on one model; :func:`predict` drains a
+:class:`QueueModel` has the model's operations the simulator uses, and is what a
+:class:`~fairness_sim.simulator.Simulation` runs on for any config (a queue of one group passes
+each call to its one model, as the Redis queue passes it to its one group); :func:`predict` drains a
 static backlog through it (what a live measurement of a sharded queue is compared against).
 """
 
@@ -32,7 +33,7 @@ from fairness_core.config_store import NO_MOVES, Moves
 from fairness_core.jobs import SEP, Lease, Record, check_tier
 from fairness_core.merged_snapshot import merged_snapshot
 from fairness_core.model import Model
-from fairness_core.queue import shard_config
+from fairness_core.queue import group_configs
 from fairness_core.routing import Router, ShardLoad, choose_shard, party, tenant_weights
 from fairness_core.sharding import hand
 from fairness_core.snapshot import Snapshot
@@ -47,17 +48,20 @@ class Waiting:
     queues: dict[str, Any]
 
 
-class ShardedModel:
-    """N shards' models as one queue, with the operations of :class:`Model` the simulator uses.
-    Job ids are one sequence over the shards (each job's shard is remembered by id); a tenant's
-    jobs go to a shard of its hand by the enqueue rule; each pop is the routing's choice."""
+class QueueModel:
+    """The simulator's queue, as :class:`fairness_core.queue.Queue` is the Redis one: one model (a
+    queue of one group, each call its model's own), or N shards' models as one queue, with the
+    operations of :class:`Model` the simulator uses. Job ids are one sequence over the shards (each
+    job's shard is remembered by id); a tenant's jobs go to a shard of its hand by the enqueue rule;
+    each pop is the routing's choice."""
 
     def __init__(self, config: Config, *, seed: int = 0) -> None:
         self.shards = config.redis.shards
         self.hand_size = min(config.redis.shard_hand, self.shards)
-        self.models = [Model(shard_config(config, i)) for i in range(self.shards)]
         self.router = Router(config, seed=seed)
-        self.seq = 0
+        self.models = [Model(group) for group in group_configs(config)]
+        self._one = self.models[0] if self.router.single else None
+        self._seq = 0
         self._shard_of = array("H", [0])  # job id -> shard (ids start at 1)
         self.enqueued: Counter[tuple[str, str]] = Counter()  # (class, tenant) -> jobs queued
         self.served: Counter[tuple[str, str]] = Counter()  # (class, tenant) -> jobs acked
@@ -72,13 +76,24 @@ class ShardedModel:
                 for i in dealt]
         return choose_shard(dealt, held, [self.models[i].stats.get(f"depth{SEP}{queue}", 0) for i in dealt])
 
+    @property
+    def seq(self) -> int:
+        """The last job id given out."""
+        return self._seq if self._one is None else self._one.seq
+
+    @property
+    def sharded(self) -> bool:
+        return self._one is None
+
     def submit_many(self, now: int, task: str, tenant: str, count: int, payload: Any = None, *,
                     tier: str | None = None, user_waiting: bool = False) -> list[tuple[str, str, int]]:
+        if self._one is not None:
+            return self._one.submit_many(now, task, tenant, count, payload, tier=tier, user_waiting=user_waiting)
         config = self.models[0].config
         queue = classify(config, task, tier=check_tier(tier, config), user_waiting=user_waiting).queue
         index = self.shard_for(queue, tenant)
         model = self.models[index]
-        model.seq = self.seq
+        model.seq = self._seq
         elsewhere = NOWHERE
         if counts_limits(model.settings):  # the tenant's limits are the queue's: its jobs on the hand's other shards count
             for other in self.router.hand(tenant, self.shards):
@@ -90,15 +105,18 @@ class ShardedModel:
                                      elsewhere=elsewhere)
             return runs
         finally:  # the jobs before a refusal were queued too (in the class asked for, as counted here)
-            added = model.seq - self.seq
-            self.seq = model.seq
+            added = model.seq - self._seq
+            self._seq = model.seq
             self._shard_of.extend(array("H", [index]) * added)
             for ran, _, n in runs or [(queue, "", added)]:
                 self.enqueued[ran, tenant] += n
 
     def pop_entries(self, now: int, max_jobs: int = 1, *, classes: Sequence[str] | None = None) -> list[Record]:
         """Up to ``max_jobs`` jobs of one class from one shard, chosen by the routing as the Redis
-        queue chooses (its view read from the models, fresh at every pop)."""
+        queue chooses (its view read from the models, fresh at every pop). A queue of one group
+        pops as its model chooses."""
+        if self._one is not None:
+            return self._one.pop_entries(now, max_jobs, classes=classes)
         first = self.models[0]
         for index, queue in self.router.choices(self._loads(), first.config, first.moves.classes, classes):
             got = self.models[index].pop_entries(now, max_jobs, classes=classes if queue is None else [queue])
@@ -113,11 +131,11 @@ class ShardedModel:
                           paused=frozenset(m.paused)) for m in self.models]
 
     def _model(self, lease: Lease) -> Model:
-        return self.models[self._shard_of[int(lease.job_id)]]
+        return self._one or self.models[self._shard_of[int(lease.job_id)]]
 
     def ack(self, now: int, lease: Lease, *, runtime: float | None = None) -> bool:
         done = self._model(lease).ack(now, lease, runtime=runtime)
-        if done:
+        if done and self._one is None:
             self.served[lease.queue, lease.tenant] += 1
         return done
 
@@ -139,11 +157,14 @@ class ShardedModel:
             m.register_worker(now, worker_id, slots, ttl)
 
     def apply(self, now: int, config: Config, *, moves: Moves | Mapping[str, str] = NO_MOVES) -> None:
-        for i, m in enumerate(self.models):
-            m.apply(now, shard_config(config, i), moves=moves)
+        for m, group in zip(self.models, group_configs(config)):
+            m.apply(now, group, moves=moves)
 
     @property
-    def classes(self) -> dict[str, Waiting]:
+    def classes(self) -> Mapping[str, Any]:
+        """Each class's queued tenants, over every shard."""
+        if self._one is not None:
+            return self._one.classes
         out: dict[str, Waiting] = {}
         for m in self.models:
             for name, cls in m.classes.items():
@@ -155,7 +176,8 @@ class ShardedModel:
         return [m.snapshot(now) for m in self.models]
 
     def snapshot(self, now: int) -> Snapshot:
-        return merged_snapshot(self.snapshots(now))
+        """The queue's snapshot: its model's, or the shards' merged."""
+        return self._one.snapshot(now) if self._one is not None else merged_snapshot(self.snapshots(now))
 
 
 # ------------------------------------------------------------------ figures
@@ -215,7 +237,10 @@ class ShardFigures:
                     "percent": cost.percent}}
 
 
-def shard_figures(model: ShardedModel) -> ShardFigures:
+def shard_figures(model: QueueModel) -> ShardFigures | None:
+    """A sharded run's own figures; None for a queue of one group."""
+    if not model.sharded:
+        return None
     return ShardFigures(model.shards, model.hand_size, dict(model.enqueued), dict(model.served))
 
 
@@ -228,7 +253,7 @@ class Prediction:
 
     classes: dict[str, int]
     tenants: dict[tuple[str, str], int]
-    figures: ShardFigures
+    figures: ShardFigures | None  # None for a queue of one group
 
     def shares(self) -> dict[str, float]:
         total = sum(self.classes.values())
@@ -241,7 +266,7 @@ def predict(backlogs: Sequence[tuple[str, str, int]], shards: int, hand_size: in
     ``hand_size`` under ``config``'s policy, then pop (and at once ack) ``pops`` jobs one at a time,
     a millisecond apart: the jobs served per class and per tenant, as a live sharded queue drained
     by one worker slot would serve them."""
-    model = ShardedModel(sharded_config(config, shards, hand_size), seed=seed)
+    model = QueueModel(sharded_config(config, shards, hand_size), seed=seed)
     for queue, tenant, count in backlogs:
         job = class_job(model.models[0].config, queue)
         if job is None:

@@ -37,13 +37,12 @@ from fairness_core.config import Config
 from fairness_core.config_store import ConfigRefused, differences
 from fairness_core.jobs import BudgetRejected, Lease, TenantLimitReached
 from fairness_core.merged_snapshot import merged_snapshot
-from fairness_core.model import Model
 from fairness_core.snapshot import Snapshot
 from fairness_core.worker import PROMOTE_EVERY_S, REAP_EVERY_S
 
 from .arrivals import Arrival, service_samplers, stream_arrivals
 from .scenario import Backlog, ConfigChange, Scenario, Stream, run_name, run_parts
-from .shards import ShardedModel, ShardFigures, shard_figures
+from .shards import QueueModel, ShardFigures, shard_figures
 from .worktime import WorkerTime, WorkerTimeResult
 
 # Called at every scrape with each shard's snapshot (one for an unsharded queue).
@@ -200,9 +199,8 @@ class Simulation:
         self.variant: str | None
         self.charge, self.variant = (None, second) if scenario.variants is not None else (second, None)
         self.config = scenario_config(scenario, policy)
-        # redis.shards > 1: the sharded queue, each shard this same model (see fairness_sim.shards)
-        self.model: Model | ShardedModel = (ShardedModel(self.config, seed=scenario.seed)
-                                             if self.config.redis.shards > 1 else Model(self.config))
+        # The queue: one model, or with redis.shards N > 1 a model per shard (fairness_sim.shards)
+        self.model = QueueModel(self.config, seed=scenario.seed)
         self.observe = observe
         self.progress = progress
         self.reconfigure = reconfigure
@@ -341,7 +339,7 @@ class Simulation:
             self.reconfigure(now, config)
 
     def _scrape(self, now: int) -> None:
-        parts = self.model.snapshots(now) if isinstance(self.model, ShardedModel) else [self.model.snapshot(now)]
+        parts = self.model.snapshots(now)
         snapshot = parts[0] if len(parts) == 1 else merged_snapshot(parts)
         tl = self.timeline
         tl.times_s.append(now / 1000.0)
@@ -479,7 +477,7 @@ class Simulation:
             config_changes=tuple(self._applied), worker_time=self.worker_time.result(weights),
             stream_wait_p99_s={name: _percentile(sorted(w), 0.99) / 1000.0 if w else None
                                for name, w in stream_waits.items()},
-            shards=shard_figures(self.model) if isinstance(self.model, ShardedModel) else None,
+            shards=shard_figures(self.model),
             accounts=self._account_figures() if self.separator is not None else None,
         )
 

@@ -12,7 +12,7 @@ import pytest
 from fairness_core import Config, Queue, TenantLimitReached, open_queue
 from fairness_core.jobs import SEP
 from fairness_core.queue import split_job_id
-from fairness_sim.shards import ShardedModel
+from fairness_sim.shards import QueueModel
 from fairness_stack.servers import RedisServer
 
 from .conftest import GivenRedis, make_config
@@ -67,7 +67,7 @@ def test_a_limit_holds_for_the_queue_when_a_tenants_classes_sit_on_two_shards(
 
 @pytest.mark.parametrize("limit", sorted(LIMITS))
 def test_the_simulators_sharded_model_holds_the_same_limit(limit: str) -> None:
-    model = ShardedModel(_config(limit))
+    model = QueueModel(_config(limit))
     low_tenant, medium_tenant = _tenants(limit)
     first, second = model.router.hand(low_tenant, model.shards)
     model.models[first].submit_many(0, MEDIUM, "filler", 1)

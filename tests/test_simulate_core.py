@@ -270,9 +270,9 @@ def test_a_crashed_slot_abandons_its_job_to_the_reaper() -> None:
     simulation = Simulation(scenario, "fifo")
     run = simulation.run()
     assert run.classes["jobs:low"].jobs == 2 and run.classes["jobs:low"].wait_max_s == 0  # first leases only
-    assert simulation.model.stats["redelivered\tjobs:low"] == 1
-    assert simulation.model.stats["processed\tjobs:low"] == 2
-    assert simulation.model.stats["inflight\tjobs:low"] == 0
+    assert simulation.model.models[0].stats["redelivered\tjobs:low"] == 1
+    assert simulation.model.models[0].stats["processed\tjobs:low"] == 2
+    assert simulation.model.models[0].stats["inflight\tjobs:low"] == 0
 
 
 def test_a_class_that_served_nothing_has_no_waits_and_no_fairness_index() -> None:
