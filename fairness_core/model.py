@@ -912,7 +912,7 @@ class Model:
     def reap(self, now: int, limit: int = 1000) -> int:
         if self.reaped is not None and now - self.reaped > REAP_GAP_MS:  # as the Lua's forgive_gap
             for worker, expiry in list(self.workers.items()):
-                self.workers.add(worker, expiry + now - self.reaped)
+                self.workers.add(worker, max(expiry + now - self.reaped, now + REAP_GAP_MS))
         self.reaped = now
         for job_id in self.returned.up_to(now - RETURNED_KEEP_MS, len(self.returned)):
             self.returned.remove(job_id)

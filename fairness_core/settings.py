@@ -31,7 +31,8 @@ RUNTIME_SMOOTHING = 0.25
 SWEEP_BATCH = 25
 
 # Every worker reaps each second: a reap that finds none ran for this long follows a stall of Redis
-# (or a time no worker reached it), and pushes the workers' registrations back by the gap.
+# (or a time no worker reached it), and pushes the workers' registrations back by the gap, to no
+# sooner than this long after it (time for a worker to renew on its own backoff).
 REAP_GAP_MS = 5000
 # How long a lease taken back from its worker (expired, or its worker gone) is remembered, so that
 # the worker's late ack or heartbeat can tell "it may run again" from "it was settled already".

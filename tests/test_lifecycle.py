@@ -337,6 +337,24 @@ def test_expired_worker_registration_gives_back_its_slots(client: redis.Redis) -
     assert s.snapshot().worker_slots == 0
 
 
+def test_a_stall_leaves_every_registration_time_to_be_renewed_after_it(client: redis.Redis) -> None:
+    """A registration with no margin left when Redis stalled (its worker starved, its renewal due)
+    still lapses no sooner than 5 s after the stall: its worker renews on its own backoff, later
+    than the first reap after the stall. Before, the stall's gap was all it got, here 0.1 s."""
+    s, clock = at(client)
+    s.register_worker("w1", 8, ttl=3)
+    clock.advance(2.9)
+    s.reap()  # the last reap before the stall; w1's registration has 0.1 s left
+    clock.advance(5.1)
+    s.reap()  # the first after it: no reap ran for 5.1 s
+    clock.advance(1.0)  # w1 still backing off after the outage
+    s.reap()
+    assert s.snapshot().worker_slots == 8
+    clock.advance(4.1)  # 5 s after the stall, unrenewed: lapsed
+    s.reap()
+    assert s.snapshot().worker_slots == 0
+
+
 def test_pause_holds_a_class_and_resume_releases_it(client: redis.Redis) -> None:
     s, _ = at(client)
     s.enqueue("newsletter", "marketing")

@@ -1234,9 +1234,11 @@ end
 
 -- Every worker reaps each second, so a reap that finds none ran for REAP_GAP_MS follows a time
 -- when nobody could renew a registration either: Redis stalled (a slow disk, DEBUG SLEEP), or no
--- worker reached it. Each registration then lapses that much later, so that a stall costs no
--- live worker its leases; the price is that a fleet restarted whole waits for the old workers'
--- registrations one gap longer.
+-- worker reached it. Each registration then lapses that much later, and no sooner than
+-- REAP_GAP_MS from now: a worker comes back from a stall on its own backoff, so the margin its
+-- registration had when the stall began (as little as none) is not enough to renew it in. So a
+-- stall costs no live worker its leases; the price is that a fleet restarted whole waits for the
+-- old workers' registrations one gap longer.
 local function forgive_gap()
   local last = number(redis.call('GET', K_REAPED))
   redis.call('SET', K_REAPED, now_text())
@@ -1244,7 +1246,7 @@ local function forgive_gap()
   local regs = redis.call('ZRANGE', K_WORKERS, '0', '-1', 'WITHSCORES')
   local later = {}
   for i = 1, #regs, 2 do
-    later[#later + 1] = int(number(regs[i + 1]) + now - last)
+    later[#later + 1] = int(math.max(number(regs[i + 1]) + now - last, now + REAP_GAP_MS))
     later[#later + 1] = regs[i]
   end
   if #later > 0 then redis.call('ZADD', K_WORKERS, unpack(later)) end
