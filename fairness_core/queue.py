@@ -629,8 +629,11 @@ class Queue:
         by_shard = self._by_shard(held)
         if self._one is not None:
             return self._one.reclaim(owner, by_shard[0])
+        # Every shard, those marked down too: the lost pop's leases are most likely on the shard
+        # whose reply was lost, marked down by that very failure a moment ago.
         return sum(self.health.each(self.served_shards(),
-                                    lambda index: self.shard(index).reclaim(owner, by_shard.get(index, []))))
+                                    lambda index: self.shard(index).reclaim(owner, by_shard.get(index, [])),
+                                    even_down=True))
 
     def lease_taken_back(self, job_id: str) -> bool:
         """Whether the reaper took the lease of ``job_id`` back from its worker within the hour."""

@@ -83,13 +83,14 @@ class ShardHealth:
         self.answered(index)
         return result
 
-    def each(self, indices: Sequence[int], action: Callable[[int], T]) -> list[T]:
-        """``action(i)`` on each usable shard of ``indices``, skipping those that do not answer;
-        RedisUnavailable when none of them answered (naming each shard and its master)."""
+    def each(self, indices: Sequence[int], action: Callable[[int], T], *, even_down: bool = False) -> list[T]:
+        """``action(i)`` on each usable shard of ``indices`` (``even_down``: each, those marked
+        down too), skipping those that do not answer; RedisUnavailable when none of them answered
+        (naming each shard and its master)."""
         results: list[T] = []
         errors: list[tuple[int, RedisUnavailable]] = []
         for index in indices:
-            if not self.usable(index):
+            if not (even_down or self.usable(index)):
                 continue
             try:
                 results.append(self.call(index, lambda: action(index)))

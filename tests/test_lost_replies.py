@@ -73,6 +73,22 @@ def test_a_worker_whose_pop_reply_is_lost_runs_every_job_once(redis_server: Redi
     assert counted(producer, "redelivered") == 0
 
 
+def test_a_sharded_reclaim_reaches_the_shard_its_lost_pop_marked_down(proxy: FaultProxy) -> None:
+    """The pop whose reply was lost marks its shard down for a second; the reclaim that follows at
+    once (a worker retries the pop within 0.1 s, maybe on another shard) still reaches that shard,
+    where the lost leases are. Skipping it left them the worker's until it stopped."""
+    s = Queue(make_config(redis={"url": proxy.url(), "shards": 3, "shard_hand": 1}), redis_client(proxy.url()))
+    s.register_worker("w1", 10, 60)
+    queued = [s.submit("order", "acme").job_id for _ in range(3)]
+    s.loads(fresh=True)  # the view the pop chooses from: the jobs just queued
+    proxy.drop_reply_to(POP)
+    with pytest.raises(ReplyLost):
+        s.ack_and_pop([], 3, owner="w1")
+    assert s.health.down() == [int(queued[0].split(":")[0])], "the shard is marked down"
+    assert s.reclaim("w1", []) == 3, "its three leases go back at once"
+    assert sorted(lease.job_id for lease in s.pop(3, owner="w1")) == sorted(queued)
+
+
 def counted(queue: Queue, counter: str) -> int:
     """A lifecycle counter summed over the queue's groups (one, or every shard)."""
     return sum(totals(group)[counter] for group in queue.groups())
