@@ -185,6 +185,7 @@ class Queue:
         self._registration: tuple[str, int, float] | None = None  # this worker's: id, slots, ttl
         self._registered_at: dict[int, float] = {}  # when it last registered on each shard (monotonic)
         self.health = ShardHealth(self.shard)  # the shards that do not answer, left out for a while
+        self._lost_pops: set[int] = set()  # shards where a pop's reply was lost, until a reclaim reaches them
 
     @property
     def config(self) -> Config:
@@ -561,6 +562,7 @@ class Queue:
                                                          max_jobs, classes=None if queue is None else [queue],
                                                          owner=owner))
             except ReplyLost:  # it may have leased jobs: the caller decides (a worker reclaims them)
+                self._lost_pops.add(index)
                 raise
             except RedisUnavailable:
                 self.loads()[index].ran_dry(None)
@@ -621,19 +623,34 @@ class Queue:
         return by_shard
 
     def give_back(self, leases: Sequence[Lease]) -> int:
-        """:meth:`Scheduler.give_back`, each on the shard its lease names."""
-        return sum(self.shard(index).give_back(inner) for index, inner in self._by_shard(leases).items())
+        """:meth:`Scheduler.give_back`, each on the shard its lease names; the idle workers of
+        their classes are woken (a stopping worker's jobs are the others' now, not at their next
+        look at every shard)."""
+        given = sum(self.shard(index).give_back(inner) for index, inner in self._by_shard(leases).items())
+        if given:
+            self.wake(sorted({lease.queue for lease in leases}))
+        return given
 
     def reclaim(self, owner: str, held: Sequence[Lease]) -> int:
-        """:meth:`Scheduler.reclaim` on each served shard that answers, keeping the leases it holds there."""
+        """:meth:`Scheduler.reclaim` on each served shard that answers, keeping the leases it holds
+        there; the queue's idle workers are woken for the jobs it gives back."""
         by_shard = self._by_shard(held)
         if self._one is not None:
             return self._one.reclaim(owner, by_shard[0])
-        # Every shard, those marked down too: the lost pop's leases are most likely on the shard
-        # whose reply was lost, marked down by that very failure a moment ago.
-        return sum(self.health.each(self.served_shards(),
-                                    lambda index: self.shard(index).reclaim(owner, by_shard.get(index, [])),
-                                    even_down=True))
+
+        def one(index: int) -> int:
+            count = self.shard(index).reclaim(owner, by_shard.get(index, []))
+            self._lost_pops.discard(index)
+            return count
+
+        # The shards that answer, and those where a pop's reply was lost even if marked down since:
+        # that failure marked its shard down a moment ago, and the lost leases are there. Not every
+        # shard marked down: a dead master's would cost each reclaim its connect timeout.
+        asked = [i for i in self.served_shards() if self.health.usable(i) or i in self._lost_pops]
+        count = sum(self.health.each(asked, one, even_down=True))
+        if count:
+            self.wake()  # which classes they were, the reply that was lost knew
+        return count
 
     def lease_taken_back(self, job_id: str) -> bool:
         """Whether the reaper took the lease of ``job_id`` back from its worker within the hour."""

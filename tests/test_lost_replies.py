@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from fairness_core import Queue, ReplyLost, open_queue, redis_client
+from fairness_core.keys import WAKE_MEMBER
 from fairness_core.worker import HandlerRegistry, Worker
 from fairness_stack.servers import RedisServer
 
@@ -76,7 +77,8 @@ def test_a_worker_whose_pop_reply_is_lost_runs_every_job_once(redis_server: Redi
 def test_a_sharded_reclaim_reaches_the_shard_its_lost_pop_marked_down(proxy: FaultProxy) -> None:
     """The pop whose reply was lost marks its shard down for a second; the reclaim that follows at
     once (a worker retries the pop within 0.1 s, maybe on another shard) still reaches that shard,
-    where the lost leases are. Skipping it left them the worker's until it stopped."""
+    where the lost leases are. Skipping it left them the worker's until it stopped. Jobs given back
+    wake the queue's idle workers, who would otherwise find them at their next look at every shard."""
     s = Queue(make_config(redis={"url": proxy.url(), "shards": 3, "shard_hand": 1}), redis_client(proxy.url()))
     s.register_worker("w1", 10, 60)
     queued = [s.submit("order", "acme").job_id for _ in range(3)]
@@ -85,8 +87,14 @@ def test_a_sharded_reclaim_reaches_the_shard_its_lost_pop_marked_down(proxy: Fau
     with pytest.raises(ReplyLost):
         s.ack_and_pop([], 3, owner="w1")
     assert s.health.down() == [int(queued[0].split(":")[0])], "the shard is marked down"
+    wake = s.keys.wake("jobs:medium")  # the queue's own, which its idle workers block on
+    s.client.delete(wake)
     assert s.reclaim("w1", []) == 3, "its three leases go back at once"
-    assert sorted(lease.job_id for lease in s.pop(3, owner="w1")) == sorted(queued)
+    assert s.client.zscore(wake, WAKE_MEMBER) == 0, "and the queue's idle workers are woken"
+    leases = s.pop(3, owner="w1")
+    assert sorted(lease.job_id for lease in leases) == sorted(queued)
+    s.client.delete(wake)
+    assert s.give_back(leases) == 3 and s.client.zscore(wake, WAKE_MEMBER) == 0, "a stopping worker's too"
 
 
 def counted(queue: Queue, counter: str) -> int:
