@@ -575,10 +575,16 @@ class Model:
     def _rate_estimate(self, now: int, field: str) -> float:
         """As the Lua's ``rate_estimate``: the previous bucket's accepted jobs weighted by the part
         of it still in the window, plus the current bucket's."""
+        part, cur = self._rate_parts(now, field)
+        return part + cur
+
+    def _rate_parts(self, now: int, field: str) -> tuple[float, int]:
+        """The two terms of the rate estimate at ``now``: the previous bucket's accepted jobs
+        weighted by the part of it still in the window, and the current bucket's."""
         window = self.settings.rate_window_ms
         bucket = math.floor(now / window)
         part = self.rates.get(bucket - 1, {}).get(field, 0) * (window - (now - bucket * window)) / window
-        return part + self.rates.get(bucket, {}).get(field, 0)
+        return part, self.rates.get(bucket, {}).get(field, 0)
 
     def _rate_room(self, now: int, field: str, allowed: float, elsewhere: float = 0.0) -> float:
         """The jobs the rate field ``field`` (a tenant, or an account's) may still have accepted at
@@ -588,10 +594,7 @@ class Model:
         allowance."""
         if not allowed:
             return math.inf
-        window = self.settings.rate_window_ms
-        bucket = math.floor(now / window)
-        part = self.rates.get(bucket - 1, {}).get(field, 0) * (window - (now - bucket * window)) / window
-        cur = self.rates.get(bucket, {}).get(field, 0)
+        part, cur = self._rate_parts(now, field)
 
         def accepted(k: int) -> bool:
             return part + (cur + k) + elsewhere < allowed
