@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import ACCOUNT_RATE_MARK, CLASS_PARTS, Keys
+from .keys import ACCOUNT_MARK, CLASS_PARTS, Keys
 from .settings import Settings
 
 
@@ -83,7 +83,7 @@ class LimitReads:
             pipe.zscore(keys.class_key(c, CLASS_PARTS["account_backlog"]), self.account)
         bucket = self._bucket()
         for b in (bucket - 1, bucket):
-            pipe.hmget(keys.rate_bucket(b), [self.tenant, ACCOUNT_RATE_MARK + self.account])
+            pipe.hmget(keys.rate_bucket(b), [self.tenant, ACCOUNT_MARK + self.account])
 
     def counted(self, replies: Sequence[Any]) -> Elsewhere:
         """The counts from one shard's replies to :meth:`queue`, as the script estimates them: the

@@ -47,6 +47,8 @@ SHARD_NAME = re.compile(r".+\.\d+(-\d+)?")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 MAX_WEIGHT = 1_000_000
+# The most jobs a dispatch rate's bucket may start at once.
+MAX_BURST = 100_000
 # A queued-jobs limit above this is no limit a Redis could hold (and stays exact in Lua's doubles).
 MAX_QUEUED = 10**12
 # The reason a job demoted by its class's arrival budget is queued with; reserved, because the
@@ -142,6 +144,18 @@ class TierLimits:
 
     max_queued: int | None = None
     max_rate: float | None = None
+    # What the tenant's downstream takes (enforced at the pop, not the enqueue): jobs running at
+    # once, all classes together, and jobs started per second with the burst it may start at once.
+    max_in_flight: int | None = None
+    dispatch_rate: float | None = None
+    dispatch_burst: int | None = None
+
+
+# The limits a per-tenant override (``tenants.overrides``) may set: the pop-time ones, which a
+# tenant's own downstream sets; the admission limits hold per tier.
+OVERRIDE_LIMITS = ("max_in_flight", "dispatch_rate", "dispatch_burst")
+# The limits a pop enforces, by tenant; ``account_`` + the first two hold per account.
+DISPATCH_LIMITS = ("max_in_flight", "dispatch_rate")
 
 
 # A tier's limit of 0: the tier has none, whatever the group's (``unlimited`` in the file).
@@ -170,6 +184,16 @@ class TenantsConfig:
     # Admission per account, all its keys and classes together (None: no limit); only with accounts.
     account_max_queued: int | None = None
     account_max_rate: float | None = None
+    # Limits the pop holds a tenant to, for its downstream (None: none): jobs it runs at once, all
+    # classes together, and jobs it starts per second, a token bucket of ``dispatch_burst`` tokens.
+    # A tenant held by either is parked out of the fair order, not refused: its jobs stay queued.
+    max_in_flight: int | None = None
+    dispatch_rate: float | None = None
+    dispatch_burst: int = 1
+    account_max_in_flight: int | None = None
+    account_dispatch_rate: float | None = None
+    # Per-tenant limits (tenant id -> the pop-time limits it sets), over its tier's and the group's.
+    overrides: Mapping[str, TierLimits] = field(default_factory=dict)
 
     def cost(self, tier: str) -> int:
         """Virtual-time cost of one job for a tenant of ``tier``: integer, so Lua and Python agree."""
@@ -183,17 +207,25 @@ class TenantsConfig:
         own = self.limits.get(tier)
         return f"tenants.limits.{tier}.{name}" if own is not None and getattr(own, name) is not None else f"tenants.{name}"
 
-    def limit_for(self, tier: str, name: str) -> int | float | None:
-        """The limit ``name`` (``max_queued``, ``max_rate``) of a tenant enqueueing as ``tier``:
-        its tier's own, else the group's (None: no limit)."""
+    def limit_for(self, tier: str, name: str, tenant: str | None = None) -> int | float | None:
+        """The limit ``name`` (``max_queued``, ``max_rate``, ``max_in_flight``, ``dispatch_rate``,
+        ``dispatch_burst``) of ``tenant`` as ``tier``: its override's, else its tier's own, else the
+        group's (None: no limit)."""
         group = _limit(self, name)
         if name.startswith(ACCOUNT_LIMIT):
             return group
-        own = self.limits.get(tier)
-        mine = None if own is None else _limit(own, name)
-        if mine is None:
-            return group
-        return None if mine == UNLIMITED else mine
+        for own in (self.overrides.get(tenant or ""), self.limits.get(tier)):
+            mine = None if own is None else _limit(own, name)
+            if mine is not None:
+                return None if mine == UNLIMITED else mine
+        return group
+
+    @property
+    def holds(self) -> bool:
+        """Whether any tenant or account has a pop-time limit (a cap or a dispatch rate)."""
+        levels: list[TenantsConfig | TierLimits] = [self, *self.limits.values(), *self.overrides.values()]
+        return (any(bool(getattr(lim, name)) for lim in levels for name in DISPATCH_LIMITS)
+                or bool(self.account_max_in_flight or self.account_dispatch_rate))
 
 
 def _limit(limits: TenantsConfig | TierLimits, name: str) -> int | float | None:
@@ -444,7 +476,25 @@ def _tenants(value: object, path: str, source: str | None) -> TenantsConfig:
                 raise ConfigError(f"{lpath}.{tier}", f"unknown tier {tier!r}; tenants.tiers has: {', '.join(tier_map)}")
             lr = Reader(item, f"{lpath}.{tier}", source)
             out[tier] = TierLimits(max_queued=lr.get("max_queued", None, _or_unlimited(int_between(1, MAX_QUEUED))),
-                                   max_rate=lr.get("max_rate", None, _or_unlimited(_arrival_rate)))
+                                   max_rate=lr.get("max_rate", None, _or_unlimited(_arrival_rate)),
+                                   **_dispatch_limits(lr))
+            lr.done()
+        return out
+
+    def overrides(raw: object, opath: str) -> dict[str, TierLimits]:
+        if not isinstance(raw, dict):
+            raise ConfigError(opath, f"expected a mapping of tenant id to limits, got {kind_of(raw)}")
+        out: dict[str, TierLimits] = {}
+        for tenant, item in raw.items():
+            tpath = f"{opath}.{tenant}"
+            if not isinstance(tenant, str) or not tenant or any(not c.isprintable() for c in tenant):
+                raise ConfigError(tpath, f"expected a tenant id (text without control characters), got {tenant!r}")
+            lr = Reader(item, tpath, source)
+            for name in lr.data:
+                if name not in OVERRIDE_LIMITS:
+                    raise lr.error(name, f"a tenant's override sets {', '.join(OVERRIDE_LIMITS)} (the limits "
+                                         "its downstream sets); admission limits hold per tier, in tenants.limits")
+            out[tenant] = TierLimits(**_dispatch_limits(lr))
             lr.done()
         return out
 
@@ -460,12 +510,25 @@ def _tenants(value: object, path: str, source: str | None) -> TenantsConfig:
         account_separator=r.get("account_separator", None, _account_separator),
         account_max_queued=r.get("account_max_queued", None, int_between(1, MAX_QUEUED)),
         account_max_rate=r.get("account_max_rate", None, _arrival_rate),
+        max_in_flight=r.get("max_in_flight", None, int_between(1, MAX_QUEUED)),
+        dispatch_rate=r.get("dispatch_rate", None, _arrival_rate),
+        dispatch_burst=r.get("dispatch_burst", TenantsConfig.dispatch_burst, int_between(1, MAX_BURST)),
+        account_max_in_flight=r.get("account_max_in_flight", None, int_between(1, MAX_QUEUED)),
+        account_dispatch_rate=r.get("account_dispatch_rate", None, _arrival_rate),
+        overrides=r.get("overrides", {}, overrides),
     )
-    for name in ("account_max_queued", "account_max_rate"):
+    for name in ("account_max_queued", "account_max_rate", "account_max_in_flight", "account_dispatch_rate"):
         if getattr(out, name) is not None and out.account_separator is None:
             raise r.error(name, "limits accounts, and needs tenants.account_separator to tell a tenant's account")
     r.done()
     return out
+
+
+def _dispatch_limits(r: Reader) -> dict[str, Any]:
+    """A tier's or a tenant's pop-time limits (``unlimited`` lifts the group's cap or rate)."""
+    return {"max_in_flight": r.get("max_in_flight", None, _or_unlimited(int_between(1, MAX_QUEUED))),
+            "dispatch_rate": r.get("dispatch_rate", None, _or_unlimited(_arrival_rate)),
+            "dispatch_burst": r.get("dispatch_burst", None, int_between(1, MAX_BURST))}
 
 
 def _account_separator(value: object, path: str) -> str:
@@ -571,6 +634,9 @@ def parse_config(data: object, source: str | None = None) -> Config:
     r.done()
     _check_classes(classes, scheduler, source)
     _check_rules(rules, tuple(c.name for c in classes), source)
+    if tenants.holds and scheduler.policy != "weighted-fair":
+        raise ConfigError("scheduler.policy", "tenants' max_in_flight and dispatch_rate hold tenants out of weighted "
+                          f"fair queuing's order, and need policy weighted-fair, got {scheduler.policy!r}", source)
     core = Config(
         classes=classes, classification=rules, redis=redis_cfg, scheduler=scheduler,
         tenants=tenants, leases=leases, exporter=exporter, source=source,

@@ -18,10 +18,18 @@ def _duration(seconds: float | None) -> str | None:
     return None if seconds is None else format_duration(seconds)
 
 
+# The limits a tenant's, a tier's or the group's section may set, in the order they are written.
+_LIMITS = ("max_queued", "max_rate", "max_in_flight", "dispatch_rate", "dispatch_burst")
+
+
 def _limits(limits: TenantsConfig | TierLimits) -> dict[str, Any]:
-    """The admission limits ``limits`` sets (the group's, or one tier's)."""
-    return {name: "unlimited" if isinstance(limits, TierLimits) and getattr(limits, name) == UNLIMITED
-            else getattr(limits, name) for name in ("max_queued", "max_rate") if getattr(limits, name) is not None}
+    """The limits ``limits`` sets (the group's, one tier's or one tenant's); the group's dispatch
+    burst only when it is not the default, so a group's fingerprint holds across the upgrade."""
+    out = {name: "unlimited" if isinstance(limits, TierLimits) and getattr(limits, name) == UNLIMITED
+           else getattr(limits, name) for name in _LIMITS if getattr(limits, name) is not None}
+    if isinstance(limits, TenantsConfig) and limits.dispatch_burst == TenantsConfig.dispatch_burst:
+        del out["dispatch_burst"]
+    return out
 
 
 def config_to_data(config: Config) -> dict[str, Any]:
@@ -61,9 +69,11 @@ def config_to_data(config: Config) -> dict[str, Any]:
         tenants["limits"] = {tier: _limits(lim) for tier, lim in t.limits.items()}
     if t.account_separator is not None:  # only when set: a group's fingerprint holds across the upgrade
         tenants["account_separator"] = t.account_separator
-    for name in ("account_max_queued", "account_max_rate"):
+    for name in ("account_max_queued", "account_max_rate", "account_max_in_flight", "account_dispatch_rate"):
         if getattr(t, name) is not None:
             tenants[name] = getattr(t, name)
+    if t.overrides:
+        tenants["overrides"] = {tenant: _limits(lim) for tenant, lim in t.overrides.items()}
     scheduler: dict[str, Any] = {
         "policy": s.policy, "max_payload_bytes": s.max_payload_bytes, "budget_window": format_duration(s.budget_window),
         "budget_min_arrivals": s.budget_min_arrivals, "budget_action": s.budget_action}

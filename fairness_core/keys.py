@@ -36,9 +36,10 @@ CONFIG = "config"  # hash: the applied config (fairness_core.config_store): text
 # (tenants.max_rate), expiring two windows after a tenant's first job in it. Not in FIXED: the
 # script builds the two it reads from ``base``.
 RATE_SPACE = "rate:"
-# A rate bucket's field for an account (tenants.account_max_rate): this mark, then the account. No
-# tenant id holds a control character, so no tenant's field can be an account's.
-ACCOUNT_RATE_MARK = "\x01"
+# An account where a structure holds tenants and accounts side by side (a rate bucket's field for
+# tenants.account_max_rate; RUNNING, PACE and HELD for the account's dispatch limits): this mark,
+# then the account. No tenant id holds a control character, so no tenant's entry can be an account's.
+ACCOUNT_MARK = "\x01"
 # base + CHARGED; hash: job id -> the microseconds of worker time its pop charged (scheduler.charge:
 # runtime), so its ack corrects the charge by the difference. Built from ``base`` like RATE_SPACE.
 CHARGED = "charged"
@@ -46,6 +47,14 @@ CHARGED = "charged"
 # the job first submitted with that key and when the key stops naming it (ms), expiring then. Built
 # from ``base`` like RATE_SPACE; a key may hold any text but control characters, after the tag.
 DEDUP_SPACE = "key:"
+# Dispatch limits (tenants.max_in_flight, dispatch_rate and the account forms), kept only while
+# some are configured. Members are tenants, or ACCOUNT_MARK + account.
+RUNNING = "running"  # zset: member -> its leased jobs, all classes together (what a cap counts)
+PACE = "pace"  # zset: member -> when (µs) its dispatch rate's bucket is full again (GCRA's arrival time)
+# zset: class + SEP + member -> until when (ms) it is held out of the class's fair order; +inf: at
+# its cap, until one of its jobs settles
+HELD = "held"
+CAPPED = "capped"  # hash: member -> the classes it is held in at its cap (SEP between), rejoined as a job settles
 # A sharded queue group's layout (fairness_core.layout): hash of shards, serve and version, under
 # the logical group's own tag; each shard is a queue group of its own, tagged ``{prefix.i}``.
 LAYOUT = "layout"
@@ -58,6 +67,7 @@ FIXED: dict[str, str] = {
     "stats": STATS, "swrr": SWRR, "paused": PAUSED, "arrivals": ARRIVALS, "seq": SEQ, "leases": LEASES,
     "leased": LEASED, "delayed": DELAYED, "dead": DEAD, "workers": WORKERS, "worker_slots": WORKER_SLOTS,
     "returned": RETURNED, "reaped": REAPED, "config": CONFIG,
+    "running": RUNNING, "pace": PACE, "held": HELD, "capped": CAPPED,
 }
 
 # Per-class keys: base + CLASS_SPACE + class + PART_SEP + part; a tenant's sub-queue is the part
@@ -162,6 +172,22 @@ class Keys:
     @property
     def config(self) -> str:
         return self.base + CONFIG
+
+    @property
+    def running(self) -> str:
+        return self.base + RUNNING
+
+    @property
+    def pace(self) -> str:
+        return self.base + PACE
+
+    @property
+    def held(self) -> str:
+        return self.base + HELD
+
+    @property
+    def capped(self) -> str:
+        return self.base + CAPPED
 
     @property
     def charged(self) -> str:

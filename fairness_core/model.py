@@ -41,7 +41,7 @@ from .jobs import (
     runtime_us,
     settled,
 )
-from .keys import ACCOUNT_RATE_MARK
+from .keys import ACCOUNT_MARK
 from .settings import REAP_GAP_MS, RETURNED_KEEP_MS, SWEEP_BATCH, default_tier_left, derive, rebases_tags, recorded_cost, regroups
 from .snapshot import RawClass, Snapshot, build_snapshot
 from .zset import ZSet
@@ -93,6 +93,12 @@ class Model:
         self.reaped: int | None = None  # when a worker last reaped
         self.charged: dict[str, int] = {}  # job id -> µs its pop charged (charge: runtime)
         self.keyed: dict[str, tuple[int, Enqueued]] = {}  # a submit's key -> until when (ms) it names which job
+        # Dispatch limits, as the Lua's HK keys: leases per member, rates' arrival times (µs),
+        # holds (class SEP member -> until when, inf at a cap), and the classes held at a cap.
+        self.running = ZSet()
+        self.pace = ZSet()
+        self.held = ZSet()
+        self.capped: dict[str, str] = {}
 
     def _use(self, config: Config, moves: Moves, names: Names | None = None) -> None:
         self.config, self.moves = config, moves
@@ -152,6 +158,20 @@ class Model:
             for c in (*self.names, *others):
                 self._cls(c).estimates.clear()
                 self._cls(c).tenant_estimates.clear()
+        # As the Lua: every hold ends and its member rejoins (held again at its next visit if still
+        # over), and the leases a cap counts are counted again.
+        holds = [(key.split(SEP, 1), due) for key, due in self.held.head(len(self.held))]
+        for (queue, member), due in holds:
+            self._count_hold(queue, member, due, -1)
+        self.held, self.capped, self.running = ZSet(), {}, ZSet()
+        for (queue, member), _ in holds:
+            self._rejoin(queue, member)
+        if not (self.settings.has_pace or self.settings.account_pace_us):
+            self.pace = ZSet()
+        if self.settings.has_cap or (self.settings.account_sep and self.settings.account_cap):
+            for c in (*self.names, *others):
+                for tenant, n in self._cls(c).inflight.head(len(self._cls(c).inflight)):
+                    self._leases_counted(tenant, int(n))
         if regroup:
             for c in (*self.names, *others):
                 self._regroup(c)
@@ -249,6 +269,169 @@ class Model:
         """The tier a queued party is charged as: its cost entry, else the default tier."""
         return cls.cost.get(party, self.settings.default_tier)
 
+    # ------------------------------------------------------------------ dispatch limits (holds)
+
+    def _held_in(self, queue: str, member: str) -> float | None:
+        """As the Lua's ``held_in``: until when ``member`` is held in ``queue`` (inf at its cap)."""
+        return self.held.score(f"{queue}{SEP}{member}")
+
+    def _member_backlog(self, queue: str, member: str) -> int:
+        cls = self._cls(queue)
+        if member.startswith(ACCOUNT_MARK):
+            return int(cls.account_backlog.score(member[1:]) or 0)
+        return int(cls.backlog.score(member) or 0)
+
+    def _count_hold(self, queue: str, member: str, due: float, sign: int) -> None:
+        why = f"{queue}{SEP}{hold_reason(member, due)}"
+        self._stat("held", why, sign)
+        self._stat("heldjobs", why, sign * self._member_backlog(queue, member))
+
+    def _held_jobs(self, queue: str, tenant: str, n: int, fresh: bool) -> None:
+        """As the Lua's ``held_jobs`` for n jobs pushed one by one (negative: taken): the first
+        job of a ``fresh`` tenant cannot be held by the tenant's own hold."""
+        s = self.settings
+        if (s.has_cap or s.has_pace) and (due := self._held_in(queue, tenant)) is not None:
+            self._stat("heldjobs", f"{queue}{SEP}{hold_reason(tenant, due)}", n - (1 if fresh and n > 0 else 0))
+        if s.account_sep and (s.account_cap or s.account_pace_us):
+            member = ACCOUNT_MARK + self._party(tenant)
+            if (due := self._held_in(queue, member)) is not None:
+                self._stat("heldjobs", f"{queue}{SEP}{hold_reason(member, due)}", n)
+
+    def _headroom(self, now: int, member: str, cap: int, pace: int, burst: int) -> tuple[float, float | None, float | None]:
+        """As the Lua's ``headroom``: jobs ``member`` may start now, else until when it is held;
+        and the rate's arrival time read."""
+        room: float = math.inf
+        if cap > 0:
+            room = cap - (self.running.score(member) or 0)
+            if room < 1:
+                return 0, math.inf, None
+        if pace > 0:
+            now_us, slack = now * 1000, (burst - 1) * pace
+            tat = max(self.pace.score(member) or 0, now_us)
+            tokens = math.floor((now_us + slack - tat) / pace) + 1
+            if tokens < 1:
+                return 0, math.ceil((tat - slack) / 1000), None
+            return min(room, tokens), None, tat
+        return room, None, None
+
+    def _park(self, queue: str, member: str, due: float) -> None:
+        """As the Lua's ``park``."""
+        key = f"{queue}{SEP}{member}"
+        was = self.held.score(key)
+        if was is not None:
+            self._count_hold(queue, member, was, -1)
+        self.held.add(key, due)
+        self._count_hold(queue, member, due, 1)
+        if due == math.inf:
+            classes = self.capped.get(member)
+            if classes is None:
+                self.capped[member] = queue
+            elif queue not in classes.split(SEP):
+                self.capped[member] = classes + SEP + queue
+        cls = self._cls(queue)
+        if member.startswith(ACCOUNT_MARK):
+            cls.tags.remove(member[1:])
+        elif self.settings.account_sep:
+            account = self._party(member)
+            self._leave_account(cls, account, member)
+            if account not in cls.accounts:
+                cls.tags.remove(account)
+        else:
+            cls.tags.remove(member)
+
+    def _leave_account(self, cls: _Class, account: str, tenant: str) -> None:
+        """ZREM of the tenant from its account's set, which goes when empty."""
+        members = cls.accounts.get(account)
+        if members is not None:
+            members.remove(tenant)
+            if not members:
+                del cls.accounts[account]
+
+    def _rejoin(self, queue: str, member: str) -> None:
+        """As the Lua's ``rejoin``: back in the order at the virtual time, if it has jobs queued."""
+        cls = self._cls(queue)
+        party = member
+        if member.startswith(ACCOUNT_MARK):
+            party = member[1:]
+            if party not in cls.accounts:
+                return
+        else:
+            if member not in cls.backlog:
+                return
+            if self.settings.account_sep:
+                party = self._party(member)
+                members = cls.accounts.get(party)
+                first = members.first() if members is not None else None
+                if members is None:
+                    members = cls.accounts[party] = ZSet()
+                members.add(member, first[1] if first is not None else 0, only_new=True)
+                if self._held_in(queue, ACCOUNT_MARK + party) is not None:
+                    return
+        cls.tags.add(party, cls.vt, only_new=True)
+
+    def _unhold(self, queue: str, member: str) -> None:
+        due = self._held_in(queue, member)
+        if due is None:
+            return
+        self._count_hold(queue, member, due, -1)
+        self.held.remove(f"{queue}{SEP}{member}")
+        self._rejoin(queue, member)
+
+    def _count_running(self, member: str, n: int) -> None:
+        """As the Lua's ``count_running``."""
+        if self.running.incr(member, n) <= 0:
+            self.running.remove(member)
+        if n < 0:
+            classes = self.capped.pop(member, None)
+            for queue in (classes or "").split(SEP) if classes else ():
+                self._unhold(queue, member)
+
+    def _leases_counted(self, tenant: str, n: int) -> None:
+        if self.settings.has_cap:
+            self._count_running(tenant, n)
+        if self.settings.account_sep and self.settings.account_cap:
+            self._count_running(ACCOUNT_MARK + self._party(tenant), n)
+
+    def _release_holds(self, now: int, limit: int) -> None:
+        for key in self.held.up_to(now, limit):
+            queue, member = key.split(SEP, 1)
+            self._unhold(queue, member)
+
+    def _ready_head(self, now: int, queue: str) -> tuple[Any, ...] | None:
+        """As the Lua's ``ready_head``: (party, tag, tenant, inner, room, the account's arrival
+        time, the tenant's, the tenant's pace), parking the held heads on the way; None when every
+        queued party is held."""
+        s, cls = self.settings, self._cls(queue)
+        while True:
+            first = cls.tags.first()
+            if first is None:
+                return None
+            party, tag = first
+            tenant: str | None = party
+            inner: float | None = None
+            room: float = math.inf
+            account_tat: float | None = None
+            if s.account_sep and (s.account_cap or s.account_pace_us):
+                room, due, account_tat = self._headroom(now, ACCOUNT_MARK + party, s.account_cap, s.account_pace_us,
+                                                        s.account_burst)
+                if room < 1:
+                    self._park(queue, ACCOUNT_MARK + party, due)  # type: ignore[arg-type]
+                    continue
+            if s.account_sep:
+                members = cls.accounts.get(party)
+                head = members.first() if members else None
+                tenant, inner = head if head is not None else (None, None)
+            if tenant is None or not (s.has_cap or s.has_pace):
+                return party, tag, tenant, inner, room, account_tat, None, 0
+            tier = self._tier(cls, party)
+            pace = _limit_of(s.tenant_pace_us, s.pace_us, tenant, tier, s.default_tier)
+            own, due, tenant_tat = self._headroom(
+                now, tenant, _limit_of(s.tenant_cap, s.cap, tenant, tier, s.default_tier), pace,
+                _limit_of(s.tenant_burst, s.burst, tenant, tier, s.default_tier))
+            if own >= 1:
+                return party, tag, tenant, inner, min(room, own), account_tat, tenant_tat, pace
+            self._park(queue, tenant, due)  # type: ignore[arg-type]
+
     def _activate(self, queue: str, cls: _Class, tenant: str, tier: str, enq: int) -> None:
         """As the Lua's ``activate``."""
         cls.heads.add(tenant, enq)
@@ -261,6 +444,11 @@ class Model:
                 return
             cls.accounts[party] = members = ZSet()
             members.add(tenant, 0)
+            if self.settings.holds and party in cls.account_backlog:  # queued, every key held
+                self._set_tier(queue, cls, party, tier)
+                if self._held_in(queue, ACCOUNT_MARK + party) is None:
+                    cls.tags.add(party, cls.vt, only_new=True)
+                return
         cls.tags.add(party, cls.vt)
         if tier != self.settings.default_tier:
             cls.cost[party] = tier
@@ -273,7 +461,8 @@ class Model:
         queue = self.settings.moved.get(queue, queue)
         cls = self._cls(queue)
         q = cls.queues.setdefault(tenant, deque())
-        if not q:
+        fresh = not q
+        if fresh:
             self._activate(queue, cls, tenant, self._named(jobs[0].tier), jobs[0].enqueued_ms)
         q.extend(jobs)
         party, last = self._party(tenant), None
@@ -282,6 +471,8 @@ class Model:
                 continue  # as the job before it: nothing changes
             last = job.tier
             self._set_tier(queue, cls, party, self._named(last))
+        if self.settings.holds:
+            self._held_jobs(queue, tenant, len(jobs), fresh)
         cls.backlog.incr(tenant, len(jobs))
         self._count_account(cls, tenant, len(jobs))
         self._stat("depth", queue, len(jobs))
@@ -292,9 +483,12 @@ class Model:
         queue = self.settings.moved.get(queue, queue)
         cls = self._cls(queue)
         q = cls.queues.setdefault(tenant, deque())
-        if not q:
+        fresh = not q
+        if fresh:
             self._activate(queue, cls, tenant, self._named(jobs[-1].tier), jobs[-1].enqueued_ms)
         cls.heads.add(tenant, min(job.enqueued_ms for job in jobs), only_lower=True)
+        if self.settings.holds:
+            self._held_jobs(queue, tenant, len(jobs), fresh)
         q.extendleft(reversed(jobs))
         cls.backlog.incr(tenant, len(jobs))
         self._count_account(cls, tenant, len(jobs))
@@ -312,14 +506,14 @@ class Model:
             cls.heads.remove(tenant)
             cls.backlog.remove(tenant)
             party = self._party(tenant)
-            members = cls.accounts.get(party)
             gone = True  # the party has no tenant queued in the class any more
-            if members is not None:
-                members.remove(tenant)
-                if members:
+            if self.settings.account_sep:
+                self._leave_account(cls, party, tenant)
+                if party in cls.accounts:
                     gone = False  # the account has other tenants queued
-                else:
-                    del cls.accounts[party]
+                elif self.settings.holds and party in cls.account_backlog:
+                    cls.tags.remove(party)  # and every one of them held: out of the order
+                    gone = False
             if gone:
                 cls.tags.remove(party)
                 self._count_tier(queue, cls.cost.pop(party, self.settings.default_tier), -1)
@@ -503,7 +697,7 @@ class Model:
         account_room: float = (s.account_max_queued - self._queued(account, account=True) - elsewhere.account_queued
                                if s.account_max_queued else math.inf)
         rate_room = self._rate_room(now, tenant, s.rate_allowed.get(tier, 0), elsewhere.rate)
-        account_field = ACCOUNT_RATE_MARK + account
+        account_field = ACCOUNT_MARK + account
         account_rate_room = self._rate_room(now, account_field, s.account_rate_allowed, elsewhere.account_rate)
         runs: list[tuple[str, str, int]] = []
         left = count
@@ -570,7 +764,7 @@ class Model:
         enqueue does not go to (:class:`fairness_core.admission.LimitReads`)."""
         account = self._party(tenant)
         return Elsewhere(self._queued(tenant), self._queued(account, account=True),
-                         self._rate_estimate(now, tenant), self._rate_estimate(now, ACCOUNT_RATE_MARK + account))
+                         self._rate_estimate(now, tenant), self._rate_estimate(now, ACCOUNT_MARK + account))
 
     def _rate_estimate(self, now: int, field: str) -> float:
         """As the Lua's ``rate_estimate``: the previous bucket's accepted jobs weighted by the part
@@ -640,6 +834,8 @@ class Model:
             out.append(entry)
         self._stat("inflight", queue, len(items))
         self._cls(queue).inflight.incr(tenant, len(items))
+        if self.settings.holds:
+            self._leases_counted(tenant, len(items))
 
     def _capacity(self, i: int, inflight: list[int], slots: int, allowed: Container[int]) -> float:
         """Slots left for class ``i`` once the unused reservations of the other classes the
@@ -703,9 +899,12 @@ class Model:
         policy = s.policy
         weighted = policy in ("weighted", "weighted-fair")
         swrr: list[float] | None = None  # read when two classes first contend, as the Lua's
+        if s.has_pace or s.account_pace_us:
+            self._release_holds(now, SWEEP_BATCH)
+        unordered: set[int] = set()  # classes whose queued parties were all found held
         out: list[Record] = []
         while len(out) < max_jobs:
-            cap = self._rooms(allowed, depth, inflight, slots)
+            cap = {i: room for i, room in self._rooms(allowed, depth, inflight, slots).items() if i not in unordered}
             elig = [i for i, room in cap.items() if room >= 1]
             if not elig:
                 break
@@ -724,19 +923,29 @@ class Model:
             queue = self.names[ci]
             cls = self._cls(queue)
             if policy == "weighted-fair":
-                party, tag = cls.tags.first()  # type: ignore[misc]
-                members = cls.accounts.get(party)
-                tenant, inner = (party, 0.0) if members is None else members.first()  # type: ignore[misc]
+                head = self._ready_head(now, queue)
+                if head is None:  # every party queued in the class is held: the turn is given back
+                    unordered.add(ci)
+                    if swrr is not None and total:
+                        for i in elig:
+                            swrr[i] -= s.weights[i]
+                        swrr[ci] += total
+                    continue
+                party, tag, tenant, inner, room, account_tat, tenant_tat, pace = head
                 cls.vt = tag
-                n = int(min(s.batch, max_jobs - len(out), cap[ci], len(cls.queues[tenant])))
+                n = int(min(s.batch, max_jobs - len(out), cap[ci], room, len(cls.queues[tenant])))
                 cost = self.settings.cost_of(self._tier(cls, party))
                 items, left = self._take(queue, tenant, n)
                 work = self._charge(ci, tenant, items) if s.runtime else n
-                if members is not None and left > 0:
-                    members.add(tenant, inner + work)
+                if inner is not None and left > 0:
+                    cls.accounts[party].add(tenant, inner + work)
                 if left > 0 or party in cls.accounts:
                     cls.tags.add(party, tag + work * cost)
                 self._lease(now, queue, tenant, items, out, owner)
+                if account_tat is not None:
+                    self.pace.add(ACCOUNT_MARK + party, account_tat + n * s.account_pace_us)
+                if tenant_tat is not None:
+                    self.pace.add(tenant, tenant_tat + n * pace)
                 if swrr is not None and total:
                     self._charge_visit(swrr, elig, ci, total, work)
             else:
@@ -772,6 +981,8 @@ class Model:
         if self.settings.runtime:
             self.charged.pop(job_id, None)
         self._stat("inflight", entry.queue, -1)
+        if self.settings.holds:
+            self._leases_counted(entry.tenant, -1)
         inflight = self._cls(entry.queue).inflight
         if inflight.incr(entry.tenant, -1) <= 0:
             inflight.remove(entry.tenant)
@@ -919,6 +1130,9 @@ class Model:
         self.reaped = now
         for job_id in self.returned.up_to(now - RETURNED_KEEP_MS, len(self.returned)):
             self.returned.remove(job_id)
+        if self.settings.has_pace or self.settings.account_pace_us:
+            for member in self.pace.up_to(now * 1000, len(self.pace)):
+                self.pace.remove(member)
         count = 0
         for job_id in self.leases.up_to(now, limit):
             self._take_back(now, job_id, self.leased[job_id], "lease expired")
@@ -950,6 +1164,12 @@ class Model:
                     items, left = self._take(queue, tenant, overdue)
                     if left == 0 and self.settings.runtime:
                         self._forget(queue, tenant)
+                    if self.settings.holds:
+                        self._held_jobs(queue, tenant, -len(items), False)
+                        due = self._held_in(queue, tenant)
+                        if left == 0 and due is not None:  # a held tenant with no job left in the class: no hold
+                            self._stat("held", f"{queue}{SEP}{hold_reason(tenant, due)}", -1)
+                            self.held.remove(f"{queue}{SEP}{tenant}")
                     self._push_head(up, tenant, items)
                     self._stat("promoted", queue, len(items))
                     moved += len(items)
@@ -1034,7 +1254,7 @@ class Model:
             if s.account_sep:
                 accounts_now = cls.account_served.get(bucket, empty).top(s.served_top)
                 accounts_before = cls.account_served.get(bucket - 1, empty).top(s.served_top)
-                by_account = {"active_accounts": len(cls.tags),
+                by_account = {"active_accounts": len(cls.account_backlog),
                               "accounts_now": accounts_now,
                               "accounts_before": accounts_before,
                               "accounts_backlog": cls.account_backlog.top(s.backlog_top),
@@ -1102,6 +1322,10 @@ class Model:
             "returned": dict(self.returned.items()),
             "reaped": self.reaped,
             "charged": dict(self.charged),
+            "running": dict(self.running.items()),
+            "pace": dict(self.pace.items()),
+            "held": dict(self.held.items()),
+            "capped": dict(self.capped),
             # The keys that name a job at ``now`` (Redis expires the others, or keeps them unread).
             "keyed": {key: SEP.join((str(until), job.job_id, job.queue, job.reason))
                       for key, (until, job) in self.keyed.items() if until > now},
@@ -1118,6 +1342,18 @@ def _runtime(runtime: float | None) -> int | None:
 def _learned(old: int | None, ran: int, smoothing: float) -> int:
     """As the Lua's ``learn``: an estimate moved towards a measured runtime; the first sets it."""
     return ran if old is None else math.floor(old + (ran - old) * smoothing + 0.5)
+
+
+def hold_reason(member: str, due: float) -> str:
+    """Why a member is held, as the stats name it: cap or rate, ``account_`` first for an account."""
+    return ("account_" if member.startswith(ACCOUNT_MARK) else "") + ("cap" if due == math.inf else "rate")
+
+
+def _limit_of(override: Mapping[str, int], by_tier: Mapping[str, int], tenant: str, tier: str, default_tier: str) -> int:
+    """As the Lua's ``limit_of``: the tenant's override, else its tier's, else the default tier's."""
+    if tenant in override:
+        return override[tenant]
+    return by_tier[tier] if tier in by_tier else by_tier[default_tier]
 
 
 def _first_score(cls: _Class) -> float | None:

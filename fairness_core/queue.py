@@ -434,7 +434,7 @@ class Queue:
             by_shard.setdefault(self.shard_of_key(tenant, key), []).append(n)
         results: list[Enqueued | None] = [None] * len(keys)
         for index, jobs in by_shard.items():
-            held = self._held_elsewhere(tenant, self.router.hand(tenant, self.layout().shards), index)
+            held = self._held_elsewhere(tenant, self._hand(tenant), index)
             queued = self.health.call(index, lambda: self.shard(index).submit_many(
                 task, tenant, [payloads[n] for n in jobs], tier=tier, user_waiting=user_waiting,
                 keys=[keys[n] for n in jobs], elsewhere=held))
@@ -445,7 +445,8 @@ class Queue:
 
     def shard_of_key(self, tenant: str, key: str) -> int:
         """The shard a keyed job of ``tenant`` goes to (:meth:`fairness_core.routing.Router.key_shard`)."""
-        return self.router.key_shard(check_tenant(tenant, self.shard(0).config), check_key(key), self.layout().shards)
+        return self.router.key_shard(check_tenant(tenant, self.shard(0).config), check_key(key), self.layout().shards,
+                                     self.shard(0).settings)
 
     def _to_hand(self, task: str, tenant: str, tier: str | None, user_waiting: bool,
                  send: Callable[[Scheduler, Elsewhere], T], key: str | None = None) -> tuple[int, T]:
@@ -456,7 +457,7 @@ class Queue:
         its key, and to no other: a retry must find its record."""
         if key is not None:
             index = self.shard_of_key(tenant, key)
-            held = self._held_elsewhere(tenant, self.router.hand(tenant, self.layout().shards), index)
+            held = self._held_elsewhere(tenant, self._hand(tenant), index)
             return index, self.health.call(index, lambda: send(self.shard(index), held))
         while True:
             index, held = self._routed(task, tenant, tier, user_waiting)
@@ -467,7 +468,8 @@ class Queue:
                     raise self.health.unavailable(self._hand(tenant), []) from None
 
     def _hand(self, tenant: str) -> tuple[int, ...]:
-        return self.router.hand(tenant, self.layout().shards)
+        """The tenant's hand under the applied config (its first shard alone when a limit may hold it)."""
+        return self.router.hand(tenant, self.layout().shards, self.shard(0).settings)
 
     def shard_for(self, task: str, tenant: str, *, tier: str | None = None, user_waiting: bool = False) -> int:
         """The shard a job of ``tenant`` goes to: of its hand's shards that answer, the one where

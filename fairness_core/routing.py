@@ -82,6 +82,16 @@ def choose_shard(dealt: Sequence[int], holds: Sequence[bool], depths: Sequence[i
     return dealt[min(range(len(dealt)), key=lambda n: (depths[n], n))]
 
 
+def pinned(settings: Settings, tenant: str) -> bool:
+    """Whether a dispatch limit may hold ``tenant`` (a cap or a rate of its own, its tier's, the
+    group's or its account's): then all its jobs go to the first shard of its hand, whose script
+    holds its leases and its rate's bucket, so that a cap of 3 is 3 across the fleet. A limited
+    tenant runs no faster than its limit, which one shard serves with room to spare."""
+    return bool(settings.account_cap or settings.account_pace_us or any(settings.cap.values())
+                or any(settings.pace_us.values()) or settings.tenant_cap.get(tenant)
+                or settings.tenant_pace_us.get(tenant))
+
+
 def party(config: Config, tenant: str) -> str:
     """Who a tenant's jobs are routed as: its account when accounts are on, else itself."""
     return account_of(tenant, config.tenants.account_separator)
@@ -101,17 +111,19 @@ class Router:
         self._credit: dict[str | None, dict[int, float]] = {}  # the rotations, per class (None: any class)
         self._account = threading.Lock()
 
-    def hand(self, tenant: str, shards: int) -> tuple[int, ...]:
+    def hand(self, tenant: str, shards: int, applied: Settings | None = None) -> tuple[int, ...]:
         """The shards of ``shards`` a job of ``tenant`` may go to, best first: its account's hand
-        (every key of an account shares one), else its own."""
+        (every key of an account shares one), else its own; only its first when the ``applied``
+        settings limit what it runs (:func:`pinned`)."""
         if shards == 1:
             return (0,)
-        return hand(party(self.config, tenant), shards, min(self.config.redis.shard_hand, shards))
+        dealt = hand(party(self.config, tenant), shards, min(self.config.redis.shard_hand, shards))
+        return dealt[:1] if applied is not None and pinned(applied, tenant) else dealt
 
-    def key_shard(self, tenant: str, key: str, shards: int) -> int:
+    def key_shard(self, tenant: str, key: str, shards: int, applied: Settings | None = None) -> int:
         """The shard a keyed job of ``tenant`` goes to: one of its hand's, by the key's hash alone
         (not by load), so that every retry of the key reaches the shard that holds its record."""
-        return key_shard(self.hand(tenant, shards), key)
+        return key_shard(self.hand(tenant, shards, applied), key)
 
     def choices(self, loads: Sequence[ShardLoad], applied: Config, moved: Mapping[str, str],
                 classes: Sequence[str] | None, *, prefer: int | None = None) -> list[tuple[int, str | None]]:

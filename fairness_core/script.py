@@ -18,7 +18,7 @@ from typing import Any
 
 from .jobs import CODE_MARK, CODE_PLACES, SEP, STAMP_DIGITS, DeadLetter, Envelope, Fields, Record
 from .keys import (
-    ACCOUNT_RATE_MARK,
+    ACCOUNT_MARK,
     CHARGED,
     CLASS_PARTS,
     CLASS_SPACE,
@@ -85,7 +85,7 @@ def layout() -> dict[str, Any]:
         "CLASS_SPACE": CLASS_SPACE, "PART_SEP": PART_SEP, "TENANT_QUEUE": TENANT_QUEUE, "RATE_SPACE": RATE_SPACE,
         "CHARGED": CHARGED, "WAKE_MEMBER": WAKE_MEMBER, "SWEEP_BATCH": SWEEP_BATCH, "OWNED_SPACE": OWNED_SPACE,
         "REAP_GAP_MS": REAP_GAP_MS, "RETURNED_KEEP_MS": RETURNED_KEEP_MS,
-        "ACCOUNT_RATE_MARK": ACCOUNT_RATE_MARK, "DEDUP_SPACE": DEDUP_SPACE,
+        "ACCOUNT_MARK": ACCOUNT_MARK, "DEDUP_SPACE": DEDUP_SPACE,
         **{f"PART_{name.upper()}": part for name, part in CLASS_PARTS.items()},
     }
 

@@ -67,6 +67,21 @@ class Settings:
     account_max_queued: int  # jobs one account may have queued, all its keys together; 0 for no limit
     account_max_rate: float  # jobs per second one account may have accepted; 0 for no limit
     account_rate_allowed: float  # account_max_rate as jobs per rate window
+    # Dispatch limits, held at the pop (weighted-fair only): per tier, and per tenant where an
+    # override sets one (0: none). A cap counts leased jobs; a rate is a GCRA pace in µs a job and
+    # a burst in jobs. An account's are one value each.
+    cap: Mapping[str, int]
+    pace_us: Mapping[str, int]
+    burst: Mapping[str, int]
+    tenant_cap: Mapping[str, int]
+    tenant_pace_us: Mapping[str, int]
+    tenant_burst: Mapping[str, int]
+    account_cap: int
+    account_pace_us: int
+    account_burst: int
+    has_cap: bool  # some tenant has a cap: leases count in RUNNING by tenant
+    has_pace: bool  # some tenant has a rate
+    holds: bool  # any dispatch limit at all, a tenant's or an account's
     default_tier: str  # tenants.default_tier: a queued party with no cost entry is charged as it
     default_cost: int  # the charge for a tier no config names (a job queued before its tier went)
     runtime: bool  # scheduler.charge is runtime: tags and class shares count microseconds of work
@@ -121,6 +136,16 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
     limits = {tier: int(tenants.limit_for(tier, "max_queued") or 0) for tier in tenants.tiers}
     rates = {tier: float(tenants.limit_for(tier, "max_rate") or 0) for tier in tenants.tiers}
     account_rate = float(tenants.account_max_rate or 0)
+    wfq = config.scheduler.policy == "weighted-fair"  # the other policies pick by age, never hold
+    caps = {tier: int(tenants.limit_for(tier, "max_in_flight") or 0) if wfq else 0 for tier in tenants.tiers}
+    paces = {tier: _pace_us(tenants.limit_for(tier, "dispatch_rate")) if wfq else 0 for tier in tenants.tiers}
+    overrides = tenants.overrides.items() if wfq else ()
+    tenant_caps = {t: int(o.max_in_flight) for t, o in overrides if o.max_in_flight is not None}
+    tenant_paces = {t: _pace_us(o.dispatch_rate) for t, o in overrides if o.dispatch_rate is not None}
+    account_cap = int(tenants.account_max_in_flight or 0) if wfq else 0
+    account_pace = _pace_us(tenants.account_dispatch_rate) if wfq else 0
+    has_cap = any(caps.values()) or any(tenant_caps.values())
+    has_pace = any(paces.values()) or any(tenant_paces.values())
     return Settings(
         classes=tuple(c.name for c in classes),
         weights=tuple(c.weight for c in classes),
@@ -137,6 +162,18 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
         batch=config.tenants.batch,
         account_sep=config.tenants.account_separator or "",
         costs={tier: config.tenants.cost(tier) for tier in config.tenants.tiers},
+        cap=caps,
+        pace_us=paces,
+        burst={tier: int(tenants.limit_for(tier, "dispatch_burst") or 1) for tier in tenants.tiers},
+        tenant_cap=tenant_caps,
+        tenant_pace_us=tenant_paces,
+        tenant_burst={t: o.dispatch_burst for t, o in overrides if o.dispatch_burst is not None},
+        account_cap=account_cap,
+        account_pace_us=account_pace,
+        account_burst=tenants.dispatch_burst,
+        has_cap=has_cap,
+        has_pace=has_pace,
+        holds=has_cap or has_pace or bool(account_cap) or bool(account_pace),
         default_tier=config.tenants.default_tier,
         default_cost=config.tenants.cost(config.tenants.default_tier),
         runtime=config.scheduler.charge == "runtime",
@@ -174,6 +211,12 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
         account_keys=ACCOUNT_KEYS,
         dedup_window_ms=int(config.scheduler.dedup_window * 1000),
     )
+
+
+def _pace_us(rate: float | None) -> int:
+    """A dispatch rate (jobs per second; None or 0: none) as the µs between two starts, whole, so
+    that the script's and the model's arithmetic is exact (0: no rate)."""
+    return max(1, round(1_000_000 / rate)) if rate else 0
 
 
 def rebases_tags(before: Settings, after: Settings) -> bool:

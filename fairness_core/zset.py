@@ -25,11 +25,12 @@ class ZSet:
     def score(self, member: str) -> float | None:
         return self._scores.get(member)
 
-    def add(self, member: str, score: float, *, only_lower: bool = False) -> None:
-        """ZADD (``only_lower``: ZADD LT, update only when the new score is lower)."""
+    def add(self, member: str, score: float, *, only_lower: bool = False, only_new: bool = False) -> None:
+        """ZADD (``only_lower``: ZADD LT, update only when the new score is lower; ``only_new``:
+        ZADD NX, add only a member not in the set)."""
         old = self._scores.get(member)
         if old is not None:
-            if only_lower and score >= old:
+            if only_new or (only_lower and score >= old):
                 return
             self._order.remove((old, member.encode("utf-8"), member))
         self._scores[member] = score

@@ -70,7 +70,7 @@ class QueueModel:
         """The routing's rule (:func:`fairness_core.routing.choose_shard`) over the models: of the
         tenant's hand (its account's), the shard holding its (account's) queued jobs of the class,
         else the one whose class is least backlogged (first in the hand on ties)."""
-        dealt = self.router.hand(tenant, self.shards)
+        dealt = self.router.hand(tenant, self.shards, self.models[0].settings)
         routed_as = party(self.models[0].config, tenant)
         held = [queue in self.models[i].classes and self.models[i].classes[queue].tags.score(routed_as) is not None
                 for i in dealt]
@@ -96,7 +96,7 @@ class QueueModel:
         model.seq = self._seq
         elsewhere = NOWHERE
         if counts_limits(model.settings):  # the tenant's limits are the queue's: its jobs on the hand's other shards count
-            for other in self.router.hand(tenant, self.shards):
+            for other in self.router.hand(tenant, self.shards, self.models[0].settings):
                 if other != index:
                     elsewhere = elsewhere + self.models[other].admission_counts(now, tenant)
         runs: list[tuple[str, str, int]] = []

@@ -114,5 +114,9 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
         "returned": _zset(client, k.returned),
         "reaped": int(reaped) if reaped else None,
         "charged": {_s(f): int(v) for f, v in client.hgetall(k.charged).items()},
+        "running": _zset(client, k.running),
+        "pace": _zset(client, k.pace),
+        "held": _zset(client, k.held),
+        "capped": {_s(f): _s(v) for f, v in client.hgetall(k.capped).items()},
         "keyed": keyed,
     }

@@ -54,6 +54,13 @@ configs = st.fixed_dictionaries({
     "accounts": st.sampled_from([None, "/"]),
     "account_max_queued": st.sampled_from([None, 4]),
     "account_max_rate": st.sampled_from([None, 0.4]),
+    # Dispatch limits (weighted-fair only; a run with them forces it): caps on leased jobs, rates
+    # with bursts, per tier, per account, and one tenant's override, small enough that runs hold
+    # tenants, and rates that release them within a few sleeps.
+    "limits": st.sampled_from([None, None, "caps", "rates", "both"]),
+    "free_limit": st.sampled_from([None, "tight", "unlimited"]),
+    "override": st.sampled_from([None, "acme", "b"]),
+    "account_limits": st.booleans(),
 })
 # A runtime a worker reports (seconds): none, under the minimum charge, about the seed, far above it.
 runtimes = st.sampled_from([None, 0.0, 0.0004, 0.05, 0.2, 0.5, 2.0])
@@ -92,6 +99,8 @@ applies = st.tuples(st.just("apply"), st.fixed_dictionaries({
     "charge": st.sampled_from(["jobs", "runtime"]),
     # Accounts turned on, off or split another way (a multi-byte separator): the parties regroup.
     "accounts": st.sampled_from([None, "/", "ï"]),
+    # Dispatch limits kept, lifted, or tightened (held members rejoin; counts are rebuilt).
+    "limits": st.sampled_from(["same", "none", "tight"]),
 }))
 operations = st.lists(
     st.one_of(
@@ -122,7 +131,32 @@ operations = st.lists(
 )
 
 
+def dispatch_limits(params: dict[str, Any]) -> dict[str, Any]:
+    """The ``tenants`` keys of a run's dispatch limits (none unless weighted-fair)."""
+    kind = params.get("limits")
+    if kind is None or params["policy"] != "weighted-fair":
+        return {}
+    out: dict[str, Any] = {}
+    if kind in ("caps", "both"):
+        out["max_in_flight"] = 2
+    if kind in ("rates", "both"):
+        out.update(dispatch_rate="2/s", dispatch_burst=2)
+    free = params.get("free_limit")
+    if free:
+        out["limits"] = {"free": {"max_in_flight": 1, "dispatch_rate": "1/s"} if free == "tight"
+                         else {"max_in_flight": "unlimited", "dispatch_rate": "unlimited"}}
+    if params.get("override") == "acme":
+        out["overrides"] = {"acme": {"max_in_flight": 1}}
+    elif params.get("override") == "b":
+        out["overrides"] = {"b": {"dispatch_rate": "3/s", "dispatch_burst": 3}}
+    if params.get("account_limits") and params.get("accounts"):
+        out.update(account_max_in_flight=3, account_dispatch_rate="2/s")
+    return out
+
+
 def build_config(params: dict[str, Any]):
+    if params.get("limits"):  # dispatch limits hold only under weighted-fair
+        params = {**params, "policy": "weighted-fair"}
     classes = [
         {"name": "jobs:high", "weight": params["weights"][0], "max_age": "60s",
          "reserved_slots": params["reserved"], **({"arrival_budget": params["budget"]} if params["budget"] else {})},
@@ -136,13 +170,14 @@ def build_config(params: dict[str, Any]):
         classes=classes,
         scheduler={"policy": params["policy"], "budget_window": "10s", "budget_min_arrivals": 4, "dedup_window": "30s",
                    "budget_action": params.get("budget_action", "demote"), "charge": params.get("charge", "jobs")},
-        tenants={"batch": params["batch"], "max_queued": params.get("max_queued"),
+        tenants={"batch": params["batch"], "max_queued": params.get("max_queued"), **dispatch_limits(params),
                  **({"account_separator": params["accounts"],
                      **{name: params[name] for name in ("account_max_queued", "account_max_rate") if params.get(name)}}
                     if params.get("accounts") else {}),
                  "max_rate": params.get("max_rate"), "rate_window": "10s",
                  **({"limits": {"free": {"max_queued": params.get("free_max_queued"),
-                                         "max_rate": params.get("free_max_rate")}}}
+                                         "max_rate": params.get("free_max_rate"),
+                                         **dispatch_limits(params).get("limits", {}).get("free", {})}}}
                     if params.get("free_max_queued") or params.get("free_max_rate") else {})},
         leases={"visibility_timeout": "3s", "max_attempts": 3, "retry_backoff": "500ms", "retry_backoff_max": "2s"},
         exporter={"window": "5s", "topk_tenants": 2, "fairness_sample": 3,
@@ -162,14 +197,24 @@ def changed_config(config: Any, change: dict[str, Any]) -> tuple[Any, Moves]:
         if rule["class"] in ("jobs:low", "jobs:bulk"):
             rule["class"] = low
     data["scheduler"]["policy"] = change["policy"]
+    held = ("max_in_flight", "dispatch_rate", "dispatch_burst", "overrides", "account_max_in_flight",
+            "account_dispatch_rate")
+    if change.get("limits") == "tight" and change["policy"] == "weighted-fair":
+        data["tenants"].update(max_in_flight=1, dispatch_rate="1/s")
+    if change.get("limits") == "none" or change["policy"] != "weighted-fair":
+        for name in held:
+            data["tenants"].pop(name, None)
+        for limits in data["tenants"].get("limits", {}).values():
+            for name in held:
+                limits.pop(name, None)
     data["scheduler"]["charge"] = change.get("charge", "jobs")
     data["tenants"]["batch"] = change["batch"]
     data["tenants"].pop("account_separator", None)
     if change.get("accounts"):
         data["tenants"]["account_separator"] = change["accounts"]
     else:  # account limits need accounts
-        data["tenants"].pop("account_max_queued", None)
-        data["tenants"].pop("account_max_rate", None)
+        for name in ("account_max_queued", "account_max_rate", "account_max_in_flight", "account_dispatch_rate"):
+            data["tenants"].pop(name, None)
     tiers = {"same": {"enterprise": 6, "pro": 3, "free": 1}, "reweigh": {"enterprise": 4, "pro": 3, "free": 1},
              "drop-free": {"enterprise": 6, "pro": 3}}[change["tiers"]]
     data["tenants"]["tiers"] = tiers
@@ -282,6 +327,25 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
 @given(params=configs, ops=operations)
 # A retry released behind a redelivered, older job: the head time must stay the older one.
 @example(params=PLAIN, ops=[ORDER, ("sleep", 10), ORDER, ("pop", 2, None), ("nack", 1), ("sleep", 3500), ("reap",)])
+# Caps: acme (override 1) and b (2) held at their caps while c goes on; an ack rejoins its
+# tenant; a nack's retry and a give-back count as settled; every class of a held tenant holds it.
+@example(params={**PLAIN, "limits": "caps", "override": "acme"}, ops=[
+    ("enqueue", "order", "acme", None, False, 4), ("enqueue", "order", "b", None, False, 4),
+    ("enqueue", "newsletter", "b", None, False, 3), ("enqueue", "order", "c{x}", None, False, 3),
+    ("pop", 6, None), ("pop", 2, None), ("ack", 0, None), ("pop", 3, None), ("nack", 1, None),
+    ("give_back", [2]), ("ack_and_pop", [(3, None)], 4, None), ("apply", {**RENAME, "limits": "none"}),
+    ("pop", 6, None)])
+# Rates: 2/s with a burst of 2 (b: 3/s, 3), the free tier 1/s; holds released as tokens come due.
+@example(params={**PLAIN, "limits": "rates", "override": "b", "free_limit": "tight"}, ops=[
+    ("enqueue", "order", "acme", None, False, 5), ("enqueue", "order", "b", "free", False, 5),
+    ("enqueue", "order", "d e", "free", False, 3), ("pop", 6, None), ("sleep", 400), ("pop", 6, None),
+    ("sleep", 700), ("pop", 6, None), ("reap",), ("sleep", 3000), ("reap",), ("pop", 6, None)])
+# Accounts with their own limits and their keys': the account held at 3, keys at 2.
+@example(params={**PLAIN, "limits": "both", "accounts": "/", "account_limits": True}, ops=[
+    ("enqueue", "order", "acme", None, False, 3), ("enqueue", "order", "acme/1", None, False, 3),
+    ("enqueue", "newsletter", "acme/1", None, False, 2), ("enqueue", "order", "b", None, False, 2),
+    ("pop", 6, None), ("sleep", 600), ("pop", 6, None), ("ack", 0, None), ("ack", 1, None), ("sleep", 1000),
+    ("pop", 6, None), ("promote",), ("apply", {**RENAME, "limits": "tight", "accounts": "/"}), ("pop", 6, None)])
 # A retry whose backoff has passed is served by the next pop.
 @example(params=PLAIN, ops=[ORDER, ("pop", 1, None), ("nack", 0), ("sleep", 600), ("pop", 1, None)])
 # A pop for a class a config change removed is refused before it releases a due retry.

@@ -33,7 +33,7 @@ def test_the_script_hard_codes_no_separator_key_layout_or_keys_index() -> None:
 
 
 def test_every_layout_name_the_script_uses_is_compiled_in_and_every_one_is_used() -> None:
-    names = set(re.findall(r"\b(?:SEP|CODE_MARK|CODE_PLACES|STAMP_DIGITS|STAMP_VALUES|CLASS_SPACE|RATE_SPACE|CHARGED|WAKE_MEMBER|SWEEP_BATCH|OWNED_SPACE|DEDUP_SPACE|REAP_GAP_MS|RETURNED_KEEP_MS|PART_SEP|TENANT_QUEUE|ACCOUNT_RATE_MARK|(?:ENV|REC|DEAD|KEY|PART)_[A-Z_]+)\b", CODE))
+    names = set(re.findall(r"\b(?:SEP|CODE_MARK|CODE_PLACES|STAMP_DIGITS|STAMP_VALUES|CLASS_SPACE|RATE_SPACE|CHARGED|WAKE_MEMBER|SWEEP_BATCH|OWNED_SPACE|DEDUP_SPACE|REAP_GAP_MS|RETURNED_KEEP_MS|PART_SEP|TENANT_QUEUE|ACCOUNT_MARK|(?:ENV|REC|DEAD|KEY|PART)_[A-Z_]+)\b", CODE))
     assert names == set(layout())
 
 

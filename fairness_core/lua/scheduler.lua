@@ -246,6 +246,89 @@ local function set_tier(c, party, tier)
   end
 end
 
+-- ---------------------------------------------------------------- dispatch limits (holds)
+-- tenants.max_in_flight and dispatch_rate, and their account forms, hold a tenant (or an account)
+-- out of a class's fair order while it is at its cap or out of its rate's tokens: parked, never
+-- scanned, its jobs queued where they are and its tier still counted. HK.held has each hold (class
+-- SEP member -> until when in ms, +inf at a cap), HK.capped the classes each member is held in at
+-- its cap (a job of it settling rejoins them), and the stats count the held members and their
+-- queued jobs per class and reason. Every visit decides afresh: a hold is where a member waits,
+-- never what lets it run, so a hold missed or released early costs a visit, not a limit.
+-- Members: a tenant, or ACCOUNT_MARK .. account.
+local HOLDS = cfg.holds
+local TENANT_HOLDS = cfg.has_cap or cfg.has_pace
+local ACCOUNT_HOLDS = ACCOUNTS and (cfg.account_cap > 0 or cfg.account_pace_us > 0)
+local PACED = cfg.has_pace or cfg.account_pace_us > 0
+local HK = {}  -- the hold keys of the call's group, set with the other keys
+local ORDERED = {}  -- per pop: false for a class whose queued parties were all found held
+local function is_account(member) return string.sub(member, 1, 1) == ACCOUNT_MARK end
+
+-- Until when `member` is held in class c (ms, math.huge at its cap), or nil.
+local function held_in(c, member) return number(redis.call('ZSCORE', HK.held, c .. SEP .. member)) end
+
+local function hold_reason(member, due)
+  return (is_account(member) and 'account_' or '') .. (due == math.huge and 'cap' or 'rate')
+end
+
+-- A member's jobs queued in class c: a tenant's, or all its account's keys'.
+local function member_backlog(c, member)
+  if is_account(member) then
+    return num(redis.call('ZSCORE', ckey(c, PART_ACCOUNT_BACKLOG), string.sub(member, 2)))
+  end
+  return num(redis.call('ZSCORE', ckey(c, PART_BACKLOG), member))
+end
+
+-- The stats of holds: 'held' members and 'heldjobs' (their jobs queued now) per class and reason.
+local function count_hold(c, member, due, sign)
+  local why = c .. SEP .. hold_reason(member, due)
+  stat('held', why, sign)
+  stat('heldjobs', why, sign * member_backlog(c, member))
+end
+
+-- n jobs pushed to (positive) or taken from (negative) a tenant of class c count as held where
+-- it, or its account, is held; `fresh`: the tenant had none queued, so cannot be held itself.
+local function held_jobs(c, tenant, n, fresh)
+  if TENANT_HOLDS and not fresh then
+    local due = held_in(c, tenant)
+    if due then stat('heldjobs', c .. SEP .. hold_reason(tenant, due), n) end
+  end
+  if ACCOUNT_HOLDS then
+    local member = ACCOUNT_MARK .. account_of(tenant)
+    local due = held_in(c, member)
+    if due then stat('heldjobs', c .. SEP .. hold_reason(member, due), n) end
+  end
+end
+
+-- The jobs `member` may start now under its cap and its rate (GCRA: `pace` µs a job, `burst` at
+-- once; 0 for none), math.huge under neither; with none, until when it is held (math.huge: until
+-- one of its jobs settles), and the rate's arrival time it read.
+local function headroom(member, cap, pace, burst)
+  local room = math.huge
+  if cap > 0 then
+    room = cap - num(redis.call('ZSCORE', HK.running, member))
+    if room < 1 then return 0, math.huge end
+  end
+  if pace > 0 then
+    local now_us, slack = now * 1000, (burst - 1) * pace
+    local tat = math.max(num(redis.call('ZSCORE', HK.pace, member)), now_us)
+    local tokens = math.floor((now_us + slack - tat) / pace) + 1
+    if tokens < 1 then return 0, math.ceil((tat - slack) / 1000) end
+    return math.min(room, tokens), nil, tat
+  end
+  return room
+end
+
+-- n jobs of `member` started: its rate's arrival time moves on by n paces.
+local function pace_spent(member, pace, tat, n)
+  if pace > 0 then redis.call('ZADD', HK.pace, tat + n * pace, member) end
+end
+
+-- A tenant's limits as `tier` (the tier its party is charged at): its override's, else its tier's,
+-- else, for a tier the config no longer names, the default tier's.
+local function limit_of(override, by_tier, tenant, tier)
+  return override[tenant] or by_tier[tier] or by_tier[cfg.default_tier]
+end
+
 -- A party with new work joins its class at the class's current virtual time: no banked credit.
 -- A tenant joining its account's other queued tenants joins at the lowest of their tags.
 local function activate(c, tenant, tier, enq)
@@ -256,6 +339,15 @@ local function activate(c, tenant, tier, enq)
     local first = redis.call('ZRANGE', akey(c, party), 0, 0, 'WITHSCORES')
     inner = number(first[2])
     redis.call('ZADD', akey(c, party), inner or 0, tenant)
+    -- An account queued with every key held (dispatch limits): queued, its tier counted, out of
+    -- the order; with a key ready again it is back in the order unless it is held itself.
+    if not inner and HOLDS and redis.call('ZSCORE', ckey(c, PART_ACCOUNT_BACKLOG), party) then
+      set_tier(c, party, tier)
+      if not held_in(c, ACCOUNT_MARK .. party) then
+        redis.call('ZADD', ckey(c, PART_TAGS), 'NX', num(redis.call('GET', ckey(c, PART_VT))), party)
+      end
+      return
+    end
   end
   if inner then
     set_tier(c, party, tier)
@@ -375,13 +467,98 @@ local function wake(c, at)
   if at == 0 then woken[c] = true end
 end
 
+-- Hold `member` out of class c's fair order until `due` (ms; math.huge: until a job of it settles).
+local function park(c, member, due)
+  local key = c .. SEP .. member
+  local was = held_in(c, member)
+  if was then count_hold(c, member, was, -1) end  -- held already, and back in the order since
+  redis.call('ZADD', HK.held, due == math.huge and '+inf' or int(due), key)
+  count_hold(c, member, due, 1)
+  if due == math.huge then
+    local classes = redis.call('HGET', HK.capped, member)
+    if not classes then
+      redis.call('HSET', HK.capped, member, c)
+    elseif not string.find(SEP .. classes .. SEP, SEP .. c .. SEP, 1, true) then
+      redis.call('HSET', HK.capped, member, classes .. SEP .. c)
+    end
+  else
+    wake(c, due)
+  end
+  if is_account(member) then
+    redis.call('ZREM', ckey(c, PART_TAGS), string.sub(member, 2))
+  elseif ACCOUNTS then
+    local account = account_of(member)
+    redis.call('ZREM', akey(c, account), member)
+    if redis.call('EXISTS', akey(c, account)) == 0 then redis.call('ZREM', ckey(c, PART_TAGS), account) end
+  else
+    redis.call('ZREM', ckey(c, PART_TAGS), member)
+  end
+end
+
+-- Back into class c's fair order at its virtual time, as a party with new work joins (no credit
+-- banked while held), if it has jobs queued there; a key of a held account rejoins its account only.
+local function rejoin(c, member)
+  local party = member
+  if is_account(member) then
+    party = string.sub(member, 2)
+    if redis.call('EXISTS', akey(c, party)) == 0 then return end
+  else
+    if not redis.call('ZSCORE', ckey(c, PART_BACKLOG), member) then return end
+    if ACCOUNTS then
+      party = account_of(member)
+      local first = redis.call('ZRANGE', akey(c, party), 0, 0, 'WITHSCORES')
+      redis.call('ZADD', akey(c, party), 'NX', number(first[2]) or 0, member)
+      if held_in(c, ACCOUNT_MARK .. party) then return end
+    end
+  end
+  redis.call('ZADD', ckey(c, PART_TAGS), 'NX', num(redis.call('GET', ckey(c, PART_VT))), party)
+  wake(c, 0)
+end
+
+-- End `member`'s hold in class c, if it has one, and bring it back into the order.
+local function unhold(c, member)
+  local due = held_in(c, member)
+  if not due then return end
+  count_hold(c, member, due, -1)
+  redis.call('ZREM', HK.held, c .. SEP .. member)
+  rejoin(c, member)
+end
+
+-- n leases of `member` more (or fewer, n negative), all classes together; a member held at its
+-- cap rejoins every class it is held in as one of its jobs settles.
+local function count_running(member, n)
+  if number(redis.call('ZINCRBY', HK.running, int(n), member)) <= 0 then redis.call('ZREM', HK.running, member) end
+  if n < 0 then
+    local classes = redis.call('HGET', HK.capped, member)
+    if classes then
+      redis.call('HDEL', HK.capped, member)
+      for c in string.gmatch(classes, '[^' .. SEP .. ']+') do unhold(c, member) end
+    end
+  end
+end
+
+local function leases_counted(tenant, n)
+  if cfg.has_cap then count_running(tenant, n) end
+  if ACCOUNTS and cfg.account_cap > 0 then count_running(ACCOUNT_MARK .. account_of(tenant), n) end
+end
+
+local HELD_KEY = '^([^' .. SEP .. ']*)' .. SEP .. '(.*)$'
+-- End up to `limit` holds of rates whose next token is due (a pop's first step).
+local function release_holds(limit)
+  for _, key in ipairs(redis.call('ZRANGEBYSCORE', HK.held, '-inf', now_text(), 'LIMIT', '0', int(limit))) do
+    unhold(string.match(key, HELD_KEY))
+  end
+end
+
 local function push_tail(c, tenant, tier, env, enq)
   c = served_by(c)
-  if redis.call('RPUSH', tkey(c, tenant), env) == 1 then
+  local fresh = redis.call('RPUSH', tkey(c, tenant), env) == 1
+  if fresh then
     activate(c, tenant, tier, enq)
   else
     set_tier(c, party_of(tenant), tier)
   end
+  if HOLDS then held_jobs(c, tenant, 1, fresh) end
   redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
   if ACCOUNTS then count_account(c, tenant, 1) end
   stat('depth', c, 1)
@@ -392,11 +569,13 @@ end
 local function push_head(c, tenant, env)
   c = served_by(c)
   local _, enq, _, tier = header(env)
-  if redis.call('LPUSH', tkey(c, tenant), env) == 1 then
+  local fresh = redis.call('LPUSH', tkey(c, tenant), env) == 1
+  if fresh then
     activate(c, tenant, named(tier), enq)
   else
     redis.call('ZADD', ckey(c, PART_HEADS), 'LT', enq, tenant)
   end
+  if HOLDS then held_jobs(c, tenant, 1, fresh) end
   redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
   if ACCOUNTS then count_account(c, tenant, 1) end
   stat('depth', c, 1)
@@ -419,7 +598,12 @@ local function take(c, tenant, n, from_tail)
     if ACCOUNTS then
       party = account_of(tenant)
       redis.call('ZREM', akey(c, party), tenant)
-      if redis.call('EXISTS', akey(c, party)) == 1 then party = nil end  -- the account has other tenants queued
+      if redis.call('EXISTS', akey(c, party)) == 1 then
+        party = nil  -- the account has other tenants queued
+      elseif HOLDS and redis.call('ZSCORE', ckey(c, PART_ACCOUNT_BACKLOG), party) then
+        redis.call('ZREM', ckey(c, PART_TAGS), party)  -- and every one of them held: out of the order
+        party = nil
+      end
     end
     if party then
       redis.call('ZREM', ckey(c, PART_TAGS), party)
@@ -624,7 +808,7 @@ local function enqueue_one(asked, tenant, tier, task, asked_reason, payload, key
       return {first, queue, why}
     end
   end
-  local account_rate = cfg.account_rate_allowed > 0 and ACCOUNT_RATE_MARK .. account_of(tenant)
+  local account_rate = cfg.account_rate_allowed > 0 and ACCOUNT_MARK .. account_of(tenant)
   if cfg.has_limit then
     local limit = at_limit(tenant, tier)
     if limit then
@@ -739,6 +923,7 @@ local function lease(c, tenant, items, out, owner)
   if first > 0 then stat('ws', c, waited) end
   stat('inflight', c, #items)
   redis.call('ZINCRBY', ckey(c, PART_INFLIGHT), int(#items), tenant)
+  if HOLDS then leases_counted(tenant, #items) end
 end
 
 -- Whether a lease's token names the group's state now ('' checks none). A lease made in a state
@@ -759,6 +944,7 @@ end
 -- usual release takes the last (ZSCORE and ZREM cost less than ZINCRBY, whose reply is a formatted double).
 local function release_inflight(c, tenant, n)
   stat('inflight', c, -n)
+  if HOLDS then leases_counted(tenant, -n) end
   local key = ckey(c, PART_INFLIGHT)
   if num(redis.call('ZSCORE', key, tenant)) <= n then
     redis.call('ZREM', key, tenant)
@@ -1004,6 +1190,38 @@ local function charge_visit(swrr, elig, ci, total, work)
   swrr[ci] = swrr[ci] - (work - 1) * total
 end
 
+-- The party at the head of class c's fair order that may start a job now, and its tag's text, the
+-- tenant whose job goes, that tenant's tag in its account (nil without accounts), and the jobs its
+-- limits let it start (math.huge under none). Heads held by a limit are parked on the way. nil
+-- when every party queued there is held; a party with no tenant is damage, for the caller to say.
+local function ready_head(c)
+  while true do
+    local t = redis.call('ZRANGE', ckey(c, PART_TAGS), '0', '0', 'WITHSCORES')
+    local party = t[1]
+    if party == nil then return nil end
+    local tenant, inner, room, due = party, nil, math.huge, nil
+    local account_tat, tenant_tat
+    if ACCOUNT_HOLDS then
+      room, due, account_tat = headroom(ACCOUNT_MARK .. party, cfg.account_cap, cfg.account_pace_us, cfg.account_burst)
+      if room < 1 then park(c, ACCOUNT_MARK .. party, due) end
+    end
+    if room >= 1 then
+      if ACCOUNTS then
+        local m = redis.call('ZRANGE', akey(c, party), '0', '0', 'WITHSCORES')
+        tenant, inner = m[1], number(m[2])
+      end
+      if tenant == nil or not TENANT_HOLDS then return party, t[2], tenant, inner, room, account_tat end
+      local tier = redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier
+      local pace = limit_of(cfg.tenant_pace_us, cfg.pace_us, tenant, tier)
+      local own
+      own, due, tenant_tat = headroom(tenant, limit_of(cfg.tenant_cap, cfg.cap, tenant, tier), pace,
+        limit_of(cfg.tenant_burst, cfg.burst, tenant, tier))
+      if own >= 1 then return party, t[2], tenant, inner, math.min(room, own), account_tat, tenant_tat, pace end
+      park(c, tenant, due)
+    end
+  end
+end
+
 local function head_score(c)
   local h = redis.call('ZRANGE', ckey(c, PART_HEADS), '0', '0', 'WITHSCORES')
   return h[1], tonumber(h[2])
@@ -1042,18 +1260,21 @@ function ops.pop()
   -- then: a class eligible alone gets its weight and pays it back, so the values stay as they were.
   local swrr, stored = nil, nil
 
+  if PACED then release_holds(SWEEP_BATCH) end
+  if HOLDS and next(ORDERED) ~= nil then ORDERED = {} end
   local out, took, held = {}, {}, false
   while #out < want do
     local elig, cap = {}, {}
     held = false
     for i = 1, NCLASS do
       local c = cfg.classes[i]
-      if allowed[i] and depth[i] > 0 and not paused[c] then
+      if allowed[i] and depth[i] > 0 and not paused[c] and ORDERED[i] == nil then
         cap[i] = capacity(i, inflight, slots, allowed)
         if cap[i] >= 1 then elig[#elig + 1] = i else held = true end
       end
     end
     if #elig == 0 then break end
+
 
     -- The first eligible class (strict's pick, and the round-robin's when it is alone) unless
     -- the policy picks another; `total` is set when the round-robin chose among two or more.
@@ -1078,33 +1299,45 @@ function ops.pop()
     local c = cfg.classes[ci]
     local tenant, n
     if policy == 'weighted-fair' then
-      local t = redis.call('ZRANGE', ckey(c, PART_TAGS), '0', '0', 'WITHSCORES')
-      local party, inner = t[1], nil
-      tenant = party
-      if ACCOUNTS and party then
-        local m = redis.call('ZRANGE', akey(c, party), '0', '0', 'WITHSCORES')
-        tenant, inner = m[1], number(m[2])
-      end
-      if tenant == nil then
+      local party, tag_text, inner, room, account_tat, tenant_tat, pace
+      party, tag_text, tenant, inner, room, account_tat, tenant_tat, pace = ready_head(c)
+      if party ~= nil and tenant == nil then
         return redis.error_reply('FAIRCTL_DAMAGED ' .. c .. ' counts ' .. depth[ci] .. ' queued jobs but no tenant ' ..
           'holds any: scheduler keys were deleted or evicted (is maxmemory-policy noeviction?)')
       end
-      local tag = number(t[2])
-      redis.call('SET', ckey(c, PART_VT), t[2])  -- the score's text: the same number
-      local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier)
-      local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci]))
-      n = #items
-      local work = cfg.runtime and record_charges(items, estimates(ci, tenant, items)) or n
-      if inner then
-        if left > 0 then redis.call('ZADD', akey(c, party), int(inner + work), tenant) end
-        if left > 0 or redis.call('EXISTS', akey(c, party)) == 1 then
+      if party == nil then
+        if not (HOLDS and redis.call('EXISTS', HK.held) == 1) then
+          return redis.error_reply('FAIRCTL_DAMAGED ' .. c .. ' counts ' .. depth[ci] .. ' queued jobs but no tenant ' ..
+            'holds any: scheduler keys were deleted or evicted (is maxmemory-policy noeviction?)')
+        end
+        -- Every party queued in the class is held by a limit: the class is out of this pop's
+        -- choices, and the round-robin's turn it took is given back.
+        ORDERED[ci] = false
+        if total then
+          for _, i in ipairs(elig) do swrr[i] = swrr[i] - cfg.weights[i] end
+          swrr[ci] = swrr[ci] + total
+        end
+        n = 0
+      else
+        local tag = number(tag_text)
+        redis.call('SET', ckey(c, PART_VT), tag_text)  -- the score's text: the same number
+        local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier)
+        local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci], room))
+        n = #items
+        local work = cfg.runtime and record_charges(items, estimates(ci, tenant, items)) or n
+        if inner then
+          if left > 0 then redis.call('ZADD', akey(c, party), int(inner + work), tenant) end
+          if left > 0 or redis.call('EXISTS', akey(c, party)) == 1 then
+            redis.call('ZADD', ckey(c, PART_TAGS), int(tag + work * cost), party)
+          end
+        elseif left > 0 then
           redis.call('ZADD', ckey(c, PART_TAGS), int(tag + work * cost), party)
         end
-      elseif left > 0 then
-        redis.call('ZADD', ckey(c, PART_TAGS), int(tag + work * cost), party)
+        lease(c, tenant, items, out, owner)
+        if account_tat then pace_spent(ACCOUNT_MARK .. party, cfg.account_pace_us, account_tat, n) end
+        if tenant_tat then pace_spent(tenant, pace, tenant_tat, n) end
+        if total then charge_visit(swrr, elig, ci, total, work) end
       end
-      lease(c, tenant, items, out, owner)
-      if total then charge_visit(swrr, elig, ci, total, work) end
     else
       tenant = head_score(c)
       if tenant == nil then
@@ -1119,9 +1352,11 @@ function ops.pop()
       end
       lease(c, tenant, items, out, owner)
     end
-    depth[ci] = depth[ci] - n
-    inflight[ci] = inflight[ci] + n
-    took[ci] = true
+    if n > 0 then
+      depth[ci] = depth[ci] - n
+      inflight[ci] = inflight[ci] + n
+      took[ci] = true
+    end
   end
   -- Work left behind wakes another idle worker, which takes the next (a chain, not a herd).
   for ci, _ in pairs(took) do
@@ -1129,6 +1364,12 @@ function ops.pop()
   end
 
   if swrr ~= nil then save_swrr(swrr, stored) end
+  -- A worker left idle wakes when the first rate's hold comes due (its class's wake key).
+  if PACED and #out < want then
+    local first = redis.call('ZRANGE', HK.held, 0, 0, 'WITHSCORES')
+    local due = number(first[2])
+    if due and due < math.huge then wake((string.match(first[1], HELD_KEY)), due) end
+  end
   -- Held back: nothing leased though a class has work, as other classes' reservations keep the
   -- fleet's free slots (the worker then waits for those classes' work, not for any).
   return {now_text(), out, acked, (#out == 0 and held) and 1 or 0, incarnation}
@@ -1260,6 +1501,8 @@ function ops.reap()
   local limit = tonumber(ARGV[4])
   forgive_gap()
   redis.call('ZREMRANGEBYSCORE', K_RETURNED, '-inf', int(now - RETURNED_KEEP_MS))
+  -- A rate's bucket full again is as good as none: memory stays bounded by the tenants paced now.
+  if PACED then redis.call('ZREMRANGEBYSCORE', HK.pace, '-inf', int(now * 1000)) end
   local count = 0
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT', 0, limit)) do
     local c, tenant, att, env = parse_record(redis.call('HGET', K_LEASED, id))
@@ -1314,6 +1557,16 @@ function ops.promote()
       else
         local items, left = take(c, tenant, overdue)
         if left == 0 and cfg.runtime then forget(c, tenant) end
+        if HOLDS then
+          held_jobs(c, tenant, -#items, false)
+          if left == 0 then
+            local due = held_in(c, tenant)  -- a held tenant with no job left in the class: no hold
+            if due then
+              stat('held', c .. SEP .. hold_reason(tenant, due), -1)
+              redis.call('ZREM', HK.held, c .. SEP .. tenant)
+            end
+          end
+        end
         for j = #items, 1, -1 do push_head(up, tenant, items[j]) end
         stat('promoted', c, #items)
         moved = moved + #items
@@ -1490,6 +1743,23 @@ function ops.apply()
       end
     end
   end
+  -- Holds are decided again under the new limits: every held member rejoins its order (its next
+  -- visit holds it again if it is still over; a regroup then rebuilds the order); and the leases
+  -- a cap counts are counted again from the leases held now.
+  local holds = redis.call('ZRANGE', HK.held, 0, -1, 'WITHSCORES')
+  for k = 1, #holds, 2 do
+    local c, member = string.match(holds[k], HELD_KEY)
+    count_hold(c, member, number(holds[k + 1]), -1)
+  end
+  redis.call('DEL', HK.held, HK.capped, HK.running)
+  for k = 1, #holds, 2 do rejoin(string.match(holds[k], HELD_KEY)) end
+  if not PACED then redis.call('DEL', HK.pace) end
+  if cfg.has_cap or (ACCOUNTS and cfg.account_cap > 0) then
+    for _, c in ipairs(classes) do
+      local leased = redis.call('ZRANGE', ckey(c, PART_INFLIGHT), 0, -1, 'WITHSCORES')
+      for k = 1, #leased, 2 do leases_counted(leased[k], tonumber(leased[k + 1])) end
+    end
+  end
   -- Tags are in units of the charge basis: across a change of it no tenant keeps its place. New
   -- tier costs keep the tags: each queued party's is at most one visit ahead of the virtual time,
   -- charged at the old cost, and its next visit is charged at the new one (no pass over the tenants).
@@ -1604,7 +1874,7 @@ function ops.snapshot_class()
         end
       end
     end
-    accounts = {redis.call('ZCARD', ckey(c, PART_TAGS)), now_top, before_top,
+    accounts = {redis.call('ZCARD', ckey(c, PART_ACCOUNT_BACKLOG)), now_top, before_top,
                 redis.call('ZREVRANGE', ckey(c, PART_ACCOUNT_BACKLOG), 0, cfg.backlog_top - 1, 'WITHSCORES'), keys}
   end
   return {
@@ -1652,6 +1922,7 @@ local function call(keys, args)
       base .. KEY_WORKERS, base .. KEY_WORKER_SLOTS
     K_CONFIG, K_CHARGED, keys_of = base .. KEY_CONFIG, base .. CHARGED, base
     K_RETURNED, K_REAPED = base .. KEY_RETURNED, base .. KEY_REAPED
+    HK.running, HK.pace, HK.held, HK.capped = base .. KEY_RUNNING, base .. KEY_PACE, base .. KEY_HELD, base .. KEY_CAPPED
   end
   -- Every call runs the applied config or nothing: code compiled from another config (a process
   -- that has not seen the latest `fairctl config apply`, or one that has not applied any) is
