@@ -45,6 +45,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stack": ("fairctl.stack_command:group", (
         "Run Redis, workers, two exporters, Prometheus, Alertmanager and a webhook receiver natively, on loopback.")),
     "dead": ("fairctl.dead_commands:group", "List, inspect, requeue and drop dead-lettered jobs."),
+    "explain": ("fairctl.explain_command:explain",
+                "Say where a job is and why it has not run yet, or where a tenant stands."),
     "config": ("fairctl.config_commands:group", (
         "Show, compare and apply the config a queue group runs: it lives in the group's Redis, and every process "
         "follows the applied one without a restart.")),
