@@ -28,7 +28,15 @@ from fairness_core.ages import human
 from fairness_core.config import MAX_SHARDS, POLICIES
 from fairness_sim.alert_evaluation import AlertEvaluationError
 from fairness_sim.policies import PROGRESS_EVERY_S, Check, Outcome, alert_label, run_policies
-from fairness_sim.report import account_lines, fairness_text, shard_lines, verdict, worker_time_lines, write_report
+from fairness_sim.report import (
+    account_lines,
+    fairness_text,
+    shard_lines,
+    start_lines,
+    verdict,
+    worker_time_lines,
+    write_report,
+)
 from fairness_sim.scenario import DEFAULT_SCENARIO, Scenario, load_scenario
 from fairness_sim.simulator import PolicyRun
 
@@ -101,6 +109,7 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
             lines.extend(f"  {line}" for line in worker_time_lines(scenario, run))
         if scenario.account_separator is not None:
             lines.extend(f"  {line}" for line in account_lines(run))
+        lines.extend(f"  {line}" for line in start_lines(scenario, run))
         lines.extend(f"  {line}" for line in shard_lines(scenario, run))
         lines.append(f"  verdict: {verdict(scenario, run).summary(outcome.alerts)}")
         if outcome.alerts is not None:
@@ -153,7 +162,25 @@ def as_json(scenario: Scenario, outcomes: Sequence[Outcome]) -> dict[str, Any]:
             policies[run.name]["accounts"] = {
                 "keys": run.accounts.keys, "wait_p99_s": run.accounts.wait_p99_s,
                 "single_key_wait_p99_s": run.accounts.single_key_p99_s}
+        if scenario.watched_tenants and run.starts is not None:
+            policies[run.name]["starts"] = starts_json(scenario, run)
     return {"scenario": scenario.name, "duration_s": scenario.duration, "seed": scenario.seed, "policies": policies}
+
+
+def starts_json(scenario: Scenario, run: PolicyRun) -> dict[str, Any]:
+    """The watched tenants' starts for ``--json`` (scenarios with a tenant's dispatch limit)."""
+    figures = run.starts
+    assert figures is not None
+    tenants: dict[str, Any] = {}
+    for tenant, starts in figures.tenants.items():
+        rate = scenario.downstream_rate(tenant)
+        seconds, beyond = starts.over(rate) if rate is not None else (None, None)
+        tenants[tenant] = {"limit": starts.limit, "started": starts.started, "span_s": starts.span_s,
+                           "mean_per_s": starts.mean_rate, "peak_per_s": starts.peak,
+                           "peak_in_flight": starts.peak_in_flight, "dispatch_rate": rate,
+                           "seconds_over": seconds, "jobs_over": beyond, "per_second": list(starts.per_second)}
+    return {"tenants": tenants, "other_tenants": figures.others, "others_wait_p95_s": figures.others_wait_p95_s,
+            "others_wait_p99_s": figures.others_wait_p99_s}
 
 
 def worker_time_json(run: PolicyRun, checks: Sequence[Check]) -> dict[str, Any]:

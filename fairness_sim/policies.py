@@ -23,7 +23,7 @@ from exporter import metrics as m
 from fairness_core.ages import human
 
 from .alert_evaluation import FiredAlert, SeriesRecorder, evaluate
-from .scenario import FairWorkerTime, FigureCheck, Fired, Scenario, TenantWorkerTime, WaitFalls
+from .scenario import FairWorkerTime, FigureCheck, Fired, PeakStarts, Scenario, TenantWorkerTime, WaitFalls
 from .simulator import PolicyRun, scenario_config, simulate
 
 # Labels every simulated alert carries alike (the simulated exporter's job and its one queue
@@ -74,6 +74,14 @@ def judge(check: FigureCheck, run: PolicyRun, runs: dict[str, PolicyRun]) -> Che
         return Check(gap <= check.within, f"each of the {count:,} tenants backlogged throughout holds its "
                      f"tier-weighted fair share of {check.queue}'s worker time within {_points(check.within)} "
                      f"(furthest: {worst.tenant}, {worst.share:.1%} against {worst.fair_share:.1%})")
+    if isinstance(check, PeakStarts):
+        starts = run.starts.tenants.get(check.tenant) if run.starts else None
+        peak = starts.peak if starts is not None else 0
+        bounds = [f"at least {check.at_least:,}" if check.at_least is not None else "",
+                  f"at most {check.at_most:,}" if check.at_most is not None else ""]
+        ok = (check.at_least is None or peak >= check.at_least) and (check.at_most is None or peak <= check.at_most)
+        return Check(ok, f"{check.tenant}'s busiest second: {peak:,} jobs started "
+                         f"(expected {' and '.join(b for b in bounds if b)})")
     assert isinstance(check, WaitFalls)
     baseline = runs.get(check.baseline)
     now = run.stream_wait_p99_s.get(check.stream)

@@ -4,8 +4,9 @@ First a verdict table across the policies (did the interactive classes meet thei
 worst oldest age against its SLO, the alerts fired, a one-word verdict and whether it matches the
 scenario's expectation), then per policy every figure the terminal prints and the plots: each
 class's oldest age against its SLO, the quiet tenants' oldest age against the noisy ones', the
-realised share against the weight, the tenant fairness index and the alert timeline. Ages are on
-one log scale shared by every policy (so the policies compare by eye), time is in minutes.
+realised share against the weight, the tenant fairness index, the starts per second of each
+tenant with a dispatch limit in the scenario, and the alert timeline. Ages are on one log scale
+shared by every policy (so the policies compare by eye), time is in minutes.
 
 The plots are drawn by matplotlib (a maintained plotting library, not hand-made SVG) and inlined
 as SVG, so the page needs no network, no JavaScript and no other file: it can be attached to an
@@ -265,6 +266,39 @@ def _share_fairness_figure(scenario: Scenario, run: PolicyRun) -> Figure:
     return fig
 
 
+def starts_ceiling(scenario: Scenario, outcomes: Sequence[Outcome]) -> float:
+    """The top of every starts plot: one scale across runs, above every run's busiest second."""
+    if not scenario.watched_tenants:
+        return 1.0
+    peaks = [t.peak for o in outcomes if o.run.starts is not None for t in o.run.starts.tenants.values()]
+    return max(peaks, default=1) * 1.1 + 1
+
+
+def _starts_figure(scenario: Scenario, run: PolicyRun, ceiling: float) -> Figure | None:
+    """The watched tenants' starts in each second against the dispatch rate the scenario gives them."""
+    if not scenario.watched_tenants or run.starts is None:
+        return None
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 3.0), layout="constrained")
+    ax = fig.subplots()
+    for col, (tenant, starts) in enumerate(run.starts.tenants.items()):
+        colour = COLOURS[col % len(COLOURS)]
+        ax.step(_minutes([float(k) for k in range(len(starts.per_second))]), starts.per_second, where="post",
+                color=colour, linewidth=1.2, label=f"{tenant} ({starts.limit or 'no limit'})")
+        rate = scenario.downstream_rate(tenant)
+        if rate is not None:
+            ax.axhline(rate, color=colour, linestyle="--", linewidth=1.2, label=f"{tenant}'s dispatch_rate {rate:g}/s")
+    ax.set_ylim(0, ceiling)
+    ax.set_ylabel("jobs started per second")
+    _time_axis(ax, scenario.duration)
+    _mark_changes(ax, run)
+    ax.legend(fontsize=8, loc="upper right")
+    ax.set_title("jobs started per second by each tenant with a dispatch limit in the scenario, against its "
+                 "dispatch_rate (one scale for every run)", fontsize=10)
+    return fig
+
+
 def _alert_figure(outcome: Outcome, duration_s: float) -> Figure | None:
     if not outcome.alerts:
         return None
@@ -360,7 +394,8 @@ def _summary_table(scenario: Scenario, outcome: Outcome) -> str:
             "served nothing; -: never two tenants waiting at once).")
     changes = "".join(f"<li>{html.escape(str(change))}</li>" for change in run.config_changes)
     shown = ((worker_time_lines(scenario, run) if scenario.reports_worker_time else [])
-             + (account_lines(run) if scenario.account_separator is not None else []) + shard_lines(scenario, run))
+             + (account_lines(run) if scenario.account_separator is not None else []) + start_lines(scenario, run)
+             + shard_lines(scenario, run))
     worker_time = "".join(f"<p>{html.escape(line)}</p>" for line in shown)
     return (f"<p>{run.jobs_started:,} jobs started of {run.jobs_enqueued:,} enqueued.</p>"
             + ('<p>Config changes (SLOs and weights below: the config in force at the end):</p>'
@@ -431,6 +466,30 @@ def _wait(seconds: float | None) -> str:
     return "-" if seconds is None else human(seconds)
 
 
+def start_lines(scenario: Scenario, run: PolicyRun) -> list[str]:
+    """Starts of the tenants the scenario watches, as the terminal and the report state them: each
+    one's dispatch limits in this run, its starts per second (mean, and the most in one second of
+    the clock), the most of its jobs running at once, and how often it started more than the
+    dispatch rate the scenario gives it somewhere (what its downstream takes); then the waits of
+    every other tenant's jobs beside it."""
+    figures = run.starts if scenario.watched_tenants else None
+    if figures is None:
+        return []
+    lines = []
+    for tenant, starts in figures.tenants.items():
+        line = (f"starts of {tenant} ({starts.limit or 'no limit'}): {starts.started:,} in {human(starts.span_s)}, "
+                f"{starts.mean_rate:.1f}/s; peak {starts.peak:,} in a second, {starts.peak_in_flight:,} at once")
+        rate = scenario.downstream_rate(tenant)
+        if rate is not None:
+            seconds, beyond = starts.over(rate)
+            line += (f"; over {rate:g}/s (its dispatch_rate in the scenario) in {seconds:,} of "
+                     f"{starts.span_s:,} seconds" + (f", by {beyond:,} jobs" if beyond else ""))
+        lines.append(line)
+    lines.append(f"other tenants' waits ({figures.others:,} tenants beside {', '.join(figures.tenants)}): "
+                 f"p95 {_wait(figures.others_wait_p95_s)}, p99 {_wait(figures.others_wait_p99_s)}")
+    return lines
+
+
 def shard_lines(scenario: Scenario, run: PolicyRun) -> list[str]:
     """A sharded run's own figures, as the terminal and the report state them: each class's share
     of the fleet's completions against its weight (the drift, in points), and the flood cost: the
@@ -475,14 +534,15 @@ def write_report(path: Path, scenario: Scenario, outcomes: Sequence[Outcome]) ->
 
     matplotlib.use("svg")  # no display, no GUI toolkit: the figures only become SVG text
     ceiling = age_ceiling(scenario, outcomes)
+    most_starts = starts_ceiling(scenario, outcomes)
     sections = [_verdict_table(scenario, outcomes)]
     for outcome in outcomes:
         run = outcome.run
         v = verdict(scenario, run)
         figures = [_per_class_figure(scenario, run, ceiling), _share_fairness_figure(scenario, run)]
-        timeline = _alert_figure(outcome, scenario.duration)
-        if timeline is not None:
-            figures.append(timeline)
+        for extra in (_starts_figure(scenario, run, most_starts), _alert_figure(outcome, scenario.duration)):
+            if extra is not None:
+                figures.append(extra)
         plots = "".join(f"<figure>{_svg(fig)}</figure>" for fig in figures)
         sections.append(f'<h2 id="{html.escape(run.name)}">policy {html.escape(run.title)}: '
                         f'<span class="{"ok" if v.word == "met SLOs" else "bad"}">{html.escape(v.word)}</span></h2>'

@@ -194,7 +194,18 @@ class WaitFalls:
     by: float
 
 
-FigureCheck = TenantWorkerTime | FairWorkerTime | WaitFalls
+@dataclass(frozen=True)
+class PeakStarts:
+    """The most jobs ``tenant`` started in one second of the run must be ``at_least`` and/or
+    ``at_most`` this (what its downstream receives at the worst second)."""
+
+    tenant: str
+    at_least: int | None = None
+    at_most: int | None = None
+
+
+FigureCheck = TenantWorkerTime | FairWorkerTime | WaitFalls | PeakStarts
+FIGURE_KINDS = ("worker_time", "fair_worker_time", "p99_wait_falls", "starts_per_second")
 
 
 @dataclass(frozen=True)
@@ -291,6 +302,25 @@ class Scenario:
         or charges by runtime (the other scenarios' output stays as it was)."""
         return self.charges is not None or self.variants is not None or any(
             c.scheduler.charge == "runtime" for c in (self.config, *(ch.config for ch in self.config_changes)))
+
+    @property
+    def watched_tenants(self) -> tuple[str, ...]:
+        """The tenants whose starts every run tells second by second: those a ``tenants.overrides``
+        entry gives a dispatch rate or an in-flight cap in some config of the scenario (its own, a
+        variant's or a change's), and those a ``starts_per_second`` check names."""
+        configs = (self.config, *(self.variants or {}).values(), *(c.config for c in self.config_changes))
+        limited = (t for c in configs for t, o in c.tenants.overrides.items() if o.dispatch_rate or o.max_in_flight)
+        named = (check.tenant for e in self.expect.values() for check in e.figures if isinstance(check, PeakStarts))
+        return tuple(dict.fromkeys((*limited, *named)))
+
+    def downstream_rate(self, tenant: str) -> float | None:
+        """The lowest dispatch rate a ``tenants.overrides`` entry sets for ``tenant`` in some config
+        of the scenario: what its downstream takes, which a run without the limit is measured
+        against (None: no config sets one)."""
+        configs = (self.config, *(self.variants or {}).values(), *(c.config for c in self.config_changes))
+        overrides = (c.tenants.overrides.get(tenant) for c in configs)
+        rates = [o.dispatch_rate for o in overrides if o is not None and o.dispatch_rate]
+        return min(rates, default=None)
 
     @property
     def final_config(self) -> Config:
@@ -540,8 +570,13 @@ def _fraction(value: object, path: str) -> float:
     return number
 
 
+def _jobs(value: object, path: str) -> int:
+    return int_between(0, 10**9)(value, path)
+
+
 def _figures(raw: object, path: str, source: str | None, kind: str, names: _Names) -> tuple[FigureCheck, ...]:
-    """``worker_time``, ``fair_worker_time`` or ``p99_wait_falls``: a list of checks on the run's figures."""
+    """``worker_time``, ``fair_worker_time``, ``p99_wait_falls`` or ``starts_per_second``: a list of
+    checks on the run's figures."""
     if not isinstance(raw, list) or not raw:
         raise ConfigError(path, f"expected a non-empty list of {kind} checks, got {raw!r}")
     out: list[FigureCheck] = []
@@ -555,6 +590,11 @@ def _figures(raw: object, path: str, source: str | None, kind: str, names: _Name
                 raise r.error("at_least", "give at_least, at_most or both")
         elif kind == "fair_worker_time":
             check = FairWorkerTime(queue=r.require("class", choice(names.classes)), within=r.require("within", _fraction))
+        elif kind == "starts_per_second":
+            check = PeakStarts(tenant=r.require("tenant", nonempty_str), at_least=r.get("at_least", None, _jobs),
+                               at_most=r.get("at_most", None, _jobs))
+            if check.at_least is None and check.at_most is None:
+                raise r.error("at_least", "give at_least, at_most or both")
         else:
             check = WaitFalls(stream=r.require("stream", choice(names.streams)), baseline=r.require("from", choice(names.runs)),
                               by=r.require("by", _number(positive=True)))
@@ -577,8 +617,7 @@ def _expectation(value: object, path: str, source: str | None, names: _Names) ->
         return lambda raw, fpath: _figures(raw, fpath, source, kind, names)
 
     out = Expectation(fire=r.get("fire", (), matches(True)), silent=r.get("silent", (), matches(False)),
-                      figures=tuple(check for kind in ("worker_time", "fair_worker_time", "p99_wait_falls")
-                                    for check in r.get(kind, (), figures(kind))))
+                      figures=tuple(check for kind in FIGURE_KINDS for check in r.get(kind, (), figures(kind))))
     r.done()
     return out
 

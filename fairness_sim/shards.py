@@ -171,6 +171,11 @@ class QueueModel:
                 out.setdefault(name, Waiting({})).queues.update(cls.queues)
         return out
 
+    def hold_due(self) -> float | None:
+        """When the first rate hold of any shard comes due (ms; None: no tenant is held by a rate)."""
+        dues = [first[1] for m in self.models if (first := m.held.first()) is not None and first[1] < math.inf]
+        return min(dues, default=None)
+
     def snapshots(self, now: int) -> list[Snapshot]:
         """Each shard's snapshot, shard 0 first: what each shard's exporter would read."""
         return [m.snapshot(now) for m in self.models]

@@ -12,7 +12,8 @@ so ``reserved_slots`` applies; the periodic sweeps run at the worker's own inter
 second, aging every ten); jobs longer than a third of the visibility timeout are heartbeated, as
 the worker does. A pool's ``crashes`` kill slots mid-job: nobody acks their jobs, the leases
 expire and the reaper redelivers them, as after a ``kill -9`` (the registration is kept). An idle
-slot pops again whenever anything changes (an arrival, a completion, a sweep). Every
+slot pops again whenever anything changes (an arrival, a completion, a sweep) and when a tenant's
+dispatch rate lets it start again (as the script wakes an idle worker for that moment). Every
 ``scrape_interval`` the model's snapshot is taken, as the exporter would, and handed to an
 optional observer (the alert evaluation turns those into Prometheus series).
 """
@@ -43,6 +44,7 @@ from fairness_core.worker import PROMOTE_EVERY_S, REAP_EVERY_S
 from .arrivals import Arrival, service_samplers, stream_arrivals
 from .scenario import Backlog, ConfigChange, Scenario, Stream, run_name, run_parts
 from .shards import QueueModel, ShardFigures, shard_figures
+from .starts import StartCounter, StartFigures, dispatch_limits
 from .worktime import WorkerTime, WorkerTimeResult
 
 # Called at every scrape with each shard's snapshot (one for an unsharded queue).
@@ -55,7 +57,8 @@ HEARTBEAT_SHARE = 3  # the worker extends leases every visibility_timeout / 3
 
 # Event kinds, in the order they are processed when they fall on the same millisecond.
 # A config change comes before the arrivals and the scrape of its millisecond: they see the new config.
-_COMPLETE, _HEARTBEAT, _CRASH, _RESTART, _APPLY, _ARRIVE, _REAP, _PROMOTE, _SCRAPE = range(9)
+# A wake-up (a tenant's rate hold coming due) changes nothing but that idle slots pop again.
+_COMPLETE, _HEARTBEAT, _CRASH, _RESTART, _APPLY, _ARRIVE, _REAP, _PROMOTE, _SCRAPE, _WAKE = range(10)
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ class PolicyRun:
     stream_wait_p99_s: dict[str, float | None] = field(default_factory=dict)  # per stream name, first leases
     shards: ShardFigures | None = None  # a sharded queue's figures (None: one queue group)
     accounts: AccountFigures | None = None  # per account, when the scenario has accounts
+    starts: StartFigures | None = None  # starts per second of the tenants the scenario watches (None: none)
 
     @property
     def name(self) -> str:
@@ -226,6 +230,8 @@ class Simulation:
         self._tiers: dict[str, str] = {}  # tenant (account, with accounts) -> the tier its latest jobs came with
         self._keys: dict[str, set[str]] = {}  # account -> its tenant keys (with accounts)
         self._account_waits: dict[str, array[int]] = {}  # account -> first leases' waits (with accounts)
+        self._starts = StartCounter(scenario.watched_tenants, scenario.duration)
+        self._wake_ms: int | None = None  # when an idle slot is woken for a rate hold coming due
         self._completed: Counter[str] = Counter()
         self._completed_at_scrape: Counter[str] = Counter()
         self.timeline = Timeline()
@@ -270,6 +276,8 @@ class Simulation:
     def _start(self, now: int, pool: int, entry: Any) -> None:
         job = entry.job
         i = self._stream_of[job.id]
+        if self._starts:
+            self._starts.start(now, entry.tenant, now - job.enqueued_ms if entry.attempts == 1 else None)
         if entry.attempts == 1:
             self._waits[entry.queue].append(now - job.enqueued_ms)
             self._stream_waits[i].append(now - job.enqueued_ms)
@@ -295,6 +303,8 @@ class Simulation:
     def _worked(self, now: int, lease: Lease, started: int, *, finished: bool = True) -> None:
         """Count a slot's busy time on a job, worked to the end or until the slot died."""
         self.worker_time.add(lease.queue, self._party(lease.tenant), now - started, finished=finished)
+        if self._starts:
+            self._starts.stop(lease.tenant)
 
     def _crash(self, now: int, pool: int, count: int) -> int:
         """Kill ``count`` slots of ``pool``, busy ones first (a crash takes running jobs with it;
@@ -318,6 +328,18 @@ class Simulation:
                 idle -= 1
                 self._start(now, pool, got[0])
             self._idle[pool] = idle
+        if any(self._idle):
+            self._wake_for_holds(now)
+
+    def _wake_for_holds(self, now: int) -> None:
+        """Idle slots pop again when the first rate hold comes due, as the script arms its class's
+        wake key for then and an idle worker's wait ends at it: a tenant held by its dispatch rate
+        starts its next job on time even when nothing else happens meanwhile."""
+        due = self.model.hold_due()
+        if due is None or due <= now or (self._wake_ms is not None and now < self._wake_ms <= due):
+            return
+        self._wake_ms = math.ceil(due)
+        self._push(self._wake_ms, _WAKE)
 
     def _apply(self, now: int, change: ConfigChange) -> None:
         """Apply a config change as ``fairctl config apply`` does, move the removed classes' jobs,
@@ -433,6 +455,9 @@ class Simulation:
                 model.reap(now, SWEEP_LIMIT)
             elif kind == _PROMOTE:
                 model.promote_overdue(now, SWEEP_LIMIT)
+            elif kind == _WAKE:
+                if now == self._wake_ms:
+                    self._wake_ms = None
             else:
                 self._scrape(now)
             if kind in periods:
@@ -479,7 +504,13 @@ class Simulation:
                                for name, w in stream_waits.items()},
             shards=shard_figures(self.model),
             accounts=self._account_figures() if self.separator is not None else None,
+            starts=self._start_figures() if self._starts else None,
         )
+
+    def _start_figures(self) -> StartFigures:
+        default = self.config.tenants.default_tier
+        return self._starts.result({t: dispatch_limits(self.config, t, self._tiers.get(self._party(t), default))
+                                    for t in self.scenario.watched_tenants})
 
     def _account_figures(self) -> AccountFigures:
         single = sorted(w for account, keys in self._keys.items() if len(keys) == 1
