@@ -66,6 +66,9 @@ ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
     # Refusals at a tenant's admission limit: five minutes, so a producer that backs off after a
     # refusal or two is not called stuck, while one that keeps sending into the limit is.
     "TenantAtLimit": 300.0,
+    # Jobs held by their tenants' dispatch limits while the class is past its SLO (generated only
+    # with such limits): QuietTenantsStarving's five minutes, as it is a finer reading of starvation.
+    "TenantsHeldPastMaxAge": 300.0,
 })
 
 

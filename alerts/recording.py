@@ -58,6 +58,16 @@ WAIT_P99 = _name(m.JOBS_WAIT, "p99")
 ACCOUNT_GAUGES: tuple[tuple[m.MetricSpec, str], ...] = ((m.QUEUE_ACTIVE_ACCOUNTS, "sum"),)
 ACTIVE_ACCOUNTS = _name(m.QUEUE_ACTIVE_ACCOUNTS, "sum")
 
+# With dispatch limits (tenants.max_in_flight, dispatch_rate and the account forms), the exporter
+# serves who they hold per class and reason; summed over the shards (each counts those it holds).
+HOLD_GAUGES: tuple[tuple[m.MetricSpec, str], ...] = ((m.QUEUE_HELD_TENANTS, "sum"), (m.QUEUE_HELD_JOBS, "sum"))
+HELD_TENANTS, HELD_JOBS = (_name(spec, operation) for spec, operation in HOLD_GAUGES)
+
+
+def holds(config: Config) -> bool:
+    """Whether the config's dispatch limits can hold a tenant or an account (the held series are served)."""
+    return config.tenants.holds
+
 
 @dataclass(frozen=True)
 class Level:
@@ -165,7 +175,8 @@ def every_recording(config: Config) -> tuple[Recording, ...]:
         *(Recording(_name(spec, operation), logical(operation, spec.name),
                     f"{spec.name} of the logical queue: the {operation} over its shards, one value whatever the "
                     "number of exporters.")
-          for spec, operation in LOGICAL_GAUGES + (ACCOUNT_GAUGES if level(config) is ACCOUNTS else ())),
+          for spec, operation in LOGICAL_GAUGES + (ACCOUNT_GAUGES if level(config) is ACCOUNTS else ())
+          + (HOLD_GAUGES if holds(config) else ())),
         Recording(
             BACKLOGGED,
             f"(\n  {logical('max', over_time('min_over_time', m.QUEUE_DEPTH.name, window) + ' > bool 0')}\n)"

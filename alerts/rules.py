@@ -52,6 +52,7 @@ JOBS_UNDER_UNCONFIGURED_CLASS = "JobsUnderUnconfiguredClass"
 REDIS_MEMORY_HIGH = "RedisMemoryHigh"
 REDIS_MAY_EVICT_JOBS = "RedisMayEvictJobs"
 TENANT_AT_LIMIT = "TenantAtLimit"
+TENANTS_HELD_PAST_MAX_AGE = "TenantsHeldPastMaxAge"  # only with dispatch limits (tenants.max_in_flight, ...)
 QUEUE_STATE_LOST = "QueueStateLost"
 QUEUE_CONFIG_SPLIT = "QueueConfigSplit"
 
@@ -200,6 +201,38 @@ def stalled(config: Config, fold: Callable[[str, str], str]) -> str:
             + (f"  unless\n{fold('max', over_time('max_over_time', m.QUEUE_PAUSED.name, stall))} > 0\n"
                if paused_served(config) else "")
             + f"  unless\n{fold('sum', over_time('increase', m.JOBS_PROCESSED.name, stall))} > 0")
+
+
+def held_past_max_age(config: Config) -> str:
+    """Jobs of a class held by a dispatch limit (per reason) while its oldest due job is older than
+    its max_age, and the class not paused (QueuePaused tells that story)."""
+    expr = (f"{rec.HELD_JOBS} > 0\n  and ignoring ({m.REASON})\n{rec.OLDEST_AGE} > {rec.MAX_AGE}")
+    if paused_served(config):
+        expr += f"\n  unless ignoring ({m.REASON})\n{rec.PAUSED} > 0"
+    return expr
+
+
+def holds_alerts(config: Config) -> tuple[Alert, ...]:
+    """The alert on tenants held by their dispatch limits: only when the config sets such a limit
+    (without one, nothing is held and the exporter serves no held series)."""
+    if not rec.holds(config):
+        return ()
+    return (Alert(
+        TENANTS_HELD_PAST_MAX_AGE,
+        f"some of a class's due jobs are held by their tenant's or account's dispatch limit "
+        f"(tenants.max_in_flight, dispatch_rate, account_max_in_flight, account_dispatch_rate: "
+        f"{m.QUEUE_HELD_JOBS.name}, labelled with the reason) while the class's oldest due job is older "
+        "than its max_age, and the class is not paused",
+        Text("Jobs of $queue held by a $reason limit wait while the class is past its SLO"),
+        Text('$value:number jobs of $queue wait queued because their tenant (for the account_ reasons, their '
+             'account) is held by a dispatch limit, reason "$reason" ($tenants:number held), while the class\'s '
+             "oldest due job has waited $age:duration, over its SLO of $slo:duration. When the oldest jobs are "
+             "theirs, the limit is why they wait, not the workers: raise that tenant's limit (tenants.overrides) "
+             "and apply the config, or tell the tenant its jobs wait by its own limit.",
+             {**SLO, "age": Query(rec.OLDEST_AGE),
+              "tenants": Query(rec.HELD_TENANTS, (m.GROUP, m.QUEUE, m.REASON))}),
+        _one(config, TENANTS_HELD_PAST_MAX_AGE, held_past_max_age(config), WARNING),
+    ),)
 
 
 def configs_run() -> str:
@@ -452,6 +485,7 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
                  "let in; what it sends meanwhile is lost unless it retries."),
             _one(config, TENANT_AT_LIMIT, f"{rec.REFUSED} > 0", WARNING),
         ),
+        *holds_alerts(config),
         Alert(
             QUEUE_STATE_LOST,
             f"an exporter found its queue group's state reset in the last {lost_window} (its applied config gone or "

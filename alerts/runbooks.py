@@ -127,6 +127,19 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "scrape_duration": d(f"Time a scrape takes (exporter.scrape_timeout is {duration(budget)})",
                              m.EXPORTER_SCRAPE_DURATION.name),
         **(_account_diagnostics(config) if rec.level(config) is rec.ACCOUNTS else {}),
+        **(_hold_diagnostics() if rec.holds(config) else {}),
+    }
+
+
+def _hold_diagnostics() -> Mapping[str, Diagnostic]:
+    """The queries about tenants held by dispatch limits, recorded only when the config sets one."""
+    return {
+        "held_tenants": Diagnostic("Tenants held by their dispatch limits per class and reason (accounts, for the "
+                                   "account_ reasons)", rec.HELD_TENANTS),
+        "held_jobs": Diagnostic("Due jobs waiting held, per class and reason", rec.HELD_JOBS),
+        "held_share": Diagnostic("Held jobs as a share of the class's due jobs (a job held by its tenant's and its "
+                                 "account's limit counts twice)",
+                                 f"sum without ({m.REASON}) ({rec.HELD_JOBS})\n  / {rec.DEPTH}"),
     }
 
 
@@ -159,6 +172,8 @@ def render(config: Config) -> dict[PurePosixPath, str]:
         "link": lambda alert, key: r.link(config, alert, key), "over_budget_reason": OVER_BUDGET_REASON,
         "tenant_share_metric": m.QUEUE_TENANT_SHARE.name, "account_share_metric": m.QUEUE_ACCOUNT_SHARE.name,
         "basis": rec.basis(config),
+        "holds": rec.holds(config), "held_tenants_metric": m.QUEUE_HELD_TENANTS.name,
+        "held_jobs_metric": m.QUEUE_HELD_JOBS.name,
         "runtime": config.scheduler.charge == "runtime", "unhandled_window": r.unhandled_window(config),
     }
     files = {runbook_file(a.name): env.get_template(f"runbooks/{a.name}.md.j2").render(alert=a, **common)

@@ -22,6 +22,7 @@ from prometheus_client.utils import floatToGoString
 from exporter import metrics as m
 from exporter.sources import watched
 from fairness_core.config import OVER_BUDGET_REASON, Config, ConfigError
+from fairness_core.snapshot import hold_reasons
 
 from . import recording as rec
 from . import rules as r
@@ -1033,6 +1034,57 @@ def _refused(s: Scenario) -> list[Case]:
     ]
 
 
+def _held(s: Scenario) -> list[Case]:
+    """Jobs held by their tenants' dispatch limits while the class is past its SLO (only with such
+    limits: the reasons are the config's)."""
+    alert = r.TENANTS_HELD_PAST_MAX_AGE
+    reasons = hold_reasons(s.config)
+    reason = reasons[0]
+    cls = s.config.classes[0]
+    for_minutes = s.for_minutes(alert)
+    end = for_minutes + 2
+    slo, over = cls.max_age, cls.max_age + 90
+
+    def shard(index: int, jobs: float, tenants: float, age: float, paused: int = 0,
+              exporters: int = 2) -> list[Series]:
+        """Shard ``index`` of the class: ``jobs`` of ``tenants`` held for ``reason`` (0 for every
+        other reason the config gives, as the exporter serves them), its oldest job ``age`` s old."""
+        on = s.shard(index)
+        out = s.series(m.QUEUE_OLDEST_AGE, flat(age, end), exporters=exporters, queue=cls.name, shard=on)
+        out += s.series(m.QUEUE_MAX_AGE, flat(slo, end), exporters=exporters, queue=cls.name, shard=on)
+        out += s.series(m.QUEUE_PAUSED, flat(paused, end), exporters=exporters, queue=cls.name, shard=on)
+        for why in reasons:
+            held = (jobs, tenants) if why == reason else (0, 0)
+            out += s.series(m.QUEUE_HELD_JOBS, flat(held[0], end), exporters=exporters, queue=cls.name, shard=on,
+                            reason=why)
+            out += s.series(m.QUEUE_HELD_TENANTS, flat(held[1], end), exporters=exporters, queue=cls.name,
+                            shard=on, reason=why)
+        return out
+
+    def held(age: float = over, paused: int = 0) -> tuple[Series, ...]:
+        """Two shards, two exporters each: 40 jobs of 2 tenants held on shard 0, 20 of 1 on shard 1;
+        the class's oldest job, ``age``, on shard 0 (shard 1's is a quarter of the SLO old)."""
+        return tuple(shard(0, 40, 2, age, paused) + shard(1, 20, 1, slo / 4, paused))
+
+    firing = s.firing(alert, 60, cls.name, {"slo": slo, "age": over, "tenants": 3}, reason=reason)
+    labels = {"job": s.job, m.GROUP: s.group, m.QUEUE: cls.name}
+    recorded = tuple(
+        ExprCheck(end, record, tuple(Sample({**labels, m.REASON: why}, count if why == reason else 0)
+                                     for why in reasons))
+        for record, count in ((rec.HELD_JOBS, 60), (rec.HELD_TENANTS, 3)))
+    return [
+        Case(f"two shards, two exporters each: 60 jobs of {cls.name} held ({reason}) while its oldest job is past "
+             "its SLO: fires once after for:, for the class and that reason, counting every job and tenant once",
+             held(), (*s.edge(alert, for_minutes, firing), Check(end, alert, (firing,))), recorded),
+        Case(f"the same, {cls.name}'s oldest job exactly at its SLO: silent", held(age=slo), (Check(end, alert),)),
+        Case(f"the same, {cls.name}'s oldest job under its SLO: silent", held(age=slo / 2), (Check(end, alert),)),
+        Case(f"the same while {cls.name} is paused (QueuePaused tells that story): silent", held(paused=1),
+             (Check(end, alert),)),
+        Case(f"{cls.name} past its SLO with no job held (every reason served at 0): silent",
+             tuple(shard(0, 0, 0, over) + shard(1, 0, 0, slo / 4)), (Check(end, alert),)),
+    ]
+
+
 def _paused(s: Scenario) -> list[Case]:
     """QueuePaused fires for a forgotten pause (the starvation files show their alerts silent)."""
     alert = r.QUEUE_PAUSED
@@ -1405,6 +1457,7 @@ def _every_test_file(config: Config) -> tuple[TestFile, ...]:
         TestFile(r.FAIRNESS_EXPORTER_DOWN, tuple(_exporter_down(s))),
         TestFile(r.FAIRNESS_EXPORTER_REDIS_DOWN, tuple(_redis_down(s))),
         TestFile(r.TENANT_AT_LIMIT, tuple(_refused(s))),
+        *((TestFile(r.TENANTS_HELD_PAST_MAX_AGE, tuple(_held(s))),) if rec.holds(config) else ()),
         TestFile(r.QUEUE_STATE_LOST, tuple(_state_lost(s))),
         TestFile(r.QUEUE_CONFIG_SPLIT, tuple(_config_split(s))),
         TestFile("recording", tuple(_recording(s))),

@@ -278,6 +278,7 @@ def overview(config: Config) -> Dashboard:
                         "and indexes do not add up: this is the lowest shard's, per class.",
                         [per_class(q.gauge("min", m.QUEUE_FAIRNESS_INDEX, cls_matcher))], "none", max_value=1), 6),
         ]),
+        *hold_sections(config, cls_matcher),
         ("Leases and moves between classes", [
             (timeseries("Lease redeliveries", "Expired leases per second (JobsRedeliveredHigh).",
                         [per_class(q.select(rec.REDELIVERED_RATE, cls_matcher))], JOBS_PER_SECOND), 8),
@@ -344,6 +345,28 @@ def tenant(config: Config) -> Dashboard:
         ]),
         *account_sections(config),
     ], tenants, *accounts)
+
+
+def hold_sections(config: Config, *matchers: str) -> list[Section]:
+    """With dispatch limits (tenants.max_in_flight, dispatch_rate, the account forms), who they hold
+    per class and reason, and the jobs held; none without such a limit (nothing is held)."""
+    if not rec.holds(config):
+        return []
+    by_reason = "{{" + m.QUEUE + "}}: {{" + m.REASON + "}}"
+    return [("Dispatch limits", [
+        (timeseries("Tenants held by their limits",
+                    "Tenants held out of their class's fair order by a dispatch limit, per class and reason: cap "
+                    "(tenants.max_in_flight), rate (dispatch_rate); for account_cap and account_rate, accounts "
+                    "(account_max_in_flight, account_dispatch_rate). Their jobs stay queued until the hold ends; "
+                    "fairctl explain --tenant says why one waits (TenantsHeldPastMaxAge).",
+                    [Query(q.select(rec.HELD_TENANTS, *matchers), by_reason)], "short"), 12),
+        (timeseries("Jobs held by their limits",
+                    "Due jobs whose tenant (or account) is held by a dispatch limit, per class and reason, against "
+                    "the class's due jobs (dashed). A job held by its tenant's and its account's limit counts under "
+                    "each reason.",
+                    [Query(q.select(rec.HELD_JOBS, *matchers), by_reason),
+                     per_class(q.select(rec.DEPTH, *matchers), " depth")], "short", dashed="depth"), 12),
+    ])]
 
 
 def account_variable() -> Template:

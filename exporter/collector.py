@@ -41,6 +41,7 @@ from fairness_core.config_store import Applied
 from fairness_core.connection import ClusterClient, redis_errors, server_of
 from fairness_core.layout import group_fingerprint
 from fairness_core.memory import read_memory
+from fairness_core.snapshot import hold_reasons
 from fairness_core.version import fairctl_version
 
 from . import metrics as m
@@ -260,6 +261,7 @@ class FairnessCollector(Collector):
         self._derived_from: Config | None = None
         self._weight_ratio: dict[str, float] = {}
         self._known_reasons: dict[str, list[str]] = {}
+        self._hold_reasons: tuple[str, ...] = ()
         self._master: str | None = None  # the Redis holding the group's keys, as the slot map last said
         self._grouped: tuple[Applied, str] | None = None  # the applied config, and its fingerprint as the group's
 
@@ -283,6 +285,8 @@ class FairnessCollector(Collector):
             # Reasons the classification rules can give each class: their counters exist from the start.
             self._known_reasons = {name: sorted({r.reason for r in config.classification if r.queue == name})
                                    for name in config.class_names}
+            # Reasons the dispatch limits can hold a tenant or account for: served from the start.
+            self._hold_reasons = hold_reasons(config)
             self._derived_from = config
         return config
 
@@ -356,6 +360,9 @@ class FairnessCollector(Collector):
                     families.add(m.QUEUE_ACCOUNT_SHARE, share, queue=name, account=account)
                 for account, tenant, share in view.account_tenants:
                     families.add(m.QUEUE_ACCOUNT_TENANT_SHARE, share, queue=name, account=account, tenant=tenant)
+            for reason in dict.fromkeys((*self._hold_reasons, *view.held, *view.held_jobs)):
+                families.add(m.QUEUE_HELD_TENANTS, view.held.get(reason, 0), queue=name, reason=reason)
+                families.add(m.QUEUE_HELD_JOBS, view.held_jobs.get(reason, 0), queue=name, reason=reason)
         for tenant, share in snapshot.tenant_shares:
             families.add(m.TENANT_SHARE, share, tenant=tenant)
         families.add(m.WORKER_SLOTS, snapshot.worker_slots)

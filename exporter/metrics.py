@@ -220,6 +220,20 @@ TENANT_OLDEST_AGE = _gauge(
     "tenant_oldest_message_age_seconds", (QUEUE, TENANT),
     "Age of a tenant's oldest due job, for the exporter.topk_tenants oldest tenants of each class.")
 
+# ------------------------------------------------------------------ dispatch limits' holds (tenants.max_in_flight, ...)
+QUEUE_HELD_TENANTS = _gauge(
+    "queue_held_tenants", (QUEUE, REASON),
+    "Tenants held out of the class's fair order by a dispatch limit right now, by reason: cap (at "
+    "tenants.max_in_flight), rate (out of tenants.dispatch_rate's tokens); for account_cap and account_rate, accounts "
+    "held by tenants.account_max_in_flight or account_dispatch_rate. Served for each reason the config's limits can "
+    "give, 0 included (none without such a limit).")
+QUEUE_HELD_JOBS = _gauge(
+    "queue_held_jobs", (QUEUE, REASON),
+    "Due jobs of the class whose tenant (or, for the account_ reasons, account) is held by a dispatch limit, by "
+    "reason; they stay queued and wait for the hold to end. A job whose tenant and account are both held counts "
+    "under each reason. Served as queue_held_tenants is.")
+HOLDS: tuple[MetricSpec, ...] = (QUEUE_HELD_TENANTS, QUEUE_HELD_JOBS)
+
 # ------------------------------------------------------------------ the queue group
 WORKER_SLOTS = _gauge("fairness_worker_slots", (), "Worker slots registered by the fleet (what reserved_slots is counted against).")
 DEAD_LETTERS = _gauge("fairness_dead_letters", (), "Jobs in the dead-letter list.")
@@ -282,7 +296,7 @@ FROM_REDIS: tuple[MetricSpec, ...] = (
     QUEUE_WORKER_SECONDS, JOBS_FAILED, JOBS_REDELIVERED, JOBS_UNHANDLED, JOBS_DEAD_LETTERED, JOBS_PROMOTED,
     JOBS_DEMOTED, JOBS_REJECTED, JOBS_REFUSED, JOBS_DEDUPLICATED, JOBS_WAIT,
     QUEUE_TENANT_SHARE, TENANT_SHARE, TENANT_OLDEST_AGE, WORKER_SLOTS, DEAD_LETTERS, CONFIG_VERSION, GROUP_CONFIG,
-    STATE_RESETS, *UNCONFIGURED, *REDIS_MEMORY, *ACCOUNTS,
+    STATE_RESETS, *UNCONFIGURED, *REDIS_MEMORY, *ACCOUNTS, *HOLDS,
 )
 # Served once known, and on while Redis cannot be read: where the shard's Redis is, which the
 # alerts about a Redis that cannot be read name.

@@ -47,8 +47,10 @@ def status(interval: float, top: int, as_json_output: bool, configs: tuple[Path,
     Per class: depth, oldest job's age, in-flight, delayed retries, dead letters, paused, configured weight and
     realised share (the class's part of the jobs processed during --interval; under scheduler.charge:
     runtime, of the worker time the workers reported, the time share), then the most
-    backlogged tenants of each class, the jobs under classes the config does not name (nothing
-    serves them), and Redis's memory against maxmemory with its eviction policy. A sharded queue
+    backlogged tenants of each class, the tenants (and accounts) held by their dispatch limits
+    with their queued jobs (when the config sets such limits, or some are held), the jobs under
+    classes the config does not name (nothing serves them), and Redis's memory against maxmemory
+    with its eviction policy. A sharded queue
     (redis.shards) is shown as one queue, its classes over every shard, then a line per shard:
     its queue group, the master holding it, its backlog and the config version it runs; shards
     whose master does not answer are named, and the figures are the other shards'. With several

@@ -1,7 +1,8 @@
 """The status table: per class, what is waiting, for how long, and the share each class actually
 got against its configured weight, and the jobs given up on (dead letters). Shared by ``fairctl status`` and ``fairctl demo``.
 ``fairctl status`` adds the jobs under classes the config does not name (nothing serves them) and
-Redis's memory against its limit and policy.
+Redis's memory against its limit and policy; both show the tenants held by dispatch limits, when a
+config sets such limits.
 
 The realised share needs two snapshots: it is each class's delta over the interval, because a
 lifetime total would hide a storm that started a minute ago. It is counted in the basis the
@@ -11,14 +12,14 @@ the workers reported, so it reads against the weight in the same unit.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from fairness_core import Config, MemoryInfo, Snapshot
 from fairness_core.ages import format_age
 from fairness_core.config_store import Applied
 from fairness_core.memory import SAFE_POLICY
-from fairness_core.snapshot import UnconfiguredClass
+from fairness_core.snapshot import UnconfiguredClass, hold_reasons
 
 from .text_table import text_table
 
@@ -41,6 +42,11 @@ class ClassStatus:
     share_pct: float | None  # of the interval's jobs, or worker time under charge: runtime; None: none
     top_tenants: list[tuple[str, int]]
     dead_letters: int | None = None  # of the class, in the dead-letter list (None: not read)
+    # Held by a dispatch limit now, by reason (fairness_core.snapshot.HOLD_REASONS): tenants (accounts
+    # for the account_ reasons), and their queued jobs. Each reason the config's limits can give, 0
+    # included, and any other above 0; empty without such a limit and with none held.
+    held_tenants: dict[str, int] = field(default_factory=dict)
+    held_jobs: dict[str, int] = field(default_factory=dict)
 
 
 def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top: int,
@@ -55,9 +61,11 @@ def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top
     processed, worktime = delta("processed"), delta("worktime")
     basis = worktime if config.scheduler.charge == "runtime" else processed
     total = sum(basis.values())
+    limits = hold_reasons(config)
     rows = []
     for c in config.classes:
         view = after.classes[c.name]
+        reasons = dict.fromkeys((*limits, *view.held, *view.held_jobs))
         rows.append(ClassStatus(
             name=c.name,
             depth=view.depth,
@@ -71,8 +79,36 @@ def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top
             share_pct=100.0 * basis[c.name] / total if total else None,
             top_tenants=list(view.top_backlog[:top]),
             dead_letters=None if dead is None else dead.get(c.name, 0),
+            held_tenants={reason: view.held.get(reason, 0) for reason in reasons},
+            held_jobs={reason: view.held_jobs.get(reason, 0) for reason in reasons},
         ))
     return rows
+
+
+# How the status text names who a reason holds, and at which limit.
+HELD_BY = {"cap": ("tenant", "max_in_flight"), "rate": ("tenant", "dispatch_rate"),
+           "account_cap": ("account", "account_max_in_flight"), "account_rate": ("account", "account_dispatch_rate")}
+
+
+def held_lines(rows: Sequence[ClassStatus]) -> list[str]:
+    """Who the dispatch limits hold in each class, and their queued jobs; nothing when no class
+    counts a reason (no such limit configured, and none held)."""
+    if not any(r.held_tenants or r.held_jobs for r in rows):
+        return []
+    out = []
+    for r in rows:
+        parts = []
+        for reason in dict.fromkeys((*r.held_tenants, *r.held_jobs)):
+            members, jobs = r.held_tenants.get(reason, 0), r.held_jobs.get(reason, 0)
+            if members or jobs:
+                who, limit = HELD_BY[reason]
+                parts.append(f"{members} {who}{'' if members == 1 else 's'} at {limit} ({jobs} "
+                             f"job{'' if jobs == 1 else 's'} queued)")
+        if parts:
+            out.append(f"  {r.name}: " + ", ".join(parts))
+    if not out:
+        return ["held by dispatch limits: none"]
+    return ["held by dispatch limits (their jobs wait queued until the hold ends):", *out]
 
 
 def _mib(size: int) -> str:
@@ -130,6 +166,7 @@ def render(rows: list[ClassStatus], interval: float | None, *, charge: str = "jo
     if tenants:
         lines.append("most backlogged tenants:")
         lines.extend(tenants)
+    lines.extend(held_lines(rows))
     if unconfigured:
         lines.append("")
         lines.extend(text_table([UNCONFIGURED_HEADERS] + [
@@ -155,9 +192,17 @@ def as_json(rows: list[ClassStatus], interval: float | None, *, charge: str = "j
     """``charge``: the basis of each class's share_pct (jobs, or worker time under runtime)."""
     out: dict[str, Any] = {
         "interval_s": interval, "charge": charge, "dead_letters": sum(r.dead_letters or 0 for r in rows),
-        "classes": [asdict(r) for r in rows], "unconfigured_classes": [asdict(u) for u in unconfigured]}
+        "classes": [_class_json(r) for r in rows], "unconfigured_classes": [asdict(u) for u in unconfigured]}
     if applied is not None:
         out["applied_config"] = applied_json(applied)
     if memory is not None:
         out["redis_memory"] = {**asdict(memory), "memory_headroom": headroom}
+    return out
+
+
+def _class_json(row: ClassStatus) -> dict[str, Any]:
+    """A class as ``--json`` gives it: the held counts only where :func:`held_lines` would show them."""
+    out = asdict(row)
+    if not (row.held_tenants or row.held_jobs):
+        del out["held_tenants"], out["held_jobs"]
     return out

@@ -58,6 +58,8 @@ def _merged_class(parts: Sequence[ClassSnapshot]) -> ClassSnapshot:
         tenant_shares=tuple((t, min(1.0, n / served)) for t, n in top) if served > 0 else (),
         fairness_index=(sum(p.fairness_index * p.processed_window for p in parts) / served if served > 0
                         else min(p.fairness_index for p in parts)),
+        # each shard counts the members it holds and their jobs queued there: added up
+        held=counts("held"), held_jobs=counts("held_jobs"),
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .accounts import account_of
-from .config import Config
+from .config import Config, TenantsConfig, TierLimits
 from .jobs import SEP
 
 # Upper bounds (seconds) of the enqueue->first-lease wait histogram; the documents' SLOs
@@ -28,6 +28,13 @@ WAIT_BUCKETS_S: tuple[float, ...] = (
 # "deduplicated" the keyed submits answered with the job first submitted with their key.
 COUNTERS = ("processed", "failed", "redelivered", "unhandled", "dead", "promoted", "demoted", "rejected", "refused",
             "deduplicated", "worktime")
+
+# Why a member (a tenant, or an account) is held out of its class's fair order by a dispatch limit:
+# at its cap (tenants.max_in_flight), out of its rate's tokens (tenants.dispatch_rate), or the same
+# for its account (tenants.account_max_in_flight, account_dispatch_rate). The scripts count, per
+# class and reason, the members held ("held" SEP class SEP reason) and their jobs queued now
+# ("heldjobs" ...); a job whose tenant and account are both held counts under each reason.
+HOLD_REASONS = ("cap", "rate", "account_cap", "account_rate")
 
 # A tenant is noisy in a class when it holds more than this share of the class's in-flight jobs
 # (the SQS fair-queue rule; and at least exporter.noisy_min_inflight of its own) or of its queued
@@ -118,6 +125,10 @@ class ClassSnapshot:
     account_shares: tuple[tuple[str, float], ...] = ()  # the top-k accounts' shares of processed_window
     account_tenants: tuple[tuple[str, str, float], ...] = ()  # (account, key, share of the account's service)
     quiet_accounts_oldest_age: float = 0.0  # the oldest due job of a key whose account is not noisy
+    # Held by a dispatch limit now, by reason (HOLD_REASONS; only those above 0): members (tenants,
+    # or accounts for the account_ reasons), and the jobs they have queued in the class.
+    held: Mapping[str, int] = field(default_factory=dict)
+    held_jobs: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -216,7 +227,25 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
         top_processed=tuple(top),
         tenant_shares=tuple((t, min(1.0, n / processed_window)) for t, n in top) if processed_window > 0 else (),
         fairness_index=jain_index(service),
+        held=_held(stats, "held", name),
+        held_jobs=_held(stats, "heldjobs", name),
     )
+
+
+def _held(stats: Mapping[str, int], counter: str, name: str) -> dict[str, int]:
+    """A class's hold counter by reason, the reasons above 0 only."""
+    counts = {reason: int(stats.get(f"{counter}{SEP}{name}{SEP}{reason}", 0)) for reason in HOLD_REASONS}
+    return {reason: n for reason, n in counts.items() if n > 0}
+
+
+def hold_reasons(config: Config) -> tuple[str, ...]:
+    """The reasons ``config``'s dispatch limits can hold a member for (:data:`HOLD_REASONS`; none
+    without a cap or a dispatch rate), whichever level (group, tier, tenant override) sets one."""
+    tenants = config.tenants
+    levels: list[TenantsConfig | TierLimits] = [tenants, *tenants.limits.values(), *tenants.overrides.values()]
+    has = {"cap": any(lim.max_in_flight for lim in levels), "rate": any(lim.dispatch_rate for lim in levels),
+           "account_cap": bool(tenants.account_max_in_flight), "account_rate": bool(tenants.account_dispatch_rate)}
+    return tuple(reason for reason in HOLD_REASONS if has[reason])
 
 
 def _accounts(config: Config, raw: RawClass, processed_window: float, weight: float, depth: int, inflight: int,

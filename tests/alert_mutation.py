@@ -521,6 +521,16 @@ def run(generated: Path, selected: Sequence[Mutant], jobs: int) -> list[Outcome]
             return outcomes
 
 
+def not_killed(generated: Path, names: set[str]) -> dict[str, str]:
+    """Run every mutant of the rules ``names`` of a generated set (each one must have some), one
+    promtool at a time; the status of each that was neither killed nor listed equivalent, by id."""
+    text = (generated / RULES_FILE).read_text()
+    selected = [x for x in mutants(text, evaluation_intervals(load_tests(generated))) if x.rule.name in names]
+    if {x.rule.name for x in selected} != names:
+        raise ValueError(f"no mutant of {sorted(names - {x.rule.name for x in selected})}")
+    return {o.mutant.id: o.status for o in run(generated, selected, jobs=1) if o.status not in ("killed", "equivalent")}
+
+
 def report(outcomes: Sequence[Outcome], seconds: float, jobs: int) -> str:
     """Per-kind counts, the score (killed over mutants neither invalid nor equivalent), then every
     survivor, invalid mutant and wrongly listed equivalent, one line each."""

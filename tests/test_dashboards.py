@@ -27,6 +27,7 @@ from dashboards.layout import (
     GENERATED_DIR,
     GROUP_VAR,
     OVERVIEW_UID,
+    QUEUE_VAR,
     TENANT_UID,
     dashboard_file,
 )
@@ -384,3 +385,42 @@ def test_the_account_panels_weigh_each_shard_by_what_it_served(tmp_path: Path) -
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules))
     (tmp_path / "tests.yml").write_text(yaml.safe_dump(tests))
     promtool.test_rules(tmp_path / "tests.yml")
+
+
+# The series of the dispatch limits' holds, raw and recorded: served only when a config sets one.
+HELD_SERIES = {m.QUEUE_HELD_TENANTS.name, m.QUEUE_HELD_JOBS.name, recording.HELD_TENANTS, recording.HELD_JOBS}
+
+
+def test_with_dispatch_limits_the_overview_shows_the_tenants_held_and_their_jobs() -> None:
+    config = make_config(tenants={"max_in_flight": 20, "overrides": {"acme": {"dispatch_rate": "5/s"}}})
+    data = json.loads(render(config)[dashboard_file(OVERVIEW_UID)])
+    board_rows = rows(data)
+    tenants, jobs = board_rows.pop("Dispatch limits")
+    assert (tenants["title"], jobs["title"]) == ("Tenants held by their limits", "Jobs held by their limits")
+    assert [metric_names(t["expr"]) for t in tenants["targets"]] == [{recording.HELD_TENANTS}]
+    assert [metric_names(t["expr"]) for t in jobs["targets"]] == [{recording.HELD_JOBS}, {recording.DEPTH}]
+    by_reason = "{{" + m.QUEUE + "}}: {{" + m.REASON + "}}"
+    assert [t["legendFormat"] for t in tenants["targets"] + jobs["targets"]] == [
+        by_reason, by_reason, "{{" + m.QUEUE + "}} depth"]
+    assert jobs["fieldConfig"]["overrides"][0]["matcher"]["options"] == ".* depth$"
+    for t in tenants["targets"] + jobs["targets"]:
+        assert f'{m.QUEUE}=~"{q.var(QUEUE_VAR)}"' in t["expr"], t["expr"]
+    assert "fairctl explain --tenant" in tenants["description"]
+    recorded = {rule.name for rule in recording.recording_rules(config)}
+    assert {recording.HELD_TENANTS, recording.HELD_JOBS} <= recorded
+    # Every other row has the panels it has without limits; the alerts panel lists the alert too.
+    plain = rows(json.loads(render(make_config())[dashboard_file(OVERVIEW_UID)]))
+    assert {row: [p["title"] for p in cells] for row, cells in board_rows.items()} == {
+        row: [p["title"] for p in cells] for row, cells in plain.items()}
+    text = next(p["options"]["content"] for p in panels(data) if p["type"] == "text")
+    assert "[TenantsHeldPastMaxAge](" in text
+    fits_the_grid(panels(data))
+    register_default_plugins()
+    assert panel_queries(json.loads(json.dumps(schema.Dashboard.from_json(data), cls=JSONEncoder))) == panel_queries(data)
+
+
+def test_without_dispatch_limits_no_dashboard_reads_a_held_series() -> None:
+    for uid in UIDS:
+        data = committed(uid)
+        assert "Dispatch limits" not in rows(data)
+        assert not any(metric_names(expr) & HELD_SERIES for _, expr in panel_queries(data))

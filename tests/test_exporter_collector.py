@@ -79,12 +79,14 @@ def test_contract_names_are_unique_and_counters_end_in_total() -> None:
 
 @pytest.mark.parametrize("separator", [None, "/"])
 def test_idle_classes_report_zero_for_every_series_and_the_config_gauges(separator: str | None) -> None:
-    """Every per-class series from the start; the account ones only with accounts."""
+    """Every per-class series from the start; the account ones only with accounts, the held ones
+    (queue_held_*) only with dispatch limits."""
     config = make_config(tenants={"account_separator": separator} if separator else {})
     scrape = collect(config, FakeScheduler(lambda: idle_snapshot(config)))
     served = [s for s in m.ALL if separator or s not in m.ACCOUNTS]
     per_queue = [s for s in served if s.labels == (m.QUEUE,) and s.kind is not m.Kind.HISTOGRAM and s not in m.UNCONFIGURED]
     assert separator or not [s for s in m.ACCOUNTS if f"\n{s.name}" in scrape.text], "account series without accounts"
+    assert not [s for s in m.HOLDS if f"\n{s.name}" in scrape.text], "held series without dispatch limits"
     for name in config.class_names:
         for spec in per_queue:
             assert scrape.get(spec.name, queue=name) is not None, (spec.name, name)
@@ -105,7 +107,8 @@ def test_idle_classes_report_zero_for_every_series_and_the_config_gauges(separat
 
 
 def test_every_family_of_a_busy_scrape_is_in_the_contract_and_promtool_accepts_odd_tenants() -> None:
-    config = make_config(tenants={"account_separator": "/"})  # with accounts: every family is served
+    # With accounts and dispatch limits: every family is served.
+    config = make_config(tenants={"account_separator": "/", "max_in_flight": 5, "account_dispatch_rate": "10/s"})
     odd = ['quote"d', "back\\slash", "ünïcødé 租户", "{braces}:and/slashes"]
     busy = class_snapshot(
         "jobs:high", depth=5, inflight=12, delayed=1, paused=True, oldest_age=42.5, active_tenants=4,
@@ -115,6 +118,7 @@ def test_every_family_of_a_busy_scrape_is_in_the_contract_and_promtool_accepts_o
         tenant_shares=tuple((t, 0.25) for t in odd), fairness_index=0.5,
         active_accounts=3, account_shares=tuple((t, 0.3) for t in odd[:3]), quiet_accounts_oldest_age=2.5,
         account_tenants=tuple((t, f"{t}/key", 1.0) for t in odd[:3]),
+        held={"cap": 2}, held_jobs={"cap": 7, "account_rate": 3},
     )
     snapshot = replace(idle_snapshot(config, jobs_high=busy), tenant_shares=((odd[0], 0.6), (odd[2], 0.4)),
                        worker_slots=8, dead_letters=3)
@@ -138,6 +142,13 @@ def test_every_family_of_a_busy_scrape_is_in_the_contract_and_promtool_accepts_o
     assert scrape.value(m.QUEUE_ACCOUNT_SHARE.name, queue="jobs:high", account=odd[2]) == 0.3
     assert scrape.value(m.QUEUE_ACCOUNT_TENANT_SHARE.name, queue="jobs:high", account=odd[0], tenant=f"{odd[0]}/key") == 1
     assert scrape.value(m.QUEUE_QUIET_ACCOUNTS_OLDEST_AGE.name, queue="jobs:high") == 2.5
+    # The reasons the config's limits give, 0 included; no other.
+    assert {(labels, v) for (name, labels), v in scrape.samples.items() if name == m.QUEUE_HELD_JOBS.name
+            and dict(labels)[m.QUEUE] == "jobs:high"} == {
+        (((m.QUEUE, "jobs:high"), (m.REASON, "cap")), 7), (((m.QUEUE, "jobs:high"), (m.REASON, "account_rate")), 3)}
+    assert scrape.value(m.QUEUE_HELD_TENANTS.name, queue="jobs:high", reason="cap") == 2
+    assert scrape.value(m.QUEUE_HELD_TENANTS.name, queue="jobs:high", reason="account_rate") == 0
+    assert scrape.value(m.QUEUE_HELD_JOBS.name, queue="jobs:low", reason="cap") == 0
     assert scrape.value(m.TENANT_SHARE.name, tenant=odd[2]) == pytest.approx(0.4)
     assert (scrape.value(m.WORKER_SLOTS.name), scrape.value(m.DEAD_LETTERS.name)) == (8, 3)
     for spec, counter in (

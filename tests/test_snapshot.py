@@ -219,3 +219,23 @@ def test_every_windowed_figure_reads_the_same_window_just_before_and_after_a_buc
         rows = [{row[:-1]: row[-1] for row in getattr(view, figure)} for view in views]
         assert rows[1] == pytest.approx(rows[0]), figure
     assert after.fairness_index == pytest.approx(before.fairness_index)
+
+
+def test_held_tenants_and_accounts_are_read_from_the_stats_as_the_model_keeps_them(client: redis.Redis) -> None:
+    """An account at its cap holds its keys' jobs (account_cap), a key at its own cap its own (cap):
+    the snapshot reads both from the stats, the same from the Lua and the model."""
+    config = make_config(tenants={"account_separator": "/", "account_max_in_flight": 2,
+                                  "overrides": {"big/k0": {"max_in_flight": 1}, "solo": {"max_in_flight": 1}}})
+    clock = Clock()
+    lua, model = Scheduler(config, client, clock=clock), Model(config)
+    for tenant, jobs in (("big/k0", 3), ("big/k1", 3), ("solo", 4)):
+        lua.submit_many("newsletter", tenant, [None] * jobs)
+        model.submit_many(clock.ms, "newsletter", tenant, jobs)
+    popped = sorted(lease.tenant for lease in lua.pop(10))
+    assert popped == sorted(lease.tenant for lease in model.pop(clock.ms, 10)) == ["big/k0", "big/k1", "solo"]
+    snapshot = lua.snapshot()
+    assert snapshot == model.snapshot(clock.ms)
+    low = snapshot.classes["jobs:low"]
+    # big (2 running) with its keys' 4 jobs queued; solo at its cap of 1 with 3.
+    assert (low.held, low.held_jobs) == ({"cap": 1, "account_cap": 1}, {"cap": 3, "account_cap": 4})
+    assert all(not view.held and not view.held_jobs for name, view in snapshot.classes.items() if name != "jobs:low")
