@@ -16,15 +16,16 @@ from .harness import Row
 NOTES = Path(__file__).resolve().parent / "notes.md"
 
 
-def run_alone(row: Callable[[str, int, int], Row], about: str, argv: list[str] | None) -> int:
-    """``python -m benchmarks.<module>`` for a row of jobs in turns (``row(url, jobs, repeats)``):
-    on a redis-server of its own, printed as a table."""
+def run_alone(row: Callable[[str, int, int], Row | list[Row]], about: str, argv: list[str] | None) -> int:
+    """``python -m benchmarks.<module>`` for a row, or rows, of jobs in turns (``row(url, jobs,
+    repeats)``): on a redis-server of its own, printed as a table."""
     parser = argparse.ArgumentParser(description=about)
     parser.add_argument("--jobs", type=int, default=5_000, help="jobs per run (default 5000, as --preset full)")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each, in turns (default 5)")
     args = parser.parse_args(argv)
     with RedisServer() as server:
-        print(table([row(server.url, args.jobs, args.repeats)]))
+        made = row(server.url, args.jobs, args.repeats)
+        print(table(made if isinstance(made, list) else [made]))
     return 0
 
 

@@ -25,7 +25,8 @@ from fairness_sim.simulator import simulate
 from fairness_stack.servers import RedisServer
 
 from . import (
-    accounts, admission, charge, e2e, keyed, memory, peers, pickup, script_latency, sharded, startup, throughput,
+    accounts, admission, charge, e2e, keyed, limits, memory, peers, pickup, script_latency, sharded, startup,
+    throughput,
 )
 from .exporter_scrape import scrape
 from .harness import Row, alternate, log, machine, per_second, server_name, server_us
@@ -73,7 +74,8 @@ PRESETS = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 
 
 def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
-    """(1) one job per call, (1c) charged by runtime against by jobs, (2) batches of 10, (3) 100,000
+    """(1) one job per call, (1c) charged by runtime against by jobs, (1d) accounts, (1e, 1f)
+    dispatch limits configured and holding 1,000 tenants, (2) batches of 10, (3) 100,000
     tenants against 10, (6) memory, (5) scrapes, (8) the longest script run and (8d) the commands a
     pop+ack runs; all on one redis-server."""
     client = redis.Redis.from_url(server.url)
@@ -99,6 +101,8 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
     by_runtime = charge.row(server.url, tenants, n, sizes.repeats)
     log("pop+ack with accounts against the same ids without")
     with_accounts = accounts.row(server.url, n, sizes.repeats)
+    log("pop+ack with dispatch limits configured, and with 1,000 tenants held, against none")
+    with_limits = limits.rows(server.url, n, sizes.repeats)
     log("exporter scrapes")
     small_jobs = sizes.small_tenants * sizes.small_jobs_per_tenant
     fill(server.url, "scrape-small", sizes.small_tenants, sizes.small_jobs_per_tenant)
@@ -129,6 +133,7 @@ def scheduler_rows(server: RedisServer, sizes: Sizes) -> list[Row]:
             f"raw LPOP {per_second(raw)}", separate / raw, "informative", None),
         by_runtime,
         with_accounts,
+        *with_limits,
         Row("2", "pop+ack, batches of 10 (max_jobs 10, tenants.batch 10)", per_second(batched),
             f"raw LPOP {per_second(raw)}", batched / raw, "≥ 4", batched / raw >= 4,
             f"in Redis: {batch_us:.0f} µs per call of 10 pops and 10 acks"),

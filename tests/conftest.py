@@ -57,8 +57,9 @@ STACK_MODULES = frozenset({"test_drill", "test_interrupts", "test_worker_crash",
 # Modules whose long tests may run beside anything and apart from each other: each test is a
 # group of its own, so the workers share them out (the live drills mostly wait on their
 # replay's clock; the sharded alert runs each take a minute, and a second cluster starts in 3 s;
-# the mutation run of the alert rules is split in three).
-SPREAD_MODULES = frozenset({"test_drill_live", "test_sharded_alerts_live", "test_alert_mutation"})
+# the mutation run of the alert rules is split in three; the live dispatch limits' rate test
+# watches a minute of starts, beside two tests of 6 to 20 s, each on a redis-server of its worker).
+SPREAD_MODULES = frozenset({"test_drill_live", "test_sharded_alerts_live", "test_alert_mutation", "test_limits_live"})
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,7 +1,10 @@
 """Test-only handlers for worker subprocesses: optionally sleep ``payload["service_s"]``, then
 record ``job_id:attempts`` in the Redis list ``$RECORD_KEY`` before returning (and being acked),
 so a test can tell which deliveries ran to completion. ``timed`` records instead the tenant and
-the seconds the sleep took, so a test can tell how the worker time was shared."""
+the seconds the sleep took, so a test can tell how the worker time was shared; ``intervals`` the
+tenant, job id, worker process and when the job started and ended (``time.monotonic``, one clock
+for every process on the machine), so a test can tell how many of a tenant's jobs ran at once and
+how many started in each second."""
 
 from __future__ import annotations
 
@@ -28,9 +31,9 @@ handlers = HandlerRegistry(fallback=record)
 password_reset_only = HandlerRegistry({"password_reset": record})
 
 
-_runs: list[str] = []  # ``timed`` records not pushed yet
+_runs: list[str] = []  # ``timed`` and ``intervals`` records not pushed yet
 _runs_lock = threading.Lock()
-_pusher: threading.Thread | None = None  # started by the first ``timed`` record
+_pusher: threading.Thread | None = None  # started by the first record
 
 
 def _push_runs() -> None:
@@ -45,15 +48,27 @@ def _push_runs() -> None:
             _client.rpush(_key, *runs)
 
 
-def record_time(lease: Lease) -> None:
+def _push_later(run: str) -> None:
+    """Queue a record for :func:`_push_runs`, started by the first one."""
     global _pusher
-    started = time.monotonic()
-    sleep_for_service_time(lease)
     with _runs_lock:
-        _runs.append(f"{lease.tenant}\t{time.monotonic() - started}")
+        _runs.append(run)
         if _pusher is None:
             _pusher = threading.Thread(target=_push_runs, name="push-runs", daemon=True)
             _pusher.start()
 
 
+def record_time(lease: Lease) -> None:
+    started = time.monotonic()
+    sleep_for_service_time(lease)
+    _push_later(f"{lease.tenant}\t{time.monotonic() - started}")
+
+
+def record_interval(lease: Lease) -> None:
+    started = time.monotonic()
+    sleep_for_service_time(lease)
+    _push_later(f"{lease.tenant}\t{lease.job_id}\t{os.getpid()}\t{started}\t{time.monotonic()}")
+
+
 timed = HandlerRegistry(fallback=record_time)
+intervals = HandlerRegistry(fallback=record_interval)

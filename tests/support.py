@@ -4,6 +4,7 @@ workers in threads."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -75,6 +76,30 @@ def spawn_worker(config_path: Path, log_path: Path, record_key: str, redis_url: 
             [sys.executable, "-m", "fairctl", "worker", "--config", str(config_path), "--handlers", handlers, *args],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=start_new_session,
         )
+
+
+@contextmanager
+def fleet(config_path: Path, tmp_path: Path, redis_url: str, record_key: str, processes: int, slots: int,
+          handlers: str = "tests.recording_handlers:handlers") -> Iterator[list[Path]]:
+    """``processes`` ``fairctl worker`` processes of ``slots`` slots each (:func:`spawn_worker`),
+    logging to ``worker-<n>.log`` in ``tmp_path`` (yielded); stopped by SIGTERM, and each must
+    exit 0 (it finished its running jobs and gave back the rest)."""
+    logs = [tmp_path / f"worker-{i}.log" for i in range(processes)]
+    procs = [spawn_worker(config_path, log, record_key, redis_url, "--concurrency", str(slots), "--log-every", "0",
+                          handlers=handlers) for log in logs]
+    try:
+        yield logs
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            for proc, log in zip(procs, logs):
+                assert proc.wait(timeout=60) == 0, log.read_text()
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
 
 
 def spawn_exporter(config_path: Path, log_path: Path, *args: str) -> subprocess.Popen[bytes]:

@@ -29,7 +29,7 @@ def test_the_benchmark_suite_runs_and_writes_every_row(tmp_path: Path) -> None:
     assert report.endswith(notes) and SHARDED in report, "the run dropped the notes or the sharded queue's section"
     head = report.removesuffix(notes)  # the notes have tables of their own (the sharded queue's)
     rows = [line.split("|")[1].strip() for line in head.splitlines() if line.startswith("| ") and "---" not in line]
-    assert rows[1:] == ["1", "1b", "1c", "1d", "2", "3", "4", "4", "4b", "4b", "4c", "4d", "5", "6", "6b", "7", "7b", "7c", "8", "8b", "8c", "8d", "9", "9b", "9c", "10", "11a", "11b", "11c", "11d"], report
+    assert rows[1:] == ["1", "1b", "1c", "1d", "1e", "1f", "2", "3", "4", "4", "4b", "4b", "4c", "4d", "5", "6", "6b", "7", "7b", "7c", "8", "8b", "8c", "8d", "9", "9b", "9c", "10", "11a", "11b", "11c", "11d"], report
     assert "**Machine:**" in report and "skipped (--peers none)" in report
 
 

@@ -9,9 +9,6 @@ weights whenever job lengths differ.
 
 from __future__ import annotations
 
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +18,7 @@ import redis
 from fairness_core import Queue
 from fairness_stack.servers import RedisServer
 
-from .support import spawn_worker, wait_for, write_config
+from .support import fleet, wait_for, write_config
 
 WORKERS, SLOTS = 2, 4  # fairctl worker processes, and --concurrency of each
 INTERACTIVE_S, BULK_S = 0.005, 0.050  # job lengths 10x apart
@@ -43,21 +40,6 @@ def configured(redis_server: RedisServer, client: redis.Redis, tmp_path: Path, c
     path, config = write_config(tmp_path, redis_server.url, classes=CLASSES,
                                 scheduler={"charge": charge, "budget_min_arrivals": 10**9})
     return path, Queue(config, client)
-
-
-@contextmanager
-def fleet(path: Path, tmp_path: Path, redis_server: RedisServer, handlers: str, record_key: str) -> Iterator[None]:
-    """WORKERS ``fairctl worker`` processes working ``handlers``; stopped by SIGTERM, cleanly."""
-    logs = [tmp_path / f"worker-{i}.log" for i in range(WORKERS)]
-    procs = [spawn_worker(path, log, record_key, redis_server.url, "--concurrency", str(SLOTS), "--log-every", "0",
-                          handlers=handlers) for log in logs]
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc, log in zip(procs, logs):
-            assert proc.wait(timeout=60) == 0, log.read_text()
 
 
 def counters(scheduler: Queue, name: str) -> dict[str, int]:
@@ -82,7 +64,8 @@ def test_class_shares_of_worker_time_follow_the_weights(redis_server: RedisServe
     def done() -> int:
         return sum(counters(scheduler, "processed").values())
 
-    with fleet(path, tmp_path, redis_server, "fairctl.handlers:sleep_handlers", f"{path.stem}:unused"):
+    with fleet(path, tmp_path, redis_server.url, f"{path.stem}:unused", WORKERS, SLOTS,
+               handlers="fairctl.handlers:sleep_handlers"):
         wait_for(lambda: done() >= jobs // 5, 120, f"{jobs // 5} jobs done (the warm-up)")
         before = counters(scheduler, "worktime")
         wait_for(lambda: done() >= jobs, 300, f"{jobs} jobs done")
@@ -138,7 +121,7 @@ def test_a_tenant_whose_jobs_turn_10x_longer_is_back_to_its_share_within_200_job
     for tenant in STEADY:
         scheduler.submit_many(task, tenant, [short] * steady_jobs)
     runs = Runs(client, f"{scheduler.config.redis.prefix}:ran")
-    with fleet(path, tmp_path, redis_server, "tests.recording_handlers:timed", runs.key):
+    with fleet(path, tmp_path, redis_server.url, runs.key, WORKERS, SLOTS, handlers="tests.recording_handlers:timed"):
         wait_for(lambda: runs.of(CHANGER) >= changed, 300, f"{changed} jobs of the changing tenant done")
     order = runs.read()
     ends = [i for i, (tenant, _) in enumerate(order) if tenant == CHANGER]
