@@ -1263,9 +1263,14 @@ class Model:
                                   for account in RawClass.key_accounts(accounts_now, accounts_before, now,
                                                                        s.window_ms, s.account_top)
                                   for key, _ in cls.accounts.get(account, empty).top(s.account_keys)]}
+            oldest = cls.heads.head(s.heads)
+            account_holds = bool(s.account_sep and (s.account_cap or s.account_pace_us))
             raw[name] = RawClass(
                 **by_account,
-                heads=cls.heads.head(s.heads),
+                heads=oldest,
+                held_heads=frozenset(t for t, _ in oldest if s.holds and (
+                    self._held_in(name, t) is not None
+                    or (account_holds and self._held_in(name, ACCOUNT_MARK + self._party(t)) is not None))),
                 active_tenants=len(cls.backlog),
                 top_backlog=cls.backlog.top(s.backlog_top),
                 top_inflight=cls.inflight.top(s.inflight_top),

@@ -779,7 +779,7 @@ def _pairs_int(flat: list[Any]) -> dict[str, int]:
 
 
 def _raw_class(reply: list[Any]) -> RawClass:
-    heads, active, backlog, inflight, now, before, now_total, before_total, rows, accounts = reply
+    heads, active, backlog, inflight, now, before, now_total, before_total, rows, accounts, held = reply
     by_account: dict[str, Any] = {}
     if accounts:  # with accounts: the parties queued, their service in both buckets, their backlog
         keys = accounts[4]
@@ -793,6 +793,7 @@ def _raw_class(reply: list[Any]) -> RawClass:
         served_now=_pairs(now), served_before=_pairs(before), served_now_total=int(now_total),
         served_before_total=int(before_total),
         sample=[(_text(rows[i]), int(rows[i + 1]), float(rows[i + 2]), float(rows[i + 3])) for i in range(0, len(rows), 4)],
+        held_heads=frozenset(_text(t) for t in held),
     )
 
 

@@ -83,6 +83,9 @@ class RawClass:
     accounts_backlog: Pairs = ()  # (account, queued jobs), most first
     # The busiest accounts' busiest queued keys: (account, key, served now, served before).
     account_keys: Sequence[tuple[str, str, float, float]] = ()
+    # Of ``heads``, the tenants a dispatch limit holds (theirs or their account's): they wait on
+    # their own limit, not on the others, so the quiet tenants' oldest age passes them by.
+    held_heads: frozenset[str] = frozenset()
 
     @staticmethod
     def key_accounts(now: Pairs, before: Pairs, now_ms: float, window_ms: int, top: int) -> list[str]:
@@ -182,6 +185,17 @@ def jain_index(values: Sequence[float]) -> float:
     return total * total / (len(values) * sum(v * v for v in values))
 
 
+def _quiet_head(raw: RawClass, noisy: Callable[[str], bool], read: int) -> float | None:
+    """The enqueue time of the oldest head that is neither noisy nor held by a dispatch limit. Past
+    every head read (``read`` of them, none quiet), the last one's: no head unread is older."""
+    skipped = False
+    for tenant, ms in raw.heads:
+        if not noisy(tenant) and tenant not in raw.held_heads:
+            return ms
+        skipped = True
+    return raw.heads[-1][1] if skipped and len(raw.heads) >= read else None
+
+
 def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: bool, raw: RawClass,
                   now_ms: float, weight: float) -> ClassSnapshot:
     exp = config.exporter
@@ -193,7 +207,7 @@ def _derive_class(config: Config, name: str, stats: Mapping[str, int], paused: b
     by_inflight = [t for t, n in raw.top_inflight if n > NOISY_SHARE * inflight and n >= exp.noisy_min_inflight]
     by_backlog = [t for t, n in raw.top_backlog if n > NOISY_SHARE * depth and n >= exp.noisy_min_queued]
     noisy = tuple(dict.fromkeys(by_inflight + by_backlog))
-    quiet = next((ms for t, ms in raw.heads if t not in noisy), None)
+    quiet = _quiet_head(raw, lambda t: t in noisy, heads_to_read(exp.topk_tenants, config.tenants.account_separator is not None))
     window = _windowed(raw.served_now, raw.served_before, weight)
     top = sorted(window.items(), key=lambda kv: (-kv[1], kv[0]))[: exp.topk_tenants]
     processed_window = raw.served_now_total + raw.served_before_total * weight
@@ -268,9 +282,7 @@ def _accounts(config: Config, raw: RawClass, processed_window: float, weight: fl
         in_flight[account] = in_flight.get(account, 0) + n
     noisy = {a for a, n in in_flight.items() if n > NOISY_SHARE * inflight and n >= exp.noisy_min_inflight}
     noisy |= {a for a, n in raw.accounts_backlog if n > NOISY_SHARE * depth and n >= exp.noisy_min_queued}
-    quiet = next((ms for t, ms in raw.heads if account_of(t, separator) not in noisy), None)
-    if quiet is None and len(raw.heads) >= ACCOUNT_HEADS:  # past every head read: at most the last one's age
-        quiet = raw.heads[-1][1]
+    quiet = _quiet_head(raw, lambda t: account_of(t, separator) in noisy, ACCOUNT_HEADS)
     return {
         "active_accounts": raw.active_accounts,
         "account_shares": tuple((a, min(1.0, n / processed_window)) for a, n in top) if processed_window > 0 else (),

@@ -125,3 +125,19 @@ def test_a_limited_tenant_routes_to_one_shard_of_its_hand() -> None:
     assert router.hand("b", 6, settings) == router.hand("b", 6)
     everyone = derive(make_config(redis={"shards": 6, "shard_hand": 3}, tenants={"dispatch_rate": "5/s"}))
     assert pinned(everyone, "b")
+
+
+def test_the_quiet_tenants_age_passes_a_held_tenant_by(client: redis.Redis) -> None:
+    clock = [1_700_000_000_000]
+    q = _queue(client, clock, batch=1, overrides={"acme": {"max_in_flight": 1}})
+    q.submit_many("send_newsletter", "acme", [{}] * 3)  # acme's are the oldest jobs
+    clock[0] += 20_000
+    q.submit("send_newsletter", "b")
+    q.pop(1)  # acme's first: acme is at its cap
+    clock[0] += 10_000
+    assert q.pop(2)[0].tenant == "b"  # acme held on the way
+    q.submit("send_newsletter", "c")
+    clock[0] += 5_000
+    low = q.snapshot().classes["jobs:medium"]
+    assert low.oldest_age == pytest.approx(35.0)  # acme's jobs do wait: the class's oldest is theirs
+    assert low.quiet_oldest_age == pytest.approx(5.0)  # but on their own limit: c is the quiet one

@@ -1877,8 +1877,24 @@ function ops.snapshot_class()
     accounts = {redis.call('ZCARD', ckey(c, PART_ACCOUNT_BACKLOG)), now_top, before_top,
                 redis.call('ZREVRANGE', ckey(c, PART_ACCOUNT_BACKLOG), 0, cfg.backlog_top - 1, 'WITHSCORES'), keys}
   end
+  -- Of the heads read, the tenants held by a dispatch limit (their own or their account's): they
+  -- wait on their own limit, so the quiet tenants' age passes them by. One ZMSCORE for them all.
+  local heads = redis.call('ZRANGE', ckey(c, PART_HEADS), 0, cfg.heads - 1, 'WITHSCORES')
+  local held = {}
+  if HOLDS and #heads > 0 then
+    local members, per = {}, ACCOUNT_HOLDS and 2 or 1
+    for k = 1, #heads, 2 do
+      members[#members + 1] = c .. SEP .. heads[k]
+      if ACCOUNT_HOLDS then members[#members + 1] = c .. SEP .. ACCOUNT_MARK .. account_of(heads[k]) end
+    end
+    local due = redis.call('ZMSCORE', HK.held, unpack(members))
+    for k = 1, #heads, 2 do
+      local at = (k - 1) / 2 * per
+      if due[at + 1] or (per == 2 and due[at + 2]) then held[#held + 1] = heads[k] end
+    end
+  end
   return {
-    redis.call('ZRANGE', ckey(c, PART_HEADS), 0, cfg.heads - 1, 'WITHSCORES'),
+    heads,
     redis.call('ZCARD', ckey(c, PART_BACKLOG)),
     redis.call('ZREVRANGE', ckey(c, PART_BACKLOG), 0, cfg.backlog_top - 1, 'WITHSCORES'),
     redis.call('ZREVRANGE', ckey(c, PART_INFLIGHT), 0, cfg.inflight_top - 1, 'WITHSCORES'),
@@ -1888,6 +1904,7 @@ function ops.snapshot_class()
     num(redis.call('GET', ckey(c, PART_SERVED_TOTAL .. (bucket - 1)))),
     rows,
     accounts,
+    held,
   }
 end
 
