@@ -80,6 +80,7 @@ class Settings:
     account_pace_us: int
     account_burst: int
     has_cap: bool  # some tenant has a cap: leases count in RUNNING by tenant
+    least_cap: int  # the lowest tenant cap: a settle of a tenant that ran fewer looks for no cap hold
     has_pace: bool  # some tenant has a rate
     holds: bool  # any dispatch limit at all, a tenant's or an account's
     default_tier: str  # tenants.default_tier: a queued party with no cost entry is charged as it
@@ -172,6 +173,7 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
         account_pace_us=account_pace,
         account_burst=tenants.dispatch_burst,
         has_cap=has_cap,
+        least_cap=min((c for c in (*caps.values(), *tenant_caps.values()) if c > 0), default=0),
         has_pace=has_pace,
         holds=has_cap or has_pace or bool(account_cap) or bool(account_pace),
         default_tier=config.tenants.default_tier,

@@ -525,10 +525,21 @@ local function unhold(c, member)
 end
 
 -- n leases of `member` more (or fewer, n negative), all classes together; a member held at its
--- cap rejoins every class it is held in as one of its jobs settles.
-local function count_running(member, n)
-  if number(redis.call('ZINCRBY', HK.running, int(n), member)) <= 0 then redis.call('ZREM', HK.running, member) end
-  if n < 0 then
+-- cap rejoins every class it is held in as one of its jobs settles. `least`: the lowest cap it can
+-- have; a member that ran fewer cannot have been held at one, and no hold is looked for.
+local function count_running(member, n, least)
+  if n > 0 then
+    redis.call('ZINCRBY', HK.running, int(n), member)
+    return
+  end
+  -- Read first, as release_inflight does: the usual release takes the last.
+  local had = num(redis.call('ZSCORE', HK.running, member))
+  if had + n <= 0 then
+    redis.call('ZREM', HK.running, member)
+  else
+    redis.call('ZINCRBY', HK.running, int(n), member)
+  end
+  if had >= least then
     local classes = redis.call('HGET', HK.capped, member)
     if classes then
       redis.call('HDEL', HK.capped, member)
@@ -538,8 +549,8 @@ local function count_running(member, n)
 end
 
 local function leases_counted(tenant, n)
-  if cfg.has_cap then count_running(tenant, n) end
-  if ACCOUNTS and cfg.account_cap > 0 then count_running(ACCOUNT_MARK .. account_of(tenant), n) end
+  if cfg.has_cap then count_running(tenant, n, cfg.least_cap) end
+  if ACCOUNTS and cfg.account_cap > 0 then count_running(ACCOUNT_MARK .. account_of(tenant), n, cfg.account_cap) end
 end
 
 local HELD_KEY = '^([^' .. SEP .. ']*)' .. SEP .. '(.*)$'
@@ -1216,7 +1227,7 @@ local function ready_head(c)
       local own
       own, due, tenant_tat = headroom(tenant, limit_of(cfg.tenant_cap, cfg.cap, tenant, tier), pace,
         limit_of(cfg.tenant_burst, cfg.burst, tenant, tier))
-      if own >= 1 then return party, t[2], tenant, inner, math.min(room, own), account_tat, tenant_tat, pace end
+      if own >= 1 then return party, t[2], tenant, inner, math.min(room, own), account_tat, tenant_tat, pace, tier end
       park(c, tenant, due)
     end
   end
@@ -1299,8 +1310,8 @@ function ops.pop()
     local c = cfg.classes[ci]
     local tenant, n
     if policy == 'weighted-fair' then
-      local party, tag_text, inner, room, account_tat, tenant_tat, pace
-      party, tag_text, tenant, inner, room, account_tat, tenant_tat, pace = ready_head(c)
+      local party, tag_text, inner, room, account_tat, tenant_tat, pace, tier
+      party, tag_text, tenant, inner, room, account_tat, tenant_tat, pace, tier = ready_head(c)
       if party ~= nil and tenant == nil then
         return redis.error_reply('FAIRCTL_DAMAGED ' .. c .. ' counts ' .. depth[ci] .. ' queued jobs but no tenant ' ..
           'holds any: scheduler keys were deleted or evicted (is maxmemory-policy noeviction?)')
@@ -1321,7 +1332,7 @@ function ops.pop()
       else
         local tag = number(tag_text)
         redis.call('SET', ckey(c, PART_VT), tag_text)  -- the score's text: the same number
-        local cost = cost_of(redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier)
+        local cost = cost_of(tier or redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier)
         local items, left = take(c, tenant, math.min(cfg.batch, want - #out, cap[ci], room))
         n = #items
         local work = cfg.runtime and record_charges(items, estimates(ci, tenant, items)) or n
