@@ -750,17 +750,20 @@ def _limits(g: _Group, tenant: str, tier: str) -> Iterator[Limit]:
     config field that sets it."""
     t = g.config.tenants
     lookup = tier if tier in t.tiers else t.default_tier
-    for name, unit in (("max_in_flight", " jobs running at once, all classes"), ("dispatch_rate", " jobs started "
-                       "a second"), ("dispatch_burst", " jobs started at once"), ("max_queued", " jobs queued"),
-                       ("max_rate", " jobs accepted a second")):
+    for name, unit in (("max_in_flight", "{} running at once, all classes"), ("dispatch_rate", "{} started a second"),
+                       ("dispatch_burst", "{} started at once"), ("max_queued", "{} queued"),
+                       ("max_rate", "{} accepted a second")):
         value = t.limit_for(lookup, name, tenant)
         where = _field(t, lookup, name, tenant) if name in ("max_in_flight", "dispatch_rate", "dispatch_burst") \
             else t.limit_field(lookup, name)
-        text = f"{value:g}{unit}" if value is not None else "none"
-        yield Limit(name, value, where, text)
+        yield Limit(name, value, where, _limit_text(value, unit))
     if g.settings.account_sep:
-        for name, unit in (("account_max_in_flight", " jobs running at once"), ("account_dispatch_rate",
-                           " jobs started a second"), ("account_max_queued", " jobs queued"),
-                           ("account_max_rate", " jobs accepted a second")):
+        for name, unit in (("account_max_in_flight", "{} running at once"), ("account_dispatch_rate", "{} started a second"),
+                           ("account_max_queued", "{} queued"), ("account_max_rate", "{} accepted a second")):
             value = t.limit_for(lookup, name)
-            yield Limit(name, value, f"tenants.{name}", f"{value:g}{unit} for its account" if value else "none")
+            yield Limit(name, value, f"tenants.{name}", _limit_text(value or None, unit + " for its account"))
+
+
+def _limit_text(value: float | None, unit: str) -> str:
+    """``2 jobs running at once``, ``1 job started a second``; ``none`` for no limit."""
+    return "none" if value is None else f"{value:g} " + unit.format("job" if value == 1 else "jobs")
