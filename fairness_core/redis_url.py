@@ -2,22 +2,31 @@
 
 ``redis://`` (TCP), ``rediss://`` (TLS; ``?ssl_ca_certs=PATH`` and redis-py's other ``ssl_*``
 query options), ``unix://`` (a socket), each with optional ``user:password@``; ``redis+cluster://``
-and ``rediss+cluster://`` name one seed node of a Redis Cluster. A URL may hold a password, so no
-message built here ever quotes one.
+and ``rediss+cluster://`` name one seed node of a Redis Cluster; ``redis+sentinel://`` and
+``rediss+sentinel://`` name the sentinels of a Sentinel-managed master,
+``HOST:PORT[,HOST:PORT...]/SERVICE[/DB]``, the user, password and TLS options being the master's.
+A URL may hold a password, so no message built here ever quotes one.
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+from contextlib import suppress
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from redis import connection
 from redis.connection import parse_url
 
 CLUSTER_SUFFIX = "+cluster"
-URL_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
-URL_HINT = "expected a redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL"
+SENTINEL_SUFFIX = "+sentinel"
+URL_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
+URL_HINT = ("expected a redis://, rediss://, unix://, redis+cluster://, rediss+cluster://, redis+sentinel:// or "
+            "rediss+sentinel:// URL")
+SENTINEL_PORT = 26379
+_SENTINEL = re.compile(r"^(rediss?)\+sentinel://(?:(?P<user>[^@/]*)@)?(?P<hosts>[^/?#@]+)/(?P<service>[^/?#]+)"
+                       r"(?:/(?P<db>\d*))?/?(?P<query>\?[^#]*)?$")
 _SCHEME = re.compile(r"^([a-z+]+)://")
 # What a URL may set: the keyword arguments of redis-py's connection pool and connections.
 _OPTIONS = frozenset(
@@ -31,6 +40,37 @@ def is_cluster(url: str) -> bool:
     return urlsplit(url).scheme.endswith(CLUSTER_SUFFIX)
 
 
+def is_sentinel(url: str) -> bool:
+    return urlsplit(url).scheme.endswith(SENTINEL_SUFFIX)
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """A Sentinel URL's parts: the sentinels, the master's service name, and the URL of one plain
+    server with the master's user, password, database and TLS options (its host a placeholder)."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    master: str
+
+
+def sentinel_parts(url: str) -> SentinelURL:
+    """The parts of a ``redis+sentinel://`` URL; ValueError, never quoting it, when it is not one."""
+    match = _SENTINEL.match(url)
+    if match is None:
+        raise ValueError("expected redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]")
+    sentinels = []
+    for item in match.group("hosts").split(","):
+        host, _, port = item.strip().rpartition(":") if ":" in item else (item.strip(), "", str(SENTINEL_PORT))
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("each sentinel is HOST:PORT (port 1-65535), separated by commas")
+        sentinels.append((host.strip("[]"), int(port)))
+    user = f"{match.group('user')}@" if match.group("user") is not None else ""
+    db = match.group("db") or "0"
+    master = f"{match.group(1)}://{user}sentinel-master/{db}{match.group('query') or ''}"
+    return SentinelURL(tuple(sentinels), match.group("service"), master)
+
+
 def without_cluster(url: str) -> str:
     """The URL redis-py's own parser reads (it knows no ``+cluster`` schemes)."""
     return url.replace(CLUSTER_SUFFIX, "", 1) if is_cluster(url) else url
@@ -41,6 +81,8 @@ def check_url(url: str) -> None:
     match = _SCHEME.match(url)
     if match is None or match.group(1) not in URL_SCHEMES:
         raise ValueError(URL_HINT)
+    if is_sentinel(url):
+        url = sentinel_parts(url).master
     try:
         options = parse_url(without_cluster(url))
     except ValueError:  # redis-py's message may quote part of the URL (a "port" that is a password)
@@ -62,6 +104,11 @@ def check_url(url: str) -> None:
 
 def location(url: str) -> str:
     """``host:port`` (or the socket path) of a URL, for messages: never the user or password."""
+    if is_sentinel(url):
+        with suppress(ValueError):
+            named = sentinel_parts(url)
+            return f"{named.service} via sentinel " + ",".join(f"{host}:{port}" for host, port in named.sentinels)
+        return "sentinel"
     parts = urlsplit(without_cluster(url))
     try:
         port = parts.port

@@ -388,10 +388,10 @@ class Scheduler:
         packed = [hiredis.pack_command(command)]  # type: ignore[arg-type]  # its stub types one element; 0.9 µs; redis-py's pack_command wrapping it: 3.4 µs
         _drop_if_closed(conn)
         try:
-            conn.send_packed_command(packed, check_health=False)
+            _connected(conn).send_packed_command(packed, check_health=False)
         except redis.ConnectionError:  # nothing was read of it: the connection was already broken
             conn.disconnect()
-            conn.send_packed_command(packed, check_health=False)
+            _connected(conn).send_packed_command(packed, check_health=False)
         try:
             return conn.read_response()
         except redis.BusyLoadingError:  # Redis's reply (it is loading its data): the call did not run
@@ -728,6 +728,15 @@ class Scheduler:
             raise ValueError(f"limit: expected 1..{MAX_POP}, got {limit!r}")
         done, skipped = self._call("dead", action, queue or "", len(ids) if ids else limit, *ids)
         return DeadOutcome(done=[_text(i) for i in done], skipped=[_text(i) for i in skipped])
+
+
+def _connected(conn: Any) -> Any:
+    """``conn``, connected by its own ``connect``: a Sentinel-managed connection asks the sentinels
+    for the master there, which a send on an unconnected one would skip (it connects to its
+    default host)."""
+    if getattr(conn, "_sock", None) is None:
+        conn.connect()
+    return conn
 
 
 def _drop_if_closed(conn: Any) -> None:

@@ -102,6 +102,7 @@ LIVE_FIXTURES = frozenset({
     "server",  # a module's own redis-server: tests/test_doc_examples.py, tests/test_sharded.py
     "own_redis", "debuggable_redis", "secure_redis",  # test_exporter, test_reliability, test_security
     "alertmanager",  # tests/test_compose.py: the real Alertmanager on the compose config
+    "sentinel_group",  # tests/test_sentinel_live.py: a master, a replica and three sentinels
 })
 
 
