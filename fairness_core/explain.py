@@ -35,7 +35,7 @@ from .connection import redis_errors
 from .jobs import SEP, DeadLetter, Envelope, InvalidJob, Record, check_tenant, decoded, named
 from .keys import ACCOUNT_MARK, CLASS_PARTS, Keys
 from .queue import Queue
-from .settings import Settings, derive
+from .settings import Settings, derive, paced
 from .snapshot import window_weight
 
 # The search's default bounds: sub-queues read, and queued jobs (or retries, or dead letters) read.
@@ -492,13 +492,6 @@ class _Finder:
 # ------------------------------------------------------------------ why a tenant's jobs wait
 
 
-def _limit_of(override: Mapping[str, int], by_tier: Mapping[str, int], tenant: str, tier: str, default: str) -> int:
-    """As the script's ``limit_of``: the tenant's override, else its tier's, else the default tier's."""
-    if tenant in override:
-        return override[tenant]
-    return by_tier[tier] if tier in by_tier else by_tier.get(default, 0)
-
-
 def _field(tenants: TenantsConfig, tier: str, name: str, tenant: str) -> str:
     """The config field that sets the limit ``name`` of ``tenant`` as ``tier``."""
     own = tenants.overrides.get(tenant)
@@ -528,10 +521,10 @@ def _members(g: _Group, tenant: str, tier: str) -> list[tuple[str, _Member]]:
     out = []
     if s.has_cap or s.has_pace:
         out.append((tenant, _Member(
-            f"tenant {tenant}", "", _limit_of(s.tenant_cap, s.cap, tenant, tier, s.default_tier),
+            f"tenant {tenant}", "", s.limit_of(s.tenant_cap, s.cap, tenant, tier),
             _field(tenants, tier, "max_in_flight", tenant),
-            _limit_of(s.tenant_pace_us, s.pace_us, tenant, tier, s.default_tier),
-            _limit_of(s.tenant_burst, s.burst, tenant, tier, s.default_tier),
+            s.limit_of(s.tenant_pace_us, s.pace_us, tenant, tier),
+            s.limit_of(s.tenant_burst, s.burst, tenant, tier),
             _field(tenants, tier, "dispatch_rate", tenant), _field(tenants, tier, "dispatch_burst", tenant))))
     if s.account_sep and (s.account_cap or s.account_pace_us):
         account = account_of(tenant, s.account_sep)
@@ -551,10 +544,9 @@ def _held(g: _Group, queue: str, m: _Member, running: int, tat_us: float | None,
                                         "jobs settles",
                       {"running": running, "limit": m.cap, "field": m.cap_field, "held": due == math.inf})
     if m.pace_us > 0:
-        now_us, slack = g.now_ms * 1000, (m.burst - 1) * m.pace_us
-        tat = max(tat_us or 0.0, now_us)
-        if math.floor((now_us + slack - tat) / m.pace_us) + 1 < 1:
-            start = max(math.ceil((tat - slack) / 1000), due if due is not None and due != math.inf else 0)
+        tokens, _, next_ms = paced(g.now_ms, tat_us, m.pace_us, m.burst)
+        if tokens < 1:
+            start = max(next_ms, due if due is not None and due != math.inf else 0)
             rate = 1_000_000 / m.pace_us
             parked = "it is held out of" if due is not None else "the next pop to reach it holds it out of"
             return Reason(m.prefix + "rate", f"{m.who} is out of its dispatch rate: next start at {g.at(start)}; rate "

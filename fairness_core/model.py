@@ -42,7 +42,17 @@ from .jobs import (
     settled,
 )
 from .keys import ACCOUNT_MARK
-from .settings import REAP_GAP_MS, RETURNED_KEEP_MS, SWEEP_BATCH, default_tier_left, derive, rebases_tags, recorded_cost, regroups
+from .settings import (
+    REAP_GAP_MS,
+    RETURNED_KEEP_MS,
+    SWEEP_BATCH,
+    default_tier_left,
+    derive,
+    paced,
+    rebases_tags,
+    recorded_cost,
+    regroups,
+)
 from .snapshot import RawClass, Snapshot, build_snapshot
 from .zset import ZSet
 
@@ -306,11 +316,9 @@ class Model:
             if room < 1:
                 return 0, math.inf, None
         if pace > 0:
-            now_us, slack = now * 1000, (burst - 1) * pace
-            tat = max(self.pace.score(member) or 0, now_us)
-            tokens = math.floor((now_us + slack - tat) / pace) + 1
+            tokens, tat, due = paced(now, self.pace.score(member), pace, burst)
             if tokens < 1:
-                return 0, math.ceil((tat - slack) / 1000), None
+                return 0, due, None
             return min(room, tokens), None, tat
         return room, None, None
 
@@ -424,10 +432,10 @@ class Model:
             if tenant is None or not (s.has_cap or s.has_pace):
                 return party, tag, tenant, inner, room, account_tat, None, 0
             tier = self._tier(cls, party)
-            pace = _limit_of(s.tenant_pace_us, s.pace_us, tenant, tier, s.default_tier)
+            pace = s.limit_of(s.tenant_pace_us, s.pace_us, tenant, tier)
             own, due, tenant_tat = self._headroom(
-                now, tenant, _limit_of(s.tenant_cap, s.cap, tenant, tier, s.default_tier), pace,
-                _limit_of(s.tenant_burst, s.burst, tenant, tier, s.default_tier))
+                now, tenant, s.limit_of(s.tenant_cap, s.cap, tenant, tier), pace,
+                s.limit_of(s.tenant_burst, s.burst, tenant, tier))
             if own >= 1:
                 return party, tag, tenant, inner, min(room, own), account_tat, tenant_tat, pace
             self._park(queue, tenant, due)  # type: ignore[arg-type]
@@ -1352,13 +1360,6 @@ def _learned(old: int | None, ran: int, smoothing: float) -> int:
 def hold_reason(member: str, due: float) -> str:
     """Why a member is held, as the stats name it: cap or rate, ``account_`` first for an account."""
     return ("account_" if member.startswith(ACCOUNT_MARK) else "") + ("cap" if due == math.inf else "rate")
-
-
-def _limit_of(override: Mapping[str, int], by_tier: Mapping[str, int], tenant: str, tier: str, default_tier: str) -> int:
-    """As the Lua's ``limit_of``: the tenant's override, else its tier's, else the default tier's."""
-    if tenant in override:
-        return override[tenant]
-    return by_tier[tier] if tier in by_tier else by_tier[default_tier]
 
 
 def _first_score(cls: _Class) -> float | None:

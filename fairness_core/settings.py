@@ -7,6 +7,7 @@ is computed in one place and the two implementations cannot disagree about it.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Mapping
@@ -115,6 +116,14 @@ class Settings:
         return (self.costs.get(tier) or self.costs.get(self.tier_moved.get(tier, "")) or recorded_cost(tier)
                 or self.default_cost)
 
+    def limit_of(self, override: Mapping[str, int], by_tier: Mapping[str, int], tenant: str, tier: str) -> int:
+        """As the Lua's ``limit_of``: a dispatch limit of ``tenant`` charged as ``tier`` (``cap``,
+        ``pace_us`` or ``burst``, with its per-tenant ``override``): its override's, else its
+        tier's, else, for a tier the config no longer names, the default tier's (0: none)."""
+        if tenant in override:
+            return override[tenant]
+        return by_tier[tier] if tier in by_tier else by_tier[self.default_tier]
+
     def tier_weight(self, tier: str) -> float:
         """A tenant's weight against its class's other tenants (``tenants.tiers``), from its cost:
         the costs are inversely proportional to the configured weights."""
@@ -213,6 +222,15 @@ def derive(config: Config, moves: Moves = NO_MOVES, names: Names | None = None, 
         account_keys=ACCOUNT_KEYS,
         dedup_window_ms=int(config.scheduler.dedup_window * 1000),
     )
+
+
+def paced(now_ms: float, tat_us: float | None, pace_us: int, burst: int) -> tuple[int, float, int]:
+    """As the Lua's ``headroom`` for a dispatch rate (GCRA): the starts a bucket of ``burst`` at
+    ``pace_us`` a start allows at ``now_ms`` (below 1: none), the arrival time (µs) it counts from,
+    and when (ms) its next start is due."""
+    now_us, slack = now_ms * 1000, (burst - 1) * pace_us
+    tat = max(tat_us or 0, now_us)
+    return math.floor((now_us + slack - tat) / pace_us) + 1, tat, math.ceil((tat - slack) / 1000)
 
 
 def _pace_us(rate: float | None) -> int:
