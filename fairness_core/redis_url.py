@@ -14,7 +14,7 @@ import inspect
 import re
 from contextlib import suppress
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from redis import connection
 from redis.connection import parse_url
@@ -25,6 +25,9 @@ URL_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "re
 URL_HINT = ("expected a redis://, rediss://, unix://, redis+cluster://, rediss+cluster://, redis+sentinel:// or "
             "rediss+sentinel:// URL")
 SENTINEL_PORT = 26379
+MAX_DB = 2**31 - 2  # the last database of the most Redis can have (its ``databases`` setting is at most INT_MAX)
+DB_HINT = (f"the URL's database (the /<db> after host:port, or ?db=) must be a number from 0 to {MAX_DB}; "
+           "percent-encode characters such as / ? # @ : in the user name and password")
 _SENTINEL = re.compile(r"^(rediss?)\+sentinel://(?:(?P<user>[^@/]*)@)?(?P<hosts>[^/?#@]+)/(?P<service>[^/?#]+)"
                        r"(?:/(?P<db>\d*))?/?(?P<query>\?[^#]*)?$")
 _SCHEME = re.compile(r"^([a-z+]+)://")
@@ -83,6 +86,7 @@ def check_url(url: str) -> None:
         raise ValueError(URL_HINT)
     if is_sentinel(url):
         url = sentinel_parts(url).master
+    _check_db(without_cluster(url))
     try:
         options = parse_url(without_cluster(url))
     except ValueError:  # redis-py's message may quote part of the URL (a "port" that is a password)
@@ -100,6 +104,17 @@ def check_url(url: str) -> None:
     except UnicodeError:
         raise ValueError("the URL's host is not a host name; percent-encode characters such as / ? # @ : in "
                          "the user name and password") from None
+
+
+def _check_db(url: str) -> None:
+    """ValueError, never quoting the URL, for a database that is not a number Redis could have:
+    redis-py reads ``/abc`` as database 0, ``/1/2`` as 12 and ``?db=-1`` as -1."""
+    parts = urlsplit(url)
+    given = [value for name, value in parse_qsl(parts.query, keep_blank_values=True) if name == "db"]
+    if parts.scheme in ("redis", "rediss") and parts.path not in ("", "/"):
+        given.append(unquote(parts.path).removeprefix("/"))
+    if not all(db.isascii() and db.isdigit() and int(db) <= MAX_DB for db in given):
+        raise ValueError(DB_HINT)
 
 
 def location(url: str) -> str:

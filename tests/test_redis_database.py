@@ -1,5 +1,6 @@
 """A Redis URL whose database (its /<db>) the server does not have: one line naming --redis-url
-and how many databases the server has, from every command; a clear error from the library."""
+and how many databases the server has, from every command; a clear error from the library. One
+whose database is no number Redis could have is refused before any connection."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from fairctl.cli import app
-from fairness_core import Queue, RedisDatabaseOutOfRange, RedisUnavailable, redis_client
+from fairness_core import ConfigError, Queue, RedisDatabaseOutOfRange, RedisUnavailable, load_config, redis_client
 from fairness_stack.servers import RedisServer
 
+from .conftest import EXAMPLE_CONFIG
 from .support import write_config
 
 ONE_LINE = re.compile(r"fairctl: error: --redis-url: Redis at 127\.0\.0\.1:\d+ has (\d+) databases \(0 to \d+\), "
@@ -63,3 +66,27 @@ def test_when_config_is_refused_it_just_says_out_of_range(tmp_path: Path) -> Non
         assert raised.value.databases is None
         assert str(raised.value) == (f"Redis at 127.0.0.1:{server.port} has no database 16 (out of range for the "
                                      "server): fix the /<db> at the end of the URL")
+
+
+BAD_DATABASES = ["/abc", "/-1", "/1/2", "/2147483647", "/0?db=x", "/0?db=-1", "/0?db="]
+
+
+@pytest.mark.parametrize("db", BAD_DATABASES)
+def test_a_database_that_is_no_number_redis_could_have_is_refused_naming_redis_url(db: str) -> None:
+    """redis-py would read ``/abc`` as database 0 and ``/1/2`` as 12: a queue on the wrong data."""
+    result = CliRunner().invoke(app, ["status", "--interval", "0", "--config", str(EXAMPLE_CONFIG),
+                                      "--redis-url", f"redis://app:s3cret@127.0.0.1:6379{db}"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("fairctl: error: --redis-url: the URL's database "), result.stderr
+    assert "s3cret" not in result.output
+
+
+@pytest.mark.parametrize("db", BAD_DATABASES)
+def test_a_config_whose_redis_url_has_no_usable_database_is_refused_naming_the_field(tmp_path: Path, db: str) -> None:
+    path = tmp_path / "fairness.yaml"
+    data = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    data["redis"]["url"] = f"rediss://app:s3cret@127.0.0.1:6379{db}"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"redis\.url: the URL's database ") as raised:
+        load_config(path)
+    assert "s3cret" not in str(raised.value)
