@@ -2,7 +2,8 @@
 them, and turning expected failures into one clear line on stderr with exit code 2.
 
 Failures the user can fix (a bad argument, a bad config, Redis down) are not bugs, so they never
-show a traceback; each message starts with the argument to fix.
+show a traceback; each message starts with the argument to fix: for Redis, where its URL came
+from (``--redis-url``, ``FAIRCTL_REDIS_URL`` or the config file's ``redis.url``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+from click.core import ParameterSource
 from click.exceptions import Exit
 
 from exporter.metrics import group_of
@@ -40,6 +42,8 @@ from fairness_core.queue import group_configs, shard_config
 from .commands import BAD_ARGUMENT
 
 DEFAULT_CONFIG = Path("fairness.yaml")
+URL_VARIABLE = "FAIRCTL_REDIS_URL"
+_CONFIG_URLS = "fairctl.config_urls"  # click's ctx.meta: the config files whose redis.url a command uses
 PATH = click.Path(path_type=Path)  # a file or directory argument, as a pathlib.Path
 
 # The options most commands share, each a decorator (``@config_option``) that adds it.
@@ -56,7 +60,7 @@ configs_option = click.option(
          "separated by colons).",
 )
 redis_url_option = click.option(
-    "--redis-url", envvar="FAIRCTL_REDIS_URL", show_envvar=True, show_default=False,
+    "--redis-url", envvar=URL_VARIABLE, show_envvar=True, show_default=False,
     help="Redis to use instead of the config's redis.url (redis://, rediss://, unix://, "
          "redis+cluster:// or rediss+cluster://; user:password@ for ACLs).",
 )
@@ -79,7 +83,7 @@ def clear_errors(**argument_for_field: str) -> Iterator[None]:
         click.echo(f"fairctl: error: {exc}", err=True)
         raise Exit(BAD_ARGUMENT) from None
     except RedisUnavailable as exc:
-        fail("--redis-url", str(exc))  # the message names host:port only, never credentials
+        fail(url_origin(), str(exc))  # the message names host:port only, never credentials
     except InvalidJob as exc:
         fail(argument_for_field.get(exc.field, f"--{exc.field}"), str(exc).removeprefix(f"{exc.field}: "))
     except BudgetRejected as exc:
@@ -87,9 +91,22 @@ def clear_errors(**argument_for_field: str) -> Iterator[None]:
     except TenantLimitReached as exc:  # temporary, as a budget rejection: exit 1
         fail("--tenant", str(exc), code=1)
     except EvictionPolicyError as exc:
-        fail("--redis-url", str(exc))
+        fail(url_origin(), str(exc))
     except RedisMemoryFull as exc:  # temporary, as a budget rejection: exit 1
-        fail("--redis-url", str(exc), code=1)
+        fail(url_origin(), str(exc), code=1)
+
+
+def url_origin() -> str:
+    """Where the running command's Redis URL came from, to start its Redis errors with:
+    ``--redis-url``, ``FAIRCTL_REDIS_URL``, or ``FILE: redis.url`` (plain ``redis.url`` when
+    several config files give URLs)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return "redis.url"
+    if ctx.params.get("redis_url") is not None:
+        return URL_VARIABLE if ctx.get_parameter_source("redis_url") is ParameterSource.ENVIRONMENT else "--redis-url"
+    files = set(ctx.meta.get(_CONFIG_URLS, ()))
+    return f"{files.pop()}: redis.url" if len(files) == 1 else "redis.url"
 
 
 def load(config_path: Path, redis_url: str | None) -> Config:
@@ -130,7 +147,7 @@ def groups_of(config: Config) -> list[Config]:
     try:
         layout = open_queue(config).layout()
     except ValueError as exc:  # the message never repeats the URL
-        fail("--redis-url", str(exc))
+        fail(url_origin(), str(exc))
     except RedisUnavailable as exc:
         if is_cluster(config.redis.url):
             fail("--config", f"queue group {config.redis.prefix} is sharded over a Redis Cluster, and its shards' "
@@ -151,13 +168,16 @@ def config_file(config_path: Path) -> Path:
 
 
 def with_redis_url(config: Config, redis_url: str | None) -> Config:
-    """``config`` on ``--redis-url`` when one is given; fails with exit code 2 on a bad URL."""
+    """``config`` on ``--redis-url`` when one is given (else its file is noted for
+    :func:`url_origin`); fails with exit code 2 on a bad URL."""
     if redis_url is None:
+        if config.source is not None and (ctx := click.get_current_context(silent=True)) is not None:
+            ctx.meta.setdefault(_CONFIG_URLS, []).append(config.source)
         return config
     try:
         check_url(redis_url)
     except ValueError as exc:  # the message never echoes the URL: it may hold a password
-        fail("--redis-url", str(exc))
+        fail(url_origin(), str(exc))
     return dataclasses.replace(config, redis=dataclasses.replace(config.redis, url=redis_url))
 
 
@@ -176,7 +196,7 @@ def _client(config: Config) -> Any:
     try:
         return redis_client(config.redis.url)
     except ValueError as exc:  # the message never repeats the URL
-        fail("--redis-url", str(exc))
+        fail(url_origin(), str(exc))
 
 
 def check_classes(config: Config, names: list[str], argument: str) -> list[str]:

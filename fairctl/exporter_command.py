@@ -16,7 +16,7 @@ from exporter.config import serving
 from exporter.server import DEFAULT_PORT, listen_address, server_for, tls_context
 from exporter.sources import watched
 
-from .common import PATH, configs_option, fail, load_queues, redis_url_option
+from .common import PATH, configs_option, fail, load_queues, redis_url_option, url_origin
 
 log = logging.getLogger("fairctl.exporter")
 
@@ -61,7 +61,7 @@ def exporter(listen: str | None, tls_cert: Path | None, tls_key: Path | None, co
     try:
         server = server_for(queues, host, port, tls=tls)
     except ValueError as exc:  # the message never repeats the URL
-        fail("watch.url" if any((w := watched(c)) is not None and w.url for c in loaded) else "--redis-url", str(exc))
+        fail("watch.url" if any((w := watched(c)) is not None and w.url for c in loaded) else url_origin(), str(exc))
     try:
         server.start()
     except OSError as exc:

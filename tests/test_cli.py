@@ -194,6 +194,19 @@ def test_config_errors_and_redis_down_exit_2(tmp_path: Path, command: list[str])
     assert "hunter2" not in down.output
 
 
+@pytest.mark.parametrize("given", ["config", "option", "variable"])
+def test_redis_down_names_where_its_url_came_from(tmp_path: Path, given: str) -> None:
+    """The option, the variable, or the config file's redis.url: the one to fix."""
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+    path, _ = write_config(tmp_path, url if given == "config" else "redis://127.0.0.1:1/0")
+    args = ["enqueue", "x", "--tenant", "a", "--config", str(path), *(["--redis-url", url] if given == "option" else [])]
+    down = runner.invoke(app, args, env={"FAIRCTL_REDIS_URL": url if given == "variable" else None})
+    origin = {"config": f"{path}: redis.url", "option": "--redis-url", "variable": "FAIRCTL_REDIS_URL"}[given]
+    assert down.exit_code == 2, down.output
+    assert down.stderr.startswith(f"fairctl: error: {origin}: Redis at 127.0.0.1:"), down.stderr
+    assert "hunter2" not in down.output
+
+
 @pytest.mark.parametrize("command", sorted(app.list_commands(click.Context(app))))
 def test_every_command_explains_itself(command: str) -> None:
     result = invoke(command, "--help")
