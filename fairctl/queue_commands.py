@@ -18,6 +18,7 @@ from fairness_core.queue import NotSharded
 
 from .commands import Command, argument
 from .common import check_classes, clear_errors, config_option, connect, fail, load, redis_url_option
+from .interrupts import stopped
 
 LIST_IDS_UP_TO = 10
 
@@ -90,9 +91,14 @@ def enqueue(task: str, tenant: str, tier: str | None, user_waiting: bool, count:
         try:
             for _ in range(count):
                 done.append(scheduler.submit(task, tenant, body, tier=tier, user_waiting=user_waiting, key=key))
-        finally:
-            if 0 < len(done) < count:
-                click.echo(f"enqueued {len(done)} of {count} jobs before the error (last id {done[-1].job_id})", err=True)
+        except KeyboardInterrupt as exc:  # Ctrl-C is no error: its one line says how far it got
+            if count > 1:
+                stopped(exc, f"enqueued {len(done)} of {count} jobs{_last_id(done)}")
+            raise
+        except Exception:
+            if done:
+                click.echo(f"enqueued {len(done)} of {count} jobs before the error{_last_id(done)}", err=True)
+            raise
     ids = [e.job_id for e in done]
     if count <= LIST_IDS_UP_TO:
         click.echo(f"enqueued {count} job{'s' if count > 1 else ''}: {' '.join(ids)}")
@@ -107,6 +113,10 @@ def enqueue(task: str, tenant: str, tier: str | None, user_waiting: bool, count:
                    "have no handler for queued (counted in jobs_unhandled_total); name the task in a rule to "
                    "silence this.",
                    err=True)
+
+
+def _last_id(done: list[Enqueued]) -> str:
+    return f" (last id {done[-1].job_id})" if done else ""
 
 
 def only_catch_all(config: Config, task: str, tier: str | None, user_waiting: bool) -> bool:

@@ -1,6 +1,6 @@
 """One Ctrl-C (SIGINT to the process group, as a terminal sends it) or one SIGTERM (to fairctl
-alone, as ``kill`` sends it) stops ``simulate``, ``loadgen``, ``bench``, ``stack up`` and
-``drill`` promptly: one line on stderr saying so, exit 130 or 143, and no process left behind,
+alone, as ``kill`` sends it) stops ``simulate``, ``loadgen``, ``enqueue``, ``bench``, ``stack up``
+and ``drill`` promptly: one line on stderr saying so, exit 130 or 143, and no process left behind,
 neither in fairctl's session nor among the services it started in sessions of their own."""
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from typing import IO
 
 import pytest
 
+from fairness_core import Queue, redis_client
 from fairness_stack.servers import RedisServer
 from fairness_stack.supervisor import STATE_FILE, _port_free, proc_stat
 
 from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
-from .support import wait_for
+from .support import wait_for, write_config
 
 SIGNALS = [pytest.param(signal.SIGINT, id="SIGINT"), pytest.param(signal.SIGTERM, id="SIGTERM")]
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -153,6 +154,19 @@ def test_loadgen_stops_and_says_what_it_enqueued(signum: int, redis_server: Redi
     time.sleep(0.5)
     run.assert_stopped(signum, *run.stop_with(signum))
     assert len(run.stdout) == 1 and run.stdout[0].startswith("enqueued ")
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_enqueue_stops_and_says_how_many_it_enqueued(
+        signum: int, redis_server: RedisServer | GivenRedis, tmp_path: Path) -> None:
+    """Cut short, a big --count is an interruption, not an error: no "before the error"."""
+    path, config = write_config(tmp_path, redis_server.url)
+    queue = Queue(config, redis_client(redis_server.url))
+    run = Fairctl("enqueue", "newsletter", "--tenant", "a", "--count", "1000000", "--config", path)
+    run.wait_until(lambda: sum(c.depth for c in queue.snapshot().classes.values()) > 0, "the first jobs")
+    run.assert_stopped(signum, *run.stop_with(signum))
+    assert re.fullmatch(rf"fairctl: {WORD[signum]}; enqueued \d+ of 1000000 jobs \(last id \S+\)", run.stderr[-1])
+    assert run.stdout == []
 
 
 @pytest.mark.live  # the benchmark suite starts redis-servers
