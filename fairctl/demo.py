@@ -24,6 +24,7 @@ from fairness_stack.servers import RedisServer
 
 from .common import clear_errors, config_option, connect, fail, load
 from .handlers import sleep_for_service_time
+from .interrupts import stopped
 from .status_view import ClassStatus, class_statuses, render
 
 STORM_TENANT = "acme-marketing"
@@ -99,11 +100,13 @@ def run_demo(config: Config, seconds: float) -> None:
         thread.start()
     click.echo(f"\nWorking for {seconds:g}s with {WORKER_SLOTS} worker slots, "
                f"while {len(QUIET_TENANTS)} other tenants send {', '.join(TRICKLE)} ...")
-    time.sleep(seconds)
-    stop.set()
-    worker.stop()
-    for thread in threads:
-        thread.join()
+    try:
+        time.sleep(seconds)
+    finally:  # on Ctrl-C too: the threads stop before their redis-server does, or they would fail on it
+        stop.set()
+        worker.stop()
+        for thread in threads:
+            thread.join()
 
     rows = class_statuses(config, before, scheduler.snapshot(), 3)
     click.echo(f"\nAfter {seconds:g}s:\n" + render(rows, seconds, charge=config.scheduler.charge))
@@ -122,12 +125,15 @@ def demo(seconds: float, config: Path) -> None:
     in-process worker; prints the status before and after, and what it shows."""
     cfg = load(config, None)
     logging.basicConfig(level=logging.WARNING)
-    try:
-        server = RedisServer().start()
+    try:  # out of reach of the terminal's Ctrl-C: it is stopped below, once the demo's threads are
+        server = RedisServer(own_session=True).start()
     except (FileNotFoundError, RuntimeError) as exc:  # no redis-server binary, or it would not start
         fail("redis-server", str(exc), code=1)
     try:
         with clear_errors():
             run_demo(dataclasses.replace(cfg, redis=dataclasses.replace(cfg.redis, url=server.url)), seconds)
+    except KeyboardInterrupt as exc:
+        stopped(exc, "stopped the demo's worker and its redis-server")
+        raise
     finally:
         server.close()

@@ -74,11 +74,15 @@ class RedisServer:
     ``appendonly`` turns on AOF (fsync every write) for durability tests; ``extra_args`` are more
     ``redis-server`` options (TLS ports, ACL users, cluster mode). The plain loopback ``port`` is
     always served: readiness is checked there. ``binary`` is the server to run (default: the
-    ``redis-server`` on PATH), e.g. a ``valkey-server`` the benchmarks compare it with.
+    ``redis-server`` on PATH), e.g. a ``valkey-server`` the benchmarks compare it with. With
+    ``own_session`` it runs in a session of its own, out of reach of a terminal's Ctrl-C (which
+    goes to the whole foreground process group), so a command that owns it stops it itself, after
+    whatever uses it; others (tests, the benchmarks) keep it in their group, where killing the group
+    kills it too.
     """
 
     def __init__(self, *, port: int | None = None, appendonly: bool = False, directory: str | None = None,
-                 extra_args: tuple[str, ...] = (), binary: str | None = None) -> None:
+                 extra_args: tuple[str, ...] = (), binary: str | None = None, own_session: bool = False) -> None:
         self.binary = binary or find_binary("redis-server", INSTALL_HINT)
         self.port = port or free_port()
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -89,6 +93,7 @@ class RedisServer:
             self.directory = Path(self._tmp.name)
         self.appendonly = appendonly
         self.extra_args = extra_args
+        self.own_session = own_session
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -101,7 +106,8 @@ class RedisServer:
             "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "always",
             "--daemonize", "no", "--logfile", str(self.directory / "redis.log"), *self.extra_args,
         ]
-        process = self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        process = self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                                  start_new_session=self.own_session)
 
         def ready() -> bool:
             if process.poll() is not None:

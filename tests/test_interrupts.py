@@ -1,5 +1,5 @@
 """One Ctrl-C (SIGINT to the process group, as a terminal sends it) or one SIGTERM (to fairctl
-alone, as ``kill`` sends it) stops ``simulate``, ``loadgen``, ``enqueue``, ``bench``, ``stack up``
+alone, as ``kill`` sends it) stops ``simulate``, ``loadgen``, ``enqueue``, ``demo``, ``bench``, ``stack up``
 and ``drill`` promptly: one line on stderr saying so, exit 130 or 143, and no process left behind,
 neither in fairctl's session nor among the services it started in sessions of their own."""
 
@@ -167,6 +167,21 @@ def test_enqueue_stops_and_says_how_many_it_enqueued(
     run.assert_stopped(signum, *run.stop_with(signum))
     assert re.fullmatch(rf"fairctl: {WORD[signum]}; enqueued \d+ of 1000000 jobs \(last id \S+\)", run.stderr[-1])
     assert run.stdout == []
+
+
+@pytest.mark.live  # the demo starts its redis-server
+def test_ctrl_c_during_the_demo_stops_its_worker_then_its_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo's redis-server is out of the terminal's reach: stopped by the demo, after the
+    worker threads that use it, and none of them fails on it with a traceback."""
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")  # its progress lines reach the pipe as written
+    run = Fairctl("demo", "--seconds", "60")
+    run.wait_until(lambda: any(line.startswith("Working for") for line in run.stdout), "the demo's worker", timeout=120)
+    time.sleep(0.5)
+    took, after, below = run.stop_with(signal.SIGINT)
+    assert not any("Traceback" in line for line in run.stderr), run.stderr
+    run.assert_stopped(signal.SIGINT, took, after, below)
+    assert after == ["fairctl: interrupted; stopped the demo's worker and its redis-server"]
+    assert below, "its redis-server ran below it (and is gone, checked above)"
 
 
 @pytest.mark.live  # the benchmark suite starts redis-servers
