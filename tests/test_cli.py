@@ -199,7 +199,8 @@ def test_redis_down_names_where_its_url_came_from(tmp_path: Path, given: str) ->
     """The option, the variable, or the config file's redis.url: the one to fix."""
     url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
     path, _ = write_config(tmp_path, url if given == "config" else "redis://127.0.0.1:1/0")
-    args = ["enqueue", "x", "--tenant", "a", "--config", str(path), *(["--redis-url", url] if given == "option" else [])]
+    flag = ["--redis-url", url] if given == "option" else []
+    args = ["enqueue", "x", "--tenant", "a", "--config", str(path), *flag]
     down = runner.invoke(app, args, env={"FAIRCTL_REDIS_URL": url if given == "variable" else None})
     origin = {"config": f"{path}: redis.url", "option": "--redis-url", "variable": "FAIRCTL_REDIS_URL"}[given]
     assert down.exit_code == 2, down.output

@@ -1,6 +1,6 @@
 """One Ctrl-C (SIGINT to the process group, as a terminal sends it) or one SIGTERM (to fairctl
-alone, as ``kill`` sends it) stops ``simulate``, ``loadgen``, ``enqueue``, ``demo``, ``bench``, ``stack up``
-and ``drill`` promptly: one line on stderr saying so, exit 130 or 143, and no process left behind,
+alone, as ``kill`` sends it) stops ``simulate``, ``loadgen``, ``enqueue``, ``demo``, ``bench``,
+``stack up`` and ``drill`` promptly: one line on stderr saying so, exit 130 or 143, and no process left behind,
 neither in fairctl's session nor among the services it started in sessions of their own."""
 
 from __future__ import annotations
