@@ -39,7 +39,11 @@ def load_handlers(spec: str) -> HandlerRegistry:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         fail("--handlers", f"cannot import {module_name!r}: {exc}")
-    registry = getattr(module, attribute, None)
+    if not hasattr(module, attribute):
+        found = sorted(name for name, value in vars(module).items() if isinstance(value, HandlerRegistry))
+        has = f"; its HandlerRegistry objects: {', '.join(found)}" if found else "; it holds no HandlerRegistry"
+        fail("--handlers", f"{module_name} has no attribute {attribute!r}{has}")
+    registry = getattr(module, attribute)
     if not isinstance(registry, HandlerRegistry):
         fail("--handlers", f"{spec} is {type(registry).__name__}, expected a fairness_core.worker.HandlerRegistry")
     return registry
