@@ -30,9 +30,10 @@ def extra_of(exc: ModuleNotFoundError) -> str | None:
 
 
 def needs(command: str, exc: ModuleNotFoundError) -> str:
-    """``fairctl simulate needs matplotlib, which comes with the 'report' extra: pip install ...``"""
+    """``fairctl simulate needs the 'report' extra: pip install 'fairctl[report]' (no module
+    matplotlib)``: the extra first, as the module may be one the user never heard of (attr)."""
     module, extra = (exc.name or "").partition(".")[0], extra_of(exc)
-    return f"{command} needs {module}, which comes with the '{extra}' extra: pip install 'fairctl[{extra}]'"
+    return f"{command} needs the '{extra}' extra: pip install 'fairctl[{extra}]' (no module {module})"
 
 
 class MissingExtra(click.ClickException):
