@@ -1,8 +1,12 @@
 """The ``kubernetes`` output set of ``fairctl generate``: plain manifests under deploy/kubernetes/
 (no Helm) built from the same artifacts as everything else, so ``generate --check`` keeps them
 current: the config file as a ConfigMap, a worker Deployment with the exporter as a sidecar, a
-Service and ServiceMonitor for it, the generated rules as a PrometheusRule and the generated
-dashboards as ConfigMaps for Grafana's dashboard sidecar.
+Service and ServiceMonitor for it, the generated rules as a PrometheusRule, the generated
+dashboards as ConfigMaps for Grafana's dashboard sidecar, and a KEDA ScaledObject that scales the
+workers on the age of their jobs (:mod:`fairness_stack.keda`, bounds from the config's
+``kubernetes`` section). The workers Deployment leaves ``replicas`` to that autoscaler, as
+Kubernetes advises for a scaled Deployment: a ``kubectl apply`` of a manifest that sets it would
+scale the fleet back to it until the autoscaler's next sync.
 
 The Redis URL, which may hold a password, is read from a Secret the operator creates
 (``REDIS_SECRET``/``REDIS_SECRET_KEY``); no manifest carries it.
@@ -24,6 +28,7 @@ from exporter.sources import watched
 from fairness_core.config import Config, ConfigError
 from fairness_core.generated import RenderedSet, header, yaml_text
 
+from . import keda
 from .containers import CONFIG_DIR, CONFIG_FILE, SCRAPE_INTERVAL_S, image
 
 GENERATED_DIR = PurePosixPath("deploy/kubernetes")
@@ -33,12 +38,13 @@ NAME = "fairctl"
 CONFIG_MAP, WORKERS, EXPORTER, RULES = f"{NAME}-config", f"{NAME}-workers", f"{NAME}-exporter", f"{NAME}-rules"
 REDIS_SECRET, REDIS_SECRET_KEY = f"{NAME}-redis", "url"
 METRICS_PORT_NAME = "metrics"
+SCALED_OBJECT_FILE = PurePosixPath("workers-scaledobject.yaml")
 # The label a Service carries its Prometheus job name in (ServiceMonitor jobLabel), so `up` has
 # job=alerts.exporter_job as FairnessExporterDown expects.
 JOB_LABEL = "fairctl-job"
 # The Grafana dashboard sidecar's convention (kiwigrid k8s-sidecar, kube-prometheus-stack).
 DASHBOARD_LABEL, DASHBOARD_FOLDER_ANNOTATION = "grafana_dashboard", "grafana_folder"
-WORKER_REPLICAS, WORKER_CONCURRENCY = 2, 4
+WORKER_CONCURRENCY = 4
 # The worker's default --grace of 30 s, plus time to exit.
 TERMINATION_GRACE_S = 45
 SELECTOR = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "worker"}
@@ -80,7 +86,7 @@ def _exporter_container() -> dict[str, Any]:
                        "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}}}
 
 
-def _deployment(name: str, component: str, replicas: int, selector: Mapping[str, str],
+def _deployment(name: str, component: str, replicas: int | None, selector: Mapping[str, str],
                 containers: list[dict[str, Any]]) -> dict[str, Any]:
     pod = {
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -89,17 +95,24 @@ def _deployment(name: str, component: str, replicas: int, selector: Mapping[str,
         # The root filesystem is read-only; /tmp is the one writable place.
         "volumes": [{"name": "config", "configMap": {"name": CONFIG_MAP}}, {"name": "tmp", "emptyDir": {}}],
     }
+    spec = {"replicas": replicas} if replicas is not None else {}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(name, component),
-            "spec": {"replicas": replicas, "selector": {"matchLabels": dict(selector)},
+            "spec": {**spec, "selector": {"matchLabels": dict(selector)},
                      "template": {"metadata": {"labels": dict(selector)}, "spec": pod}}}
 
 
 def deployment() -> dict[str, Any]:
-    """Workers with an exporter sidecar in each pod: the generated rules deduplicate the sidecars' series."""
+    """Workers with an exporter sidecar in each pod: the generated rules deduplicate the sidecars' series.
+    No ``replicas``: the ScaledObject (:func:`scaled_object`) sets them."""
     worker = _container("worker", ["worker", "--handlers", "fairctl.handlers:sleep_handlers",
                                    "--concurrency", str(WORKER_CONCURRENCY)])
     worker["resources"] = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
-    return _deployment(WORKERS, "worker", WORKER_REPLICAS, SELECTOR, [worker, _exporter_container()])
+    return _deployment(WORKERS, "worker", None, SELECTOR, [worker, _exporter_container()])
+
+
+def scaled_object(config: Config) -> dict[str, Any]:
+    """KEDA's ScaledObject for the workers Deployment, which serves every class."""
+    return keda.scaled_object(config, WORKERS, WORKER_CONCURRENCY, metadata=_metadata(WORKERS, "autoscaling"))
 
 
 def exporter_deployment() -> dict[str, Any]:
@@ -156,7 +169,12 @@ def render(config: Config) -> dict[PurePosixPath, str]:
         PurePosixPath("prometheusrule.yaml"): prometheus_rule(config),
         **dashboard_config_maps(config),
     }
-    return {path: yaml_text(manifest, header(config)) for path, manifest in manifests.items()}
+    out = {path: yaml_text(manifest, header(config)) for path, manifest in manifests.items()}
+    if watched(config) is None:
+        # A watched system's workers are the team's own: docs/deployment.md shows their ScaledObject.
+        out[SCALED_OBJECT_FILE] = yaml_text(scaled_object(config),
+                                            header(config) + "\n" + keda.explanation(config, WORKER_CONCURRENCY))
+    return out
 
 
 KUBERNETES_OUTPUT = RenderedSet("kubernetes", GENERATED_DIR, render)

@@ -185,7 +185,7 @@ def test_the_lean_check_follows_deferred_imports_to_a_library(tmp_path: Path) ->
 # The config's sections other layers own (fairness_core.config_sections), declared as entry points:
 # the core parses a whole config without importing those layers, so their modules stay light.
 SECTIONS_GROUP = "fairctl.config_sections"
-SECTION_MODULES = ("alerts.config", "exporter.config", "exporter.sources.watching")
+SECTION_MODULES = ("alerts.config", "exporter.config", "exporter.sources.watching", "fairness_stack.kubernetes_config")
 
 
 def test_the_core_finds_the_sections_it_does_not_own_by_entry_point_only() -> None:
