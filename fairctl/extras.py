@@ -30,10 +30,10 @@ def extra_of(exc: ModuleNotFoundError) -> str | None:
 
 
 def needs(command: str, exc: ModuleNotFoundError) -> str:
-    """``fairctl simulate needs the 'report' extra: pip install 'fairctl[report]' (no module
-    matplotlib)``: the extra first, as the module may be one the user never heard of (attr)."""
+    """``fairctl simulate needs the 'report' extra (no module matplotlib): pip install ...``: the
+    extra first, as the module may be one the user never heard of (attr), the command to run last."""
     module, extra = (exc.name or "").partition(".")[0], extra_of(exc)
-    return f"{command} needs the '{extra}' extra: pip install 'fairctl[{extra}]' (no module {module})"
+    return f"{command} needs the '{extra}' extra (no module {module}): pip install 'fairctl[{extra}]'"
 
 
 class MissingExtra(click.ClickException):
