@@ -45,9 +45,10 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def write_report(path: Path, rows: list[Row], machine: str, preset: str, repeats: int, elapsed_s: float) -> None:
+def report_text(rows: list[Row], machine: str, preset: str, repeats: int, elapsed_s: float) -> str:
+    """The Markdown of BENCHMARKS.md: the rows, then benchmarks/notes.md as it is."""
     notes = NOTES.read_text(encoding="utf-8") if NOTES.exists() else ""
-    text = (
+    return (
         "# Benchmarks\n\n"
         f"Written by `python -m benchmarks --preset {preset}` on {time.strftime('%Y-%m-%d %H:%M %Z')} in "
         f"{elapsed_s / 60:.1f} minutes. Each figure is the median of {repeats} runs, taken in turns with its "
@@ -56,4 +57,3 @@ def write_report(path: Path, rows: list[Row], machine: str, preset: str, repeats
         "other work ran beside the benchmark).\n\n"
         f"{table(rows)}\n\n{notes}"
     )
-    path.write_text(text, encoding="utf-8")

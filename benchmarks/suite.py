@@ -1,4 +1,4 @@
-"""The whole benchmark: every measurement in one run, written to BENCHMARKS.md.
+"""The whole benchmark: every measurement in one run, reported as in BENCHMARKS.md.
 
 One redis-server holds the 10-tenant state and the 100,000-tenant / 1,000,000-job state side by
 side (SLOWLOG on throughout); a second one, empty, is shared by fairctl, RQ and BullMQ for the
@@ -31,7 +31,7 @@ from . import (
 from .exporter_scrape import scrape
 from .harness import Row, alternate, log, machine, per_second, server_name, server_us
 from .load import PAYLOAD_BYTES, fill, scheduler, work_some
-from .report import write_report
+from .report import report_text
 from .simulator import baseline as model_rate
 
 SMALL, BIG = "small", "big"
@@ -208,18 +208,23 @@ def storm_row(sizes: Sizes) -> Row:
                (jobs / wall) / bare, "well under a minute (< 30 s)", wall < 30)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> int:
+    """The suite's command line (``prog`` names it in the usage lines: ``fairctl bench`` runs it
+    too); the report goes to stdout unless ``--write`` or ``--out`` asks for a file, so that a
+    trial run leaves the committed BENCHMARKS.md as it is."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="full", help="sizes (default full)")
     parser.add_argument("--quick", action="store_const", const="quick", dest="preset", help="same as --preset quick")
-    parser.add_argument("--out", type=Path, default=None, help="the Markdown report to write (default: BENCHMARKS.md "
-                        "at the top of the repository)")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--out", type=Path, default=None, help="write the Markdown report to this file (default: stdout)")
+    output.add_argument("--write", action="store_true", help="write the report to BENCHMARKS.md at the top of the "
+                       "repository (a full run's is committed there)")
     parser.add_argument("--peers", choices=["install", "installed", "none"], default="install",
                         help="install RQ and BullMQ when missing (default), use them only if installed, or skip them")
     parser.add_argument("--setup-peers", action="store_true", help="install the peers and exit")
     parser.add_argument("--sharded", action="store_true",
                         help="only the sharded queue on loopback clusters of 1, 2 and 3 masters (benchmarks/sharded.py): "
-                        "its Markdown section to --out if given, else to stdout (BENCHMARKS.md is not rewritten)")
+                        "its Markdown section to --out if given, else to stdout")
     parser.add_argument("--memory-server", metavar="BINARY", default=None,
                         help="also measure row 6 (memory per queued job) on this server binary, as row 6b: e.g. "
                         "Debian 12's valkey-server 8 from bookworm-backports, which stores a short list as one "
@@ -228,8 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_server and shutil.which(args.memory_server) is None:
         parser.error(f"--memory-server: {args.memory_server} is no executable file (give a path, or a name on PATH)")
     if args.sharded:
+        if args.write:
+            parser.error("--write: --sharded measures a section of benchmarks/notes.md; print it, or give --out")
         return sharded.main(["--preset", args.preset] + (["--out", str(args.out)] if args.out else []))
-    args.out = args.out or REPORT
+    out = REPORT if args.write else args.out
     if args.setup_peers:
         found = peers.install(allowed=True)
         for name, why in found.missing.items():
@@ -237,7 +244,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if found.missing else 0
     sizes = PRESETS[args.preset]
     started = time.monotonic()
-    found = peers.find(args.peers)
+    rows, where = measure(sizes, peers.find(args.peers), args.memory_server)
+    text = report_text(rows, where, args.preset, sizes.repeats, time.monotonic() - started)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text, encoding="utf-8")
+        log(f"wrote {out} in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+def measure(sizes: Sizes, found: peers.Peers, memory_server: str | None) -> tuple[list[Row], str]:
+    """Every row, in the report's order, and the machine they were measured on."""
     with RedisServer() as server:
         where = machine(redis.Redis.from_url(server.url))
         rows = scheduler_rows(server, sizes)
@@ -254,11 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(pickup.sharded_idle_row(server.url, sizes.idle_window))
         log("an interactive job's wait under a bulk flood, default flags and --batch 1")
         rows.append(pickup.prefetch_row(server.url, sizes.concurrency, sizes.flood_samples, min(3, sizes.repeats)))
-    if args.memory_server:
-        rows.append(memory_row_on(args.memory_server, sizes))
+    if memory_server:
+        rows.append(memory_row_on(memory_server, sizes))
     rows.append(storm_row(sizes))
     rows += startup.rows(sizes.repeats)
     rows.sort(key=lambda row: (int(row.number.rstrip("abcdefghijklmnopqrstuvwxyz")), row.number))  # 9b before 10
-    write_report(args.out, rows, where, args.preset, sizes.repeats, time.monotonic() - started)
-    log(f"wrote {args.out} in {time.monotonic() - started:.0f} s")
-    return 0
+    return rows, where

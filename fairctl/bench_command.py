@@ -27,6 +27,7 @@ from click.exceptions import Exit
 from .interrupts import signal_of
 
 ROOT = Path(__file__).resolve().parent.parent
+PROG_VARIABLE = "BENCHMARKS_PROG"  # benchmarks/__main__.py's: the name its usage lines show
 FORWARD_GRACE_S = 1.0
 
 
@@ -60,13 +61,14 @@ def _stop_group(suite: subprocess.Popen[str], signum: int) -> None:
 @click.pass_context
 def bench(ctx: click.Context) -> None:
     """Measure the scheduler, exporter and simulator against raw LPOP and against RQ and BullMQ;
-    writes BENCHMARKS.md (arguments as for `python -m benchmarks`, see `fairctl bench --help`)."""
+    prints the report, or writes it with --write (BENCHMARKS.md) or --out FILE (see `fairctl bench --help`)."""
     if not (ROOT / "benchmarks" / "__main__.py").exists():
         click.echo(f"fairctl: error: bench: needs a source checkout of fairctl (no benchmarks/ in {ROOT})", err=True)
         raise Exit(2)
     # The suite's output passes through this process line by line, so it reads as this command's.
     suite = subprocess.Popen([sys.executable, "-m", "benchmarks", *ctx.args], cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
+                             stderr=subprocess.PIPE, text=True, bufsize=1, start_new_session=True,
+                             env={**os.environ, PROG_VARIABLE: "fairctl bench"})
     assert suite.stdout is not None and suite.stderr is not None
     muted = threading.Event()
     errors = threading.Thread(target=_pass_through, args=(suite.stderr, muted), daemon=True)

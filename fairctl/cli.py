@@ -51,8 +51,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Show, compare and apply the config a queue group runs: it lives in the group's Redis, and every process "
         "follows the applied one without a restart.")),
     "bench": ("fairctl.bench_command:bench", (
-        "Measure the scheduler, exporter and simulator against raw LPOP and against RQ and BullMQ; writes "
-        "BENCHMARKS.md (arguments as for `python -m benchmarks`, see `fairctl bench --help`).")),
+        "Measure the scheduler, exporter and simulator against raw LPOP and against RQ and BullMQ; prints the "
+        "report, or writes it with --write (BENCHMARKS.md) or --out FILE (see `fairctl bench --help`).")),
 }
 
 

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from click.testing import CliRunner
+
 from benchmarks import suite
-from benchmarks.report import NOTES, write_report
+from benchmarks.harness import Row
+from benchmarks.report import NOTES, report_text
+from fairctl.cli import app
 
 from .conftest import ROOT
 
@@ -50,11 +54,31 @@ def test_a_full_run_keeps_the_sharded_section_and_the_notes_benchmarks_md_has() 
         "BENCHMARKS.md's notes differ from benchmarks/notes.md: edit the notes there, a full run rewrites the rest")
 
 
-def test_write_report_appends_the_notes_with_the_sharded_section(tmp_path: Path) -> None:
-    out = tmp_path / "BENCHMARKS.md"
-    write_report(out, [], "a machine", "smoke", 1, 1.0)
-    report = out.read_text(encoding="utf-8")
+def test_the_report_appends_the_notes_with_the_sharded_section() -> None:
+    report = report_text([], "a machine", "smoke", 1, 1.0)
     assert report.endswith(NOTES.read_text(encoding="utf-8")) and SHARDED in report
+
+
+def test_the_report_is_printed_and_written_only_when_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trial run leaves the committed BENCHMARKS.md alone: --write or --out asks for a file."""
+    def measure(*_: object) -> tuple[list[Row], str]:  # the rows themselves take minutes
+        return [], "a machine"
+
+    monkeypatch.setattr(suite, "measure", measure)
+    monkeypatch.setattr(suite, "REPORT", tmp_path / "BENCHMARKS.md")
+    assert suite.main(["--peers", "none"]) == 0
+    assert capsys.readouterr().out.startswith("# Benchmarks\n") and not suite.REPORT.exists()
+    assert suite.main(["--peers", "none", "--write"]) == 0
+    assert suite.REPORT.read_text(encoding="utf-8").startswith("# Benchmarks\n")
+    assert suite.main(["--peers", "none", "--out", str(tmp_path / "b.md")]) == 0
+    assert (tmp_path / "b.md").is_file() and "# Benchmarks" not in capsys.readouterr().out
+
+
+def test_fairctl_bench_help_names_fairctl_bench() -> None:
+    result = CliRunner().invoke(app, ["bench", "--help"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("usage: fairctl bench "), result.output
 
 
 @pytest.mark.live  # the smoke run starts a cluster
