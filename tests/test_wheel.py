@@ -29,8 +29,8 @@ def run(args: list[str | Path], cwd: Path, env: dict[str, str] | None = None) ->
 
 
 def test_the_wheel_in_a_fresh_virtualenv_simulates_and_generates(tmp_path: Path) -> None:
-    # Build from a copy of the checkout's files (git's, and new ones not ignored), so the checkout
-    # itself gets no build/ or egg-info.
+    # Build from a copy of the checkout's files (git's, and new ones not ignored): the checkout is
+    # not touched even if setup.py's scratch space ever lands back in the source tree.
     source = tmp_path / "source"
     files = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], ROOT).stdout.split("\0")
     for name in filter(lambda n: n and (ROOT / n).exists(), files):
@@ -40,6 +40,8 @@ def test_the_wheel_in_a_fresh_virtualenv_simulates_and_generates(tmp_path: Path)
     dist = tmp_path / "dist"
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, source], tmp_path)
     (wheel,) = dist.glob("fairctl-*.whl")
+    left = [p.name for p in source.iterdir() if p.name == "build" or p.name.endswith(".egg-info")]
+    assert left == [], f"the build left {left} in the source tree (setup.py puts setuptools' scratch elsewhere)"
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
