@@ -130,9 +130,18 @@ def render(drills: list[PolicyDrill], scenario: Scenario) -> str:
                    "docs/drills.md).")
 @click.option("--alertmanager-url", metavar="URL",
               help="With --prometheus-url: the Alertmanager to read deliveries from.")
-def drill(scenario_file: Path | None, policy: tuple[str, ...], speed: float, until: str | None, volume: float | None,
-          json_file: Path | None, directory: Path | None, redis_url: str | None, prometheus_url: str | None,
-          alertmanager_url: str | None) -> None:
+@click.option("--failover", is_flag=True,
+              help="Instead of a scenario: the failover drill on a Sentinel group of its own (a master, a replica, "
+                   "three sentinels): the master killed under load, then the sentinels stopped (see below).")
+@click.option("--jobs", metavar="N", type=click.IntRange(min=30), default=3000, show_default=True,
+              help="With --failover: jobs queued before the master is killed.")
+@click.option("--sentinel-outage", metavar="DURATION", default="20s", show_default=True,
+              help="With --failover: how long every sentinel is stopped while the master lives.")
+@click.pass_context
+def drill(ctx: click.Context, scenario_file: Path | None, policy: tuple[str, ...], speed: float, until: str | None,
+          volume: float | None, json_file: Path | None, directory: Path | None, redis_url: str | None,
+          prometheus_url: str | None, alertmanager_url: str | None, failover: bool, jobs: int,
+          sentinel_outage: str) -> None:
     """Replay a scenario live and check the alerts that fire, against the scenario's expect.
 
     Per policy: a native stack (fairctl stack) with the config and rules compressed by --speed,
@@ -144,7 +153,23 @@ def drill(scenario_file: Path | None, policy: tuple[str, ...], speed: float, unt
     machine, times the speed. When that leaves a deadline of the scenario's expect too little
     room, the drill lowers the speed and says so. Exits 1 when the run contradicts the scenario's
     expect, or the simulation beyond the resolution, or when Redis refuses one of its config
-    changes."""
+    changes.
+
+    With --failover: a master, a replica and three sentinels (redis-server --sentinel) on
+    loopback, --jobs queued, a producer at 50 jobs/s and a fairctl worker on the
+    redis+sentinel:// URL. The master is killed (SIGKILL) a third of the way through: prints when
+    the replica was promoted, when the worker ran jobs again (no restart), the producer's errors
+    and what became of every job accepted (each should run once; those in flight at the kill may
+    run again, those accepted in the last 2 s may be lost with the writes the replica never got).
+    Then every sentinel is stopped for --sentinel-outage while the master lives: the worker must go
+    on. Needs redis-server only; about a minute. Exits 1 when a job is lost or run twice beyond
+    that, or the worker does not resume within 30 s."""
+    if failover:
+        _failover_drill(ctx, jobs, sentinel_outage, json_file, directory)
+        return
+    for name in FAILOVER_ONLY:
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            fail(f"--{name.replace('_', '-')}", "goes with --failover only")
     from fairness_sim.drill import External, as_json, run_policy_drill
     from fairness_stack.supervisor import Stack, StackError
 
@@ -187,6 +212,40 @@ def drill(scenario_file: Path | None, policy: tuple[str, ...], speed: float, unt
     if json_file is not None:
         json_file.write_text(json.dumps(as_json(scenario, drills), indent=2) + "\n", encoding="utf-8")
     if any(d.violations or d.disagreements for d in drills):
+        raise Exit(EXIT_EXPECTATION)
+
+
+FAILOVER_ONLY = ("jobs", "sentinel_outage")
+
+
+def _failover_drill(ctx: click.Context, jobs: int, outage: str, json_file: Path | None,
+                    directory: Path | None) -> None:
+    """``drill --failover``: its own servers, so no scenario, stack or policy option goes with it."""
+    from fairness_sim.failover import render as render_failover
+    from fairness_sim.failover import run_failover_drill
+
+    for param in ctx.command.params:
+        name = param.name or ""
+        given = ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        if given and name not in (*FAILOVER_ONLY, "failover", "json_file", "directory"):
+            fail(param.opts[0] if isinstance(param, click.Option) else "SCENARIO",
+                 "does not go with --failover (the failover drill starts its own servers and load)")
+    try:
+        outage_s = parse_duration(outage, "--sentinel-outage")
+    except ConfigError as exc:
+        fail("--sentinel-outage", str(exc).removeprefix("--sentinel-outage: "))
+    with tempfile.TemporaryDirectory(prefix="fairctl-failover-") as tmp:
+        root = directory or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        try:
+            report = run_failover_drill(root, jobs=jobs, outage_s=outage_s,
+                                        say=lambda line: click.echo(f"drill: {line}", err=True))
+        except (FileNotFoundError, RuntimeError) as exc:
+            fail("--failover", str(exc), code=1)
+    click.echo(render_failover(report), nl=False)
+    if json_file is not None:
+        json_file.write_text(json.dumps(report.as_dict(), indent=2) + "\n", encoding="utf-8")
+    if report.violations:
         raise Exit(EXIT_EXPECTATION)
 
 

@@ -117,6 +117,11 @@ class SentinelGroup:
             return int(reply[1]) if reply else None
         return None
 
+    def master_port_of_servers(self) -> int:
+        """The port of the data server that says it is a master (sentinels may be stopped)."""
+        (port,) = [s.port for s in self.servers if s.process is not None and _replication(s.port).get("role") == "master"]
+        return port
+
     def server(self, port: int) -> RedisServer:
         (found,) = [s for s in self.servers if s.port == port]
         return found
