@@ -25,7 +25,7 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, RedisClusterException
 from redis.connection import parse_url
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from .jobs import RedisUnavailable
 from .redis_url import check_url, is_cluster, is_sentinel, location, sentinel_parts, without_cluster
@@ -173,7 +173,12 @@ def describe(client: Any) -> tuple[str, str]:
         return "Redis Cluster", client.where
     if isinstance(client, RedisCluster):
         return "Redis Cluster", client.get_default_node().name
-    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    pool = getattr(client, "connection_pool", None)
+    if isinstance(pool, SentinelConnectionPool):
+        sentinels = ",".join(f"{s.connection_pool.connection_kwargs.get('host')}:"
+                             f"{s.connection_pool.connection_kwargs.get('port')}" for s in pool.sentinel_manager.sentinels)
+        return "Redis", f"{pool.service_name} via sentinel {sentinels}"
+    kwargs = getattr(pool, "connection_kwargs", {})
     return "Redis", f"{kwargs.get('host', kwargs.get('path', 'redis'))}:{kwargs.get('port', '')}".rstrip(":")
 
 
