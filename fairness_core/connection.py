@@ -109,6 +109,9 @@ _UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, ClusterDownError, Red
 # The reply to the SELECT a connection sends first when the URL's /<db> is not one of the
 # server's databases (its ``databases`` setting, 16 by default); older servers said the second.
 _DB_OUT_OF_RANGE = ("DB index is out of range", "invalid DB index")
+# The refusal of every write (and of every script not flagged no-writes) by a master with fewer
+# replicas in sync than its min-replicas-to-write.
+_NO_REPLICAS = "NOREPLICAS"
 
 
 class RedisDatabaseOutOfRange(RedisUnavailable):
@@ -137,6 +140,10 @@ def redis_errors(client: Any) -> Iterator[None]:
                                    "private CA give ?ssl_ca_certs=PATH in the rediss:// URL") from None
         raise RedisUnavailable(f"{kind} at {place} is unavailable ({type(exc).__name__})") from None
     except redis.ResponseError as exc:
+        if str(exc).startswith(_NO_REPLICAS):  # a refusal the master lifts by itself: an outage
+            kind, place = describe(client)
+            raise RedisUnavailable(f"{kind} at {place} refuses writes: fewer replicas than its min-replicas-to-write "
+                                   "are in sync (NOREPLICAS); calls go through again once one is") from None
         if not str(exc).startswith(_DB_OUT_OF_RANGE):
             raise
         raise database_out_of_range(client) from None

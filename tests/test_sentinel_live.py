@@ -15,6 +15,7 @@ from fairness_core import Queue, RedisUnavailable
 from fairness_core.connection import redis_client
 from fairness_core.redis_url import check_url, location
 from fairness_stack.sentinel import SERVICE, SentinelGroup
+from fairness_stack.servers import RedisServer
 
 from .conftest import make_config
 from .support import wait_for
@@ -87,3 +88,19 @@ def test_a_queue_follows_a_failover_and_a_killed_master(sentinel_group: Sentinel
     served += _served(queue, len(accepted) - 40, time.monotonic() + 40)
     assert sorted(served) == sorted(accepted)  # every job accepted, served once
     assert queue.snapshot().classes["jobs:high"].depth == 0
+
+
+@pytest.mark.live
+def test_a_master_short_of_replicas_is_an_outage_the_queue_rides_out() -> None:
+    """min-replicas-to-write refuses every write while too few replicas are in sync: a producer
+    gets RedisUnavailable naming the setting (not a script error), and serving resumes by itself
+    once the master accepts writes again."""
+    with RedisServer(extra_args=("--min-replicas-to-write", "1")) as server:
+        queue = Queue(make_config(redis={"url": server.url}), redis_client(server.url))
+        with pytest.raises(RedisUnavailable, match="min-replicas-to-write"):
+            queue.submit("password_reset", "t1")
+        with pytest.raises(RedisUnavailable, match="NOREPLICAS"):
+            queue.pop(1)
+        redis.Redis(port=server.port).config_set("min-replicas-to-write", 0)
+        job = queue.submit("password_reset", "t1").job_id
+        assert [lease.job_id for lease in queue.pop(1)] == [job]
