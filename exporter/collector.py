@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import redis
 from prometheus_client.core import (
@@ -40,7 +40,7 @@ from fairness_core import (
 from fairness_core.config_store import Applied
 from fairness_core.connection import ClusterClient, redis_errors, server_of
 from fairness_core.layout import group_fingerprint
-from fairness_core.memory import read_memory
+from fairness_core.memory import _info_of as memory_of
 from fairness_core.snapshot import hold_reasons
 from fairness_core.version import fairctl_version
 
@@ -88,6 +88,31 @@ class Reading:
     snapshot: Snapshot
     memory: MemoryInfo | None = None
     resets: int | None = None  # times the group's state was found reset under this exporter
+
+
+@dataclass(frozen=True)
+class Master:
+    """The Redis master a shard's series were read from: where it is, and the run_id of the server
+    last read there ("" until one is read), so a master restarted at the same address is another."""
+
+    address: str
+    run_id: str = ""
+
+    def at(self, address: str) -> Master:
+        """This master, or a new one not yet read when ``address`` is elsewhere."""
+        return self if address == self.address else Master(address)
+
+
+def read_master(client: Any, key: str) -> tuple[MemoryInfo, str]:
+    """INFO memory and stats of the master holding ``key`` (as fairness_core.memory.read_memory
+    reads them) and its run_id from INFO server, in the same one command: the master's identity
+    costs a scrape no round trip."""
+    with redis_errors(client):
+        if isinstance(client, ClusterClient):
+            reply = client.info("server", "memory", "stats", target_nodes=client.get_node_from_key(key))
+        else:
+            reply = client.info("server", "memory", "stats")
+    return memory_of(reply), str(reply["run_id"])
 
 
 class SnapshotTimeout(Exception):
@@ -262,7 +287,7 @@ class FairnessCollector(Collector):
         self._weight_ratio: dict[str, float] = {}
         self._known_reasons: dict[str, list[str]] = {}
         self._hold_reasons: tuple[str, ...] = ()
-        self._master: str | None = None  # the Redis holding the group's keys, as the slot map last said
+        self._master: Master | None = None  # the Redis holding the group's keys, as last found
         self._grouped: tuple[Applied, str] | None = None  # the applied config, and its fingerprint as the group's
 
     def _read(self) -> Reading:
@@ -271,10 +296,14 @@ class FairnessCollector(Collector):
             return Reading(self.scheduler.snapshot())
         client, key = group.client, group.keys.config
         with redis_errors(client):  # by the slot map, before reading: a shard that never answers is named too
-            self._master = server_of(client, key)
+            where = server_of(client, key)
+        self._master = self._master.at(where) if self._master is not None else Master(where)
         snapshot = group.snapshot()
         group.check_state()
-        return Reading(snapshot, read_memory(client, key), group.resets)
+        memory, run_id = read_master(client, key)
+        # After reading: under Sentinel, the master the client found when it connected.
+        self._master = Master(server_of(client, key), run_id)
+        return Reading(snapshot, memory, group.resets)
 
     @property
     def config(self) -> Config:
@@ -318,7 +347,7 @@ class FairnessCollector(Collector):
             if reading.resets is not None:
                 families.add(m.STATE_RESETS, reading.resets)
         if self._master is not None:  # the last one read, also while it cannot be read: the alerts name it
-            families.add(m.REDIS_MASTER, 1, master=self._master)
+            families.add(m.REDIS_MASTER, 1, master=self._master.address, run_id=self._master.run_id)
         add_config(families, config, self._weight_ratio)
         self._health.add(families, reading is not None)
         families.add(m.EXPORTER_BUILD_INFO, 1, version=self.version, charge=config.scheduler.charge)

@@ -48,6 +48,7 @@ POLICY = "policy"
 FINGERPRINT = "fingerprint"
 CHARGE = "charge"
 MASTER = "master"
+RUN_ID = "run_id"  # a Redis server process's identity (INFO server): a restart changes it
 
 # The states of queue_unconfigured_jobs.
 UNCONFIGURED_STATES = ("queued", "inflight", "delayed")
@@ -253,9 +254,11 @@ STATE_RESETS = _counter(
     "or created anew (Redis restarted without persistence, a failover to an empty replica, a FLUSHALL), and with "
     "it every job queued or leased in the group.")
 REDIS_MASTER = _gauge(
-    "fairness_redis_master_info", (MASTER,),
-    "Always 1; the Redis server (host:port) holding the shard's keys, as the client's slot map last read it "
-    "(on a Redis Cluster, the master of the shard's hash slot); served on while that Redis cannot be read.")
+    "fairness_redis_master_info", (MASTER, RUN_ID),
+    "Always 1; the Redis master holding the shard's keys: its host:port (on a Redis Cluster, the master of the "
+    "shard's hash slot as the client's slot map last read it; under Sentinel, the master the sentinels named) and "
+    "the run_id of the server last read there (INFO server; empty until one is read), which a restart changes. "
+    "One series per shard, served on while that Redis cannot be read.")
 
 # ------------------------------------------------------------------ Redis memory (INFO memory and stats)
 REDIS_MEMORY_USED = _gauge(

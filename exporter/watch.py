@@ -16,7 +16,7 @@ from fairness_core.connection import ClusterClient, server_of
 from fairness_core.version import fairctl_version
 
 from . import metrics as m
-from .collector import Families, ScrapeHealth, SnapshotReader, add_config, scrape_client, weight_ratios
+from .collector import Families, Master, ScrapeHealth, SnapshotReader, add_config, scrape_client, weight_ratios
 from .config import serving
 from .sources import WatchConfig, source_for, watched
 from .sources.base import ClassReading, Source
@@ -26,7 +26,8 @@ Reading = tuple[float, Mapping[str, ClassReading]]  # (epoch seconds of the read
 
 def watch_client(config: Config) -> redis.Redis:
     """The scrape client of the watched system's Redis (``watch.url``, else ``redis.url``): one
-    node, as Celery, RQ and Sidekiq run on (ValueError for a Cluster URL)."""
+    node, as Celery, RQ and Sidekiq run on (ValueError for a Cluster URL); a Sentinel URL gives
+    fairctl's own Sentinel client, which finds the master again after a failover."""
     client = scrape_client(config, _watch(config).url)
     if isinstance(client, ClusterClient):
         raise ValueError("watch.url: a Redis Cluster URL; the watched system's queues are read from one Redis node")
@@ -50,10 +51,24 @@ class WatchCollector(Collector):
         self._ratios = weight_ratios(config)
         self._reader: SnapshotReader[Reading] = SnapshotReader(self._read)
         self._health = ScrapeHealth(f"{watch.system}'s queues")
+        self._master: Master | None = None  # the master last read, with its run_id
+        self._info_refused = False  # INFO is refused to the user (a read-only ACL without +info)
 
     def _read(self) -> Reading:
         now = time.time()
-        return now, self.source.read(self.client, now)
+        classes = self.source.read(self.client, now)
+        self._master = Master(server_of(self.client, ""), self._run_id())
+        return now, classes
+
+    def _run_id(self) -> str:
+        """The server's run_id (INFO server, one command a scrape), or "" once INFO was refused:
+        the master's address alone then tells a failover (RedisMasterChanged), not a restart."""
+        if not self._info_refused:
+            try:
+                return str(self.client.info("server")["run_id"])
+            except redis.exceptions.NoPermissionError:
+                self._info_refused = True
+        return ""
 
     def describe(self) -> Iterator[Metric]:
         return (spec.family() for spec in (*self._specs, *m.WHERE, *m.FROM_CONFIG, *m.EXPORTER_HEALTH))
@@ -64,7 +79,8 @@ class WatchCollector(Collector):
         reading = self._health.read(self._reader, serving(self.config).scrape_timeout)
         if reading is not None:
             self._add_reading(families, *reading)
-        families.add(m.REDIS_MASTER, 1, master=server_of(self.client, ""))
+        master = self._master or Master(server_of(self.client, ""))
+        families.add(m.REDIS_MASTER, 1, master=master.address, run_id=master.run_id)
         add_config(families, self.config, self._ratios)
         self._health.add(families, reading is not None)
         families.add(m.EXPORTER_BUILD_INFO, 1, version=fairctl_version(), charge=self.config.scheduler.charge)

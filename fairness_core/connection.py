@@ -191,8 +191,14 @@ def describe(client: Any) -> tuple[str, str]:
 
 def server_of(client: Any, key: str) -> str:
     """The server (``host:port``) holding ``key``: on a Cluster, the master of its slot as the
-    client's slot map says now (no round trip once the map is known); else the one Redis."""
+    client's slot map says now (no round trip once the map is known); under Sentinel, the master
+    the sentinels named at the client's last connect (before any, see :func:`describe`); else the
+    one Redis."""
     if isinstance(client, ClusterClient):
         node = client.cluster().get_node_from_key(key)
         return f"{node.host}:{node.port}"
+    pool = getattr(client, "connection_pool", None)
+    if isinstance(pool, SentinelConnectionPool) and pool.master_address:
+        host, port = pool.master_address
+        return f"{host}:{port}"
     return describe(client)[1]

@@ -183,7 +183,8 @@ def test_configured_classes_with_no_work_report_zero(redis_server: RedisServer) 
     # Cluster, the suite's run there: the master its hash slot is on, one of the cluster's).
     (labels, up), = got.series(m.REDIS_MASTER.name).items()
     if isinstance(redis_server, RedisServer):
-        assert labels == ((m.MASTER, f"127.0.0.1:{redis_server.port}"),) and up == 1
+        run_id = redis.Redis(port=redis_server.port).info("server")["run_id"]
+        assert labels == ((m.MASTER, f"127.0.0.1:{redis_server.port}"), (m.RUN_ID, run_id)) and up == 1
     else:
         masters = {f"{n.host}:{n.port}" for n in redis_client(redis_server.url).cluster().get_primaries()}
         assert dict(labels)[m.MASTER] in masters and up == 1

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import redis
 from prometheus_client import generate_latest
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from exporter import metrics as m
 from exporter.collector import FairnessCollector
@@ -32,7 +32,7 @@ class HandBuilt(Scheduler):
         return self.current
 
 
-def scrape_of(collector: FairnessCollector) -> Scrape:
+def scrape_of(collector: Collector) -> Scrape:
     registry = CollectorRegistry()
     registry.register(collector)
     text = generate_latest(registry).decode()
@@ -107,7 +107,9 @@ def test_a_live_scrape_names_its_master_counts_resets_and_the_groups_config(clie
     scheduler, collector = hand_built(client, make_config())
     scrape = scrape_of(collector)
     reached = client.connection_pool.connection_kwargs
-    assert scrape.series(m.REDIS_MASTER.name) == {((m.MASTER, f"{reached['host']}:{reached['port']}"),): 1}
+    run_id = client.info("server")["run_id"]
+    assert scrape.series(m.REDIS_MASTER.name) == {
+        ((m.MASTER, f"{reached['host']}:{reached['port']}"), (m.RUN_ID, run_id)): 1}
     assert scrape.value(m.STATE_RESETS.name) == 0
     fingerprint = group_fingerprint(scheduler.applied or scheduler.sync(), collector.group)
     assert scrape.series(m.GROUP_CONFIG.name) == {((m.FINGERPRINT, fingerprint),): 1}

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import redis
 import yaml
 from rq import Queue
@@ -27,11 +28,13 @@ from alerts.rules import (
 from exporter import metrics as m
 from exporter.sources import watched
 from exporter.sources.rq import RqSource
+from exporter.watch import WatchCollector
 from fairness_core import Config, load_config
 from fairness_stack.servers import RedisServer, stop_process
 
 from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
 from .exporter_support import scrape
+from .test_unconfigured_exporter import scrape_of
 from .support import run_fairctl, wait_for
 from .watch_support import (
     STORM_BULK,
@@ -145,6 +148,35 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
     assert few == many, (few, many)
     assert source.read(watcher, time.time())[BULK].depth == 1_000_100
 
+
+
+def test_the_master_is_served_with_its_run_id_and_without_it_when_info_is_refused(
+        redis_server: RedisServer | GivenRedis, tmp_path: Path) -> None:
+    """One INFO a scrape names the server's run_id; a user refused INFO is still read, served with
+    an empty run_id (which RedisMasterChanged does not count), and is not asked again."""
+    if isinstance(redis_server, GivenRedis):
+        pytest.skip("creates an ACL user on the test's own redis-server")
+    admin = redis.Redis.from_url(redis_server.url)
+    config = watch_config(tmp_path, redis_server.url)
+    address, run_id = f"127.0.0.1:{redis_server.port}", str(admin.info("server")["run_id"])
+    watcher = read_only_user(admin, redis_server.url)
+    assert scrape_of(WatchCollector(config, watcher)).series(m.REDIS_MASTER.name) == {
+        ((m.MASTER, address), (m.RUN_ID, run_id)): 1}
+
+    def info_calls() -> tuple[int, int]:
+        """INFO's calls and refusals so far (this one's own call counted by the next)."""
+        stats = admin.info("commandstats")["cmdstat_info"]
+        return int(stats["calls"]), int(stats.get("rejected_calls", 0))
+
+    admin.execute_command("ACL", "SETUSER", "watcher", "-info")
+    refused = WatchCollector(config, watcher)
+    calls, rejected = info_calls()
+    first = scrape_of(refused)
+    assert first.value(m.EXPORTER_REDIS_UP.name) == 1
+    assert first.series(m.REDIS_MASTER.name) == {((m.MASTER, address), (m.RUN_ID, "")): 1}
+    assert info_calls() == (calls + 1, rejected + 1), "asked once, and refused"
+    scrape_of(refused)
+    assert info_calls() == (calls + 2, rejected + 1), "not asked again"
 
 
 def test_generate_writes_only_the_rules_and_panels_rq_can_feed_and_says_what_it_left_out(tmp_path: Path) -> None:

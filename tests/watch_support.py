@@ -22,8 +22,8 @@ from fairness_core import Config
 from .exporter_support import Prometheus
 from .support import run_fairctl
 
-# What docs/watching.md tells a team to grant the exporter.
-READ_ONLY = ("-@all", "+@read", "-@dangerous", "+ping")
+# What docs/watching.md tells a team to grant the exporter (INFO for the master's run_id).
+READ_ONLY = ("-@all", "+@read", "-@dangerous", "+ping", "+info")
 
 
 def read_only_user(admin: redis.Redis, url: str) -> redis.Redis:
