@@ -63,6 +63,10 @@ ALERT_FOR: Mapping[str, float | None] = MappingProxyType({
     # within a second and every exporter sees it within a scrape, so a split that lasts is one an
     # apply left half done.
     "QueueConfigSplit": 120.0,
+    # A shard's Redis master changed (a failover, or a restart): a minute, so the page names the
+    # master every exporter settled on; the change is final, and the window it is counted over
+    # (alerts.rate_window) holds it, so the page goes out once, however long it is held.
+    "RedisMasterChanged": 60.0,
     # Refusals at a tenant's admission limit: five minutes, so a producer that backs off after a
     # refusal or two is not called stuck, while one that keeps sending into the limit is.
     "TenantAtLimit": 300.0,

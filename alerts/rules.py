@@ -55,9 +55,10 @@ TENANT_AT_LIMIT = "TenantAtLimit"
 TENANTS_HELD_PAST_MAX_AGE = "TenantsHeldPastMaxAge"  # only with dispatch limits (tenants.max_in_flight, ...)
 QUEUE_STATE_LOST = "QueueStateLost"
 QUEUE_CONFIG_SPLIT = "QueueConfigSplit"
+REDIS_MASTER_CHANGED = "RedisMasterChanged"
 
 SLO = {"slo": Query(rec.MAX_AGE)}
-# The Redis server holding the alert's shard, as its exporter last read the slot map.
+# The Redis server holding the alert's shard, as its exporter last found it (slot map, sentinels).
 MASTER = {"master": Query(m.REDIS_MASTER.name, (m.GROUP, m.SHARD), m.MASTER)}
 
 
@@ -241,6 +242,15 @@ def configs_run() -> str:
     return f"count without ({m.FINGERPRINT}) (\n  count without ({m.SHARD}) ({dedup(m.GROUP_CONFIG.name)})\n)"
 
 
+def masters_read(window: float) -> str:
+    """How many Redis masters each shard's exporters read within ``window``: servers told apart by
+    run_id (another address, or a restart at the same one), each counted once over the exporters.
+    A series whose run_id is not read yet ("": an exporter started while Redis was down, a Cluster
+    slot map that moved before the new master was read) counts for none."""
+    seen = over_time("count_over_time", excluding(m.REDIS_MASTER, m.RUN_ID, ""), window)
+    return f"count without ({m.MASTER}, {m.RUN_ID}) (\n  {dedup(seen)}\n)"
+
+
 def per_shard(_aggregation: str, expr: str) -> str:
     """A shard's own series, deduplicated (the ``fold`` of :func:`stalled` that keeps shards apart)."""
     return dedup(expr)
@@ -268,6 +278,7 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
     unhandled_window_text = duration(unhandled_window(config))
     evict_window = duration(event_window(config, REDIS_MAY_EVICT_JOBS))
     lost_window = duration(event_window(config, QUEUE_STATE_LOST))
+    changed_window = duration(event_window(config, REDIS_MASTER_CHANGED))
     min_arrivals = config.scheduler.budget_min_arrivals
     urgent = config.classes[0].name
     stall = a.stall_after
@@ -510,6 +521,21 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
                  "queue's weights, SLOs and limits are not the ones applied. Apply the config again (fairctl config "
                  "apply FILE): it reaches every shard."),
             _one(config, QUEUE_CONFIG_SPLIT, f"{configs_run()} > 1", WARNING),
+        ),
+        Alert(
+            REDIS_MASTER_CHANGED,
+            f"the exporters of a shard read more than one Redis master in the last {changed_window} "
+            f"({m.REDIS_MASTER.name}, told apart by run_id): a failover put another server in its place, or the "
+            "master restarted; labelled with the shard",
+            Text("Shard $shard of queue $group changed Redis master"),
+            Text(f"The exporters of shard $shard of $group read $value:number Redis masters in the last "
+                 f"{changed_window} (another server, or the same address restarted); it is on $master now. Writes "
+                 "the old master acknowledged and had not replicated are gone: jobs submitted then may be missing, "
+                 "jobs acked then may run again, and leases taken then come back after their visibility timeout. "
+                 "On a Redis Cluster, a reshard that moved the shard's slot changes its master with nothing lost.",
+                 MASTER),
+            _one(config, REDIS_MASTER_CHANGED,
+                 f"{masters_read(event_window(config, REDIS_MASTER_CHANGED))} > 1", CRITICAL),
         ),
     )
 

@@ -114,6 +114,11 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "shard_completed": d(f"Jobs completed per class on each shard over the last {duration(stall)}",
                              dedup(over_time("increase", m.JOBS_PROCESSED.name, stall))),
         "shard_master": d("The Redis server holding each shard", dedup(m.REDIS_MASTER.name)),
+        "masters_read": d(f"The Redis masters each shard's exporters read over the last "
+                          f"{duration(r.event_window(config, r.REDIS_MASTER_CHANGED))}, by address and run_id (a "
+                          "restarted server has another run_id; the value: samples of each)",
+                          dedup(over_time("count_over_time", m.REDIS_MASTER.name,
+                                          r.event_window(config, r.REDIS_MASTER_CHANGED)))),
         "state_resets": d(f"Resets of each shard's state found over the last {duration(window)}",
                           dedup(over_time("increase", m.STATE_RESETS.name, window))),
         "shard_configs": d("The config each shard runs, by its fingerprint as the queue's (one per queue when they "

@@ -1285,6 +1285,42 @@ def _config_split(s: Scenario) -> list[Case]:
     ]
 
 
+def _master_changed(s: Scenario) -> list[Case]:
+    alert = r.REDIS_MASTER_CHANGED
+    changed_at = 3
+    fire_at = changed_at + s.for_minutes(alert)
+    window = minutes(r.event_window(s.config, alert))
+    end = changed_at + window + 2
+    old, new = "10.0.0.1:6379", "10.0.0.2:6379"
+    old_run, new_run = "a" * 40, "b" * 40  # INFO server's run_id: 40 hex digits, drawn at each start
+    before = f"{flat(1, changed_at - 1)} stale"  # served until the change, then dropped
+    after = f"_x{changed_at} {flat(1, end - changed_at)}"  # served from the change on
+
+    def master(address: str, run_id: str, values: str, *exporters: int) -> list[Series]:
+        """The master's series as the exporters numbered ``exporters`` (default: the first) serve it."""
+        both = s.series(m.REDIS_MASTER, values, exporters=2, master=address, run_id=run_id)
+        return [both[i] for i in exporters or (0,)]
+
+    def firing(address: str) -> Firing:
+        return s.firing(alert, 2, None, {"master": address}, shard=s.group)
+
+    silent = tuple(Check(t, alert) for t in range(changed_at, end + 1))
+    return [
+        Case(f"a failover at minute {changed_at}, seen by two exporters: fires once after for:, naming the new "
+             f"master; resolves {window}m after the old one's last read",
+             tuple(master(old, old_run, before, 0, 1) + master(new, new_run, after, 0, 1)),
+             (*s.edge(alert, fire_at, firing(new)), Check(changed_at + window - 1, alert, (firing(new),)),
+              Check(changed_at + window + 1, alert))),
+        Case("the master restarts at the same address (another run_id): fires",
+             tuple(master(old, old_run, before) + master(old, new_run, after)), (Check(fire_at, alert, (firing(old),)),)),
+        Case("an exporter starts while Redis is down (its run_id not read yet), then reads it: silent",
+             tuple(master(old, "", before) + master(old, old_run, after)), silent),
+        Case("an exporter restarts (two scrapes missed), and another pod comes beside it, on the same master: silent",
+             tuple(master(old, old_run, f"{before} _ {flat(1, end - changed_at - 2)}")
+                   + master(old, old_run, f"_x{changed_at + 1} {flat(1, end - changed_at - 1)}", 1)), silent),
+    ]
+
+
 def _recording(s: Scenario) -> list[Case]:
     """Two exporters serving the same queues: every recorded figure counts them once."""
     end = s.window + 1
@@ -1460,6 +1496,7 @@ def _every_test_file(config: Config) -> tuple[TestFile, ...]:
         *((TestFile(r.TENANTS_HELD_PAST_MAX_AGE, tuple(_held(s))),) if rec.holds(config) else ()),
         TestFile(r.QUEUE_STATE_LOST, tuple(_state_lost(s))),
         TestFile(r.QUEUE_CONFIG_SPLIT, tuple(_config_split(s))),
+        TestFile(r.REDIS_MASTER_CHANGED, tuple(_master_changed(s))),
         TestFile("recording", tuple(_recording(s))),
     )
 

@@ -57,6 +57,7 @@ EQUIVALENTS: dict[str, str] = {
         "'and ignoring (reason)' against the day-ago rates per reason instead of their sum: rates are "
         "never negative, so one of them is over 0 exactly when their sum is"),
     "QueueConfigSplit:number:2": "count() is a whole number: '> 1.25' holds for the same counts as '> 1' (2 and up)",
+    "RedisMasterChanged:number:2": "count() is a whole number: '> 1.25' holds for the same counts as '> 1' (2 and up)",
     # TenantDominatingQueue, or AccountDominatingQueue in its place under accounts.
     "*DominatingQueue:number:9": (f"{rec.ACTIVE_TENANTS} (under accounts {rec.ACTIVE_ACCOUNTS}) is a sum of "
                                   "maxima of counts, a whole number: '>= 1.6' holds for the same values as '>= 2'"),

@@ -37,7 +37,7 @@ DOCUMENTED_ALERTS = (
     "QueueStarving", "QueueShareBelowWeight", "PriorityMixDrift", "PriorityReasonShift", "TenantDominatingQueue",
     "QuietTenantsStarving", "QueueStalled", "QueueShardStalled", "PriorityInversion", "JobsRedeliveredHigh", "JobsDeadLettered",
     "JobsWithoutHandler", "QueuePaused", "JobsUnderUnconfiguredClass", "RedisMemoryHigh", "RedisMayEvictJobs", "FairnessExporterDown",
-    "FairnessExporterRedisDown", "TenantAtLimit", "QueueStateLost", "QueueConfigSplit",
+    "FairnessExporterRedisDown", "TenantAtLimit", "QueueStateLost", "QueueConfigSplit", "RedisMasterChanged",
 )
 ANNOTATIONS = {"summary", "description", "runbook_url", "dashboard_url"}
 
