@@ -23,12 +23,12 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, RedisClusterException
-from redis.connection import parse_url
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import SentinelConnectionPool
 
 from .jobs import RedisUnavailable
-from .redis_url import check_url, is_cluster, is_sentinel, location, sentinel_parts, without_cluster
+from .redis_url import check_url, is_cluster, is_sentinel, location, without_cluster
+from .sentinel_client import sentinel_master
 
 
 def redis_client(url: str, *, connect_timeout: float = 3.0, timeout: float = 10.0) -> redis.Redis | ClusterClient:
@@ -42,24 +42,8 @@ def redis_client(url: str, *, connect_timeout: float = 3.0, timeout: float = 10.
     if is_cluster(url):
         return ClusterClient(url, options)
     if is_sentinel(url):
-        return _sentinel_master(url, options)
+        return sentinel_master(url, options)
     return redis.Redis.from_url(url, **options)
-
-
-def _sentinel_master(url: str, options: dict[str, Any]) -> redis.Redis:
-    """The client of a Sentinel-managed master: each new connection asks the sentinels where the
-    master is now, and a connection to a server that is no longer the master is dropped, so a
-    failover (or a demotion) is followed by the next call, with no restart."""
-    parts = sentinel_parts(url)
-    master = parse_url(parts.master)
-    for placeholder in ("host", "port", "path"):
-        master.pop(placeholder, None)
-    if master.pop("connection_class", None) is redis.SSLConnection:
-        master["ssl"] = True
-    timeouts = {"socket_connect_timeout": options["socket_connect_timeout"], "socket_timeout": options["socket_timeout"]}
-    sentinel = Sentinel(parts.sentinels, sentinel_kwargs={**timeouts, "retry": Retry(NoBackoff(), 0)}, **timeouts)
-    client: redis.Redis = sentinel.master_for(parts.service, **options, **master)
-    return client
 
 
 class _Cluster(RedisCluster):

@@ -39,6 +39,7 @@ from .keys import WAKE_MEMBER, Keys
 from .library import Library, missing
 from .memory import MemoryGuard
 from .script import script_source
+from .sentinel_client import FollowingSentinelPool
 from .settings import SWEEP_BATCH, default_tier_left, derive, rebases_tags, regroups
 from .snapshot import RawClass, Snapshot, build_snapshot
 
@@ -377,16 +378,19 @@ class Scheduler:
         while it was idle (a Redis restart) is seen before the send and replaced, and a send that
         fails on a connection that broke is sent once more on a new one. A connection that fails
         after the send, before the reply, raises :class:`ReplyLost`: the call may have run, and
-        sending it again could run it twice. A thread's connection closes with the thread. On a
-        Cluster, redis-py's cluster client (which follows slot moves)."""
+        sending it again could run it twice. Under Sentinel, a connection to a server the sentinels
+        no longer name as the master is dropped first. A thread's connection closes with the
+        thread. On a Cluster, redis-py's cluster client (which follows slot moves)."""
         if not isinstance(self.client, redis.Redis):
             return self.client.execute_command(*command)
+        pool = self.client.connection_pool
         conn = getattr(self._own, "conn", None)
         if conn is None:
-            pool = self.client.connection_pool
             conn = self._own.conn = pool.connection_class(**pool.connection_kwargs)
         packed = [hiredis.pack_command(command)]  # type: ignore[arg-type]  # its stub types one element; 0.9 µs; redis-py's pack_command wrapping it: 3.4 µs
         _drop_if_closed(conn)
+        if isinstance(pool, FollowingSentinelPool) and pool.moved(conn):  # a failover: to the new master
+            conn.disconnect()
         try:
             _connected(conn).send_packed_command(packed, check_health=False)
         except redis.ConnectionError:  # nothing was read of it: the connection was already broken

@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis
 
@@ -103,7 +104,8 @@ class SentinelGroup:
 
     def _replica_known(self) -> bool:
         try:
-            return int(_client(self.sentinels[0].port).sentinel_master(SERVICE).get("num-slaves", 0)) >= 1
+            state: dict[str, Any] = dict(_client(self.sentinels[0].port).sentinel_master(SERVICE))  # type: ignore[arg-type]
+            return int(state.get("num-slaves", 0)) >= 1
         except redis.RedisError:
             return False
 
@@ -111,7 +113,7 @@ class SentinelGroup:
         """The master's port as the first sentinel that answers names it."""
         for sentinel in self.sentinels:
             try:
-                reply = _client(sentinel.port).sentinel_get_master_addr_by_name(SERVICE)
+                reply: Any = _client(sentinel.port).sentinel_get_master_addr_by_name(SERVICE)
             except redis.RedisError:
                 continue
             return int(reply[1]) if reply else None
