@@ -40,7 +40,7 @@ from fairness_core import (
 from fairness_core.config_store import Applied
 from fairness_core.connection import ClusterClient, redis_errors, server_of
 from fairness_core.layout import group_fingerprint
-from fairness_core.memory import _info_of as memory_of
+from fairness_core.memory import memory_from_info as memory_of
 from fairness_core.snapshot import hold_reasons
 from fairness_core.version import fairctl_version
 

@@ -62,7 +62,7 @@ class RedisMemoryFull(FairnessError):
         self.accepted = accepted
 
 
-def _info_of(reply: dict[str, Any]) -> MemoryInfo:
+def memory_from_info(reply: dict[str, Any]) -> MemoryInfo:
     return MemoryInfo(used=int(reply["used_memory"]), maxmemory=int(reply["maxmemory"]),
                       policy=str(reply["maxmemory_policy"]), evicted_keys=int(reply.get("evicted_keys", 0)))
 
@@ -78,8 +78,8 @@ def read_memory(client: Any, key: str | None = None) -> MemoryInfo:
         else:
             reply = client.info("memory", "stats")
     if "used_memory" in reply:  # one node answered
-        return _info_of(reply)
-    return riskiest(_info_of(node) for node in reply.values())
+        return memory_from_info(reply)
+    return riskiest(memory_from_info(node) for node in reply.values())
 
 
 def riskiest(masters: Iterable[MemoryInfo]) -> MemoryInfo:
