@@ -15,7 +15,7 @@ from typing import Any
 
 from fairness_core.config import Config, format_duration, fraction, one_line, parse_duration
 from fairness_core.config_sections import Section
-from fairness_core.yaml_reader import ConfigError, Reader, int_between, kind_of, nonempty_str
+from fairness_core.yaml_reader import ConfigError, Reader, base_url, int_between, kind_of, nonempty_str
 
 # Grafana as compose/docker-compose.yml publishes it: the alerts' links are built on it until
 # alerts.grafana_url says where the team's Grafana is.
@@ -124,19 +124,6 @@ def _url_template(value: object, path: str) -> str:
     return text
 
 
-def _base_url(value: object, path: str) -> str:
-    """An absolute http(s) URL a link is built on: a browser, an Alertmanager receiver and a Grafana
-    panel must all open it, so a relative path is refused."""
-    text = nonempty_str(value, path).rstrip("/")
-    scheme, sep, rest = text.partition("://")
-    if scheme not in ("http", "https") or not sep or not rest or rest.startswith("/"):
-        raise ConfigError(path, f"expected an absolute http:// or https:// URL such as https://grafana.example.com, "
-                                f"got {value!r}")
-    if any(ch.isspace() or ch in "${}?#" for ch in text):
-        raise ConfigError(path, f"expected a base URL without spaces, $, braces, ? or #, got {value!r}")
-    return text
-
-
 def _for_durations(value: object, path: str) -> Mapping[str, float | None]:
     if not isinstance(value, dict):
         raise ConfigError(path, f"expected a mapping of alert name to duration, got {kind_of(value)}")
@@ -164,7 +151,7 @@ def _parse(r: Reader | None, core: Config) -> AlertsConfig:
         exporter_job=r.get("exporter_job", d.exporter_job, one_line),
         runbook_url=r.get("runbook_url", None, _url_template),
         dashboard_url=r.get("dashboard_url", None, _url_template),
-        grafana_url=r.get("grafana_url", None, _base_url),
+        grafana_url=r.get("grafana_url", None, base_url("https://grafana.example.com")),
         worker_slots=r.get("worker_slots", None, int_between(1, 10**6)),
         for_durations=r.get("for", ALERT_FOR, _for_durations),
     )

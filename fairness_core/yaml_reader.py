@@ -90,6 +90,20 @@ def nonempty_str(value: object, path: str) -> str:
     return value
 
 
+def base_url(example: str) -> Callable[[object, str], str]:
+    """An absolute http(s) URL that others build on (append a path, fill a link): a relative path,
+    a query, a fragment, spaces, $ and braces are refused; ``example`` shows a good one."""
+    def convert(value: object, path: str) -> str:
+        text = nonempty_str(value, path).rstrip("/")
+        scheme, sep, rest = text.partition("://")
+        if scheme not in ("http", "https") or not sep or not rest or rest.startswith("/"):
+            raise ConfigError(path, f"expected an absolute http:// or https:// URL such as {example}, got {value!r}")
+        if any(ch.isspace() or ch in "${}?#" for ch in text):
+            raise ConfigError(path, f"expected a base URL without spaces, ?, #, $ or braces, got {value!r}")
+        return text
+    return convert
+
+
 def int_between(low: int, high: int) -> Callable[[object, str], int]:
     def convert(value: object, path: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):

@@ -13,7 +13,7 @@ from typing import Any
 
 from fairness_core.config import Config
 from fairness_core.config_sections import Section
-from fairness_core.yaml_reader import ConfigError, Reader, int_between, nonempty_str
+from fairness_core.yaml_reader import ConfigError, Reader, base_url, int_between
 
 # Where kube-prometheus-stack's Prometheus answers inside the cluster: the Prometheus Operator's
 # governing Service ``prometheus-operated``, in the namespace the stack usually lives in.
@@ -39,20 +39,6 @@ class KubernetesConfig:
     depth_per_slot: float = 50.0
 
 
-def _prometheus_url(value: object, path: str) -> str:
-    """An absolute http(s) URL KEDA's prometheus scaler queries (it appends /api/v1/query): a path
-    is allowed (a Thanos or Mimir prefix), a query string or fragment is not."""
-    text = nonempty_str(value, path).rstrip("/")
-    scheme, sep, rest = text.partition("://")
-    if scheme not in ("http", "https") or not sep or not rest or rest.startswith("/"):
-        raise ConfigError(path, f"expected an absolute http:// or https:// URL such as {DEFAULT_PROMETHEUS_URL}, "
-                                f"got {value!r}")
-    if any(ch.isspace() or ch in "?#${}" for ch in text):
-        raise ConfigError(path, f"expected a URL without spaces, ?, #, $ or braces (KEDA appends /api/v1/query "
-                                f"to it), got {value!r}")
-    return text
-
-
 def _age_target(value: object, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise ConfigError(path, f"expected a fraction of max_age in (0, 1] (0.5: scale up when the quiet tenants' "
@@ -73,7 +59,7 @@ def _parse(r: Reader | None, core: Config) -> KubernetesConfig:
     out = KubernetesConfig(
         min_replicas=r.get("min_replicas", d.min_replicas, int_between(1, MAX_REPLICAS_LIMIT)),
         max_replicas=r.get("max_replicas", d.max_replicas, int_between(1, MAX_REPLICAS_LIMIT)),
-        prometheus_url=r.get("prometheus_url", d.prometheus_url, _prometheus_url),
+        prometheus_url=r.get("prometheus_url", d.prometheus_url, base_url(DEFAULT_PROMETHEUS_URL)),
         age_target=r.get("age_target", d.age_target, _age_target),
         depth_per_slot=r.get("depth_per_slot", d.depth_per_slot, _depth_per_slot),
     )

@@ -51,7 +51,7 @@ def test_configured_templates_still_win() -> None:
 @pytest.mark.parametrize("value, message", [
     ("grafana:3000", "expected an absolute http:// or https:// URL"),
     ("/grafana", "expected an absolute http:// or https:// URL"),
-    ("https://g.example.com/{x}", "without spaces, $, braces"),
+    ("https://g.example.com/{x}", "without spaces, ?, #, $ or braces"),
 ])
 def test_a_bad_grafana_url_is_named(value: str, message: str) -> None:
     with pytest.raises(ConfigError, match="alerts.grafana_url") as info:
