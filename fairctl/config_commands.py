@@ -158,7 +158,8 @@ def apply(file: Path, move: Sequence[str] | None, move_tier: Sequence[str] | Non
 
     A class FILE no longer names may still hold jobs (queued, leased or waiting to retry): then
     the apply is refused, changing nothing (exit 1), until --move OLD=NEW says where they go.
-    They move keeping their ids and ages; leased ones and retries go to NEW when they come back.
+    Queued ones move keeping their ids and ages, retries waiting for their backoff keeping their
+    due time; leased ones go to NEW when they come back.
     Likewise a tier FILE drops that is still some queued tenant's needs --move-tier OLD=NEW.
     If someone else applies between the diff printed here and the apply, nothing is applied
     (exit 1, naming the config that won): read the diff again and retry.

@@ -221,7 +221,25 @@ class Model:
                 for job in items:
                     self._push_head(new, tenant, [job])
                 moved += len(items)
+            moved += self._move_delayed(old, new, limit - moved)
         return moved
+
+    def _move_delayed(self, old: str, new: str, limit: int) -> int:
+        """As the Lua's ``move_delayed``: up to ``limit`` retries of ``old`` waiting for their
+        backoff, soonest due first, become ``new``'s, each keeping its due time."""
+        if limit <= 0 or self.stats.get(f"delayed{SEP}{old}", 0) <= 0:
+            return 0
+        found = [rec for rec in self.delayed.up_to(math.inf, len(self.delayed))
+                 if self.delayed_items[rec].queue == old][:limit]
+        for rec in found:
+            due, entry = self.delayed.score(rec), replace(self.delayed_items.pop(rec), queue=new)
+            assert due is not None  # found in the set just now
+            self.delayed.remove(rec)
+            self.delayed.add(entry.encode(), due)
+            self.delayed_items[entry.encode()] = entry
+            self._stat("delayed", old, -1)
+            self._stat("delayed", new, 1)
+        return len(found)
 
     def _unconfigured(self) -> tuple[list[str], dict[str, int]]:
         """As the Lua's ``unconfigured``: classes the counters know that the config does not name

@@ -253,7 +253,7 @@ class Scheduler:
                             changes=tuple(differences(before, config)), moved=moved)
 
     def move_pending(self, limit: int = SWEEP_LIMIT) -> int:
-        """Move up to ``limit`` queued jobs of classes the applied config moved, in calls of
+        """Move up to ``limit`` queued and retrying jobs of classes the applied config moved, in calls of
         :data:`SWEEP_BATCH` (a move of millions never holds Redis for long); how many moved.
         ``apply`` moves them all; workers call this on their sweeps too, so the moves finish even
         if the process that applied dies half way."""
@@ -798,6 +798,7 @@ def _raw_class(reply: list[Any]) -> RawClass:
         keys = accounts[4]
         by_account = {"active_accounts": int(accounts[0]), "accounts_now": _pairs(accounts[1]),
                       "accounts_before": _pairs(accounts[2]), "accounts_backlog": _pairs(accounts[3]),
+                      "accounts_keys": tuple(int(n) for n in accounts[5]),
                       "account_keys": [(_text(keys[i]), _text(keys[i + 1]), float(keys[i + 2]), float(keys[i + 3]))
                                        for i in range(0, len(keys), 4)]}
     return RawClass(

@@ -201,3 +201,30 @@ def test_an_apply_between_the_diff_and_the_apply_wins(config_a: Path, client: re
             f"{config.redis.prefix}; run `fairctl config diff` and apply again") in lost.stderr
     now = Scheduler(config, client).sync().config
     assert (now.classes[0].weight, now.classes[1].weight) == (70, 25)  # theirs, not ours
+
+
+def test_a_move_takes_the_retries_waiting_in_the_removed_class_keeping_their_due_time(
+        tmp_path: Path, redis_server: RedisServer, client: redis.Redis) -> None:
+    """Retries waiting for their backoff move with the queued jobs: left behind they would show as
+    an unserved class until their backoff ends (minutes at a long one)."""
+    config_a, config = write_config(tmp_path, redis_server.url, leases={"retry_backoff": "10m"})
+    producer = Scheduler(config, client)
+    for i in range(6):
+        producer.enqueue("newsletter", f"tenant-{i % 3}")
+    producer.enqueue("newsletter", "tenant-0")  # stays queued
+    leases = producer.pop(6, classes=["jobs:low"])
+    assert len(leases) == 6 and all(producer.nack(lease, "boom") == "retry" for lease in leases)
+    delayed = producer.keys.delayed
+    due = sorted(score for _, score in client.zrange(delayed, 0, -1, withscores=True))
+    b = variant(config_a, "b.yaml", without_low)
+    assert "class 'jobs:low' still holds 7 job(s)" in invoke("config", "apply", b).stderr
+
+    moved = invoke("config", "apply", b, "--move", "jobs:low=jobs:medium")
+    assert moved.exit_code == 0, moved.output
+    assert "moved 7 job(s) (jobs:low -> jobs:medium)" in moved.stdout
+    after = Scheduler(load_config(b), client)
+    snapshot = after.snapshot()
+    assert not snapshot.unconfigured and snapshot.classes["jobs:medium"].delayed == 6
+    kept = client.zrange(delayed, 0, -1, withscores=True)
+    assert sorted(score for _, score in kept) == due  # each keeps its due time
+    assert all(member.decode().startswith("jobs:medium") for member, _ in kept)

@@ -1792,10 +1792,36 @@ function ops.apply()
   return {'applied', version}
 end
 
+-- Up to `limit` retries of class `old` waiting for their backoff, soonest due first, become
+-- `new`'s, each keeping its due time: left as they were they would count as `old`'s, a class no
+-- worker serves, until due. One pass over the delayed set, made only while `old` has some there.
+local function move_delayed(old, new, limit)
+  if limit <= 0 or num(redis.call('HGET', K_STATS, 'delayed' .. SEP .. old)) <= 0 then return 0 end
+  local found = {}
+  for first = 0, math.huge, 1000 do
+    local some = redis.call('ZRANGE', K_DELAYED, first, first + 999, 'WITHSCORES')
+    for k = 1, #some, 2 do
+      if #found < 2 * limit and fields(some[k], REC_HEAD)[REC_QUEUE] == old then
+        found[#found + 1], found[#found + 2] = some[k], some[k + 1]
+      end
+    end
+    if #some < 2000 or #found >= 2 * limit then break end
+  end
+  for k = 1, #found, 2 do
+    local _, tenant, att, env = parse_record(found[k])
+    redis.call('ZREM', K_DELAYED, found[k])
+    redis.call('ZADD', K_DELAYED, found[k + 1], table.concat(record(new, tenant, att, env), SEP))
+    stat('delayed', old, -1)
+    stat('delayed', new, 1)
+    wake(new, tonumber(found[k + 1]))
+  end
+  return #found / 2
+end
+
 -- ARGV[4]: at most this many jobs. Queued jobs of removed classes move to the classes the applied
 -- config moved them to, oldest tenant first, each tenant's jobs taken from its tail so they keep
--- their order in front of the target's own; each keeps its enqueue time, so its age. Returns how
--- many moved: 0 when none is left to move.
+-- their order in front of the target's own; each keeps its enqueue time, so its age. Then their
+-- retries waiting for their backoff (move_delayed). Returns how many moved: 0 when none is left.
 function ops.move()
   local limit, moved = tonumber(ARGV[4]), 0
   for _, pair in ipairs(cfg.moves) do
@@ -1810,6 +1836,7 @@ function ops.move()
         moved = moved + 1
       end
     end
+    moved = moved + move_delayed(old, new, limit - moved)
   end
   return moved
 end
