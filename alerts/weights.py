@@ -41,6 +41,7 @@ class ClassNeed:
     service_time: float | None  # s
     needed: float | None  # of slot time, to keep up
     min_weight: int | None  # None: no figures, or no weight can do it
+    reserved_slots: int = 0
 
     @property
     def short(self) -> bool:
@@ -65,6 +66,7 @@ class WeightsReport:
         if total > 1:
             out.append(f"the classes need {total:.0%} of the fleet's {self.slots} slots together: "
                        "no weights can keep up; add workers (alerts.worker_slots)")
+        out += self._reservation_warnings()
         for c in self.classes:
             if not c.short:
                 continue
@@ -73,6 +75,24 @@ class WeightsReport:
             out.append(f"classes[{c.index}].weight: {c.name} needs {c.needed:.1%} of the slot time to keep up "
                        f"({c.arrival_rate:.3g}/s x {c.service_time:.3g}s / {self.slots} slots), its weight {c.weight} "
                        f"guarantees {c.guaranteed:.1%} when every class is backlogged; {fix}")
+        return out
+
+    def _reservation_warnings(self) -> list[str]:
+        """Reservations the fleet cannot hold: a worker serving every class keeps the unmet
+        reservations of the other classes free, so once they add up to the fleet a class without
+        one never runs there (the script's ``capacity``)."""
+        if not self.slots:
+            return []
+        out = [f"classes[{c.index}].reserved_slots: {c.name} reserves {c.reserved_slots} slots, more than the "
+               f"fleet's {self.slots} (alerts.worker_slots)" for c in self.classes if c.reserved_slots > self.slots]
+        reserving = [c for c in self.classes if c.reserved_slots]
+        total = sum(c.reserved_slots for c in reserving)
+        if total >= self.slots:
+            left = [c.name for c in self.classes if not c.reserved_slots]
+            starved = f"{', '.join(left)} (no reservation) run none" if left else "the others wait"
+            out.append(f"{' + '.join(f'classes[{c.index}].reserved_slots' for c in reserving)}: the classes "
+                       f"reserve {total} slots together, the fleet's {self.slots} or more: while a reservation is "
+                       f"unmet, the classes below theirs take every free slot and {starved}")
         return out
 
 
@@ -104,6 +124,7 @@ def weights_report(config: Config, slots: int | None = None) -> WeightsReport:
             guaranteed=work[i] / sum(work), arrival_rate=c.arrival_rate, service_time=c.service_time,
             needed=needed,
             min_weight=None if needed is None else _min_weight(needed, own_time, sum(work) - work[i]),
+            reserved_slots=c.reserved_slots,
         ))
     return WeightsReport(slots, not timed, tuple(needs), by_runtime)
 

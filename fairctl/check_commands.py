@@ -42,7 +42,9 @@ def weights(config: Path, slots: int | None) -> None:
     keep up (arrival_rate x service_time / slots) against what its weight guarantees when every
     class is backlogged, with the smallest weight that would do. A weight is a share of the jobs
     started (pop share) under scheduler.charge: jobs, and of the worker time (time share) under
-    runtime; the other column follows from the service times."""
+    runtime; the other column follows from the service times. Warns, naming the fields, when
+    classes[].reserved_slots reserve more than the fleet: one class more slots than it has, or
+    all of them together as many or more."""
     _weights(load(config, None), slots)
 
 
@@ -50,7 +52,7 @@ def weights(config: Path, slots: int | None) -> None:
 @config_option
 @slots_option
 def check(config: Path, slots: int | None) -> None:
-    """Validate the config, lint the weights and the alerts' links, and run promtool on the rules it generates.
+    """Validate the config, lint the weights, reservations and the alerts' links, and run promtool on the rules it generates.
 
     Generates the rules and their unit tests in a scratch directory, then runs promtool check
     rules and promtool test rules on them. Exit 0 when all pass (weight warnings do not fail),

@@ -105,6 +105,24 @@ def test_weights_says_when_the_fleet_is_too_small_or_unknown(tmp_path: Path) -> 
     assert "set alerts.worker_slots (or pass --slots)" in unknown.stderr
 
 
+def test_check_and_weights_flag_reservations_that_take_the_fleet(tmp_path: Path) -> None:
+    whole = config_file(tmp_path, "classes.0.reserved_slots", 1000)  # the example's fleet: 40 slots
+    for command in ("weights", "check"):
+        result = invoke(command, "--config", whole)
+        assert result.exit_code == 0, result.output
+        warned = [line for line in result.stderr.splitlines() if "reserved_slots" in line]
+        assert warned == [
+            "warning: classes[0].reserved_slots: jobs:high reserves 1000 slots, more than the fleet's 40 "
+            "(alerts.worker_slots)",
+            "warning: classes[0].reserved_slots: the classes reserve 1000 slots together, the fleet's 40 or more: "
+            "while a reservation is unmet, the classes below theirs take every free slot and jobs:medium, "
+            "jobs:low (no reservation) run none"], result.stderr
+    assert not [w for w in weights_report(parse_config(with_change("classes.0.reserved_slots", 39))).warnings()
+                if "reserved_slots" in w]
+    assert "reserve 40 slots together" in " ".join(
+        weights_report(parse_config(with_change("classes.1.reserved_slots", 38))).warnings())
+
+
 def test_without_service_times_the_lint_assumes_equal_ones() -> None:
     data = with_change("classes.0.service_time", "~")
     del data["classes"][0]["arrival_rate"]
