@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import jinja2
 
 from exporter import metrics as m
 from exporter.config import serving
+from exporter.sources import watched
 from fairness_core.config import OVER_BUDGET_REASON, Config
 
 from . import recording as rec
@@ -22,6 +23,7 @@ from . import rules as r
 from .config import alert_settings
 from .layout import RUNBOOKS_DIR, runbook_file
 from .promql import dedup, duration, logical, logical_rate, number, over_time, selector
+from .supplied import fed
 
 INDEX = RUNBOOKS_DIR / "README.md"
 
@@ -45,11 +47,12 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
     return {
         "oldest_vs_slo": d("Oldest due job per class against its SLO (above 1: older than max_age)",
                            f"{rec.OLDEST_AGE} / {rec.MAX_AGE}"),
-        "quiet_vs_slo": d("Oldest job of the quiet (non-noisy) tenants against the SLO",
-                          f"{rec.QUIET_AGE} / {rec.MAX_AGE}"),
+        "quiet_vs_slo": d(f"Oldest job of the quiet (non-noisy) {rec.level(config).noun}s against the SLO",
+                          f"{r.quiet_age(config)} / {rec.MAX_AGE}"),
         "depth": d("Due jobs per class", rec.DEPTH),
         "delayed": d("Failed jobs waiting out their retry backoff", logical("sum", m.QUEUE_DELAYED.name)),
-        "paused": d("Paused classes (1: paused with fairctl pause)", rec.PAUSED),
+        "paused": d("Paused classes (1: paused" + (" with fairctl pause)" if watched(config) is None else ")"),
+                    rec.PAUSED),
         "inflight": d("Leased jobs per class: who holds the worker slots", inflight),
         "fleet_busy": d("Leased jobs against the slots the fleet registered (near 1: saturated)",
                         f"sum without ({m.QUEUE}) ({inflight})\n  / {logical('max', m.WORKER_SLOTS.name)}"),
@@ -170,9 +173,17 @@ def render(config: Config) -> dict[PurePosixPath, str]:
     """Every runbook and their index, by path relative to the generated directory."""
     env = _environment()
     alerts = r.build_alerts(config)
+    recordings = rec.expressions(config)
+    watch = watched(config)
     common = {
         "config": config, "alert_settings": alert_settings(config), "serving": serving(config),
-        "q": diagnostics(config), "alerts": alerts, "duration": duration, "number": number,
+        "q": {key: d for key, d in diagnostics(config).items() if fed(config, (d.promql,), recordings)},
+        "alerts": alerts, "duration": duration, "number": number,
+        "system": None if watch is None else watch.system,
+        "queues": {} if watch is None else {name: tuple(dict.fromkeys(ref.queue for ref in refs))
+                                            for name, refs in watch.classes.items()},
+        "config_file": Path(config.source).name if config.source else "fairness.yaml",
+        "each": lambda template, names: [template.replace("{}", name) for name in names],
         "urgent": config.classes[0].name, "bulk": config.classes[-1].name,
         "link": lambda alert, key: r.link(config, alert, key), "over_budget_reason": OVER_BUDGET_REASON,
         "tenant_share_metric": m.QUEUE_TENANT_SHARE.name, "account_share_metric": m.QUEUE_ACCOUNT_SHARE.name,
