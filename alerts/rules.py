@@ -164,6 +164,15 @@ def dominating(config: Config) -> str:
             f"  and ignoring ({label})\n{rec.TENANT_WINDOW_JOBS} >= {a.tenant_min_jobs}")
 
 
+def quiet_age(config: Config) -> str:
+    """The oldest due job among the parties not flooding a class: with accounts, those of the
+    accounts that are not noisy (a flooding account's own keys are each small, and would count as
+    quiet tenants), else the quiet tenants' recording."""
+    if rec.level(config) is rec.TENANTS:
+        return rec.QUIET_AGE
+    return logical("max", m.QUEUE_QUIET_ACCOUNTS_OLDEST_AGE.name)
+
+
 def unless_paused(config: Config, expr: str, queue: str | None = None) -> str:
     """``expr`` silenced for a class while it is paused: a paused class's jobs wait by design, and
     QueuePaused tells that story instead of a starvation alert's. A watched system whose pauses
@@ -353,12 +362,13 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
         ),
         Alert(
             QUIET_TENANTS_STARVING,
-            "the oldest job among a class's non-noisy tenants is older than the class's max_age, and the class is not paused",
-            Text("Quiet tenants of $queue wait longer than its SLO"),
-            Text("The oldest due job among the tenants of $queue that are not flooding it has waited "
+            f"the oldest job among a class's non-noisy {party.noun}s is older than the class's max_age, and the class "
+            "is not paused",
+            Text(f"Quiet {party.noun}s of $queue wait longer than its SLO"),
+            Text(f"The oldest due job among the {party.noun}s of $queue that are not flooding it has waited "
                  "$value:duration, over the class's SLO of $slo:duration: fair queuing is not protecting "
-                 "the small tenants.", SLO),
-            _one(config, QUIET_TENANTS_STARVING, unless_paused(config, f"{rec.QUIET_AGE} > {rec.MAX_AGE}"), WARNING),
+                 f"the small {party.noun}s.", SLO),
+            _one(config, QUIET_TENANTS_STARVING, unless_paused(config, f"{quiet_age(config)} > {rec.MAX_AGE}"), WARNING),
         ),
         Alert(
             QUEUE_STALLED,

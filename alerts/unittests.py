@@ -727,18 +727,22 @@ def _quiet_tenants(s: Scenario) -> list[Case]:
     fire_at = math.floor(cls.max_age / 60) + 1 + s.for_minutes(alert)
     slo = s.series(m.QUEUE_MAX_AGE, flat(cls.max_age, fire_at), queue=cls.name)
     served = s.series(m.QUEUE_PAUSED, flat(0, fire_at), queue=cls.name)  # not paused: served as 0
+    # with accounts the alert reads the quiet accounts' age: a flooding account's keys are each quiet
+    quiet = m.QUEUE_QUIET_OLDEST_AGE if rec.level(s.config) is rec.TENANTS else m.QUEUE_QUIET_ACCOUNTS_OLDEST_AGE
+    quiet_served = s.series(quiet, flat(10, fire_at), queue=cls.name)
+    if quiet is not m.QUEUE_QUIET_OLDEST_AGE:  # the flooding account's own keys, each quiet by itself, are old
+        quiet_served += s.series(m.QUEUE_QUIET_OLDEST_AGE, ramp(60, fire_at), queue=cls.name)
     return [
-        Case(f"the quiet tenants' oldest job in {cls.name} ages past the SLO: fires after for:",
-             tuple(slo + served + s.series(m.QUEUE_QUIET_OLDEST_AGE, ramp(60, fire_at), queue=cls.name)),
+        Case(f"the quiet {rec.level(s.config).noun}s' oldest job in {cls.name} ages past the SLO: fires after for:",
+             tuple(slo + served + s.series(quiet, ramp(60, fire_at), queue=cls.name)),
              (Check(fire_at - 1, alert),
               Check(fire_at, alert, (s.firing(alert, 60 * fire_at, cls.name, {"slo": cls.max_age}),)))),
         Case(f"the same while {cls.name} is paused (QueuePaused tells that story): silent",
-             tuple(slo + s.series(m.QUEUE_QUIET_OLDEST_AGE, ramp(60, fire_at), queue=cls.name)
+             tuple(slo + s.series(quiet, ramp(60, fire_at), queue=cls.name)
                    + s.series(m.QUEUE_PAUSED, flat(1, fire_at), queue=cls.name)),
              (Check(fire_at, alert),)),
-        Case("only the noisy tenant's own backlog is old, quiet tenants are served: silent",
-             tuple(slo + s.series(m.QUEUE_OLDEST_AGE, ramp(60, fire_at), queue=cls.name)
-                   + s.series(m.QUEUE_QUIET_OLDEST_AGE, flat(10, fire_at), queue=cls.name)),
+        Case(f"only the noisy {rec.level(s.config).noun}'s own backlog is old, the quiet ones are served: silent",
+             tuple(slo + s.series(m.QUEUE_OLDEST_AGE, ramp(60, fire_at), queue=cls.name) + quiet_served),
              (Check(fire_at, alert),)),
     ]
 

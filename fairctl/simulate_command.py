@@ -101,10 +101,10 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
                          f"{r.realised_share:.1%}", f"{weight_share:.0%}"))
         lines += text_table(rows, numbers_right=True, indent="  ")
         worst, typical = (max(figures, key=lambda q: figures[q]) for figures in (run.quiet_max_age_s, run.quiet_p95_age_s))
-        lines.append(f"  quiet tenants' oldest age: max {human(run.quiet_max_age_s[worst])} ({worst}), "
+        lines.append(f"  quiet {run.party}s' oldest age: max {human(run.quiet_max_age_s[worst])} ({worst}), "
                      f"95% of scrapes under {human(run.quiet_p95_age_s[typical])} ({typical})")
         fairness = ", ".join(f"{name} {fairness_text(run, name)}" for name in settings)
-        lines.append(f"  tenant fairness index (1 = fair; while 2+ tenants wait): {fairness}")
+        lines.append(f"  {run.party} fairness index (1 = fair; while 2+ {run.party}s wait): {fairness}")
         if scenario.reports_worker_time:
             lines.extend(f"  {line}" for line in worker_time_lines(scenario, run))
         if scenario.account_separator is not None:

@@ -29,6 +29,16 @@ UNCONFIGURED_HEADERS = ("class (not configured)", "depth", "oldest", "in-flight"
 
 
 @dataclass(frozen=True)
+class AccountStatus:
+    """An account of a class: fair queuing's party, however many keys its jobs are spread over."""
+
+    account: str
+    queued: int
+    keys: int  # its keys with jobs queued in the class's fair order
+    share_pct: float  # of the class's service over exporter.window
+
+
+@dataclass(frozen=True)
 class ClassStatus:
     name: str
     depth: int
@@ -41,6 +51,10 @@ class ClassStatus:
     worktime_s: float  # worker time reported over the interval (either charge)
     share_pct: float | None  # of the interval's jobs, or worker time under charge: runtime; None: none
     top_tenants: list[tuple[str, int]]
+    # With accounts (tenants.account_separator; None without): the accounts with jobs queued, and
+    # the most backlogged ones, each with its queued jobs, keys queued and share of the window's service.
+    active_accounts: int | None = None
+    top_accounts: list[AccountStatus] | None = None
     dead_letters: int | None = None  # of the class, in the dead-letter list (None: not read)
     # Held by a dispatch limit now, by reason (fairness_core.snapshot.HOLD_REASONS): tenants (accounts
     # for the account_ reasons), and their queued jobs. Each reason the config's limits can give, 0
@@ -62,6 +76,7 @@ def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top
     basis = worktime if config.scheduler.charge == "runtime" else processed
     total = sum(basis.values())
     limits = hold_reasons(config)
+    accounts = config.tenants.account_separator is not None
     rows = []
     for c in config.classes:
         view = after.classes[c.name]
@@ -78,6 +93,9 @@ def class_statuses(config: Config, before: Snapshot | None, after: Snapshot, top
             worktime_s=worktime[c.name] / 1e6,
             share_pct=100.0 * basis[c.name] / total if total else None,
             top_tenants=list(view.top_backlog[:top]),
+            active_accounts=view.active_accounts if accounts else None,
+            top_accounts=[AccountStatus(a, n, k, 100.0 * share) for a, n, k, share in view.top_account_backlog[:top]]
+            if accounts else None,
             dead_letters=None if dead is None else dead.get(c.name, 0),
             held_tenants={reason: view.held.get(reason, 0) for reason in reasons},
             held_jobs={reason: view.held_jobs.get(reason, 0) for reason in reasons},
@@ -109,6 +127,20 @@ def held_lines(rows: Sequence[ClassStatus]) -> list[str]:
     if not out:
         return ["held by dispatch limits: none"]
     return ["held by dispatch limits (their jobs wait queued until the hold ends):", *out]
+
+
+def account_lines(rows: Sequence[ClassStatus]) -> list[str]:
+    """With accounts, each class's most backlogged accounts: fair queuing shares a class out by
+    account, so a customer spread over many keys shows as the one party it is."""
+    shown = [r for r in rows if r.top_accounts]
+    if not shown:
+        return []
+    out = ["most backlogged accounts (queued jobs, keys queued, share of the class's service over exporter.window):"]
+    for r in shown:
+        accounts = ", ".join(f"{a.account} ({a.queued}, {a.keys} key{'' if a.keys == 1 else 's'}, {a.share_pct:.1f}%)"
+                             for a in r.top_accounts or ())
+        out.append(f"  {r.name} ({r.active_accounts} account{'' if r.active_accounts == 1 else 's'} queued): {accounts}")
+    return out
 
 
 def _mib(size: int) -> str:
@@ -162,6 +194,7 @@ def render(rows: list[ClassStatus], interval: float | None, *, charge: str = "jo
     if dead:
         lines.append(f"dead letters: {dead} (failed for good, or no handler for their task): "
                      "fairctl dead list, then fairctl dead requeue or drop")
+    lines.extend(account_lines(rows))
     tenants = [f"  {r.name}: " + ", ".join(f"{t} ({n})" for t, n in r.top_tenants) for r in rows if r.top_tenants]
     if tenants:
         lines.append("most backlogged tenants:")
@@ -205,4 +238,6 @@ def _class_json(row: ClassStatus) -> dict[str, Any]:
     out = asdict(row)
     if not (row.held_tenants or row.held_jobs):
         del out["held_tenants"], out["held_jobs"]
+    if row.top_accounts is None:  # no accounts configured
+        del out["active_accounts"], out["top_accounts"]
     return out

@@ -1271,19 +1271,23 @@ class Model:
         for name in self.names:
             cls = self._cls(name)
             served_now, served_before = cls.served.get(bucket, empty), cls.served.get(bucket - 1, empty)
+            # the fairness sample: the most backlogged parties (with accounts, the accounts)
+            queued, by_party = (cls.account_backlog, cls.account_served) if s.account_sep else (cls.backlog, cls.served)
+            party_now, party_before = by_party.get(bucket, empty), by_party.get(bucket - 1, empty)
             sample = [
-                (t, self.settings.cost_of(self._tier(cls, self._party(t))), served_now.score(t) or 0.0,
-                 served_before.score(t) or 0.0)
-                for t, _ in cls.backlog.top(s.sample)
+                (p, self.settings.cost_of(self._tier(cls, p)), party_now.score(p) or 0.0, party_before.score(p) or 0.0)
+                for p, _ in queued.top(s.sample)
             ]
             by_account: dict[str, Any] = {}
             if s.account_sep:
                 accounts_now = cls.account_served.get(bucket, empty).top(s.served_top)
                 accounts_before = cls.account_served.get(bucket - 1, empty).top(s.served_top)
+                accounts_backlog = cls.account_backlog.top(s.backlog_top)
                 by_account = {"active_accounts": len(cls.account_backlog),
                               "accounts_now": accounts_now,
                               "accounts_before": accounts_before,
-                              "accounts_backlog": cls.account_backlog.top(s.backlog_top),
+                              "accounts_backlog": accounts_backlog,
+                              "accounts_keys": tuple(len(cls.accounts.get(a, empty)) for a, _ in accounts_backlog),
                               "account_keys": [
                                   (account, key, served_now.score(key) or 0.0, served_before.score(key) or 0.0)
                                   for account in RawClass.key_accounts(accounts_now, accounts_before, now,

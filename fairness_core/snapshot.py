@@ -75,12 +75,14 @@ class RawClass:
     served_before: Pairs  # the same for the previous bucket
     served_now_total: int
     served_before_total: int
-    sample: Sequence[tuple[str, int, float, float]]  # most backlogged: (tenant, cost, served now, before)
+    # The most backlogged parties (tenants; with accounts, accounts): (party, cost, served now, before).
+    sample: Sequence[tuple[str, int, float, float]]
     # With accounts (tenants.account_separator), the same one level up (nothing read without):
     active_accounts: int = 0
     accounts_now: Pairs = ()  # (account, service in the current bucket), most first
     accounts_before: Pairs = ()
     accounts_backlog: Pairs = ()  # (account, queued jobs), most first
+    accounts_keys: Sequence[int] = ()  # each of accounts_backlog's keys queued in its fair order
     # The busiest accounts' busiest queued keys: (account, key, served now, served before).
     account_keys: Sequence[tuple[str, str, float, float]] = ()
     # Of ``heads``, the tenants a dispatch limit holds (theirs or their account's): they wait on
@@ -121,12 +123,14 @@ class ClassSnapshot:
     processed_window: float  # jobs processed in the sliding window
     top_processed: tuple[tuple[str, float], ...]  # (tenant, processed in the window), most first
     tenant_shares: tuple[tuple[str, float], ...]  # top_processed as shares of processed_window
-    fairness_index: float  # Jain's index of weight-normalised service, sampled backlogged tenants
-    # (1 with none backlogged; 0 when they wait and none of them was served in the window)
+    fairness_index: float  # Jain's index of weight-normalised service, sampled backlogged parties (tenants;
+    # with accounts, accounts) (1 with none backlogged; 0 when they wait and none was served in the window)
     # With accounts (tenants.account_separator); empty or 0 without:
     active_accounts: int = 0
     account_shares: tuple[tuple[str, float], ...] = ()  # the top-k accounts' shares of processed_window
     account_tenants: tuple[tuple[str, str, float], ...] = ()  # (account, key, share of the account's service)
+    # The most backlogged accounts, most first: (account, queued jobs, keys queued, share of processed_window).
+    top_account_backlog: tuple[tuple[str, int, int, float], ...] = ()
     quiet_accounts_oldest_age: float = 0.0  # the oldest due job of a key whose account is not noisy
     # Held by a dispatch limit now, by reason (HOLD_REASONS; only those above 0): members (tenants,
     # or accounts for the account_ reasons), and the jobs they have queued in the class.
@@ -265,7 +269,8 @@ def hold_reasons(config: Config) -> tuple[str, ...]:
 def _accounts(config: Config, raw: RawClass, processed_window: float, weight: float, depth: int, inflight: int,
               age: Callable[[float | None], float]) -> dict[str, Any]:
     """The account views of a class (none without tenants.account_separator): the top-k accounts'
-    shares; each one's busiest queued keys as shares of its service; and the oldest due job of a
+    shares; each one's busiest queued keys as shares of its service; the most backlogged accounts
+    with their queued jobs and keys; and the oldest due job of a
     key whose account is not noisy by the tenants' rule, its keys' in-flight jobs (of those read)
     or its queued jobs counted together."""
     separator, exp = config.tenants.account_separator, config.exporter
@@ -288,6 +293,9 @@ def _accounts(config: Config, raw: RawClass, processed_window: float, weight: fl
         "account_shares": tuple((a, min(1.0, n / processed_window)) for a, n in top) if processed_window > 0 else (),
         "account_tenants": tuple((a, t, min(1.0, n / total)) for a, total in top if total > 0
                                  for t, n in sorted(keys.get(a, []), key=lambda kv: (-kv[1], kv[0]))),
+        "top_account_backlog": tuple(
+            (a, int(n), int(k), min(1.0, served.get(a, 0.0) / processed_window) if processed_window > 0 else 0.0)
+            for (a, n), k in zip(raw.accounts_backlog[: exp.topk_tenants], raw.accounts_keys)),
         "quiet_accounts_oldest_age": age(quiet),
     }
 

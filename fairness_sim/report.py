@@ -351,7 +351,7 @@ def _verdict_table(scenario: Scenario, outcomes: Sequence[Outcome]) -> str:
         for c in v.classes:
             text = f"{human(c.max_oldest_s)} / {human(c.slo_s)}<br><small>{html.escape(c.status)}"
             if c.status == "noisy only":
-                text += f"; quiet tenants {human(c.quiet_max_s)}"
+                text += f"; quiet {outcome.run.party}s {human(c.quiet_max_s)}"
             cells.append(_cell(text + "</small>", "ok" if c.status == "met" else "bad"))
         if outcome.alerts is None:
             cells.append(_cell("not evaluated"))
@@ -372,7 +372,7 @@ def _verdict_table(scenario: Scenario, outcomes: Sequence[Outcome]) -> str:
 def _summary_table(scenario: Scenario, outcome: Outcome) -> str:
     run = outcome.run
     head = "".join(f"<th>{h}</th>" for h in (
-        "class", "jobs started", "wait mean", "p50", "p99", "max", "max oldest age", "SLO", "quiet tenants' oldest: max",
+        "class", "jobs started", "wait mean", "p50", "p99", "max", "max oldest age", "SLO", f"quiet {run.party}s' oldest: max",
         "p95 of scrapes", "fairness index", "realised share", "weight"))
     rows = []
     for c, weight_share in scenario.class_settings().values():
@@ -389,9 +389,9 @@ def _summary_table(scenario: Scenario, outcome: Outcome) -> str:
         cells += [_cell(f"{r.realised_share:.1%}"), _cell(f"{weight_share:.0%}")]
         rows.append("<tr>" + "".join(cells) + "</tr>")
     note = ("jobs started: first leases; waits: enqueue to start, of the jobs that started (- when none did); "
-            "fairness index: Jain's index of the backlogged tenants' service, mean while 2+ tenants waited and the "
-            "class served something (1 = fair, 1/n = one tenant takes all; none served: tenants waited and the class "
-            "served nothing; -: never two tenants waiting at once).")
+            f"fairness index: Jain's index of the backlogged {run.party}s' service, mean while 2+ {run.party}s waited "
+            f"and the class served something (1 = fair, 1/n = one {run.party} takes all; none served: {run.party}s "
+            f"waited and the class served nothing; -: never two {run.party}s waiting at once).")
     changes = "".join(f"<li>{html.escape(str(change))}</li>" for change in run.config_changes)
     shown = ((worker_time_lines(scenario, run) if scenario.reports_worker_time else [])
              + (account_lines(run) if scenario.account_separator is not None else []) + start_lines(scenario, run)

@@ -82,11 +82,12 @@ class Timeline:
 
     times_s: list[float] = field(default_factory=list)
     oldest_age: dict[str, list[float]] = field(default_factory=dict)
+    # The quiet parties' oldest age: tenants', or with accounts (the unit of fairness) accounts'.
     quiet_age: dict[str, list[float]] = field(default_factory=dict)
     noisy_age: dict[str, list[float]] = field(default_factory=dict)  # NaN: no noisy tenant among the oldest
     share: dict[str, list[float]] = field(default_factory=dict)  # NaN: nothing completed since the last scrape
     fairness: dict[str, list[float]] = field(default_factory=dict)  # NaN: the class served nothing in the window
-    active_tenants: dict[str, list[int]] = field(default_factory=dict)
+    active_tenants: dict[str, list[int]] = field(default_factory=dict)  # parties: accounts, with accounts
 
 
 @dataclass(frozen=True)
@@ -108,10 +109,12 @@ class AppliedChange:
 class PolicyRun:
     policy: str
     classes: dict[str, ClassResult]
-    quiet_max_age_s: dict[str, float]  # non-noisy tenants' oldest age, maximum over the scrapes
+    # Non-noisy parties' oldest age (tenants; with accounts in the run's config, accounts), maximum
+    # over the scrapes
+    quiet_max_age_s: dict[str, float]
     quiet_p95_age_s: dict[str, float]  # ... and its 95th percentile (a scrape that catches the noisy
     # tenant with fewer than exporter.noisy_min_inflight jobs in flight counts it as quiet)
-    # Jain's index of the backlogged tenants' weight-normalised service, mean over the scrapes where
+    # Jain's index of the backlogged parties' (tenants', or accounts') weight-normalised service, mean over the scrapes where
     # 2+ tenants were backlogged AND the class served something in the exporter's window (None: no
     # such scrape). A scrape where tenants waited and nobody was served is starvation, not fairness
     # (the gauge reads 0 there): those are counted in fairness_unserved instead.
@@ -131,6 +134,7 @@ class PolicyRun:
     shards: ShardFigures | None = None  # a sharded queue's figures (None: one queue group)
     accounts: AccountFigures | None = None  # per account, when the scenario has accounts
     starts: StartFigures | None = None  # starts per second of the tenants the scenario watches (None: none)
+    party: str = "tenant"  # whom the quiet and fairness figures judge: "account" when the run's config has accounts
 
     @property
     def name(self) -> str:
@@ -378,10 +382,11 @@ class Simulation:
             self.worker_time.scrape(name, {self._party(t) for t in cls.queues} if cls is not None else ())
             noisy = [age for tenant, age in view.oldest_tenants if tenant in view.noisy_tenants]
             tl.oldest_age[name].append(view.oldest_age)
-            tl.quiet_age[name].append(view.quiet_oldest_age)
+            accounts = self.config.tenants.account_separator is not None  # then the figures judge accounts
+            tl.quiet_age[name].append(view.quiet_accounts_oldest_age if accounts else view.quiet_oldest_age)
             tl.noisy_age[name].append(max(noisy) if noisy else math.nan)
             tl.fairness[name].append(view.fairness_index if view.processed_window > 0 else math.nan)
-            tl.active_tenants[name].append(view.active_tenants)
+            tl.active_tenants[name].append(view.active_accounts if accounts else view.active_tenants)
         self._completed_at_scrape = Counter(self._completed)
         if self.observe is not None:
             self.observe(now, parts)
@@ -503,6 +508,7 @@ class Simulation:
             stream_wait_p99_s={name: _percentile(sorted(w), 0.99) / 1000.0 if w else None
                                for name, w in stream_waits.items()},
             shards=shard_figures(self.model),
+            party="account" if self.config.tenants.account_separator is not None else "tenant",
             accounts=self._account_figures() if self.separator is not None else None,
             starts=self._start_figures() if self._starts else None,
         )

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fairctl.status_view import as_json, class_statuses, render
 from fairness_core import InvalidJob, Model, parse_config
 from fairness_core.accounts import account_of
 from fairness_core.jobs import check_tenant
@@ -152,3 +153,40 @@ def test_the_snapshot_names_the_spread_account_not_its_keys() -> None:
     assert len(bigco_keys) == 3 and all(t.startswith("bigco/") and share == 0.01 for t, share in bigco_keys)  # 100 keys once
     assert view.quiet_accounts_oldest_age == pytest.approx(1.0)  # the one-key accounts' heads, not bigco's
     assert view.quiet_oldest_age == pytest.approx(2.0)  # by tenant, no bigco key is noisy: 19 heads read
+
+
+def spread_and_small(separator: str | None) -> Model:
+    """bigco's 20,000 jobs over 200 keys and 50 one-key accounts' 200 each, after 5,100 pops."""
+    model = one_class(separator, topk=5)
+    for k in range(200):
+        model.submit_many(NOW, "newsletter", f"bigco/k{k}", 100)
+    for a in range(50):
+        model.submit_many(NOW + 1000, "newsletter", f"acct{a}", 200)
+    for _ in range(5100):
+        for lease in model.pop(NOW + 2000, 1):
+            model.ack(NOW + 2000, lease)
+    return model
+
+
+def test_the_fairness_index_judges_accounts() -> None:
+    """Two-level fairness gives each of the 51 accounts 100 jobs: fair by accounts (1.0), though
+    bigco's keys each got half a job beside the one-key accounts' 100 (judged by keys it read 0)."""
+    view = spread_and_small("/").snapshot(NOW + 2000).classes["jobs"]
+    assert view.fairness_index == pytest.approx(1.0, abs=0.01)
+    assert spread_and_small(None).snapshot(NOW + 2000).classes["jobs"].fairness_index == pytest.approx(1.0, abs=0.01)
+
+
+def test_status_shows_the_accounts_with_their_backlog_keys_and_share() -> None:
+    """``fairctl status`` with accounts: the spread account is named once, with its keys, not
+    hidden behind its keys' 100 jobs each; and nothing of accounts without a separator."""
+    model = spread_and_small("/")
+    rows = class_statuses(model.config, None, model.snapshot(NOW + 2000), top=3)
+    text, data = render(rows, None), as_json(rows, None)["classes"][0]
+    assert "most backlogged accounts" in text
+    assert "  jobs (51 accounts queued): bigco (19900, 200 keys, 2.0%), acct" in text
+    assert data["active_accounts"] == 51
+    assert data["top_accounts"][0] == {"account": "bigco", "queued": 19900, "keys": 200, "share_pct": pytest.approx(100 / 51)}
+    flat = spread_and_small(None)
+    rows = class_statuses(flat.config, None, flat.snapshot(NOW + 2000), top=3)
+    assert "accounts" not in render(rows, None) and "top_accounts" not in as_json(rows, None)["classes"][0]
+

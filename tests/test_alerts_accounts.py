@@ -54,6 +54,17 @@ def test_accounts_replace_the_tenant_dominance_alert(generated: Path) -> None:
     assert not (generated / TESTS_DIR / f"{TENANT_DOMINATING_QUEUE}.yml").exists()
 
 
+def test_quiet_tenants_starving_reads_the_quiet_accounts_age(generated: Path) -> None:
+    """A flooding account's keys are each a sliver of the class, so each passes as a quiet tenant:
+    with accounts the alert reads the accounts' figure, and its generated cases hold it silent while
+    only those keys are old."""
+    rule = rules_by_name(generated)["QuietTenantsStarving"]
+    assert m.QUEUE_QUIET_ACCOUNTS_OLDEST_AGE.name in rule["expr"] and recording.QUIET_AGE not in rule["expr"]
+    assert "Quiet accounts" in rule["annotations"]["summary"]
+    tests = yaml.safe_load((generated / TESTS_DIR / "QuietTenantsStarving.yml").read_text())["tests"]
+    assert any("the noisy account's own backlog is old" in test["name"] for test in tests)
+
+
 def test_the_account_runbook_says_what_to_do(generated: Path) -> None:
     runbook = (generated / runbook_file(ACCOUNT_DOMINATING_QUEUE)).read_text()
     for words in ("TenantDominatingQueue", "tenants.account_max_queued", "tenants.account_max_rate",

@@ -44,6 +44,17 @@ def test_key_spread_runs_flat_and_two_level(key_spread: tuple[Any, list[Outcome]
     assert scenario.variants["two-level"].tenants.account_separator == "/"
 
 
+def test_two_level_judges_accounts_in_its_quiet_and_fairness_figures(key_spread: tuple[Any, list[Outcome]]) -> None:
+    """Judged by keys, the two-level run scored 0.61 (bigco's 200 keys each get a sliver of one
+    account's share) and its quiet tenants waited minutes (bigco's own keys): judged by accounts, the
+    unit it is fair to, the index is high and the quiet accounts wait seconds."""
+    _, (flat, two_level) = key_spread
+    assert (flat.run.party, two_level.run.party) == ("tenant", "account")
+    index = two_level.run.fairness_index["jobs:medium"]
+    assert index is not None and index >= 0.85
+    assert two_level.run.quiet_max_age_s["jobs:medium"] < 10
+
+
 def test_flat_gives_the_account_of_200_keys_most_of_the_class(key_spread: tuple[Any, list[Outcome]]) -> None:
     """200 keys of 250 parties: 80% of the jobs; each one-key account gets 1/250 of the fleet."""
     flat = key_spread[1][0].run

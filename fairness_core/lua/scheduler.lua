@@ -1850,21 +1850,19 @@ function ops.snapshot_class()
   local function served(b, n)
     return redis.call('ZREVRANGE', ckey(c, PART_SERVED .. b), 0, n - 1, 'WITHSCORES')
   end
-  -- The fairness sample: one call per structure for all its tenants, so a scrape's commands do
-  -- not grow with the sample (three per tenant did: 485 commands a scrape at 100,000 tenants).
-  local backlog = redis.call('ZREVRANGE', ckey(c, PART_BACKLOG), 0, cfg.sample - 1)
+  -- The fairness sample: the most backlogged parties (tenants, or with accounts the accounts: the
+  -- unit fair queuing is fair to). One call per structure for all of them, so a scrape's commands
+  -- do not grow with the sample (three per tenant did: 485 commands a scrape at 100,000 tenants).
+  local queued, served_part = PART_BACKLOG, PART_SERVED
+  if ACCOUNTS then queued, served_part = PART_ACCOUNT_BACKLOG, PART_ACCOUNT_SERVED end
+  local backlog = redis.call('ZREVRANGE', ckey(c, queued), 0, cfg.sample - 1)
   local rows = {}
   if #backlog > 0 then
-    local parties = backlog
-    if ACCOUNTS then
-      parties = {}
-      for k, tenant in ipairs(backlog) do parties[k] = account_of(tenant) end
-    end
-    local tiers = redis.call('HMGET', ckey(c, PART_COST), unpack(parties))
-    local now_served = redis.call('ZMSCORE', ckey(c, PART_SERVED .. bucket), unpack(backlog))
-    local before = redis.call('ZMSCORE', ckey(c, PART_SERVED .. (bucket - 1)), unpack(backlog))
-    for k, tenant in ipairs(backlog) do
-      rows[#rows + 1] = tenant
+    local tiers = redis.call('HMGET', ckey(c, PART_COST), unpack(backlog))
+    local now_served = redis.call('ZMSCORE', ckey(c, served_part .. bucket), unpack(backlog))
+    local before = redis.call('ZMSCORE', ckey(c, served_part .. (bucket - 1)), unpack(backlog))
+    for k, party in ipairs(backlog) do
+      rows[#rows + 1] = party
       rows[#rows + 1] = cost_of(tiers[k] or cfg.default_tier)
       rows[#rows + 1] = now_served[k] or '0'
       rows[#rows + 1] = before[k] or '0'
@@ -1912,8 +1910,11 @@ function ops.snapshot_class()
         end
       end
     end
-    accounts = {redis.call('ZCARD', ckey(c, PART_ACCOUNT_BACKLOG)), now_top, before_top,
-                redis.call('ZREVRANGE', ckey(c, PART_ACCOUNT_BACKLOG), 0, cfg.backlog_top - 1, 'WITHSCORES'), keys}
+    -- The most backlogged accounts, and how many keys each has queued in its fair order.
+    local top_backlog = redis.call('ZREVRANGE', ckey(c, PART_ACCOUNT_BACKLOG), 0, cfg.backlog_top - 1, 'WITHSCORES')
+    local key_counts = {}
+    for i = 1, #top_backlog, 2 do key_counts[#key_counts + 1] = redis.call('ZCARD', akey(c, top_backlog[i])) end
+    accounts = {redis.call('ZCARD', ckey(c, PART_ACCOUNT_BACKLOG)), now_top, before_top, top_backlog, keys, key_counts}
   end
   -- Of the heads read, the tenants held by a dispatch limit (their own or their account's): they
   -- wait on their own limit, so the quiet tenants' age passes them by. One ZMSCORE for them all.
