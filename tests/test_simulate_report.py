@@ -31,7 +31,7 @@ def run(**oldest: float) -> Any:
     classes = {name: SimpleNamespace(max_oldest_age_s=ages[name], jobs=1000, realised_share=0.9) for name in names}
     return SimpleNamespace(classes=classes, quiet_max_age_s={name: 2.0 for name in names},
                            timeline=SimpleNamespace(noisy_age={name: [1.0] for name in names}),
-                           name="weighted-fair", title="weighted-fair", config_changes=[])
+                           name="weighted-fair", title="weighted-fair", config_changes=[], party="tenant")
 
 
 def fired(name: str, queue: str, at: float) -> FiredAlert:
