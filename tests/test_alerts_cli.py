@@ -36,7 +36,7 @@ def test_check_validates_lints_and_runs_promtool_on_the_generated_rules() -> Non
     result = invoke("check", "--config", EXAMPLE_CONFIG)
     assert result.exit_code == 0, result.output
     assert f"{EXAMPLE_CONFIG}: valid" in result.stdout and "jobs:low" in result.stdout
-    assert "promtool check rules: fairctl-rules.yml passed; promtool test rules: 22 files passed" in result.stdout
+    assert "promtool check rules: fairctl-rules.yml passed; promtool test rules: 23 files passed" in result.stdout
     assert result.stderr == ""
 
 

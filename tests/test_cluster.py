@@ -155,7 +155,7 @@ def test_an_unreachable_cluster_is_a_clear_error_and_the_exporter_still_answers(
     assert "hunter2" not in got.text
     path, _ = write_config(tmp_path, url)
     result = CliRunner().invoke(app, ["enqueue", "newsletter", "--tenant", "a", "--config", str(path)])
-    assert result.exit_code == 2 and result.stderr.startswith("fairctl: error: --redis-url: Redis Cluster at ")
+    assert result.exit_code == 2 and result.stderr.startswith(f"fairctl: error: {path}: redis.url: Redis Cluster at ")
     assert "hunter2" not in result.output
 
 

@@ -61,7 +61,7 @@ def test_an_evicting_redis_is_refused_by_producers_workers_and_the_cli_and_serve
                 refused()
         assert scheduler.snapshot().classes["jobs:low"].depth == 0, "observers still read"
         cli = run_fairctl("enqueue", "newsletter", "--tenant", "acme", "--config", path)
-        assert cli.returncode == 2 and "fairctl: error: --redis-url: Redis at 127.0.0.1:" in cli.stderr, cli.stderr
+        assert cli.returncode == 2 and f"fairctl: error: {path}: redis.url: Redis at 127.0.0.1:" in cli.stderr, cli.stderr
         assert "maxmemory-policy allkeys-lru" in cli.stderr
         with running_exporter(config) as exporter:
             served = scrape(exporter.url)

@@ -93,7 +93,7 @@ def test_a_wrong_password_is_named_as_such_and_never_shown(secure_redis: SecureR
     assert wrong not in str(err.value)
     for command in (["status"], ["enqueue", "newsletter", "--tenant", "a"], ["worker"]):
         result = CliRunner().invoke(app, [*command, "--config", str(path)])
-        assert result.exit_code == 2 and result.stderr.startswith("fairctl: error: --redis-url: Redis at 127.0.0.1:")
+        assert result.exit_code == 2 and result.stderr.startswith(f"fairctl: error: {path}: redis.url: Redis at 127.0.0.1:")
         assert wrong not in result.output and "refused the user name or password" in result.stderr
     port = free_port()
     exporter = spawn_exporter(path, tmp_path / "exporter.log", "--listen", f"127.0.0.1:{port}")
