@@ -31,6 +31,7 @@ from fairness_sim.policies import PROGRESS_EVERY_S, Check, Outcome, alert_label,
 from fairness_sim.report import (
     account_lines,
     fairness_text,
+    same_starts_note,
     shard_lines,
     start_lines,
     verdict,
@@ -126,6 +127,7 @@ def render(scenario: Scenario, outcomes: Sequence[Outcome], alerts_note: str | N
         elif problems is None and scenario.unchecked_because:
             lines.append(f"  as expected by the scenario? n/a: {scenario.unchecked_because}")
         lines.append("")
+    lines.extend(same_starts_note(outcomes))
     if alerts_note:
         lines.append(alerts_note)
     return "\n".join(lines).rstrip() + "\n"

@@ -31,8 +31,11 @@ def _summed(pairs: Iterable[Iterable[tuple[str, float]]], keep: int) -> tuple[tu
 
 def _merged_class(parts: Sequence[ClassSnapshot]) -> ClassSnapshot:
     """One class over the shards: counts summed, ages the oldest, tenant lists merged; the
-    fairness index is the shards' mean weighted by their service (each shard's is exact for it)."""
+    fairness index is the shards' mean weighted by the parties waiting on each (each shard's is
+    exact for it). Weighted by service instead, a shard whose tenants wait and get nothing (index
+    0) would weigh nothing, and a flood served alone on its shard would read as a fair fleet."""
     served = sum(p.processed_window for p in parts)
+    waiting = [p.active_accounts or p.active_tenants for p in parts]
     top = _summed((p.top_processed for p in parts), max(len(p.top_processed) for p in parts))
     keep = max(len(p.oldest_tenants) for p in parts)
 
@@ -56,7 +59,7 @@ def _merged_class(parts: Sequence[ClassSnapshot]) -> ClassSnapshot:
         oldest_tenants=tuple(sorted((t for p in parts for t in p.oldest_tenants), key=lambda ta: -ta[1])[:keep]),
         processed_window=served, top_processed=top,
         tenant_shares=tuple((t, min(1.0, n / served)) for t, n in top) if served > 0 else (),
-        fairness_index=(sum(p.fairness_index * p.processed_window for p in parts) / served if served > 0
+        fairness_index=(sum(p.fairness_index * n for p, n in zip(parts, waiting)) / sum(waiting) if any(waiting)
                         else min(p.fairness_index for p in parts)),
         # each shard counts the members it holds and their jobs queued there: added up
         held=counts("held"), held_jobs=counts("held_jobs"),

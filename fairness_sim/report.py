@@ -490,6 +490,9 @@ def start_lines(scenario: Scenario, run: PolicyRun) -> list[str]:
     return lines
 
 
+FEW_WAITING = 2.0  # parties waiting per shard, on average, at most which a policy has little to order
+
+
 def shard_lines(scenario: Scenario, run: PolicyRun) -> list[str]:
     """A sharded run's own figures, as the terminal and the report state them: each class's share
     of the fleet's completions against its weight (the drift, in points), and the flood cost: the
@@ -508,7 +511,27 @@ def shard_lines(scenario: Scenario, run: PolicyRun) -> list[str]:
         lines.append(f"flood cost: {cost.tenant}'s {cost.mates:,} shard-mates in {cost.queue} got " + (
             f"{percent:.0f}% of the service per tenant of its {cost.others:,} other tenants ({served})"
             if percent is not None else f"no service to compare with its {cost.others:,} other tenants' ({served})"))
+    if figures.waiting:
+        waiting = ", ".join(f"{name} {figures.waiting[name]:.1f}" for name in scenario.class_settings()
+                            if name in figures.waiting)
+        few = max(figures.waiting.values()) <= FEW_WAITING
+        lines.append(f"{run.party}s waiting per shard (mean, where any wait): {waiting}" + (
+            f"; with so few to a shard a policy has little to order, and each shard's fairness index is over "
+            f"those few (the fleet's averages the shards' by their waiting {run.party}s)" if few else ""))
     return lines
+
+
+def same_starts_note(outcomes: Sequence[Outcome]) -> list[str]:
+    """Sharded runs whose policies started the same jobs in every class, said plainly: sharding,
+    not a fault, leaves their orders nothing to decide (``shard_lines`` gives the figures)."""
+    alike: dict[tuple[int, ...], list[PolicyRun]] = {}
+    for run in (o.run for o in outcomes):
+        if run.shards is not None:
+            alike.setdefault(tuple(r.jobs for r in run.classes.values()), []).append(run)
+    return [f"{', '.join(run.title for run in runs)}: the same jobs started in every class. On {figures.shards} "
+            f"shards with hands of {figures.hand} few {runs[0].party}s wait on any one shard (\"waiting per shard\" "
+            "above), so these policies ordered the pops alike"
+            for runs in alike.values() if len(runs) > 1 and (figures := runs[0].shards) is not None]
 
 
 def _alerts_html(scenario: Scenario, outcome: Outcome, outcomes: Sequence[Outcome]) -> str:

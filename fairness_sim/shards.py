@@ -23,7 +23,7 @@ import math
 from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fairness_core.classification import classify
@@ -65,6 +65,9 @@ class QueueModel:
         self._shard_of = array("H", [0])  # job id -> shard (ids start at 1)
         self.enqueued: Counter[tuple[str, str]] = Counter()  # (class, tenant) -> jobs queued
         self.served: Counter[tuple[str, str]] = Counter()  # (class, tenant) -> jobs acked
+        # class -> parties waiting, summed over the scrapes' shards where any waited, and those shards
+        self.waiting: Counter[str] = Counter()
+        self.waiting_shards: Counter[str] = Counter()
 
     def shard_for(self, queue: str, tenant: str) -> int:
         """The routing's rule (:func:`fairness_core.routing.choose_shard`) over the models: of the
@@ -177,8 +180,15 @@ class QueueModel:
         return min(dues, default=None)
 
     def snapshots(self, now: int) -> list[Snapshot]:
-        """Each shard's snapshot, shard 0 first: what each shard's exporter would read."""
-        return [m.snapshot(now) for m in self.models]
+        """Each shard's snapshot, shard 0 first: what each shard's exporter would read. Each
+        call is a scrape: the parties waiting on each shard are counted (:attr:`ShardFigures.waiting`)."""
+        out = [m.snapshot(now) for m in self.models]
+        for snapshot in out:
+            for name, view in snapshot.classes.items():
+                if waiting := view.active_accounts or view.active_tenants:
+                    self.waiting[name] += waiting
+                    self.waiting_shards[name] += 1
+        return out
 
     def snapshot(self, now: int) -> Snapshot:
         """The queue's snapshot: its model's, or the shards' merged."""
@@ -216,6 +226,9 @@ class ShardFigures:
     hand: int
     enqueued: Mapping[tuple[str, str], int]
     served: Mapping[tuple[str, str], int]
+    # class -> parties waiting on a shard, mean over the scrapes' shards where any waited: few to a
+    # shard leave a policy little to order, and each shard's fairness index is over them alone
+    waiting: Mapping[str, float] = field(default_factory=dict)
 
     def flood_cost(self) -> FloodCost | None:
         """The heaviest tenant's (most jobs queued) flood cost in its heaviest class (None: no jobs)."""
@@ -235,7 +248,7 @@ class ShardFigures:
     def figures(self) -> dict[str, Any]:
         """For ``--json``."""
         cost = self.flood_cost()
-        return {"shards": self.shards, "hand": self.hand,
+        return {"shards": self.shards, "hand": self.hand, "waiting_per_shard": dict(self.waiting),
                 "flood_cost": None if cost is None else {
                     "tenant": cost.tenant, "class": cost.queue, "mates": cost.mates, "others": cost.others,
                     "mates_served_per_tenant": cost.mates_served, "others_served_per_tenant": cost.others_served,
@@ -246,7 +259,8 @@ def shard_figures(model: QueueModel) -> ShardFigures | None:
     """A sharded run's own figures; None for a queue of one group."""
     if not model.sharded:
         return None
-    return ShardFigures(model.shards, model.hand_size, dict(model.enqueued), dict(model.served))
+    waiting = {name: n / model.waiting_shards[name] for name, n in model.waiting.items()}
+    return ShardFigures(model.shards, model.hand_size, dict(model.enqueued), dict(model.served), waiting)
 
 
 # ------------------------------------------------------------------ a static backlog drained

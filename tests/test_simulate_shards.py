@@ -96,6 +96,16 @@ def test_the_flooders_shard_mates_are_served_like_the_other_tenants() -> None:
     assert prediction.tenants["jobs:low", "flooder"] <= 1.5 * cost.others_served
 
 
+def test_tenants_waiting_on_a_shard_that_serves_nothing_count_in_the_fleets_fairness() -> None:
+    """The storm's first 5 minutes under fifo: the flood's older jobs take every slot, so the other
+    tenants of jobs:low wait on their own shards and get nothing. Each shard's index is exact for
+    it: 1 on the flood's (one tenant waits), 0 on the others; the fleet's must not be 1 for leaving
+    the starved shards out (it was 1.00, as for a fair fleet)."""
+    scenario = dataclasses.replace(load_scenario("marketing-storm").with_shards(6, 2), duration=300.0)
+    low = simulate(scenario, "fifo").fairness_index["jobs:low"]
+    assert low is not None and low < 0.1, low
+
+
 def test_a_sharded_run_reports_the_drift_and_the_flood_cost(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     # expect is about the scenario's own layout (one group): another layout skips it
@@ -112,6 +122,19 @@ def test_a_sharded_run_reports_the_drift_and_the_flood_cost(tmp_path: Path) -> N
                      r"of its \d+ other tenants", result.stdout), result.stdout
     sharded = json.loads(out.read_text())["policies"]["weighted-fair"]["sharded"]
     assert sharded["shards"] == 6 and sharded["hand"] == 2 and sharded["flood_cost"]["tenant"] == "acme-marketing"
+
+
+def test_policies_that_start_the_same_jobs_on_shards_are_told_why(tmp_path: Path) -> None:
+    """The mini storm on 6 shards, hands of 2: one tenant waits per shard, so strict, weighted
+    and weighted-fair start the same jobs; the output says so and gives the figure behind it."""
+    result = invoke(scenario_file(tmp_path), "--processes", "1", "--shards", "6", "--hand", "2",
+                    "-p", "strict", "-p", "weighted", "-p", "weighted-fair")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("tenants waiting per shard (mean, where any wait): jobs:low 1.0; ") == 3
+    assert ("strict, weighted, weighted-fair: the same jobs started in every class. On 6 shards with hands of 2 "
+            "few tenants wait on any one shard") in result.stdout
+    alone = invoke(scenario_file(tmp_path), "--processes", "1", "-p", "strict", "-p", "weighted")
+    assert "the same jobs started" not in alone.stdout  # unsharded: no such note
 
 
 @pytest.mark.slow  # a sharded replay with the rules evaluated: 20 s
