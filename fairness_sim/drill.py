@@ -35,7 +35,7 @@ from fairness_sim.loadgen import LoadGenerator, LoadStats, Replay, live_changes,
 from fairness_sim.scenario import Expectation, Fired, Scenario, alert_text
 from fairness_sim.simulator import scenario_config
 from fairness_stack.servers import wait_until
-from fairness_stack.supervisor import Stack, StackState, WorkerPool
+from fairness_stack.supervisor import Stack, StackState, WorkerPool, scraped_in_time
 from fairness_stack.webhook import deliveries, epoch
 
 from .alert_evaluation import FiredAlert
@@ -223,10 +223,10 @@ def predicted(scenario: Scenario, policy: str, until: float) -> Prediction:
 
 
 def drill_config(config: Config, replay: Replay, interval: float, prefix: str) -> Config:
-    """``config`` as a drill runs it: compressed, under the drill's own prefix (the first config and
-    every change alike)."""
+    """``config`` as a drill runs it: compressed, under the drill's own prefix, scraped in time as
+    its stack applies it (the first config and every change alike: no difference to warn of)."""
     config = compress(config, replay, scrape_interval=interval)
-    return dataclasses.replace(config, redis=dataclasses.replace(config.redis, prefix=prefix))
+    return scraped_in_time(dataclasses.replace(config, redis=dataclasses.replace(config.redis, prefix=prefix)), interval)
 
 
 def run_policy_drill(scenario: Scenario, policy: str, replay: Replay, directory: Path, *,

@@ -169,6 +169,14 @@ def proc_stat(pid: int) -> list[str]:
         return []
 
 
+def scraped_in_time(config: Config, interval: float) -> Config:
+    """``config`` as a stack scraping every ``interval`` seconds runs it: its exporters must
+    answer within Prometheus's scrape timeout (one interval), so exporter.scrape_timeout is at most
+    0.8 of it. A drill makes its configs so too, and its own processes then see no difference."""
+    own = serving(config)
+    return config.with_section("exporter", replace(own, scrape_timeout=min(own.scrape_timeout, interval * 0.8)))
+
+
 def _alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie has finished: only its parent's wait is missing)."""
     fields = proc_stat(pid)
@@ -235,10 +243,7 @@ class Stack:
             prometheus_url=f"http://127.0.0.1:{ports[sc.PROMETHEUS]}",
             alertmanager_url=f"http://127.0.0.1:{ports[sc.ALERTMANAGER]}",
             webhook_log=str(self.directory / WEBHOOK_LOG))
-        # The exporters must answer within Prometheus's scrape timeout (one interval).
-        own = serving(config)
-        live = replace(config, redis=replace(config.redis, url=redis_url)).with_section(
-            "exporter", replace(own, scrape_timeout=min(own.scrape_timeout, interval * 0.8)))
+        live = scraped_in_time(replace(config, redis=replace(config.redis, url=redis_url)), interval)
         self._write_files(live, ports, interval)
         fairctl = [sys.executable, "-m", "fairctl"]
         config_file = str(self.directory / CONFIG_FILE)

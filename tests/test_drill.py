@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from exporter.config import serving
 from fairness_core import load_config, redis_client
+from fairness_core.config_store import differences
+from fairness_sim.drill import drill_config
+from fairness_sim.loadgen import Replay
 from fairness_stack import configs as sc
 from fairness_stack import supervisor
 from fairness_stack.configs import WEBHOOK_PATH
@@ -25,6 +29,16 @@ from .support import run_fairctl
 
 def _services(directory: Path) -> list[dict[str, object]]:
     return json.loads((directory / STATE_FILE).read_text())["services"]
+
+
+def test_a_drills_configs_are_the_ones_its_stack_applies() -> None:
+    """A stack scraping every second caps exporter.scrape_timeout at 800ms; a drill's configs are
+    made so already, so its own queue follows the applied config with no difference to warn of."""
+    config = load_config(EXAMPLE_CONFIG)
+    assert serving(config).scrape_timeout == 2.0
+    drilled = drill_config(config, Replay(speed=120, volume=115, until=1200), 1.0, "drill-weighted-fair")
+    assert serving(drilled).scrape_timeout == 0.8
+    assert differences(drilled, supervisor.scraped_in_time(drilled, 1.0)) == []
 
 
 @pytest.mark.slow
