@@ -13,8 +13,8 @@ import click
 from fairness_core import Config, Enqueued
 from fairness_core.config import MAX_SHARDS
 from fairness_core.jobs import PAYLOAD_TOO_DEEP
-from fairness_core.layout import GroupBusy, LayoutConflict
-from fairness_core.queue import NotSharded
+from fairness_core.layout import LAYOUT_TTL_S, GroupBusy, Layout, LayoutConflict
+from fairness_core.queue import NotSharded, Queue
 
 from .commands import Command, argument
 from .common import check_classes, clear_errors, config_option, connect, fail, load, redis_url_option
@@ -154,7 +154,8 @@ def reshard(to: int | None, settle: bool, config: Path, redis_url: str | None) -
     New jobs go to the new count's shards at once (each tenant to its new hand); the jobs already
     queued stay where they are and are served there, since workers serve every shard that may hold
     jobs: nothing is moved, lost or run twice. After shrinking, --settle stops serving the shards
-    left behind once they are empty. Without --to or --settle, prints the layout. Set redis.shards
+    left behind once they are empty; until then it says how many jobs wait on each, and is run
+    again once they are done. Without --to or --settle, prints the layout. Set redis.shards
     in the config file to the new count too, for the processes started from it later.
 
     A re-shard and the group's config applies take turns: one under way is waited for (briefly,
@@ -176,6 +177,9 @@ def reshard(to: int | None, settle: bool, config: Path, redis_url: str | None) -
     change = f"; was {before.shards} and {before.serve}" if layout != before else ""
     click.echo(f"queue group {cfg.redis.prefix}: new jobs go to {layout.shards} shards, workers serve "
                f"{layout.serve}{left}{change}; layout v{layout.version}")
+    if settle and layout.serve > layout.shards:
+        with clear_errors():
+            click.echo(_unsettled(queue, layout))
     for master, shards in sorted(masters.items()):
         click.echo(f"  master {master}: shard{'s' if len(shards) > 1 else ''} {', '.join(map(str, shards))}")
     counts = [len(shards) for shards in masters.values()]
@@ -183,6 +187,18 @@ def reshard(to: int | None, settle: bool, config: Path, redis_url: str | None) -
         click.echo(f"fairctl: warning: the shards are uneven over the masters ({max(counts)} against {min(counts)}): "
                    "slots moved since they were placed; move a shard's slot (CLUSTER SETSLOT) to a master with fewer",
                    err=True)
+
+
+def _unsettled(queue: Queue, layout: Layout) -> str:
+    """Why a settle left the shards beyond ``layout.shards`` served, and when to run it again."""
+    held = {i: queue.held_jobs(i) for i in range(layout.shards, layout.serve)}
+    if not any(held.values()):
+        return (f"not settled yet: every process must first see the new layout ({2 * LAYOUT_TTL_S:g}s after its "
+                "change); run fairctl reshard --settle again then")
+    each = ", ".join(f"shard {i}: {n:,}" for i, n in held.items())
+    return (f"not settled yet: {sum(held.values()):,} job(s) (queued, leased or waiting to retry) are on shards "
+            f"{layout.shards}..{layout.serve - 1} ({each}) and are served there; run fairctl reshard --settle again "
+            "once they are done (fairctl status shows each shard's jobs)")
 
 
 @click.command(cls=Command)

@@ -322,17 +322,18 @@ class Queue:
             return layout
         if not store.seen_by_all(layout):
             return layout
-        if any(self._holds_jobs(i) for i in range(layout.shards, layout.serve)):
+        if any(self.held_jobs(i) for i in range(layout.shards, layout.serve)):
             return layout
         store.change("", layout, layout.prefixes)
         return self.layout(fresh=True)
 
-    def _holds_jobs(self, index: int) -> bool:
-        """Shard ``index`` has a job queued, leased or waiting for a retry (its counters say)."""
+    def held_jobs(self, index: int) -> int:
+        """The jobs shard ``index`` holds, queued, leased or waiting for a retry (its counters say):
+        what a settle waits for."""
         with redis_errors(self.client):
             stats = self.client.hgetall(self.shard(index).keys.stats)
         counted = ("depth" + SEP, "inflight" + SEP, "delayed" + SEP)
-        return any(decoded(k).startswith(counted) and int(v) != 0 for k, v in stats.items())
+        return sum(int(v) for k, v in stats.items() if decoded(k).startswith(counted))
 
     # ------------------------------------------------------------------ the view
 

@@ -391,6 +391,21 @@ def test_resharding_6_to_12_under_load_loses_and_repeats_no_job(cluster: RedisCl
 # ---------------------------------------------------------------- the CLI
 
 
+def test_a_settle_that_must_wait_says_how_many_jobs_wait_where(server: RedisServer, tmp_path: Path) -> None:
+    path, config = write_config(tmp_path, server.url, classes=PLAIN_CLASSES,
+                                redis={"url": server.url, "prefix": make_config().redis.prefix, "shards": 3})
+    queue = Queue(config, redis_client(server.url))
+    ids = [queue.enqueue("invoice", f"shop-{i}") for i in range(40)]
+    left = collections.Counter(split_job_id(j)[0] for j in ids)
+    assert left[1] and left[2], left
+    shrunk = run_fairctl("reshard", "--to", "1", "--settle", "--config", path)
+    assert shrunk.returncode == 0, shrunk.stderr
+    assert "workers serve 3 (shards 1..2 until they are empty)" in shrunk.stdout
+    assert (f"not settled yet: {left[1] + left[2]} job(s) (queued, leased or waiting to retry) are on shards 1..2 "
+            f"(shard 1: {left[1]}, shard 2: {left[2]}) and are served there; run fairctl reshard --settle again "
+            "once they are done (fairctl status shows each shard's jobs)") in shrunk.stdout, shrunk.stdout
+
+
 def test_the_cli_enqueues_reshards_and_shows_each_shard(server: RedisServer, tmp_path: Path) -> None:
     path, config = write_config(tmp_path, server.url, classes=PLAIN_CLASSES,
                                 redis={"url": server.url, "prefix": make_config().redis.prefix, "shards": 3})
