@@ -10,8 +10,8 @@ import click
 from click.exceptions import Exit
 
 from exporter.server import parse_listen
-from fairness_stack.configs import WORKERS
-from fairness_stack.supervisor import Stack, StackError, WorkerPool
+from fairness_stack.configs import WORKERS, listening_ports
+from fairness_stack.supervisor import ChosenPortTaken, Service, Stack, StackError, WorkerPool
 from fairness_stack.webhook import webhook_server
 
 from .commands import Group
@@ -53,14 +53,18 @@ def _or_fail(action: Callable[[], T]) -> T:
               help="Worker slots (threads) in all, 16 per process.")
 @click.option("--interval", metavar="SECONDS", type=click.FloatRange(0.1, 60), default=1.0,
               help="Prometheus scrape and rule evaluation interval, seconds.")
-def up(directory: Path, config: Path, slots: int, interval: float) -> None:
+@click.option("--port-base", metavar="PORT", type=click.IntRange(1024, 65535 - len(listening_ports()) + 1),
+              help="Serve on PORT and the next ones (Redis, the two exporters, the webhook receiver, "
+                   "Prometheus, Alertmanager, in that order) instead of the usual ports; exit 1 if one is taken.")
+def up(directory: Path, config: Path, slots: int, interval: float, port_base: int | None) -> None:
     """Start the stack for --config and print where each service listens.
 
     Redis (AOF on), the workers (fairctl.handlers:sleep_handlers), two exporters on the same
     Redis, Prometheus with the rules generated from the config, Alertmanager routing every alert
     to fairctl's webhook receiver (DIR/webhook.jsonl). Ports are the usual ones (6379, 29100,
-    29101, 29110, 9090, 9093) when free, else free loopback ports (and all of them free ones when
-    another program takes a usual port while the stack starts). Stop it with: fairctl stack down.
+    29101, 29110, 9090, 9093) when free, else free loopback ports, each named with the usual one it
+    replaces (and all of them free ones when another program takes a usual port while the stack
+    starts); or with --port-base exactly the ones chosen. Stop it with: fairctl stack down.
     Ctrl-C (or SIGTERM) while it starts stops what it had started.
 
     The stack's Redis keeps its data under DIR between runs, and with it the config its queue
@@ -71,7 +75,9 @@ def up(directory: Path, config: Path, slots: int, interval: float) -> None:
     stack = Stack(directory)
     try:
         with clear_errors():
-            state = stack.up(cfg, pools=[WorkerPool(WORKERS, slots)], interval=interval)
+            state = stack.up(cfg, pools=[WorkerPool(WORKERS, slots)], interval=interval, port_base=port_base)
+    except ChosenPortTaken as exc:
+        fail("--port-base", str(exc), code=1)
     except (StackError, FileNotFoundError) as exc:
         fail("--dir" if isinstance(exc, StackError) else "PATH", str(exc), code=1)
     except KeyboardInterrupt as exc:  # up() has stopped what it started
@@ -80,10 +86,18 @@ def up(directory: Path, config: Path, slots: int, interval: float) -> None:
         raise
     for service in state.services:
         click.echo(f"{shown(service.name):<22} pid {service.pid:<8} {service.url or ''}")
+    for line in moved(state.services, listening_ports(port_base)):
+        click.echo(line)
     if state.config_changes:
         click.echo("\n".join([state.config_changes[0], *(f"  {line}" for line in state.config_changes[1:])]))
     click.echo(f"redis: {state.redis_url}\nprometheus: {state.prometheus_url}\nalertmanager: {state.alertmanager_url}\n"
                f"alerts delivered to: {state.webhook_log}\nstop it with: fairctl stack down --dir {directory}")
+
+
+def moved(services: list[Service], wanted: dict[str, int]) -> list[str]:
+    """A line per service that listens on another port than ``wanted`` (its usual one was taken)."""
+    return [f"{s.name}: on port {s.port}, not {wanted[s.name]} (in use; choose the ports with --port-base)"
+            for s in services if s.name in wanted and s.port != wanted[s.name]]
 
 
 @group.command()

@@ -1,7 +1,7 @@
 """The stack's services, their ports and the Prometheus and Alertmanager configs that wire them.
 
 One description serves the native ``fairctl stack`` (loopback addresses, picked free ports when
-the preferred ones are taken) and the ``compose/`` files (service names, the preferred ports), so
+the preferred ones are taken, or ports from a chosen base) and the ``compose/`` files (service names, the preferred ports), so
 the two stacks cannot drift apart: a test compares them.
 """
 
@@ -30,6 +30,14 @@ PORTS: Mapping[str, int | None] = {
 # generator (the native stack's load comes from `fairctl drill` or `fairctl loadgen`).
 COMPOSE_ONLY: Mapping[str, int | None] = {GRAFANA: 3000, LOADGEN: None}
 EXPORTERS = (EXPORTER, EXPORTER_2)
+
+
+def listening_ports(base: int | None = None) -> dict[str, int]:
+    """The port each service of the native stack listens on: its usual one (:data:`PORTS`), or
+    with ``base`` the services in :data:`PORTS` order on ``base``, ``base`` + 1, ... (``fairctl
+    stack up --port-base``, for a machine whose own Redis or Prometheus holds the usual ones)."""
+    usual = {name: port for name, port in PORTS.items() if port is not None}
+    return usual if base is None else {name: base + i for i, name in enumerate(usual)}
 
 WEBHOOK_PATH = "/alerts"
 WEBHOOK_RECEIVER = "fairctl-webhook"

@@ -56,6 +56,10 @@ class PortTaken(StackError):
     """A service could not bind its port: something took it after the port was seen free."""
 
 
+class ChosenPortTaken(StackError):
+    """A port of the ones the user chose (``port_base``) is taken: the stack takes no other."""
+
+
 @dataclass(frozen=True)
 class WorkerPool:
     """Worker processes of one pool: ``slots`` threads in all, serving ``classes`` (None: all)."""
@@ -148,10 +152,8 @@ def _port_taken(log_tail: list[str]) -> bool:
     return any("address already in use" in line.lower() for line in log_tail)
 
 
-def pick_port(service: str, taken: set[int], *, usual: bool = True) -> int:
-    """The service's usual port (the compose stack's) when free and ``usual``, else any free
-    loopback port."""
-    preferred = sc.PORTS[service] if usual else None
+def pick_port(preferred: int | None, taken: set[int]) -> int:
+    """``preferred`` when free (None: none preferred), else any free loopback port."""
     port = preferred if preferred is not None and preferred not in taken and _port_free(preferred) else free_port()
     while port in taken:
         port = free_port()
@@ -209,24 +211,34 @@ class Stack:
     # ------------------------------------------------------------------ up
 
     def up(self, config: Config, *, pools: Sequence[WorkerPool], interval: float = 1.0,
-           threads_per_process: int = 16, usual_ports: bool = True) -> StackState:
+           threads_per_process: int = 16, usual_ports: bool = True, port_base: int | None = None) -> StackState:
         """Start every service for ``config`` (its redis.url is replaced by the stack's Redis)
         and wait until each answers; on any failure, stop what was started and raise.
         ``usual_ports`` False: free loopback ports only (a drill's throwaway stack, which no one
-        browses to, so it never races anything else for 6379, 9090 or 9093).
+        browses to, so it never races anything else for 6379, 9090 or 9093). ``port_base``: the
+        services on the ports :func:`~fairness_stack.configs.listening_ports` gives from it, and
+        no other (ChosenPortTaken when one is taken).
 
         A usual port is free when chosen but may be taken before its service binds it (another
         stack starting at the same moment): then what had started is stopped and the whole stack
         starts again on free ports, since the files every service reads name the ports."""
+        wanted = sc.listening_ports(port_base) if usual_ports else {}
+        if port_base is not None:
+            if busy := [f"{port} ({name})" for name, port in wanted.items() if not _port_free(port)]:
+                raise ChosenPortTaken(f"port{'s' if len(busy) > 1 else ''} {', '.join(busy)} taken: choose another base")
+            try:
+                return self._up(config, pools, interval, threads_per_process, wanted)
+            except PortTaken as exc:
+                raise ChosenPortTaken(str(exc)) from None
         try:
-            return self._up(config, pools, interval, threads_per_process, usual_ports)
+            return self._up(config, pools, interval, threads_per_process, wanted)
         except PortTaken:
-            if not usual_ports:
+            if not wanted:
                 raise
-        return self._up(config, pools, interval, threads_per_process, usual_ports=False)
+        return self._up(config, pools, interval, threads_per_process, {})
 
     def _up(self, config: Config, pools: Sequence[WorkerPool], interval: float,
-            threads_per_process: int, usual_ports: bool) -> StackState:
+            threads_per_process: int, wanted: dict[str, int]) -> StackState:
         if (self.directory / STATE_FILE).exists() and any(_alive(s.pid) for s in StackState.load(self.directory).services):
             raise StackError(f"a stack is already running under {self.directory}; stop it with: fairctl stack down --dir {self.directory}")
         for sub in ("logs", "data/redis", "data/prometheus", "data/alertmanager"):
@@ -235,8 +247,7 @@ class Stack:
                     "prometheus": find_binary("prometheus", PROMETHEUS_HINT),
                     "alertmanager": _alertmanager_binary()}
         taken: set[int] = set()
-        ports = {name: pick_port(name, taken, usual=usual_ports)
-                 for name in (sc.REDIS, *sc.EXPORTERS, sc.WEBHOOK, sc.PROMETHEUS, sc.ALERTMANAGER)}
+        ports = {name: pick_port(wanted.get(name), taken) for name in sc.listening_ports()}
         redis_url = f"redis://127.0.0.1:{ports[sc.REDIS]}/0"
         state = StackState(
             directory=str(self.directory), interval=interval, redis_url=redis_url,

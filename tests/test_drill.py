@@ -4,6 +4,7 @@ Alertmanager and the webhook receiver, started and stopped as a user would."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from exporter.config import serving
+from fairctl.stack_command import moved
 from fairness_core import load_config, redis_client
 from fairness_core.config_store import differences
 from fairness_sim.drill import drill_config
@@ -20,7 +22,8 @@ from fairness_stack import configs as sc
 from fairness_stack import supervisor
 from fairness_stack.configs import WEBHOOK_PATH
 from fairness_stack.servers import RedisServer, redis_answers
-from fairness_stack.supervisor import STATE_FILE, Stack, _alive, _port_free
+from fairness_stack.servers import free_port
+from fairness_stack.supervisor import STATE_FILE, Service, Stack, _alive, _port_free
 from fairness_stack.webhook import deliveries
 
 from .conftest import EXAMPLE_CONFIG
@@ -39,6 +42,42 @@ def test_a_drills_configs_are_the_ones_its_stack_applies() -> None:
     drilled = drill_config(config, Replay(speed=120, volume=115, until=1200), 1.0, "drill-weighted-fair")
     assert serving(drilled).scrape_timeout == 0.8
     assert differences(drilled, supervisor.scraped_in_time(drilled, 1.0)) == []
+
+
+def free_base() -> int:
+    """A port with the five after it free too, for --port-base."""
+    while True:
+        base = free_port()
+        if all(_port_free(port) for port in range(base, base + len(sc.listening_ports()))):
+            return base
+
+
+def test_the_stack_serves_on_ports_from_a_base_and_names_any_usual_one_it_could_not_take(tmp_path: Path) -> None:
+    assert sc.listening_ports(20000) == {"redis": 20000, "exporter": 20001, "exporter-2": 20002, "webhook": 20003,
+                                         "prometheus": 20004, "alertmanager": 20005}
+    assert sc.listening_ports()["redis"] == 6379 and sc.listening_ports()["prometheus"] == 9090
+    services = [Service("redis", 1, [], "", port=41000), Service("prometheus", 2, [], "", port=9090)]
+    assert moved(services, sc.listening_ports()) == [
+        "redis: on port 41000, not 6379 (in use; choose the ports with --port-base)"]
+    base = free_base()
+    with socket.create_server(("127.0.0.1", base + 4)):  # the base's fifth port, Prometheus's: nothing starts
+        up = run_fairctl("stack", "up", "--dir", tmp_path, "--config", EXAMPLE_CONFIG, "--port-base", base)
+    assert up.returncode == 1 and "--port-base" in up.stderr and f"{base + 4} (prometheus) taken" in up.stderr
+    assert not (tmp_path / STATE_FILE).exists()
+
+
+@pytest.mark.slow
+def test_stack_up_on_a_port_base_serves_every_service_there(tmp_path: Path) -> None:
+    base = free_base()
+    up = run_fairctl("stack", "up", "--dir", tmp_path, "--config", EXAMPLE_CONFIG, "--slots", "1", "--port-base", base)
+    try:
+        assert up.returncode == 0, up.stderr
+        ports = {s["name"]: s["port"] for s in _services(tmp_path) if s["port"] is not None}
+        assert ports == sc.listening_ports(base)
+        assert f"redis: redis://127.0.0.1:{base}/0" in up.stdout and "not 6379" not in up.stdout
+        assert redis_answers(base)
+    finally:
+        assert run_fairctl("stack", "down", "--dir", tmp_path).returncode == 0
 
 
 @pytest.mark.slow
