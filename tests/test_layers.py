@@ -18,6 +18,8 @@ import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import setuptools
+
 from .conftest import ROOT
 
 STDLIB = frozenset(sys.stdlib_module_names)
@@ -227,3 +229,25 @@ def test_every_runtime_module_is_named_in_the_architecture_doc() -> None:
                 continue
             missing.append(f"{package}/{name}")
     assert not missing, f"docs/architecture.md names no line for: {', '.join(missing)}"
+
+
+# What the wheel installs at the top of site-packages (docs/architecture.md, "Design decisions",
+# says why alerts, exporter and dashboards keep their generic names): a new one is a decision.
+INSTALLED_TOP_LEVEL = ["alerts", "dashboards", "exporter", "fairctl", "fairness_core", "fairness_sim", "fairness_stack"]
+
+
+def installed_top_level(root: Path) -> list[str]:
+    """The top-level names the wheel built from ``root`` installs, as setuptools finds them by
+    pyproject.toml's ``packages.find`` (namespace packages included, as its default is)."""
+    find = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]["find"]
+    return sorted({name.split(".")[0] for name in setuptools.find_namespace_packages(where=root, include=find["include"])})
+
+
+def test_the_wheel_installs_only_the_pinned_top_level_names(tmp_path: Path) -> None:
+    assert installed_top_level(ROOT) == INSTALLED_TOP_LEVEL
+    # ... and the check sees one more: a package matching an include pattern, such as alerts*
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8"), encoding="utf-8")
+    for name in [*INSTALLED_TOP_LEVEL, "alerts_extra"]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").touch()
+    assert installed_top_level(tmp_path) == sorted([*INSTALLED_TOP_LEVEL, "alerts_extra"])

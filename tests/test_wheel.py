@@ -13,11 +13,13 @@ import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from .conftest import ROOT
+from .test_layers import INSTALLED_TOP_LEVEL
 
 pytestmark = pytest.mark.slow  # builds the wheel and installs it in a fresh virtualenv
 
@@ -40,6 +42,9 @@ def test_the_wheel_in_a_fresh_virtualenv_simulates_and_generates(tmp_path: Path)
     dist = tmp_path / "dist"
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, source], tmp_path)
     (wheel,) = dist.glob("fairctl-*.whl")
+    with zipfile.ZipFile(wheel) as built:
+        tops = {name.split("/")[0] for name in built.namelist()}
+    assert sorted(t for t in tops if not t.endswith(".dist-info")) == INSTALLED_TOP_LEVEL
     left = [p.name for p in source.iterdir() if p.name == "build" or p.name.endswith(".egg-info")]
     assert left == [], f"the build left {left} in the source tree (setup.py puts setuptools' scratch elsewhere)"
 
