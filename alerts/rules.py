@@ -22,6 +22,7 @@ from .config import DEFAULT_GRAFANA_URL, alert_settings
 from .layout import GROUP_VAR, OVERVIEW_UID, QUEUE_VAR, RUNBOOKS_UID
 from .promql import dedup, duration, excluding, logical, number, over_time, quote, selector
 from .supplied import fed, paused_served
+from .watch_terms import terms
 
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 # Prometheus's own series: the only names used here that are not the exporter's.
@@ -164,6 +165,23 @@ def dominating(config: Config) -> str:
             f"  and ignoring ({label})\n{rec.TENANT_WINDOW_JOBS} >= {a.tenant_min_jobs}")
 
 
+def dominance_words(config: Config) -> tuple[str, str, str]:
+    """What a dominating party's share is of, for the dominance alert's texts: (how much it takes,
+    the window its jobs completed are counted in, its description). For fairctl's own queues, its
+    class's service over exporter.window; a watched system records no tenant with a completion, so
+    there it is the share of the jobs waiting, sampled (watch.sample; docs/watching.md)."""
+    a, b, party, t = alert_settings(config), rec.basis(config), rec.level(config), terms(config)
+    share, window = number(a.tenant_dominance * 100), duration(config.exporter.window)
+    if t is None:
+        return (f"gets more than {share}% of a class's {b.served} over {window} (exporter.window)", "the window",
+                f"Over the last {window}, {party.noun} ${party.label} got $value:percent of {b.served_in} $queue "
+                f"while $active:number {party.noun}s had jobs waiting in it.")
+    return (f"has more than {share}% of the jobs waiting in a class (of the next {t.sample} read)",
+            f"{window} (exporter.window)",
+            f"{party.noun.capitalize()} ${party.label} has $value:percent of the next {t.sample} jobs waiting in "
+            f"$queue while $active:number {party.noun}s have jobs waiting in it.")
+
+
 def quiet_age(config: Config) -> str:
     """The oldest due job among the parties not flooding a class: with accounts, those of the
     accounts that are not noisy (a flooding account's own keys are each small, and would count as
@@ -283,7 +301,6 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
     """Every alert, in the order the docs list them."""
     a = alert_settings(config)
     window, budget_window = duration(a.rate_window), duration(config.scheduler.budget_window)
-    tenant_window = duration(config.exporter.window)
     unhandled_window_text = duration(unhandled_window(config))
     evict_window = duration(event_window(config, REDIS_MAY_EVICT_JOBS))
     lost_window = duration(event_window(config, QUEUE_STATE_LOST))
@@ -294,10 +311,16 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
     up = selector(UP, **{JOB: a.exporter_job})
     b, party = rec.basis(config), rec.level(config)
     whom = "tenant" if party is rec.TENANTS else "account (all of a customer's keys together)"
+    t = terms(config)  # a watched system's words; None: fairctl's own queues
+    dominance = dominance_words(config)
+    owner = "the scheduler" if t is None else t.name  # whose jobs and bookkeeping Redis holds
+    # Whether the alerts judge a class "not paused": not where the exporter sees no pauses (a watched system's).
+    not_paused = paused_served(config)
     return (
         Alert(
             QUEUE_STARVING,
-            f"the class's oldest due job is older than its max_age ({m.QUEUE_MAX_AGE.name}), and the class is not paused",
+            f"the class's oldest due job is older than its max_age ({m.QUEUE_MAX_AGE.name})"
+            + (", and the class is not paused" if not_paused else ""),
             Text("$queue: the oldest job has waited longer than the class's SLO"),
             Text("The oldest due job in $queue has waited $value:duration; the class's SLO (max_age) is "
                  "$slo:duration. Every job behind it waits too.", SLO),
@@ -349,33 +372,33 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
         ),
         Alert(
             dominating_alert(party),
-            f"one {whom} gets more than {number(a.tenant_dominance * 100)}% of a class's {b.served} over "
-            f"{tenant_window} (exporter.window) while at least one other {party.noun} has jobs waiting in it: clearly "
+            f"one {whom} {dominance[0]} while at least one other {party.noun} has jobs waiting in it: clearly "
             f"more to start (beyond the noise of a share of that many jobs), judged on at least "
-            f"{a.tenant_min_jobs} jobs completed in the window",
+            f"{a.tenant_min_jobs} jobs completed in {dominance[1]}",
             Text(f"{party.noun.capitalize()} ${party.label} takes most of $queue"),
-            Text(f"Over the last {tenant_window}, {party.noun} ${party.label} got $value:percent of {b.served_in} "
-                 f"$queue while $active:number {party.noun}s had jobs waiting in it.",
-                 {"active": Query(party.active)}),
+            Text(dominance[2], {"active": Query(party.active)}),
             # Its for: and thresholds are TenantDominatingQueue's: the same alert, judged per account.
             _one(config, TENANT_DOMINATING_QUEUE, dominating(config), WARNING),
         ),
         Alert(
             QUIET_TENANTS_STARVING,
-            f"the oldest job among a class's non-noisy {party.noun}s is older than the class's max_age, and the class "
-            "is not paused",
+            f"the oldest job among a class's non-noisy {party.noun}s is older than the class's max_age"
+            + (", and the class is not paused" if not_paused else ""),
             Text(f"Quiet {party.noun}s of $queue wait longer than its SLO"),
             Text(f"The oldest due job among the {party.noun}s of $queue that are not flooding it has waited "
-                 "$value:duration, over the class's SLO of $slo:duration: fair queuing is not protecting "
-                 f"the small {party.noun}s.", SLO),
+                 "$value:duration, over the class's SLO of $slo:duration: "
+                 + (f"fair queuing is not protecting the small {party.noun}s." if t is None else
+                    f"{t.name} takes each queue's jobs in the order they came, so the small {party.noun}s' jobs "
+                    "wait behind the flood."), SLO),
             _one(config, QUIET_TENANTS_STARVING, unless_paused(config, f"{quiet_age(config)} > {rec.MAX_AGE}"), WARNING),
         ),
         Alert(
             QUEUE_STALLED,
-            f"a class that is not paused had due jobs for {duration(stall)} and completed none on any of its shards",
+            f"a class {'that is not paused ' if not_paused else ''}had due jobs for {duration(stall)} and completed "
+            "none on any of its shards",
             Text("$queue has due jobs but completes none"),
-            Text(f"$queue has had at least $value:number due jobs for {duration(stall)} and completed none, "
-                 "and it was not paused."),
+            Text(f"$queue has had at least $value:number due jobs for {duration(stall)} and completed none"
+                 + (", and it was not paused." if not_paused else ".")),
             _one(config, QUEUE_STALLED, stalled(config, logical), CRITICAL),
         ),
         Alert(
@@ -418,11 +441,15 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
         Alert(
             JOBS_DEAD_LETTERED,
             f"jobs of a class were dead-lettered in the last {window} (failed leases.max_attempts times, or "
-            "had no handler at a worker started with --unhandled dead-letter)",
+            "had no handler at a worker started with --unhandled dead-letter)" if t is None else
+            f"{t.name} gave up jobs of a class in the last {window} ({t.gave_up})",
             Text("Jobs of $queue were dead-lettered"),
             Text(f"$value:number jobs of $queue were dead-lettered in the last {window}: they failed "
                  f"{config.leases.max_attempts} times (leases.max_attempts) or had no handler at a worker that "
-                 "dead-letters those, and nothing runs them again until someone requeues them (fairctl dead list)."),
+                 "dead-letters those, and nothing runs them again until someone requeues them (fairctl dead list)."
+                 if t is None else
+                 f"{t.name} gave up $value:number jobs of $queue in the last {window}: {t.gave_up}. They wait in "
+                 f"{t.dead}, and {t.again}."),
             _one(config, JOBS_DEAD_LETTERED, f"{rec.DEAD_LETTERED} > 0", WARNING),
         ),
         Alert(
@@ -439,12 +466,14 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
         ),
         Alert(
             QUEUE_PAUSED,
-            f"a class has been paused (fairctl pause) for {duration(for_seconds(config, QUEUE_PAUSED))} "
-            "(alerts.for.QueuePaused); its starvation alerts stay silent meanwhile",
+            f"a class has been paused ({'fairctl pause' if t is None else t.pause}) for "
+            f"{duration(for_seconds(config, QUEUE_PAUSED))} (alerts.for.QueuePaused); its starvation alerts stay "
+            "silent meanwhile",
             Text("$queue has been paused for a long time"),
             Text(f"$queue has been paused for at least {duration(for_seconds(config, QUEUE_PAUSED))}: no worker "
                  "takes its jobs ($depth:number are due) and its starvation alerts are silent while it is paused. "
-                 "Resume it (fairctl resume) unless the pause is still meant.", {"depth": Query(rec.DEPTH)}),
+                 f"Resume it ({'fairctl resume' if t is None else t.resume}) unless the pause is still meant.",
+                 {"depth": Query(rec.DEPTH)}),
             _one(config, QUEUE_PAUSED, f"{rec.PAUSED} > 0", WARNING),
         ),
         Alert(
@@ -460,21 +489,27 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
         Alert(
             REDIS_MEMORY_HIGH,
             f"Redis uses more than {number(a.memory_warning * 100)}% of its maxmemory (alerts.memory_warning); "
-            f"fairctl refuses new enqueues at {number(config.redis.memory_headroom * 100)}% (redis.memory_headroom)",
+            + (f"fairctl refuses new enqueues at {number(config.redis.memory_headroom * 100)}% (redis.memory_headroom)"
+               if t is None else f"at 100% it refuses {t.name}'s writes"),
             Text("Redis is filling up: enqueues will be refused soon"),
             Text(f"Redis uses $value:percent of its maxmemory. At {number(config.redis.memory_headroom * 100)}% "
                  "(redis.memory_headroom) fairctl refuses new enqueues (RedisMemoryFull), and Redis itself at "
-                 "100%; pops and acks go on, so workers drain. Find what fills it before producers fail."),
+                 "100%; pops and acks go on, so workers drain. Find what fills it before producers fail." if t is None
+                 else f"Redis uses $value:percent of its maxmemory. At 100% it refuses writes (OOM): {t.name}'s "
+                 "producers cannot queue jobs, and its workers cannot take or finish them. Find what fills it "
+                 "before producers fail."),
             _one(config, REDIS_MEMORY_HIGH, f"{memory_fill()} > {number(a.memory_warning)}", WARNING),
         ),
         Alert(
             REDIS_MAY_EVICT_JOBS,
             f"Redis's maxmemory-policy is not {m.SAFE_POLICY}, or it evicted keys in the last {evict_window}",
-            Text("Redis may evict the scheduler's jobs"),
+            Text(f"Redis may evict {owner}'s jobs"),
             Text(f'Redis\'s maxmemory-policy is "$policy" (empty: it is {m.SAFE_POLICY} now but evicted keys in the '
                  f"last {evict_window}). Under any policy but {m.SAFE_POLICY} Redis deletes keys when memory runs short, "
-                 "the scheduler's among them: queued jobs and leases vanish with no error. Workers and producers "
-                 f"refuse such a Redis; set maxmemory-policy {m.SAFE_POLICY}."),
+                 + ("the scheduler's among them: queued jobs and leases vanish with no error. Workers and producers "
+                    "refuse such a Redis" if t is None else
+                    f"{t.name}'s among them: queued and running jobs vanish with no error")
+                 + f"; set maxmemory-policy {m.SAFE_POLICY}."),
             _one(config, REDIS_MAY_EVICT_JOBS, may_evict(event_window(config, REDIS_MAY_EVICT_JOBS)), CRITICAL),
         ),
         Alert(
@@ -487,7 +522,7 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
         ),
         Alert(
             FAIRNESS_EXPORTER_REDIS_DOWN,
-            "no exporter can read the scheduler's bookkeeping of a shard from Redis",
+            f"no exporter can read {owner}'s {'bookkeeping of a shard' if t is None else 'queues'} from Redis",
             Text("The fairctl exporters cannot read Redis"),
             Text(f"No exporter of job $job has read shard $shard of queue $group from its Redis, $master "
                  f"({m.EXPORTER_REDIS_UP.name} 0 everywhere): that Redis is down or too slow, and the queue alerts "
@@ -541,8 +576,9 @@ def every_alert(config: Config) -> tuple[Alert, ...]:
             Text(f"The exporters of shard $shard of $group read $value:number Redis masters in the last "
                  f"{changed_window} (another server, or the same address restarted); it is on $master now. Writes "
                  "the old master acknowledged and had not replicated are gone: jobs submitted then may be missing, "
-                 "jobs acked then may run again, and leases taken then come back after their visibility timeout. "
-                 "On a Redis Cluster, a reshard that moved the shard's slot changes its master with nothing lost.",
+                 + ("jobs acked then may run again, and leases taken then come back after their visibility timeout. "
+                    "On a Redis Cluster, a reshard that moved the shard's slot changes its master with nothing lost."
+                    if t is None else f"and jobs {t.name}'s workers took or finished then may run again."),
                  MASTER),
             _one(config, REDIS_MASTER_CHANGED,
                  f"{masters_read(event_window(config, REDIS_MASTER_CHANGED))} > 1", CRITICAL),
