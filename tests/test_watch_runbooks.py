@@ -39,6 +39,8 @@ MAY_SUPPLY = frozenset(spec.name for spec in (
 PROMQL = re.compile(r"```promql\n(.*?)```", re.DOTALL)
 FAIRCTL_COMMAND = re.compile(r"\bfairctl ([a-z][a-z-]*)")
 RECORDING = re.compile(r"\bfairctl:[A-Za-z0-9_:]+")
+# What only fairctl's own queues have: leases, and the queues themselves.
+OWN_QUEUES = re.compile(r"fairctl queues|\blease", re.IGNORECASE)
 
 
 @pytest.fixture(params=list(systems()))
@@ -76,6 +78,16 @@ def texts(files: Mapping[Path, str]) -> Iterator[tuple[str, str]]:
                     yield f"{path}: {panel['title']}", panel["options"]["content"]
 
 
+def labels(files: Mapping[Path, str]) -> Iterator[tuple[str, str]]:
+    """Every dashboard's description and every panel's (and row's) title and description."""
+    for path, text in files.items():
+        if path.suffix == ".json" and path.parent.name == "generated":
+            board = json.loads(text)
+            yield str(path), board.get("description", "")
+            for panel in board.get("panels", ()):
+                yield f"{path}: {panel.get('title', '')}", f"{panel.get('title', '')}\n{panel.get('description', '')}"
+
+
 def dashboard_exprs(files: Mapping[Path, str]) -> Iterator[tuple[str, str]]:
     """Every PromQL of the dashboards: panel targets, annotations and variable queries."""
     def walk(data: Any, where: str) -> Iterator[tuple[str, str]]:
@@ -108,6 +120,14 @@ def test_no_runbook_runs_a_fairctl_command_that_refuses_a_watch_config(config: C
     assert not found, found[:10]
 
 
+def test_no_panel_speaks_of_fairctls_own_queues(config: Config) -> None:
+    """The dashboards' descriptions and their panels' titles and descriptions name no fairctl command
+    that refuses a watch config, nor leases or fairctl's queues, which a watched system has none of."""
+    found = [(where, text) for where, text in labels(generated(config))
+             if OWN_QUEUES.search(text) or set(FAIRCTL_COMMAND.findall(text)) & set(COMMANDS) - WATCH_COMMANDS]
+    assert not found, found[:10]
+
+
 def test_every_promql_shown_reads_only_what_the_system_supplies(config: Config) -> None:
     files = generated(config)
     defined, served = recordings(files), served_metrics(config)
@@ -120,7 +140,10 @@ def test_every_promql_shown_reads_only_what_the_system_supplies(config: Config) 
 
 
 def test_fairctls_own_runbooks_keep_their_commands() -> None:
-    """The watch wording is for watch configs only: fairctl's own runbooks still pause with fairctl."""
+    """The watch wording is for watch configs only: fairctl's own runbooks still pause with fairctl,
+    and its dashboards still speak of its queues, leases and pauses."""
     files = generated(make_config())
     starving = files[Path("alerts/generated/runbooks/QueueStarving.md")]
     assert "fairctl pause" in starving and "fairctl worker --classes" in starving
+    described = [text for _, text in labels(files)]
+    assert any(OWN_QUEUES.search(text) for text in described) and any("fairctl pause" in text for text in described)
