@@ -52,9 +52,10 @@ def weights(config: Path, slots: int | None) -> None:
 @config_option
 @slots_option
 def check(config: Path, slots: int | None) -> None:
-    """Validate the config, lint the weights, reservations and the alerts' links, and run promtool on the rules it generates.
+    """Validate the config, lint the weights and the alerts' links, and run promtool on the rules it generates.
 
-    Generates the rules and their unit tests in a scratch directory, then runs promtool check
+    The weights lint warns too of classes[].reserved_slots the fleet cannot hold (as fairctl
+    weights does). Generates the rules and their unit tests in a scratch directory, then runs promtool check
     rules and promtool test rules on them. Exit 0 when all pass (weight warnings do not fail),
     1 when promtool reports a failure, 2 for a bad config or a missing promtool."""
     from alerts.output import ALERTS  # the runbooks' too (jinja2): weights needs none of it
