@@ -87,6 +87,9 @@ CLASS_PARTS: dict[str, str] = {
     "heads": "heads",  # zset: tenant -> enqueue time (ms) of its head job
     "backlog": "backlog",  # zset: tenant -> queued jobs
     "cost": "cost",  # hash: queued party -> the tier its jobs are charged at, for parties off the default tier
+    # With accounts, what an account's tier is taken from: the highest of its queued keys' tiers.
+    "key_tier": "ktier",  # hash: queued key -> its latest job's tier, for keys off the default tier
+    "account_tiers": "atiers/",  # + account; hash: tier -> the account's queued keys of that tier
     "vt": "vt",  # string: the class's virtual time
     "inflight": "inflight",  # zset: tenant -> leased jobs
     "served": "served:",  # + window bucket; zset: tenant -> jobs processed in that bucket

@@ -51,6 +51,7 @@ from .settings import (
     paced,
     rebases_tags,
     recorded_cost,
+    recharges,
     regroups,
 )
 from .snapshot import RawClass, Snapshot, build_snapshot
@@ -66,6 +67,8 @@ class _Class:
     backlog: ZSet = field(default_factory=ZSet)
     account_backlog: ZSet = field(default_factory=ZSet)  # account -> queued jobs (with accounts)
     cost: dict[str, str] = field(default_factory=dict)  # party -> tier
+    key_tier: dict[str, str] = field(default_factory=dict)  # queued key off the default tier -> tier (with accounts)
+    account_tiers: dict[str, dict[str, int]] = field(default_factory=dict)  # account -> tier -> its queued keys of it
     vt: float = 0
     inflight: ZSet = field(default_factory=ZSet)
     served: dict[int, ZSet] = field(default_factory=dict)
@@ -149,8 +152,11 @@ class Model:
         implied = default_tier_left(before, self.settings)
         others, held = self._unconfigured()
         refused = {c: held[c] for c in others if held[c] > 0 and c not in every.classes}
-        held_tiers = {tier for c in (*self.names, *others) for tier in self._cls(c).cost.values()}
-        if implied and any(len(self._cls(c).tags) > len(self._cls(c).cost) for c in (*self.names, *others)):
+        held_tiers = {tier for c in (*self.names, *others) for tier in (*self._cls(c).cost.values(),
+                                                                        *self._cls(c).key_tier.values())}
+        if implied and any(len(self._cls(c).tags) > len(self._cls(c).cost)
+                           or self.settings.account_sep and len(self._cls(c).backlog) > len(self._cls(c).key_tier)
+                           for c in (*self.names, *others)):
             held_tiers.add(implied)
         tiers = sorted(tier for tier in held_tiers if tier not in self.settings.costs
                        and tier not in self.settings.tier_moved and recorded_cost(tier) is None)
@@ -162,6 +168,9 @@ class Model:
                 cls = self._cls(c)
                 for party, _ in cls.tags.items():
                     cls.cost.setdefault(party, implied)
+                if self.settings.account_sep and not regroup:
+                    for tenant, _ in cls.backlog.items():
+                        cls.key_tier.setdefault(tenant, implied)
         self.swrr = {}
         self.charged = {}
         if not self.settings.runtime:
@@ -194,6 +203,11 @@ class Model:
                     for tenant, _ in list(members.items()):
                         members.add(tenant, 0)
                 cls.vt = 0
+        if self.settings.account_sep and not regroup and recharges(before, self.settings):
+            for c in (*self.names, *others):  # new costs may order the tiers anew
+                cls = self._cls(c)
+                for account in cls.account_tiers:
+                    self._charge_top(c, cls, account)
 
     def _regroup(self, queue: str) -> None:
         """As the Lua's ``regroup``: the class's parties rebuilt from its queued tenants."""
@@ -201,6 +215,7 @@ class Model:
         for tier in {*cls.cost.values(), self.settings.default_tier}:
             self.stats[f"tenants{SEP}{queue}{SEP}{tier}"] = 0
         cls.tags, cls.accounts, cls.cost, cls.vt, cls.account_backlog = ZSet(), {}, {}, 0, ZSet()
+        cls.key_tier, cls.account_tiers = {}, {}
         for tenant, _ in cls.backlog.head(len(cls.backlog)):
             jobs = cls.queues[tenant]
             self._activate(queue, cls, tenant, self._named(jobs[-1].tier), jobs[0].enqueued_ms)
@@ -282,8 +297,8 @@ class Model:
                 cls.account_backlog.remove(account)
 
     def _set_tier(self, queue: str, cls: _Class, party: str, tier: str) -> None:
-        """As the Lua's ``set_tier``: a party is charged as its latest job's tier; only the parties
-        off the default tier have a cost entry."""
+        """As the Lua's ``charge_as``: the party is charged as ``tier``; only the parties off the
+        default tier have a cost entry."""
         was = cls.cost.get(party, self.settings.default_tier)
         if tier != was:
             if tier == self.settings.default_tier:
@@ -292,6 +307,38 @@ class Model:
                 cls.cost[party] = tier
             self._count_tier(queue, was, -1)
             self._count_tier(queue, tier, 1)
+
+    def _charge_top(self, queue: str, cls: _Class, account: str) -> None:
+        """As the Lua's ``charge_top``: the account is charged at the highest tier of its queued
+        keys (kept as it is while none is counted)."""
+        counts = cls.account_tiers.get(account)
+        if counts:
+            top = next(iter(counts))
+            for tier in counts:
+                if self.settings.outranks(tier, top):
+                    top = tier
+            self._set_tier(queue, cls, account, top)
+
+    def _count_key(self, cls: _Class, account: str, tier: str, delta: int) -> None:
+        """As the Lua's ``count_key``: the account's queued keys of ``tier``, none kept at 0."""
+        counts = cls.account_tiers.setdefault(account, {})
+        counts[tier] = counts.get(tier, 0) + delta
+        if counts[tier] <= 0:
+            del counts[tier]
+
+    def _key_tier(self, queue: str, cls: _Class, tenant: str, tier: str) -> None:
+        """As the Lua's ``set_tier`` with accounts: a queued key is of its latest job's tier, and
+        its account is charged at the highest of its keys'."""
+        was = cls.key_tier.get(tenant, self.settings.default_tier)
+        if tier != was:
+            if tier == self.settings.default_tier:
+                del cls.key_tier[tenant]
+            else:
+                cls.key_tier[tenant] = tier
+            account = self._party(tenant)
+            self._count_key(cls, account, was, -1)
+            self._count_key(cls, account, tier, 1)
+            self._charge_top(queue, cls, account)
 
     def _tier(self, cls: _Class, party: str) -> str:
         """The tier a queued party is charged as: its cost entry, else the default tier."""
@@ -463,15 +510,18 @@ class Model:
         cls.heads.add(tenant, enq)
         party = self._party(tenant)
         if self.settings.account_sep:
+            if tier != self.settings.default_tier:
+                cls.key_tier[tenant] = tier
+            self._count_key(cls, party, tier, 1)
             members = cls.accounts.get(party)
             if members is not None:
                 members.add(tenant, members.first()[1])  # type: ignore[index]
-                self._set_tier(queue, cls, party, tier)
+                self._charge_top(queue, cls, party)
                 return
             cls.accounts[party] = members = ZSet()
             members.add(tenant, 0)
             if self.settings.holds and party in cls.account_backlog:  # queued, every key held
-                self._set_tier(queue, cls, party, tier)
+                self._charge_top(queue, cls, party)
                 if self._held_in(queue, ACCOUNT_MARK + party) is None:
                     cls.tags.add(party, cls.vt, only_new=True)
                 return
@@ -492,11 +542,14 @@ class Model:
             self._activate(queue, cls, tenant, self._named(jobs[0].tier), jobs[0].enqueued_ms)
         q.extend(jobs)
         party, last = self._party(tenant), None
-        for job in jobs:  # the party is charged as its latest job's tier
+        for job in jobs:  # the party (with accounts, the key) is of its latest job's tier
             if job.tier == last:
                 continue  # as the job before it: nothing changes
             last = job.tier
-            self._set_tier(queue, cls, party, self._named(last))
+            if self.settings.account_sep:
+                self._key_tier(queue, cls, tenant, self._named(last))
+            else:
+                self._set_tier(queue, cls, party, self._named(last))
         if self.settings.holds:
             self._held_jobs(queue, tenant, len(jobs), fresh)
         cls.backlog.incr(tenant, len(jobs))
@@ -540,6 +593,12 @@ class Model:
                 elif self.settings.holds and party in cls.account_backlog:
                     cls.tags.remove(party)  # and every one of them held: out of the order
                     gone = False
+                tier = cls.key_tier.pop(tenant, self.settings.default_tier)
+                if gone:
+                    cls.account_tiers.pop(party, None)
+                else:
+                    self._count_key(cls, party, tier, -1)
+                    self._charge_top(queue, cls, party)
             if gone:
                 cls.tags.remove(party)
                 self._count_tier(queue, cls.cost.pop(party, self.settings.default_tier), -1)
@@ -1328,6 +1387,8 @@ class Model:
                 "heads": dict(cls.heads.items()),
                 "backlog": dict(cls.backlog.items()),
                 "cost": dict(cls.cost),
+                "key_tier": dict(cls.key_tier),
+                "account_tiers": {a: dict(n) for a, n in cls.account_tiers.items() if n},
                 "vt": cls.vt,
                 "inflight": dict(cls.inflight.items()),
                 "served": {b: dict(z.items()) for b, z in cls.served.items() if b >= live},

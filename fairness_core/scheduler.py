@@ -40,7 +40,7 @@ from .library import Library, missing
 from .memory import MemoryGuard
 from .script import script_source
 from .sentinel_client import FollowingSentinelPool
-from .settings import SWEEP_BATCH, default_tier_left, derive, rebases_tags, regroups
+from .settings import SWEEP_BATCH, default_tier_left, derive, rebases_tags, recharges, regroups
 from .snapshot import RawClass, Snapshot, build_snapshot
 
 MAX_POP = 1000
@@ -243,7 +243,8 @@ class Scheduler:
         seen = previous.fingerprint if previous else ""
         implied = default_tier_left(was, will) if previous else ""
         version = self._apply_script(config, every, names, expect=seen if expect is None else expect, rebase=rebase,
-                                     regroup=regroup, check=True, implied=implied)
+                                     regroup=regroup, check=True, implied=implied,
+                                     recharge=previous is not None and recharges(was, will))
         self._compile(config, every, names)
         moved = 0
         while (n := self.move_pending()) > 0:
@@ -264,15 +265,17 @@ class Scheduler:
         return _in_calls(limit, one)
 
     def _apply_script(self, config: Config, moves: Moves, names: Names, *, expect: str, rebase: bool,
-                      check: bool, regroup: bool = False, implied: str = "") -> int:
+                      check: bool, regroup: bool = False, implied: str = "", recharge: bool = False) -> int:
         """The ``apply`` op, run by the script compiled from ``config``; the version applied.
         ``check``: refuse to strand jobs (a group's first config, adopted, is not checked).
         ``regroup``: the parties of fair queuing changed (:func:`~fairness_core.settings.regroups`).
         ``implied``: the default tier applied until now, when ``config`` has another: the queued
-        parties of it have no cost entry, and are written one to keep it."""
+        parties of it have no cost entry, and are written one to keep it. ``recharge``: the tiers'
+        costs changed (:func:`~fairness_core.settings.recharges`)."""
         library = Library(script_source(derive(config, moves, names)))
         args = self._argv("apply", expect, shared_text(config), moves.text(), "1" if rebase else "0",
-                          "1" if check else "0", names.text(), "1" if regroup else "0", implied)
+                          "1" if check else "0", names.text(), "1" if regroup else "0", implied,
+                          "1" if recharge else "0")
         with redis_errors(self.client):
             reply = library.call(self._send, self._node, library.drain, self._declared, args)
         kind = _text(reply[0])

@@ -116,6 +116,11 @@ class Settings:
         return (self.costs.get(tier) or self.costs.get(self.tier_moved.get(tier, "")) or recorded_cost(tier)
                 or self.default_cost)
 
+    def outranks(self, tier: str, other: str) -> bool:
+        """As the Lua's ``outranks``: ``tier`` weighs more than ``other`` (costs less), or as much
+        and sorts after it, so an account's highest tier is one tier whatever order its keys came in."""
+        return (self.cost_of(tier), other) < (self.cost_of(other), tier)
+
     def limit_of(self, override: Mapping[str, int], by_tier: Mapping[str, int], tenant: str, tier: str) -> int:
         """As the Lua's ``limit_of``: a dispatch limit of ``tenant`` charged as ``tier`` (``cap``,
         ``pace_us`` or ``burst``, with its per-tenant ``override``): its override's, else its
@@ -251,6 +256,12 @@ def default_tier_left(before: Settings, after: Settings) -> str:
     """The default tier of ``before`` when ``after`` names another, else '': the queued parties of
     it have no cost entry (they are of the default tier) and must keep it, so the apply writes it in."""
     return before.default_tier if before.default_tier != after.default_tier else ""
+
+
+def recharges(before: Settings, after: Settings) -> bool:
+    """Whether tier costs change from ``before`` to ``after``, so the order of tiers may: then each
+    queued account is charged again at the highest tier of its queued keys (with accounts)."""
+    return (before.costs, before.tier_moved, before.default_cost) != (after.costs, after.tier_moved, after.default_cost)
 
 
 def regroups(before: Settings, after: Settings) -> bool:

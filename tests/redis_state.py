@@ -41,12 +41,16 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
         # One SCAN per class for its keyed parts: sub-queues, accounts, estimates, service buckets.
         own = k.class_key(name, "")
         queues, accounts, tenant_estimates, served, served_total, account_served = {}, {}, {}, {}, {}, {}
+        account_tiers: dict[str, dict[str, int]] = {}
         for key in client.scan_iter(match=_glob(own) + "*", count=1000):
             part = _s(key)[len(own):]
             if part.startswith(TENANT_QUEUE):
                 queues[part[len(TENANT_QUEUE):]] = [_s(e) for e in client.lrange(key, 0, -1)]
             elif part.startswith(CLASS_PARTS["account"]):
                 accounts[part[len(CLASS_PARTS["account"]):]] = _zset(client, key)
+            elif part.startswith(CLASS_PARTS["account_tiers"]):
+                account_tiers[part[len(CLASS_PARTS["account_tiers"]):]] = {
+                    _s(t): int(n) for t, n in client.hgetall(key).items()}
             elif part.startswith(CLASS_PARTS["tenant_estimate"]):
                 tenant_estimates[part[len(CLASS_PARTS["tenant_estimate"]):]] = {
                     _s(t): int(v) for t, v in client.hgetall(key).items()}
@@ -69,6 +73,8 @@ def read_state(config: Config, client: redis.Redis, now_ms: int) -> dict[str, An
             "heads": _zset(client, k.class_key(name, "heads")),
             "backlog": _zset(client, k.class_key(name, "backlog")),
             "cost": {_s(t): _s(c) for t, c in client.hgetall(k.class_key(name, "cost")).items()},
+            "key_tier": {_s(t): _s(c) for t, c in client.hgetall(k.class_key(name, CLASS_PARTS["key_tier"])).items()},
+            "account_tiers": account_tiers,
             "vt": _num(vt) if vt is not None else 0,
             "inflight": _zset(client, k.class_key(name, "inflight")),
             "served": served,

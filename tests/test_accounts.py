@@ -190,3 +190,41 @@ def test_status_shows_the_accounts_with_their_backlog_keys_and_share() -> None:
     rows = class_statuses(flat.config, None, flat.snapshot(NOW + 2000), top=3)
     assert "accounts" not in render(rows, None) and "top_accounts" not in as_json(rows, None)["classes"][0]
 
+
+
+def northwind_share(late: bool) -> int:
+    """Enterprise northwind's three keys beside pro globex, for 500 pops; ``late``: one free job
+    of the key northwind/late queued after them."""
+    model = one_class("/")
+    for k in range(3):
+        model.submit_many(NOW, "newsletter", f"northwind/k{k}", 400, tier="enterprise")
+    model.submit_many(NOW, "newsletter", "globex", 600, tier="pro")
+    if late:
+        model.submit_many(NOW, "newsletter", "northwind/late", 1, tier="free")
+    served: Counter[str] = Counter()
+    for _ in range(500):
+        for lease in model.pop(NOW, 1):
+            served[account_of(lease.tenant, "/")] += 1
+    return served["northwind"]
+
+
+def test_one_free_job_of_one_key_leaves_an_enterprise_account_its_weight() -> None:
+    assert northwind_share(False) == 333  # 6 of 6 + 3
+    assert northwind_share(True) == 333  # the free key is queued beside enterprise ones
+
+
+def test_an_account_is_charged_at_the_highest_tier_of_its_queued_keys() -> None:
+    model = one_class("/")
+    model.submit_many(NOW, "newsletter", "northwind/k0", 2, tier="pro")
+    model.submit_many(NOW, "newsletter", "northwind/late", 1, tier="free")
+    cls = model.classes["jobs"]
+    assert cls.cost == {"northwind": "pro"}
+    model.submit_many(NOW, "newsletter", "northwind/big", 1, tier="enterprise")
+    assert cls.cost == {"northwind": "enterprise"}
+    model.submit_many(NOW, "newsletter", "northwind/big", 1, tier="free")  # its latest job is free
+    assert cls.cost == {"northwind": "pro"}
+    model.submit_many(NOW, "newsletter", "northwind/k0", 1, tier="free")  # every key free now
+    assert cls.cost == {}
+    for _ in range(6):
+        model.pop(NOW, 1)
+    assert not cls.key_tier and not cls.account_tiers  # nothing queued, nothing kept

@@ -86,15 +86,15 @@ ack_and_pops = st.tuples(st.just("ack_and_pop"), st.lists(st.tuples(st.integers(
                          st.one_of(st.none(), st.lists(st.sampled_from(CLASSES), min_size=1, max_size=2, unique=True)),
                          owners)
 # A config change while jobs are everywhere: new weights, policy and batch; the third class renamed
-# (or back), its jobs moved or not; the tiers re-weighted (new costs) or "free" dropped, its
-# tenants moved to "pro" or not. Refused when a removed class or tier is still in use unmoved.
+# (or back), its jobs moved or not; the tiers re-weighted (new costs, or their order turned round)
+# or "free" dropped, its tenants moved to "pro" or not. Refused when a removed class or tier is still in use unmoved.
 applies = st.tuples(st.just("apply"), st.fixed_dictionaries({
     "policy": st.sampled_from(POLICIES),
     "weights": st.tuples(*(st.integers(1, 7) for _ in range(3))),
     "batch": st.integers(1, 4),
     "low": st.sampled_from(["jobs:low", "jobs:bulk"]),
     "move_low": st.booleans(),
-    "tiers": st.sampled_from(["same", "reweigh", "drop-free"]),
+    "tiers": st.sampled_from(["same", "reweigh", "drop-free", "invert"]),
     "move_free": st.booleans(),
     "charge": st.sampled_from(["jobs", "runtime"]),
     # Accounts turned on, off or split another way (a multi-byte separator): the parties regroup.
@@ -216,7 +216,7 @@ def changed_config(config: Any, change: dict[str, Any]) -> tuple[Any, Moves]:
         for name in ("account_max_queued", "account_max_rate", "account_max_in_flight", "account_dispatch_rate"):
             data["tenants"].pop(name, None)
     tiers = {"same": {"enterprise": 6, "pro": 3, "free": 1}, "reweigh": {"enterprise": 4, "pro": 3, "free": 1},
-             "drop-free": {"enterprise": 6, "pro": 3}}[change["tiers"]]
+             "drop-free": {"enterprise": 6, "pro": 3}, "invert": {"enterprise": 1, "pro": 3, "free": 6}}[change["tiers"]]
     data["tenants"]["tiers"] = tiers
     data["tenants"]["default_tier"] = "free" if "free" in tiers else "pro"
     if "free" not in tiers:
@@ -419,6 +419,16 @@ ORDER = ("enqueue", "order", "acme", None, False, 1)
     ("enqueue", "order", "acme", None, False, 1), ("enqueue", "order", "b", None, False, 4), ("pop", 5, None),
     ("apply", {**RENAME, "low": "jobs:low", "move_low": False, "accounts": None}), ("pop", 2, None),
     ("apply", {**RENAME, "low": "jobs:low", "move_low": False, "accounts": "/"}), ("pop", 3, None)])
+# An account of keys of three tiers is charged at the highest queued: a key's latest job lowers
+# only that key, the account falls as its top keys leave, tiers turned round charge it anew, and
+# a dropped default tier is written in for its keys.
+@example(params={**PLAIN, "batch": 1, "accounts": "/"}, ops=[
+    ("enqueue", "order", "acme/1", "enterprise", False, 2), ("enqueue", "order", "acme", "free", False, 3),
+    ("enqueue", "order", "acme/2", "pro", False, 3), ("enqueue", "order", "b", "pro", False, 6),
+    ("enqueue", "order", "acme/2", "free", False, 1), ("pop", 4, None),
+    ("apply", {**RENAME, "low": "jobs:low", "move_low": False, "accounts": "/", "tiers": "invert"}), ("pop", 3, None),
+    ("apply", {**RENAME, "low": "jobs:low", "move_low": False, "accounts": "/", "tiers": "drop-free", "move_free": True}),
+    ("pop", 6, None)])
 # Admission per account: its keys together are refused at the account's queued limit (a pop makes
 # room) and at its arrival rate, naming the account's field; a key's own limit comes first.
 @example(params={**PLAIN, "accounts": "/", "account_max_queued": 4, "account_max_rate": 0.4, "max_queued": 3}, ops=[

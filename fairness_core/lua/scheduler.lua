@@ -226,24 +226,78 @@ local function count_account(c, tenant, delta)
   end
 end
 
--- A party is charged as its latest job's tier. The cost hash holds only the queued parties off
--- the default tier: a queued party with no entry is of the default tier (most tenants, so most
--- enqueues write nothing there). Entries of the default tier, which earlier releases wrote, read
--- the same and go when their party leaves.
+-- A hash of tiers keeps only the names off the default tier: `name` set to `tier` there.
+local function put_tier(hash, name, tier)
+  if tier == cfg.default_tier then
+    redis.call('HDEL', hash, name)
+  else
+    redis.call('HSET', hash, name, tier)
+  end
+end
+-- The party charged as `tier`, which it was charged as `was`. The cost hash holds only the queued
+-- parties off the default tier: a queued party with no entry is of the default tier (most tenants,
+-- so most enqueues write nothing there). Entries of the default tier, which earlier releases wrote,
+-- read the same and go when their party leaves.
+local function charge_as(c, party, was, tier)
+  if was == tier then return end
+  put_tier(ckey(c, PART_COST), party, tier)
+  count_tier(c, was, -1)
+  count_tier(c, tier, 1)
+end
+local function charged_as(c, party) return redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier end
+
+-- Without accounts a party, the tenant, is charged as its latest job's tier.
 local function set_tier(c, party, tier)
   local seen = c .. SEP .. party
   if tiered[seen] == tier then return end  -- a batch's next job: the first set it
   tiered[seen] = tier
-  local was = redis.call('HGET', ckey(c, PART_COST), party) or cfg.default_tier
-  if was ~= tier then
-    if tier == cfg.default_tier then
-      redis.call('HDEL', ckey(c, PART_COST), party)
-    else
-      redis.call('HSET', ckey(c, PART_COST), party, tier)
-    end
-    count_tier(c, was, -1)
-    count_tier(c, tier, 1)
+  charge_as(c, party, charged_as(c, party), tier)
+end
+
+-- With accounts each queued key is of its latest job's tier (PART_KEY_TIER holds the keys off the
+-- default tier), each queued account counts its queued keys of each tier (tiers_key), and the
+-- account is charged at the highest of them: one job changes only its own key's tier, so it cannot
+-- lower its account while the account's other keys are queued.
+local function tiers_key(c, account) return ckey(c, PART_ACCOUNT_TIERS .. account) end
+
+-- Whether `tier` weighs more than `other` (costs less), or as much and sorts after it: the order
+-- an account's highest tier is taken in, the same whatever order its keys came in.
+local function outranks(tier, other)
+  local a, b = cost_of(tier), cost_of(other)
+  return a < b or (a == b and tier > other)
+end
+
+-- The account charged at the highest tier of its queued keys (kept as it is while none is counted).
+local function charge_top(c, account)
+  local counts, top = redis.call('HGETALL', tiers_key(c, account)), nil
+  for k = 1, #counts, 2 do
+    if top == nil or outranks(counts[k], top) then top = counts[k] end
   end
+  if top then charge_as(c, account, charged_as(c, account), top) end
+end
+
+-- The account's queued keys of `tier`, none kept at 0; a key of the tier it is charged at leaving
+-- it may lower it.
+local function count_key(c, account, tier, delta)
+  if redis.call('HINCRBY', tiers_key(c, account), tier, delta) > 0 then return end
+  redis.call('HDEL', tiers_key(c, account), tier)
+  if tier == charged_as(c, account) then charge_top(c, account) end
+end
+
+-- A queued key's latest job of `tier`: its own tier, its account's counts, and what the account
+-- is charged at follow.
+local function set_key_tier(c, tenant, tier)
+  local seen = c .. SEP .. tenant
+  if tiered[seen] == tier then return end  -- a batch's next job: the first set it
+  tiered[seen] = tier
+  local was = redis.call('HGET', ckey(c, PART_KEY_TIER), tenant) or cfg.default_tier
+  if was == tier then return end
+  put_tier(ckey(c, PART_KEY_TIER), tenant, tier)
+  local account = account_of(tenant)
+  redis.call('HINCRBY', tiers_key(c, account), tier, 1)
+  count_key(c, account, was, -1)
+  local now_as = charged_as(c, account)
+  if outranks(tier, now_as) then charge_as(c, account, now_as, tier) end
 end
 
 -- ---------------------------------------------------------------- dispatch limits (holds)
@@ -330,33 +384,35 @@ local function limit_of(override, by_tier, tenant, tier)
 end
 
 -- A party with new work joins its class at the class's current virtual time: no banked credit.
--- A tenant joining its account's other queued tenants joins at the lowest of their tags.
+-- A tenant joining its account's other queued tenants joins at the lowest of their tags, its tier
+-- counted among theirs.
 local function activate(c, tenant, tier, enq)
   redis.call('ZADD', ckey(c, PART_HEADS), enq, tenant)
+  tiered[c .. SEP .. tenant] = tier
   local party, inner = tenant, nil
   if ACCOUNTS then
     party = account_of(tenant)
+    if tier ~= cfg.default_tier then redis.call('HSET', ckey(c, PART_KEY_TIER), tenant, tier) end
+    redis.call('HINCRBY', tiers_key(c, party), tier, 1)
     local first = redis.call('ZRANGE', akey(c, party), 0, 0, 'WITHSCORES')
     inner = number(first[2])
     redis.call('ZADD', akey(c, party), inner or 0, tenant)
-    -- An account queued with every key held (dispatch limits): queued, its tier counted, out of
-    -- the order; with a key ready again it is back in the order unless it is held itself.
-    if not inner and HOLDS and redis.call('ZSCORE', ckey(c, PART_ACCOUNT_BACKLOG), party) then
-      set_tier(c, party, tier)
-      if not held_in(c, ACCOUNT_MARK .. party) then
+    -- An account already queued (with every key held, under dispatch limits, it is out of the
+    -- order; with a key ready again it is back in it unless it is held itself): the new key's
+    -- tier counts if it is the highest.
+    local queued = inner or (HOLDS and redis.call('ZSCORE', ckey(c, PART_ACCOUNT_BACKLOG), party))
+    if queued then
+      local was = charged_as(c, party)
+      if outranks(tier, was) then charge_as(c, party, was, tier) end
+      if not inner and not held_in(c, ACCOUNT_MARK .. party) then
         redis.call('ZADD', ckey(c, PART_TAGS), 'NX', num(redis.call('GET', ckey(c, PART_VT))), party)
       end
       return
     end
   end
-  if inner then
-    set_tier(c, party, tier)
-  else
-    redis.call('ZADD', ckey(c, PART_TAGS), num(redis.call('GET', ckey(c, PART_VT))), party)
-    if tier ~= cfg.default_tier then redis.call('HSET', ckey(c, PART_COST), party, tier) end
-    tiered[c .. SEP .. party] = tier
-    count_tier(c, tier, 1)
-  end
+  redis.call('ZADD', ckey(c, PART_TAGS), num(redis.call('GET', ckey(c, PART_VT))), party)
+  if tier ~= cfg.default_tier then redis.call('HSET', ckey(c, PART_COST), party, tier) end
+  count_tier(c, tier, 1)
 end
 
 -- A removed class's jobs coming back (a reaped lease, a retry, a requeued dead letter) go where
@@ -566,8 +622,10 @@ local function push_tail(c, tenant, tier, env, enq)
   local fresh = redis.call('RPUSH', tkey(c, tenant), env) == 1
   if fresh then
     activate(c, tenant, tier, enq)
+  elseif ACCOUNTS then
+    set_key_tier(c, tenant, tier)
   else
-    set_tier(c, party_of(tenant), tier)
+    set_tier(c, tenant, tier)
   end
   if HOLDS then held_jobs(c, tenant, 1, fresh) end
   redis.call('ZINCRBY', ckey(c, PART_BACKLOG), 1, tenant)
@@ -606,21 +664,28 @@ local function take(c, tenant, n, from_tail)
     redis.call('ZREM', ckey(c, PART_HEADS), tenant)
     redis.call('ZREM', ckey(c, PART_BACKLOG), tenant)
     local party = tenant
+    tiered[c .. SEP .. tenant] = nil
     if ACCOUNTS then
       party = account_of(tenant)
       redis.call('ZREM', akey(c, party), tenant)
-      if redis.call('EXISTS', akey(c, party)) == 1 then
-        party = nil  -- the account has other tenants queued
-      elseif HOLDS and redis.call('ZSCORE', ckey(c, PART_ACCOUNT_BACKLOG), party) then
+      local tier = redis.call('HGET', ckey(c, PART_KEY_TIER), tenant)
+      if tier then redis.call('HDEL', ckey(c, PART_KEY_TIER), tenant) end
+      local stays = redis.call('EXISTS', akey(c, party)) == 1  -- the account has other tenants queued
+      if not stays and HOLDS and redis.call('ZSCORE', ckey(c, PART_ACCOUNT_BACKLOG), party) then
         redis.call('ZREM', ckey(c, PART_TAGS), party)  -- and every one of them held: out of the order
+        stays = true
+      end
+      if stays then
+        count_key(c, party, tier or cfg.default_tier, -1)
         party = nil
+      else
+        redis.call('DEL', tiers_key(c, party))
       end
     end
     if party then
       redis.call('ZREM', ckey(c, PART_TAGS), party)
       local was = redis.call('HGET', ckey(c, PART_COST), party)
       if was then redis.call('HDEL', ckey(c, PART_COST), party) end
-      tiered[c .. SEP .. party] = nil
       count_tier(c, was or cfg.default_tier, -1)
     end
   else
@@ -1645,11 +1710,15 @@ end
 -- its tenants' latest jobs' tiers. One pass over the queued tenants, as rare as such an apply.
 local function regroup(c)
   for _, party in ipairs(redis.call('ZRANGE', ckey(c, PART_TAGS), 0, -1)) do redis.call('DEL', akey(c, party)) end
+  for _, account in ipairs(redis.call('ZRANGE', ckey(c, PART_ACCOUNT_BACKLOG), 0, -1)) do
+    redis.call('DEL', tiers_key(c, account))
+  end
   for _, tier in ipairs(redis.call('HVALS', ckey(c, PART_COST))) do
     redis.call('HSET', K_STATS, 'tenants' .. SEP .. c .. SEP .. tier, 0)
   end
   redis.call('HSET', K_STATS, 'tenants' .. SEP .. c .. SEP .. cfg.default_tier, 0)
-  redis.call('DEL', ckey(c, PART_TAGS), ckey(c, PART_COST), ckey(c, PART_VT), ckey(c, PART_ACCOUNT_BACKLOG))
+  redis.call('DEL', ckey(c, PART_TAGS), ckey(c, PART_COST), ckey(c, PART_VT), ckey(c, PART_ACCOUNT_BACKLOG),
+    ckey(c, PART_KEY_TIER))
   local queued = redis.call('ZRANGE', ckey(c, PART_BACKLOG), 0, -1, 'WITHSCORES')
   for k = 1, #queued, 2 do
     local tenant = queued[k]
@@ -1665,7 +1734,9 @@ end
 -- ARGV[8]: '1' to check, ARGV[9]: the names jobs store as codes, as text ('' for none),
 -- ARGV[10]: '1' when the parties changed (regroup), ARGV[11]: the default tier of the config
 -- applied until now when it is not this config's ('' otherwise): queued parties with no cost entry
--- are of it, and keep it (their entries are written in).
+-- are of it, and keep it (their entries are written in; with accounts, the keys' too), ARGV[12]:
+-- '1' when the tiers' costs changed: with accounts, each queued account is charged again at the
+-- highest tier of its queued keys, as the new costs order them.
 -- Compiled from the config being applied. Checked, it is refused, changing nothing, when a class
 -- the config does not name still holds jobs and no move says where they go, or a tier it does not
 -- name is still a queued tenant's. The first config of a group (a process adopting its own) is
@@ -1699,7 +1770,9 @@ function ops.apply()
   end
   for _, c in ipairs(classes) do
     for _, tier in ipairs(redis.call('HVALS', ckey(c, PART_COST))) do check_tier(tier) end
-    if implied ~= '' and redis.call('ZCARD', ckey(c, PART_TAGS)) > redis.call('HLEN', ckey(c, PART_COST)) then
+    for _, tier in ipairs(redis.call('HVALS', ckey(c, PART_KEY_TIER))) do check_tier(tier) end
+    if implied ~= '' and (redis.call('ZCARD', ckey(c, PART_TAGS)) > redis.call('HLEN', ckey(c, PART_COST))
+        or ACCOUNTS and redis.call('ZCARD', ckey(c, PART_BACKLOG)) > redis.call('HLEN', ckey(c, PART_KEY_TIER))) then
       check_tier(implied)
     end
   end
@@ -1738,19 +1811,24 @@ function ops.apply()
   end
   -- The default tier changed: the queued parties of the old one (no cost entry) keep it. One pass
   -- over the queued parties, as rare as such an apply.
+  local function write_in(hash, names)
+    for first = 1, #names, 1000 do  -- a thousand a command: unpack's limit is a few thousand
+      local some = {unpack(names, first, math.min(first + 999, #names))}
+      local have, add = redis.call('HMGET', hash, unpack(some)), {}
+      for k, name in ipairs(some) do
+        if not have[k] then
+          add[#add + 1] = name
+          add[#add + 1] = implied
+        end
+      end
+      if #add > 0 then redis.call('HSET', hash, unpack(add)) end
+    end
+  end
   if implied ~= '' then
     for _, c in ipairs(classes) do
-      local cost, parties = ckey(c, PART_COST), redis.call('ZRANGE', ckey(c, PART_TAGS), 0, -1)
-      for first = 1, #parties, 1000 do  -- a thousand a command: unpack's limit is a few thousand
-        local some = {unpack(parties, first, math.min(first + 999, #parties))}
-        local have, add = redis.call('HMGET', cost, unpack(some)), {}
-        for k, party in ipairs(some) do
-          if not have[k] then
-            add[#add + 1] = party
-            add[#add + 1] = implied
-          end
-        end
-        if #add > 0 then redis.call('HSET', cost, unpack(add)) end
+      write_in(ckey(c, PART_COST), redis.call('ZRANGE', ckey(c, PART_TAGS), 0, -1))
+      if ACCOUNTS and ARGV[10] ~= '1' then
+        write_in(ckey(c, PART_KEY_TIER), redis.call('ZRANGE', ckey(c, PART_BACKLOG), 0, -1))
       end
     end
   end
@@ -1787,6 +1865,11 @@ function ops.apply()
         redis.call('ZUNIONSTORE', ckey(c, PART_TAGS), 1, ckey(c, PART_TAGS), 'WEIGHTS', 0)
       end
       redis.call('DEL', ckey(c, PART_VT))
+    end
+  end
+  if ACCOUNTS and ARGV[10] ~= '1' and ARGV[12] == '1' then
+    for _, c in ipairs(classes) do
+      for _, account in ipairs(redis.call('ZRANGE', ckey(c, PART_ACCOUNT_BACKLOG), 0, -1)) do charge_top(c, account) end
     end
   end
   return {'applied', version}
