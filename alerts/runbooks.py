@@ -43,6 +43,8 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
     inflight = logical("sum", m.QUEUE_INFLIGHT.name)
     stall = a.stall_after
     b = rec.basis(config)
+    # What is running: fairctl's leases, or a watched system's jobs its workers run.
+    held, started = ("Leased jobs", "lease") if watched(config) is None else ("Jobs running", "start")
     d = Diagnostic
     return {
         "oldest_vs_slo": d("Oldest due job per class against its SLO (above 1: older than max_age)",
@@ -53,8 +55,8 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "delayed": d("Failed jobs waiting out their retry backoff", logical("sum", m.QUEUE_DELAYED.name)),
         "paused": d("Paused classes (1: paused" + (" with fairctl pause)" if watched(config) is None else ")"),
                     rec.PAUSED),
-        "inflight": d("Leased jobs per class: who holds the worker slots", inflight),
-        "fleet_busy": d("Leased jobs against the slots the fleet registered (near 1: saturated)",
+        "inflight": d(f"{held} per class: who holds the worker slots", inflight),
+        "fleet_busy": d(f"{held} against the slots the fleet registered (near 1: saturated)",
                         f"sum without ({m.QUEUE}) ({inflight})\n  / {logical('max', m.WORKER_SLOTS.name)}"),
         "throughput": d("Completions per second per class", rec.PROCESSED_RATE),
         "worker_time": d("Worker seconds per second per class (about the worker slots its jobs keep busy)",
@@ -77,14 +79,14 @@ def diagnostics(config: Config) -> Mapping[str, Diagnostic]:
         "top_tenants": d(f"The five tenants with the largest share of their class's {b.served} over "
                          f"{duration(config.exporter.window)}",
                          f"topk(5, {b.tenant_share})"),
-        "noisy": d("Tenants judged noisy per class (more than 10% of its leased jobs)",
+        "noisy": d(f"Tenants judged noisy per class (more than 10% of its {held.lower()})",
                    logical("sum", m.QUEUE_NOISY_TENANTS.name)),
         "active_tenants": d("Tenants with due jobs per class", rec.ACTIVE_TENANTS),
         "fairness_index": d("Jain's fairness index over the class's backlogged tenants, per shard (1: fair; 1/n: one "
                             "takes all; 0: none of them served, starved)", dedup(m.QUEUE_FAIRNESS_INDEX.name)),
         "oldest_tenants": d("The ten tenants whose oldest job has waited longest",
                             f"topk(10, {dedup(m.TENANT_OLDEST_AGE.name)})"),
-        "wait_p99_vs_slo": d("p99 enqueue-to-lease wait per class against its SLO", f"{rec.WAIT_P99} / {rec.MAX_AGE}"),
+        "wait_p99_vs_slo": d(f"p99 enqueue-to-{started} wait per class against its SLO", f"{rec.WAIT_P99} / {rec.MAX_AGE}"),
         "completed_lately": d(f"Jobs completed per class over the last {duration(stall)}",
                               logical("sum", over_time("increase", m.JOBS_PROCESSED.name, stall))),
         "failed": d("Failed attempts per second per class (handlers raising)", logical_rate(m.JOBS_FAILED.name, window)),

@@ -113,11 +113,13 @@ def recordings(files: Mapping[Path, str]) -> dict[str, str]:
 
 def test_no_runbook_runs_a_fairctl_command_that_refuses_a_watch_config(config: Config) -> None:
     """Every line of every runbook and text panel, the alerts' summaries and descriptions they
-    quote (from alerts/rules.py) included."""
+    quote (from alerts/rules.py) included; nor does it speak of leases or fairctl's queues."""
     files = generated(config)
     found = [(where, line.strip()) for where, text in texts(files) for line in text.splitlines()
              for command in FAIRCTL_COMMAND.findall(line) if command in COMMANDS and command not in WATCH_COMMANDS]
     assert not found, found[:10]
+    own = [(where, line.strip()) for where, text in texts(files) for line in text.splitlines() if OWN_QUEUES.search(line)]
+    assert not own, own[:10]
 
 
 def test_no_panel_speaks_of_fairctls_own_queues(config: Config) -> None:
