@@ -1,6 +1,7 @@
 """The exporter for a job system fairctl does not run (the config's ``watch``): the metric contract
 read from that system's own keys, for the metrics it can supply (exporter/sources), with the same
-config gauges and health series as for fairctl's queues. It only ever reads their Redis."""
+config gauges and health series as for fairctl's queues, and Redis's memory from the one INFO a
+scrape already sends for the master's run_id. It only ever reads their Redis."""
 
 from __future__ import annotations
 
@@ -11,17 +12,28 @@ import redis
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from fairness_core import Config
+from fairness_core import Config, MemoryInfo
 from fairness_core.connection import ClusterClient, server_of
+from fairness_core.memory import memory_from_info
 from fairness_core.version import fairctl_version
 
 from . import metrics as m
-from .collector import Families, Master, ScrapeHealth, SnapshotReader, add_config, scrape_client, weight_ratios
+from .collector import (
+    FairnessCollector,
+    Families,
+    Master,
+    ScrapeHealth,
+    SnapshotReader,
+    add_config,
+    scrape_client,
+    weight_ratios,
+)
 from .config import serving
 from .sources import WatchConfig, source_for, watched
-from .sources.base import ClassReading, Source
+from .sources.base import ClassReading, Source, tenant_figures
 
-Reading = tuple[float, Mapping[str, ClassReading]]  # (epoch seconds of the read, a reading per class)
+# (epoch seconds of the read, a reading per class, Redis's memory: None once INFO was refused)
+Reading = tuple[float, Mapping[str, ClassReading], MemoryInfo | None]
 
 
 def watch_client(config: Config) -> redis.Redis:
@@ -57,18 +69,21 @@ class WatchCollector(Collector):
     def _read(self) -> Reading:
         now = time.time()
         classes = self.source.read(self.client, now)
-        self._master = Master(server_of(self.client, ""), self._run_id())
-        return now, classes
+        run_id, memory = self._info()
+        self._master = Master(server_of(self.client, ""), run_id)
+        return now, classes, memory
 
-    def _run_id(self) -> str:
-        """The server's run_id (INFO server, one command a scrape), or "" once INFO was refused:
-        the master's address alone then tells a failover (RedisMasterChanged), not a restart."""
+    def _info(self) -> tuple[str, MemoryInfo | None]:
+        """The server's run_id and its memory (INFO server, memory and stats: one command a
+        scrape), or ("", None) once INFO was refused: the master's address alone then tells a
+        failover (RedisMasterChanged), not a restart, and no memory series is served."""
         if not self._info_refused:
             try:
-                return str(self.client.info("server")["run_id"])
+                reply = self.client.info("server", "memory", "stats")
+                return str(reply["run_id"]), memory_from_info(reply)
             except redis.exceptions.NoPermissionError:
                 self._info_refused = True
-        return ""
+        return "", None
 
     def describe(self) -> Iterator[Metric]:
         return (spec.family() for spec in (*self._specs, *m.WHERE, *m.FROM_CONFIG, *m.EXPORTER_HEALTH))
@@ -87,13 +102,18 @@ class WatchCollector(Collector):
         families.add(m.EXPORTER_SCRAPE_DURATION, time.monotonic() - started)
         return iter(families)
 
-    def _add_reading(self, families: Families, now: float, classes: Mapping[str, ClassReading]) -> None:
-        supplies, topk = self.source.supplies, self.config.exporter.topk_tenants
+    def _add_reading(self, families: Families, now: float, classes: Mapping[str, ClassReading],
+                     memory: MemoryInfo | None) -> None:
+        supplies, exporter = self.source.supplies, self.config.exporter
+        topk, sampled_tenants = exporter.topk_tenants, _watch(self.config).tenant is not None
+
+        def age(at: float | None) -> float:
+            return max(0.0, now - at) if at is not None else 0.0
+
         for name, r in classes.items():
             families.add(m.QUEUE_DEPTH, r.depth, queue=name)
             if m.QUEUE_OLDEST_AGE.name in supplies:
-                age = max(0.0, now - r.oldest_enqueued) if r.oldest_enqueued is not None else 0.0
-                families.add(m.QUEUE_OLDEST_AGE, age, queue=name)
+                families.add(m.QUEUE_OLDEST_AGE, age(r.oldest_enqueued), queue=name)
             if m.QUEUE_INFLIGHT.name in supplies and r.inflight is not None:
                 families.add(m.QUEUE_INFLIGHT, r.inflight, queue=name)
             if m.JOBS_PROCESSED.name in supplies and r.processed is not None:
@@ -102,4 +122,24 @@ class WatchCollector(Collector):
                 sampled = sum(n for _, n in r.tenants)
                 for tenant, n in r.tenants[:topk]:
                     families.add(m.QUEUE_TENANT_SHARE, n / sampled, queue=name, tenant=tenant)
+            if m.QUEUE_PAUSED.name in supplies and r.paused is not None:
+                families.add(m.QUEUE_PAUSED, 1 if r.paused else 0, queue=name)
+            if m.JOBS_DEAD_LETTERED.name in supplies and r.dead_lettered is not None:
+                families.add(m.JOBS_DEAD_LETTERED, r.dead_lettered, queue=name)
+            if m.JOBS_WAIT.name in supplies and r.waits is not None:
+                families.add_histogram(m.JOBS_WAIT, r.waits.counts, r.waits.total, queue=name)
+            if sampled_tenants:  # the tenant sample's figures: none without a tenant path
+                figures = tenant_figures(r.sample, r.depth, exporter.noisy_min_queued)
+                if m.QUEUE_ACTIVE_TENANTS.name in supplies:
+                    families.add(m.QUEUE_ACTIVE_TENANTS, figures.active, queue=name)
+                if m.QUEUE_QUIET_OLDEST_AGE.name in supplies:
+                    families.add(m.QUEUE_QUIET_OLDEST_AGE, age(figures.quiet_oldest), queue=name)
+                if m.TENANT_OLDEST_AGE.name in supplies:
+                    for tenant, at in figures.oldest[:topk]:
+                        families.add(m.TENANT_OLDEST_AGE, age(at), queue=name, tenant=tenant)
+        dead_letters = getattr(classes, "dead_letters", None)
+        if m.DEAD_LETTERS.name in supplies and dead_letters is not None:
+            families.add(m.DEAD_LETTERS, dead_letters)
+        if memory is not None and m.REDIS_MEMORY_USED.name in supplies:
+            FairnessCollector._add_memory(families, memory)  # as for fairctl's own queues
 

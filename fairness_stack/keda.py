@@ -39,6 +39,7 @@ from alerts.config import alert_settings
 from alerts.promql import number, quote
 from alerts.supplied import paused_served
 from exporter import metrics as m
+from exporter.sources import watched
 from fairness_core.config import Config, ConfigError
 
 from .kubernetes_config import kubernetes_settings
@@ -74,10 +75,12 @@ def _matchers(config: Config, classes: Sequence[str]) -> str:
 
 
 def age_series(config: Config) -> str:
-    """The recorded age the age trigger reads: the quiet tenants' where the exporter serves it
-    (fairctl's own queues), else the class's oldest (a watched system)."""
+    """The recorded age the age trigger reads: the quiet tenants' for fairctl's own queues, else
+    the class's oldest. A watched system takes each queue's jobs first in, first out, so a flood's
+    backlog is what every tenant behind it waits for (docs/deployment.md), whatever its exporter
+    serves of the quiet tenants."""
     served = {x.name for x in rec.recording_rules(config)}
-    return rec.QUIET_AGE if rec.QUIET_AGE in served else rec.OLDEST_AGE
+    return rec.QUIET_AGE if rec.QUIET_AGE in served and watched(config) is None else rec.OLDEST_AGE
 
 
 def _unless_paused(config: Config, expr: str) -> str:

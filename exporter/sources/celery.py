@@ -5,13 +5,17 @@ is the next and oldest message. Each element is a JSON message whose base64 body
 ``[args, kwargs, embed]``.
 
 Age: a Celery message carries no enqueue time, so the reader remembers, per list, the head
-message's id and the ``now`` of the first read that saw it at the head; ``oldest_enqueued`` is the
-earliest such time among the class's non-empty lists. That is when the head became the next message
-to be served, never before its enqueue, so the age is a lower bound. It is the true age to within one
-scrape interval only for a message sent to an empty list while watched. A message that queued behind
-others counts from when they were all taken, and the head of a list already long at the exporter's
-first scrape counts from that scrape. So a long queue that keeps moving shows a small age, and one
-that stops moving shows a growing age: the starvation the metric is there to catch.
+message's id and the ``now`` of the first read that saw it at the head, and (with a tenant path)
+the ``now`` of the first read that found each sampled message among the list's next ones; a list's
+oldest is the earliest of those, and ``oldest_enqueued`` the earliest among the class's non-empty
+lists. No message was enqueued after it was first seen, and none ahead of it after it was, so the
+age is a lower bound. It is the true age to within one scrape interval only for a message sent to
+a list while watched with no more than the sample ahead of it. A message that queued behind others
+counts from when it came within the sample of the head (or reached it), and the head of a list
+already long at the exporter's first scrape counts from that scrape. So a long queue that keeps
+moving shows a small age, and one that stops moving shows a growing age: the starvation the metric
+is there to catch. The tenants' oldest jobs and the quiet tenants' (``tenant_figures``) are timed
+the same way, from when each sampled message was first seen.
 
 In-flight is not served. kombu's ``unacked`` hash holds messages delivered and not yet acked. Under
 Celery's default early ack a task leaves it when it starts, so it holds the prefetched messages not
@@ -38,7 +42,7 @@ import redis
 
 from exporter import metrics as m
 
-from .base import ClassReading, tenant_of, top_tenants
+from .base import ClassReading, Readings, tenant_of, top_tenants
 from .watching import QueueRef, WatchConfig
 
 PRIORITY_STEPS = (0, 3, 6, 9)  # kombu.transport.redis.PRIORITY_STEPS
@@ -62,7 +66,9 @@ class CelerySource:
     has_priorities: ClassVar[bool] = True
     tenant_roots: ClassVar[tuple[str, ...]] = ("args", "kwargs")
     supplies: ClassVar[frozenset[str]] = frozenset({
-        m.QUEUE_DEPTH.name, m.QUEUE_OLDEST_AGE.name, m.QUEUE_TENANT_SHARE.name})
+        m.QUEUE_DEPTH.name, m.QUEUE_OLDEST_AGE.name, m.QUEUE_TENANT_SHARE.name, m.QUEUE_ACTIVE_TENANTS.name,
+        m.QUEUE_QUIET_OLDEST_AGE.name, m.TENANT_OLDEST_AGE.name,
+        *(spec.name for spec in m.REDIS_MEMORY)})  # Redis's memory: the collector's INFO
 
     def __init__(self, watch: WatchConfig) -> None:
         self.watch = watch
@@ -74,8 +80,10 @@ class CelerySource:
             for name, refs in watch.classes.items()}
         self.keys = tuple(dict.fromkeys(key for lists in self.lists.values() for _, key in lists))
         self._heads: dict[str, tuple[str | int | None, float]] = {}  # list -> (head id, first seen at the head)
+        # list -> {message id: first seen among the sampled}, for the messages of the last sample
+        self._sampled: dict[str, dict[str | int | None, float]] = {}
 
-    def read(self, client: redis.Redis, now: float) -> Mapping[str, ClassReading]:
+    def read(self, client: redis.Redis, now: float) -> Readings:
         pipe = client.pipeline(transaction=False)
         for key in self.keys:
             pipe.llen(key)
@@ -85,16 +93,19 @@ class CelerySource:
         for i, key in enumerate(self.keys):
             self._see_head(key, lengths[key], replies[2 * i + 1], now)
 
-        tenants = self._sample(client, lengths, self.watch.tenant) if self.watch.tenant is not None else {}
-        out = {}
+        sampled = self._sample(client, lengths, self.watch.tenant, now) if self.watch.tenant is not None else {}
+        out = Readings()
         for name, lists in self.lists.items():
             seen = [self._heads[key][1] for _, key in lists if key in self._heads]
+            seen += [min(self._sampled[key].values()) for _, key in lists if lengths[key] and self._sampled.get(key)]
+            jobs = tuple(sampled.get(name, ()))
             out[name] = ClassReading(
                 depth=sum(lengths[key] for _, key in lists),
                 oldest_enqueued=min(seen) if seen else None,
                 inflight=None,
                 processed=None,
-                tenants=top_tenants(tenants.get(name, [])),
+                tenants=top_tenants([tenant for tenant, _ in jobs]),
+                sample=jobs,
             )
         return out
 
@@ -109,17 +120,24 @@ class CelerySource:
         if known is None or (ident is not None and ident != known[0]):
             self._heads[key] = (ident, now)
 
-    def _sample(self, client: redis.Redis, lengths: Mapping[str, int],
-                path: tuple[str, ...]) -> dict[str, list[str | None]]:
-        """The tenants at ``path`` of up to ``watch.sample`` messages per class, from the consume end."""
+    def _sample(self, client: redis.Redis, lengths: Mapping[str, int], path: tuple[str, ...],
+                now: float) -> dict[str, list[tuple[str | None, float]]]:
+        """The tenants at ``path`` of up to ``watch.sample`` messages per class, from the consume
+        end, each with when a read first found it there (remembered for the next read)."""
         wanted = [(name, key, n) for name, lists in self.lists.items()
                   for key, n in _apportion(lists, lengths, self.watch.sample).items() if n]
         pipe = client.pipeline(transaction=False)
         for _, key, n in wanted:
             pipe.lrange(key, -n, -1)
-        out: dict[str, list[str | None]] = {}
-        for (name, _, _), messages in zip(wanted, pipe.execute(), strict=True):
-            out.setdefault(name, []).extend(tenant_of(_arguments(raw), path) for raw in messages)
+        out: dict[str, list[tuple[str | None, float]]] = {}
+        seen: dict[str, dict[str | int | None, float]] = {}
+        for (name, key, _), messages in zip(wanted, pipe.execute(), strict=True):
+            known, now_known = self._sampled.get(key, {}), seen.setdefault(key, {})
+            for raw in reversed(messages):  # the next one first
+                ident = _identity(raw)
+                first = now_known[ident] = min(known.get(ident, now), now_known.get(ident, now))
+                out.setdefault(name, []).append((tenant_of(_arguments(raw), path), first))
+        self._sampled = seen
         return out
 
 
