@@ -1,9 +1,12 @@
 """The exporter watching BullMQ (https://bullmq.io): a real BullMQ worker (Node.js) serves one queue
 while another floods, and the exporter, reading BullMQ's own keys read-only, serves exact depths,
-oldest ages within a scrape interval of the jobs' own timestamps, the completions BullMQ recorded
-and the flooding tenant on top; a real Prometheus loading the generated rules fires QueueStarving for
-the starved class only. Classes taking some priority levels of one queue get their bands' exact
-depths and ages, and a read-only ACL user reads with as many commands at 1,001,000 jobs as at 1,000.
+oldest ages within a scrape interval of the jobs' own timestamps, the completions BullMQ recorded,
+the flooding tenant on top and Redis's memory; a real Prometheus loading the generated rules fires
+QueueStarving for the starved class only. A job that fails its last attempt is a dead letter and
+pages (JobsDeadLettered), the waits of the jobs started are BullMQ's own ``processedOn`` less
+``timestamp``, and ``queue.pause()`` pauses the classes that take the queue. Classes taking some
+priority levels of one queue get their bands' exact depths and ages, and a read-only ACL user reads
+with as many commands at 1,001,000 jobs queued and failed as at 1,000.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import pytest
 import redis
 import yaml
 
-from alerts.rules import QUEUE_STARVING
+from alerts.rules import JOBS_DEAD_LETTERED, QUEUE_STARVING
 from benchmarks.peers import NODE_PACKAGES
 from exporter import metrics as m
 from exporter.sources import QueueRef, watched
@@ -37,9 +40,15 @@ from .watch_support import (
     STORM_BULK,
     STORM_INTERACTIVE,
     alerting,
-    read_cost,
+    assert_memory_served,
+    assert_waits,
+    dead_lettered_config,
+    first_read,
+    pages,
     read_only_user,
     replay_storm,
+    scraped_by,
+    steady_cost,
     with_storm_rules,
 )
 
@@ -75,6 +84,7 @@ def watch_config(tmp_path: Path, url: str, classes: Mapping[str, tuple[QueueRef,
     data["classes"] = [{"name": URGENT, "weight": 70, "max_age": "30s", "starving_for": "1s"},
                        {"name": BULK, "weight": 30, "max_age": "2s", "starving_for": "1s"}]
     del data["classification"]  # BullMQ's callers choose the queue
+    dead_lettered_config(data)
     data["watch"] = {"system": "bullmq", "url": url, "tenant": "data.tenant", "prefix": "bull", "classes": {
         name: [q.queue if not q.priorities else {"queue": q.queue, "priorities": list(q.priorities)} for q in queues]
         for name, queues in classes.items()}}
@@ -88,8 +98,9 @@ def _env(node: Node) -> dict[str, str]:
 
 
 def add(node: Node, url: str, queue: str, jobs: int, *, every_ms: int = 0, tenants: tuple[str, ...] = ("flooder",),
-        priorities: tuple[int, ...] = (0,)) -> None:
-    """BullMQ's own Queue adds ``jobs`` jobs ``{tenant, n}``, tenants and priorities in turn. A
+        priorities: tuple[int, ...] = (0,), fail: bool = False) -> None:
+    """BullMQ's own Queue adds ``jobs`` jobs ``{tenant, n}``, tenants and priorities in turn (with
+    ``fail``, jobs the test worker throws on). A
     producer that exits in error is judged by BullMQ's job counter: every job added (it failed
     closing) is done, none added is tried once more, some added fails the test with its output
     (once, in a loaded full-suite run, it exited 1 with its output not kept)."""
@@ -101,7 +112,8 @@ def add(node: Node, url: str, queue: str, jobs: int, *, every_ms: int = 0, tenan
     for attempt in (1, 2):
         before = added()
         done = subprocess.run([node.binary, str(JOBS_SCRIPT), "add", url, queue, str(jobs), str(every_ms), ",".join(tenants),
-                               ",".join(map(str, priorities))], env=_env(node), capture_output=True, timeout=120,
+                               ",".join(map(str, priorities)), *(("fail",) if fail else ())], env=_env(node),
+                              capture_output=True, timeout=120,
                               check=False)
         output = f"{done.stdout.decode()[-1000:]}{done.stderr.decode()[-3000:]}"
         if done.returncode == 0 or added() - before == jobs:
@@ -135,16 +147,17 @@ def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_bullmq_does(
     client.flushdb()
     config = watch_config(tmp_path, redis_server.url, {URGENT: (QueueRef("interactive"),), BULK: (QueueRef("bulk"),)})
     add(node, redis_server.url, "bulk", 300)
-    with alerting(config, tmp_path) as (server, prometheus), \
-            bullmq_worker(node, redis_server.url, "interactive"):
-        add(node, redis_server.url, "interactive", 20, every_ms=100, tenants=TENANTS)
-        firing = f'ALERTS{{alertname="{QUEUE_STARVING}",alertstate="firing"}}'
-        wait_for(lambda: prometheus.query(firing) != [], 30, "QueueStarving firing")
-        wait_for(lambda: client.zcard("bull:interactive:completed") == 20, 30, "the interactive jobs completed")
-        seen = scrape(server.url)
-        # The job's true age when the scrape's answer ended, at or after the read it served.
-        truth_age = seen.answered - enqueued(client, "bulk", client.lindex("bull:bulk:wait", -1))
-        assert [labels["queue"] for labels, _ in prometheus.query(firing)] == [BULK], "the starved class only"
+    with alerting(config, tmp_path) as (server, prometheus):
+        first_read(server)
+        with bullmq_worker(node, redis_server.url, "interactive"):
+            add(node, redis_server.url, "interactive", 20, every_ms=100, tenants=TENANTS)
+            firing = f'ALERTS{{alertname="{QUEUE_STARVING}",alertstate="firing"}}'
+            wait_for(lambda: prometheus.query(firing) != [], 30, "QueueStarving firing")
+            wait_for(lambda: client.zcard("bull:interactive:completed") == 20, 30, "the interactive jobs completed")
+            seen = scrape(server.url)
+            # The job's true age when the scrape's answer ended, at or after the read it served.
+            truth_age = seen.answered - enqueued(client, "bulk", client.lindex("bull:bulk:wait", -1))
+            assert [labels["queue"] for labels, _ in prometheus.query(firing)] == [BULK], "the starved class only"
     truth_depth = client.llen("bull:bulk:wait") + client.zcard("bull:bulk:prioritized")
     assert seen.value(m.QUEUE_DEPTH.name, queue=BULK) == truth_depth == 300
     assert seen.value(m.QUEUE_DEPTH.name, queue=URGENT) == 0
@@ -154,7 +167,52 @@ def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_bullmq_does(
     assert seen.value(m.QUEUE_INFLIGHT.name, queue=URGENT) == seen.value(m.QUEUE_INFLIGHT.name, queue=BULK) == 0
     shares = seen.series(m.QUEUE_TENANT_SHARE.name)
     assert shares[((m.QUEUE, BULK), (m.TENANT, "flooder"))] == 1.0
-    assert m.QUEUE_PAUSED.name not in seen.names(), "what the reader does not tell is left out, not served as 0"
+    assert seen.value(m.QUEUE_ACTIVE_TENANTS.name, queue=BULK) == 1
+    assert seen.value(m.QUEUE_QUIET_OLDEST_AGE.name, queue=BULK) == 0, "the flooder is noisy: no quiet tenant waits"
+    assert seen.value(m.QUEUE_PAUSED.name, queue=BULK) == seen.value(m.QUEUE_PAUSED.name, queue=URGENT) == 0
+    assert seen.value(m.JOBS_WAIT.series("_count"), queue=URGENT) == 20
+    assert (seen.value(m.JOBS_DEAD_LETTERED.name, queue=URGENT), seen.value(m.DEAD_LETTERS.name)) == (0, 0)
+    assert_memory_served(seen, client)
+    assert m.JOBS_FAILED.name not in seen.names(), "what the reader does not tell is left out, not served as 0"
+
+
+def job_waits(client: redis.Redis, queue: str) -> list[float]:
+    """The waits of the queue's finished jobs as BullMQ's own records have them: from ``timestamp``
+    to ``processedOn`` (ms)."""
+    ids = [*client.zrange(f"bull:{queue}:completed", 0, -1), *client.zrange(f"bull:{queue}:failed", 0, -1)]
+    times = [client.hmget(f"bull:{queue}:{job_id.decode()}", "timestamp", "processedOn") for job_id in ids]
+    return [(int(processed) - int(added)) / 1000 for added, processed in times]
+
+
+def test_a_failed_job_pages_as_a_dead_letter_and_the_waits_are_bullmqs_own(
+        redis_server: RedisServer | GivenRedis, tmp_path: Path, node: Node) -> None:
+    """A real worker runs ten jobs and one that throws on its only attempt: BullMQ moves it to its
+    failed set, the exporter counts it dead-lettered for its class, and Prometheus fires
+    JobsDeadLettered for that class alone; the wait histogram holds each started job's wait, from
+    BullMQ's own timestamps. ``queue.pause()`` then pauses the class."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    config = watch_config(tmp_path, redis_server.url, {URGENT: (QueueRef("interactive"),), BULK: (QueueRef("bulk"),)})
+    with alerting(config, tmp_path) as (server, prometheus):
+        first_read(server)
+        scraped_by(prometheus, m.JOBS_DEAD_LETTERED.name)
+        with bullmq_worker(node, redis_server.url, "interactive"):
+            add(node, redis_server.url, "interactive", 10, every_ms=150, tenants=TENANTS)
+            add(node, redis_server.url, "interactive", 1, fail=True)
+            wait_for(lambda: (client.zcard("bull:interactive:completed"), client.zcard("bull:interactive:failed"))
+                     == (10, 1), 30, "BullMQ's worker running every job")
+            assert [labels["queue"] for labels in pages(prometheus, JOBS_DEAD_LETTERED)] == [URGENT]
+            seen = scrape(server.url)
+        assert seen.value(m.QUEUE_PAUSED.name, queue=URGENT) == 0
+        subprocess.run([node.binary, str(JOBS_SCRIPT), "pause", redis_server.url, "interactive"], env=_env(node),
+                       check=True, capture_output=True, timeout=60)
+        paused = scrape(server.url)
+    assert seen.value(m.JOBS_DEAD_LETTERED.name, queue=URGENT) == client.zcard("bull:interactive:failed") == 1
+    assert seen.value(m.JOBS_DEAD_LETTERED.name, queue=BULK) == 0
+    assert seen.value(m.DEAD_LETTERS.name) == 1
+    assert seen.value(m.JOBS_PROCESSED.name, queue=URGENT) == 10
+    assert_waits(seen, URGENT, job_waits(client, "interactive"), tolerance=1e-6)
+    assert (paused.value(m.QUEUE_PAUSED.name, queue=URGENT), paused.value(m.QUEUE_PAUSED.name, queue=BULK)) == (1, 0)
 
 
 def test_classes_taking_priority_levels_of_one_queue_get_their_bands(
@@ -199,19 +257,33 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
     source = BullmqSource(watched(config))  # type: ignore[arg-type]
     add(node, redis_server.url, "bulk", 1_000)  # real jobs where workers take next: the head and sample read them
     first = enqueued(admin, "bulk", admin.lindex("bull:bulk:wait", -1))
-    commands_per_read = read_cost(source, watcher, admin)
+    with bullmq_worker(node, redis_server.url, "interactive"):  # real records in the completed and failed sets
+        add(node, redis_server.url, "interactive", 12, tenants=TENANTS)
+        add(node, redis_server.url, "interactive", 6, fail=True)
+        wait_for(lambda: (admin.zcard("bull:interactive:completed"), admin.zcard("bull:interactive:failed")) == (12, 6),
+                 30, "BullMQ's worker running every job")
+    failed = admin.zrange("bull:interactive:failed", -1, -1, withscores=True)[0][1]
+    admin.zadd("bull:bulk:failed", {f"padding-{n}": failed - 1 - n for n in range(1_000)})
+    few = steady_cost(source, watcher, admin)
 
     pad = [f"padding-{n}" for n in range(10_000)]
-    few = commands_per_read()
     pipe = admin.pipeline(transaction=False)
-    for _ in range(100):  # 1,001,000 ids waiting, the padding at the newest end (BullMQ LPUSHes)
+    for chunk in range(100):  # 1,001,000 ids waiting, the padding at the newest end (BullMQ LPUSHes), and as many failed
         pipe.lpush("bull:bulk:wait", *pad)
+        pipe.zadd("bull:bulk:failed", {f"old-{chunk}-{n}": failed - 10_000 - chunk * 10_000 - n for n in range(10_000)})
     pipe.execute()
-    assert admin.llen("bull:bulk:wait") == 1_001_000
-    many = commands_per_read()
-    assert few == many, (few, many)
-    reading = source.read(watcher, time.time())[BULK]
+    assert admin.llen("bull:bulk:wait") == 1_001_000 and admin.zcard("bull:bulk:failed") == 1_001_000
+    try:
+        many = steady_cost(source, watcher, admin)
+        readings = source.read(watcher, time.time())
+    finally:
+        admin.flushdb()  # a million jobs' memory back to the shared server
+    # two a list or band (each class: wait, paused, prioritized), six a queue, an HMGET a head and sampled job
+    assert few == many == 2 * 3 * 2 + 6 * 2 + 100, (few, many)
+    reading = readings[BULK]
     assert (reading.depth, reading.oldest_enqueued, reading.tenants) == (1_001_000, first, (("flooder", 100),))
+    assert readings.dead_letters == 1_001_000 + 6
+    assert (readings[URGENT].processed, readings[URGENT].dead_lettered) == (0, 0), "all there before its first read"
 
 
 

@@ -25,6 +25,7 @@ import yaml
 from alerts.rules import QUEUE_STARVING
 from exporter import metrics as m
 from exporter.sources import QueueRef, WatchConfig, watched
+from exporter.sources.base import tenant_figures
 from exporter.sources.celery import CelerySource, list_keys
 from fairness_core import Config, load_config, redis_client
 from fairness_stack.servers import RedisServer
@@ -33,7 +34,7 @@ from .conftest import EXAMPLE_CONFIG, ROOT, GivenRedis
 from .exporter_support import scrape
 from .support import wait_for
 from .watch_celery_app import BROKER_VARIABLE, app, work
-from .watch_support import STORM_BULK, STORM_INTERACTIVE, alerting, replay_storm, with_storm_rules
+from .watch_support import STORM_BULK, STORM_INTERACTIVE, alerting, assert_memory_served, replay_storm, with_storm_rules
 
 INTERVAL = 0.5  # seconds between the storm test's reads, standing in for the scrape interval
 TICK = 0.1  # seconds between its steps: a read every INTERVAL, sends at the steps between
@@ -90,8 +91,11 @@ def send(tenant: str, queue: str, ms: float = 5, **options: Any) -> None:
 
 def test_serves_no_inflight_and_no_completions() -> None:
     """kombu's ``unacked`` is not in-flight under default acks and the broker keeps no
-    completions (see the module docstring): those metrics are left out, not served as zero."""
-    assert CelerySource.supplies == {m.QUEUE_DEPTH.name, m.QUEUE_OLDEST_AGE.name, m.QUEUE_TENANT_SHARE.name}
+    completions, failures or start times (see the module docstring): those metrics are left out,
+    not served as zero. What the lists, the tenant sample and INFO tell is served."""
+    assert CelerySource.supplies == {
+        m.QUEUE_DEPTH.name, m.QUEUE_OLDEST_AGE.name, m.QUEUE_TENANT_SHARE.name, m.QUEUE_ACTIVE_TENANTS.name,
+        m.QUEUE_QUIET_OLDEST_AGE.name, m.TENANT_OLDEST_AGE.name, *(spec.name for spec in m.REDIS_MEMORY)}
 
 
 def test_a_flooding_tenant_shows_in_depth_age_and_tenants(
@@ -229,28 +233,37 @@ def commands_of(client: redis.Redis) -> dict[str, int]:
     return {name: stats["calls"] for name, stats in client.info("commandstats").items()}
 
 
-def test_a_read_costs_the_same_at_1000_and_100000_queued(client: redis.Redis, celery_app: celery.Celery) -> None:
+def test_a_read_costs_the_same_at_1000_and_1000000_queued(client: redis.Redis, celery_app: celery.Celery) -> None:
     """The commands a read issues depend on the configured lists and the sample, not on how many
-    messages wait: the same count with 1,000 and with 100,000 Celery messages queued."""
+    messages wait: the same count with 1,000 and with 1,000,000 queued (Celery messages at the
+    consume end, where the sample reads; the rest, newer, cheap stand-ins)."""
     template = captured_message(client)
     source = CelerySource(WatchConfig(
         "celery", {"bulk": (QueueRef("bulk"),), "quiet": (QueueRef("quiet", (9,)),)}, tenant=TENANT, sample=100))
+    fill(client, "bulk", template, 1_000)
     counts = []
-    for queued in (1_000, 100_000):
-        fill(client, "bulk", template, queued - client.llen("bulk"))
-        before = commands_of(client)
-        reading = source.read(client, time.time())
-        after = commands_of(client)
-        counts.append(sum(calls - before.get(name, 0) for name, calls in after.items() if name != "cmdstat_info"))
-        assert reading["bulk"].depth == queued
-        assert sum(n for _, n in reading["bulk"].tenants) == 100
+    try:
+        for queued in (1_000, 1_000_000):
+            pipe = client.pipeline(transaction=False)
+            for first in range(client.llen("bulk"), queued, 10_000):
+                pipe.lpush("bulk", *(f"newer-{n}" for n in range(first, min(first + 10_000, queued))))
+            pipe.execute()
+            before = commands_of(client)
+            reading = source.read(client, time.time())
+            after = commands_of(client)
+            counts.append(sum(calls - before.get(name, 0) for name, calls in after.items() if name != "cmdstat_info"))
+            assert reading["bulk"].depth == queued
+            assert sum(n for _, n in reading["bulk"].tenants) == 100
+    finally:
+        client.delete("bulk")
     # LLEN and LINDEX for each of bulk's 4 lists and quiet's 1, then one LRANGE for bulk's one non-empty list.
     assert counts == [11, 11]
 
 
 def test_odd_messages_count_and_never_raise(client: redis.Redis) -> None:
     """Elements that are not Celery JSON messages count in depth and carry no tenant; the age
-    follows the head by its identity and is forgotten when the list empties."""
+    follows the messages by their identity, from when a read first found each among the sampled,
+    and is forgotten when the list empties."""
     odd = [b"not json", b"[1, 2]", b"{}", json.dumps({"headers": 7, "body": "!!!"}).encode(),
            json.dumps({"content-type": "application/x-python-serialize", "body": "gAN9cQAu",
                        "headers": {"id": "pickled"}, "properties": {"body_encoding": "base64"}}).encode(),
@@ -262,11 +275,32 @@ def test_odd_messages_count_and_never_raise(client: redis.Redis) -> None:
     assert (first.depth, first.oldest_enqueued, first.tenants) == (6, 1000.0, ())
     assert source.read(client, 1010.0)["odd"].oldest_enqueued == 1000.0  # the same head
     client.rpop("odd")
-    assert source.read(client, 1020.0)["odd"].oldest_enqueued == 1020.0  # a new head
+    assert source.read(client, 1020.0)["odd"].oldest_enqueued == 1000.0  # a new head, sampled since 1000
+    client.delete("odd")
+    client.lpush("odd", b"not json")
+    assert source.read(client, 1025.0)["odd"].oldest_enqueued == 1025.0  # a message never sampled: new
     client.delete("odd")
     assert source.read(client, 1030.0)["odd"].oldest_enqueued is None
     client.lpush("odd", b"not json")
     assert source.read(client, 1040.0)["odd"].oldest_enqueued == 1040.0
+
+
+def test_the_quiet_tenants_age_counts_from_when_their_message_was_first_sampled(client: redis.Redis,
+                                                                                 celery_app: celery.Celery) -> None:
+    """A quiet tenant's task behind a flood's head, within the sample: its age counts from the read
+    that first found it there, while the flooder (noisy) is left out of the quiet tenants' oldest."""
+    send("flooder", "bulk")
+    send("carol", "bulk")
+    for _ in range(150):
+        send("flooder", "bulk")
+    source = CelerySource(WatchConfig("celery", {"bulk": (QueueRef("bulk"),)}, tenant=TENANT, sample=100))
+    source.read(client, 1000.0)
+    client.rpop("bulk")  # the flooder's head taken: carol's task is next
+    reading = source.read(client, 1100.0)["bulk"]
+    figures = tenant_figures(reading.sample, reading.depth, noisy_min_queued=100)
+    assert (figures.active, figures.quiet_oldest) == (2, 1000.0)
+    assert dict(figures.oldest) == {"carol": 1000.0, "flooder": 1000.0}
+    assert reading.oldest_enqueued == 1000.0
 
 
 def test_prometheus_fires_queue_starving_for_the_flooded_class_only(
@@ -290,7 +324,11 @@ def test_prometheus_fires_queue_starving_for_the_flooded_class_only(
     assert seen.value(m.QUEUE_DEPTH.name, queue="celery:bulk") == true_depth(client, "bulk") == 200
     assert seen.value(m.QUEUE_DEPTH.name, queue="celery:interactive") == 0
     assert seen.value(m.QUEUE_TENANT_SHARE.name, queue="celery:bulk", tenant="flooder") == 1.0
+    assert seen.value(m.QUEUE_ACTIVE_TENANTS.name, queue="celery:bulk") == 1
+    assert seen.value(m.QUEUE_QUIET_OLDEST_AGE.name, queue="celery:bulk") == 0, "the flooder is noisy"
+    assert_memory_served(seen, client)
     assert m.QUEUE_INFLIGHT.name not in seen.names() and m.JOBS_PROCESSED.name not in seen.names()
+    assert m.JOBS_DEAD_LETTERED.name not in seen.names() and m.JOBS_WAIT.series("_count") not in seen.names()
 
 
 def _watch_yaml(tmp_path: Path, url: str) -> Config:

@@ -1,8 +1,11 @@
 """The exporter watching Sidekiq (https://sidekiq.org): a real ``sidekiq`` process serves weighted
 queues while another floods, jobs queued by Sidekiq's own client, and the exporter, reading
 Sidekiq's own keys read-only, serves exact depths, oldest ages within a scrape interval of the
-jobs' own ``enqueued_at``, the busy jobs Sidekiq's heartbeat records and the flooding tenant on
-top; a real Prometheus loading the generated rules fires QueueStarving for the starved class only.
+jobs' own ``enqueued_at``, the busy jobs Sidekiq's heartbeat records, the flooding tenant on top
+and Redis's memory; a real Prometheus loading the generated rules fires QueueStarving for the
+starved class only. A job that dies is a dead letter of its queue's class and pages
+(JobsDeadLettered), and the waits of the jobs seen running are their own start less ``enqueued_at``
+to within the second Sidekiq's ``run_at`` keeps.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import pytest
 import redis
 import yaml
 
-from alerts.rules import QUEUE_STARVING
+from alerts.rules import JOBS_DEAD_LETTERED, QUEUE_STARVING
 from exporter import metrics as m
 from exporter.sources import QueueRef, WatchConfig, watched
 from exporter.sources.sidekiq import SidekiqSource
@@ -34,9 +37,15 @@ from .watch_support import (
     STORM_BULK,
     STORM_INTERACTIVE,
     alerting,
-    read_cost,
+    assert_memory_served,
+    assert_waits,
+    dead_lettered_config,
+    first_read,
+    pages,
     read_only_user,
     replay_storm,
+    scraped_by,
+    steady_cost,
     with_storm_rules,
 )
 
@@ -44,6 +53,7 @@ URGENT, BULK = "sidekiq:interactive", "sidekiq:bulk"
 JOBS = Path(__file__).resolve().parent / "watch_sidekiq"
 SIDEKIQ_HINT = "install it with: apt-get install -y --no-install-recommends ruby-sidekiq"
 SLOW = 6  # seconds a slow job runs: longer than Sidekiq 6.4's 5 s heartbeat, so one records it busy
+SURELY_SEEN = SLOW + 2  # seconds a job runs that a heartbeat must see busy, even one a loaded machine delays
 
 
 def watch_config(tmp_path: Path, url: str) -> Config:
@@ -53,6 +63,7 @@ def watch_config(tmp_path: Path, url: str) -> Config:
     data["classes"] = [{"name": URGENT, "weight": 70, "max_age": "30s", "starving_for": "1s"},
                        {"name": BULK, "weight": 30, "max_age": "2s", "starving_for": "1s"}]
     data["classification"] = [{"class": URGENT, "reason": "default"}]
+    dead_lettered_config(data)
     path = tmp_path / "watch.yaml"
     path.write_text(yaml.safe_dump(data))
     watch = WatchConfig(system="sidekiq", url=url, tenant=("args", "0"),
@@ -61,7 +72,8 @@ def watch_config(tmp_path: Path, url: str) -> Config:
 
 
 def produce(url: str, *batches: dict[str, Any]) -> None:
-    """Queues ``batches`` ({"queue", "class", "args": [[...], ...]}) with Sidekiq::Client.push_bulk."""
+    """Queues ``batches`` ({"queue", "class", "args": [[...], ...]}, and "retry" where given) with
+    Sidekiq::Client.push_bulk."""
     subprocess.run([find_binary("ruby", SIDEKIQ_HINT), str(JOBS / "produce.rb")], input=json.dumps(batches).encode(),
                    env={**os.environ, "REDIS_URL": url}, check=True, capture_output=True, timeout=60)
 
@@ -97,6 +109,7 @@ def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_sidekiq_does(
     produce(redis_server.url, {"queue": "bulk", "class": "Work", "args": [["flooder", n] for n in range(300)]})
     with alerting(config, tmp_path) as (server, prometheus), \
             sidekiq(redis_server.url, tmp_path / "sidekiq.log", "interactive,3", "other,1"):
+        first_read(server)
         produce(redis_server.url,
                 {"queue": "other", "class": "Work", "args": [[f"slow-{n}", n, SLOW] for n in range(2)]},
                 {"queue": "interactive", "class": "Work", "args": [[f"tenant-{n % 4}", n] for n in range(20)]})
@@ -119,6 +132,46 @@ def test_a_flood_starves_its_class_and_the_exporter_sees_it_as_sidekiq_does(
     assert shares[((m.QUEUE, BULK), (m.TENANT, "flooder"))] == 1.0
     assert m.JOBS_PROCESSED.name not in seen.names(), "Sidekiq counts completions globally only: left out, not 0"
     assert m.QUEUE_PAUSED.name not in seen.names()
+    assert seen.value(m.QUEUE_ACTIVE_TENANTS.name, queue=BULK) == 1
+    assert seen.value(m.QUEUE_QUIET_OLDEST_AGE.name, queue=BULK) == 0, "the flooder is noisy: no quiet tenant waits"
+    assert seen.value(m.JOBS_WAIT.series("_count"), queue=URGENT) >= 2, "the two slow jobs, seen busy"
+    assert (seen.value(m.JOBS_DEAD_LETTERED.name, queue=URGENT), seen.value(m.DEAD_LETTERS.name)) == (0, 0)
+    assert_memory_served(seen, client)
+
+
+def test_a_job_that_dies_pages_as_a_dead_letter_and_the_waits_are_sidekiqs_own(
+        redis_server: RedisServer | GivenRedis, tmp_path: Path) -> None:
+    """Five slow jobs and one that dies, queued before Sidekiq (3 threads) starts, so they wait
+    for it and for each other: Sidekiq sends the dying one (``retry: 0``) to its dead set, the
+    exporter counts it dead-lettered for its queue's class, and Prometheus fires JobsDeadLettered
+    for that class alone. Each job runs longer than a heartbeat, so each is seen busy once: the
+    wait histogram holds each one's wait, its own start less its ``enqueued_at``, to within the
+    second of Sidekiq's ``run_at``."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    config = watch_config(tmp_path, redis_server.url)
+    with alerting(config, tmp_path) as (server, prometheus):
+        first_read(server)
+        scraped_by(prometheus, m.JOBS_DEAD_LETTERED.name)
+        produce(redis_server.url,
+                {"queue": "other", "class": "Work", "args": [[f"slow-{n}", n, SURELY_SEEN] for n in range(5)]},
+                {"queue": "interactive", "class": "Doomed", "args": [["tenant-9", 0, SURELY_SEEN]], "retry": 0})
+        queued = [json.loads(raw) for queue in ("queue:other", "queue:interactive") for raw in client.lrange(queue, 0, -1)]
+        with sidekiq(redis_server.url, tmp_path / "sidekiq.log", "interactive,3", "other,1"):
+            wait_for(lambda: client.zcard("dead") == 1, 90, "Sidekiq sending the dying job to its dead set")
+            assert [labels["queue"] for labels in pages(prometheus, JOBS_DEAD_LETTERED)] == [URGENT]
+            wait_for(lambda: client.hlen("test:started") == 6 and busy(client) == 0, 60, "every job run")
+            time.sleep(2)  # busy 0: a heartbeat after the last job, which the heartbeat before showed busy
+            seen = scrape(server.url)
+    dead = json.loads(client.zrange("dead", 0, -1)[0])
+    assert (dead["class"], dead["queue"]) == ("Doomed", "interactive")
+    assert seen.value(m.JOBS_DEAD_LETTERED.name, queue=URGENT) == 1
+    assert seen.value(m.JOBS_DEAD_LETTERED.name, queue=BULK) == 0
+    assert seen.value(m.DEAD_LETTERS.name) == 1
+    started = {jid.decode(): float(at) for jid, at in client.hgetall("test:started").items()}
+    truth = [started[job["jid"]] - job["enqueued_at"] for job in queued]
+    assert sum(1 for wait in truth if wait > SURELY_SEEN - 1) == 3, truth  # half of them waited for one of the 3 threads
+    assert_waits(seen, URGENT, truth, tolerance=1.0)
 
 
 
@@ -154,29 +207,36 @@ def test_reads_run_as_a_read_only_user_with_commands_flat_in_the_jobs(
     admin.flushdb()
     watcher = read_only_user(admin, redis_server.url)
     source = SidekiqSource(watched(watch_config(tmp_path, redis_server.url)))  # type: ignore[arg-type]
-    produce(redis_server.url, {"queue": "bulk", "class": "Work", "args": [["flooder", n] for n in range(1_000)]})
-    commands_per_read = read_cost(source, watcher, admin)
+    produce(redis_server.url, {"queue": "bulk", "class": "Work", "args": [["flooder", n] for n in range(1_000)]},
+            {"queue": "interactive", "class": "Doomed", "args": [[f"tenant-{n}", n] for n in range(5)], "retry": 0})
 
     with sidekiq(redis_server.url, tmp_path / "sidekiq.log", "interactive") as process:
+        wait_for(lambda: admin.zcard("dead") == 5, 30, "Sidekiq sending the dying jobs to its dead set")
         # Killed, it stays registered until its heartbeat keys expire (60 s), as a crashed process
         # does: its keys are read, and no fetch or heartbeat of its own lands in the count.
         stop_process(process, kill=True)
     try:
-        few = commands_per_read()
+        few = steady_cost(source, watcher, admin)
         pad = json.dumps({"class": "Work", "args": ["padding", 0], "queue": "bulk", "jid": "0",
                           "enqueued_at": time.time()})
+        died = admin.zrange("dead", 0, 0, withscores=True)[0][1]
         pipe = admin.pipeline(transaction=False)
-        for _ in range(100):  # 1,001,000 jobs queued, the padding newer (left of) the real ones
+        for chunk in range(100):  # 1,001,000 jobs queued, the padding newer (left of) the real ones, and 1,000,000 older dead
             pipe.lpush("queue:bulk", *[pad] * 10_000)
+            pipe.zadd("dead", {json.dumps({"class": "Doomed", "queue": "bulk", "jid": f"{chunk}-{n}"}):
+                               died - 1 - chunk * 10_000 - n for n in range(10_000)})
         pipe.execute()
-        assert admin.llen("queue:bulk") == 1_001_000
-        many = commands_per_read()
-        reading = source.read(watcher, time.time())[BULK]
+        assert admin.llen("queue:bulk") == 1_001_000 and admin.zcard("dead") == 1_000_005
+        many = steady_cost(source, watcher, admin)
+        readings = source.read(watcher, time.time())
     finally:
         admin.flushdb()  # a million jobs' memory back to the shared server
-    assert few == many == 2 * 3 + 1 + 2, (few, many)  # 2 a queue, the process set, 2 a process
+    assert few == many == 2 * 3 + 1 + 2 + 2, (few, many)  # 2 a queue, the process set, 2 the dead set, 2 a process
+    reading = readings[BULK]
     assert reading.depth == 1_001_000
     assert reading.tenants == (("flooder", 100),), "the sample is the oldest jobs, at the right end"
+    assert readings.dead_letters == 1_000_005
+    assert readings[URGENT].dead_lettered == 0, "all dead before its first read"
 
 
 def test_a_class_takes_whole_sidekiq_queues(tmp_path: Path) -> None:
