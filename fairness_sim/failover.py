@@ -186,6 +186,7 @@ class KillPhase:
 @dataclass
 class OutagePhase:
     outage_s: float
+    in_flight_at_cut: int  # jobs leased when the connections were cut: their settles may be lost
     runs_during: int
     resumed_after_return_s: float | None  # the first run started after the sentinels returned
     producer: Errors
@@ -299,9 +300,13 @@ def _kill_phase(group: SentinelGroup, queue: Queue, producer: Producer, queued: 
     return phase, ended
 
 
-def _outage_phase(group: SentinelGroup, producer: Producer, since: float, outage_s: float, runs_path: Path,
-                  say: Callable[[str], None]) -> OutagePhase:
-    """Stop every sentinel for ``outage_s`` while the master lives, then start them again."""
+def _outage_phase(group: SentinelGroup, queue: Queue, producer: Producer, since: float, outage_s: float,
+                  runs_path: Path, say: Callable[[str], None]) -> OutagePhase:
+    """Stop every sentinel for ``outage_s`` while the master lives, then start them again. A
+    lease in flight when the connections are cut cannot be settled or renewed until the sentinels
+    return; one whose deadline (the drill's short visibility timeout) passes meanwhile is taken
+    back and runs again, counted, as after any outage longer than the visibility timeout."""
+    in_flight = _in_flight(queue)
     say(f"stopping the {len(group.sentinels)} sentinels for {outage_s:g}s and cutting every client's connection; "
         "the master lives")
     for sentinel in group.sentinels:
@@ -309,6 +314,7 @@ def _outage_phase(group: SentinelGroup, producer: Producer, since: float, outage
     stopped_at = time.time()
     master = group.master_port_of_servers()
     redis.Redis(port=master).client_kill_filter(_type="normal")
+    cut_at = time.time()
     time.sleep(outage_s)
     for sentinel in group.sentinels:
         sentinel.start()
@@ -320,10 +326,10 @@ def _outage_phase(group: SentinelGroup, producer: Producer, since: float, outage
     wait_until(_all_ran(accepted, runs_path, lambda t: False), 60, every=0.2)
     runs = read_runs(runs_path)
     return OutagePhase(
-        outage_s=outage_s,
+        outage_s=outage_s, in_flight_at_cut=in_flight,
         runs_during=sum(1 for rs in runs.values() for r in rs if stopped_at <= r.start < returned_at),
         resumed_after_return_s=_gap(_first_start_after(runs, returned_at), returned_at),
-        producer=errors_since(producer.errors, stopped_at), jobs=outcome(accepted, runs, stopped_at))
+        producer=errors_since(producer.errors, stopped_at), jobs=outcome(accepted, runs, cut_at))
 
 
 def run_failover_drill(directory: Path, *, jobs: int = 3000, outage_s: float = 20.0,
@@ -338,7 +344,7 @@ def run_failover_drill(directory: Path, *, jobs: int = 3000, outage_s: float = 2
         with running_worker(config_path, group.url, runs_path, log), \
                 producing(queue, PRODUCER_RATE) as producer:
             kill, ended = _kill_phase(group, queue, producer, queued, runs_path, say)
-            outage = _outage_phase(group, producer, ended, outage_s, runs_path, say)
+            outage = _outage_phase(group, queue, producer, ended, outage_s, runs_path, say)
         left = sum(v.depth + v.inflight + v.delayed for v in queue.snapshot().classes.values())
     said = sum(1 for line in log.read_text(encoding="utf-8").splitlines() if STATE_LOST_LINE in line)
     report = FailoverReport(kill, outage, left, said, [])
@@ -393,8 +399,8 @@ def render(report: FailoverReport) -> str:
         f"  producer errors: {errors(kill.producer)}",
         f"  jobs: {jobs(kill.jobs)}",
         f"sentinels stopped for {outage.outage_s:g}s, the master alive:",
-        f"  {outage.runs_during:,} jobs ran during the outage; the first after it {_s(outage.resumed_after_return_s)} "
-        "after the sentinels returned",
+        f"  {outage.in_flight_at_cut} job(s) leased at the cut; {outage.runs_during:,} jobs ran during the outage; "
+        f"the first after it {_s(outage.resumed_after_return_s)} after the sentinels returned",
         f"  producer errors: {errors(outage.producer)}",
         f"  jobs: {jobs(outage.jobs)}",
         f"jobs left in the queue: {report.queue_left}",

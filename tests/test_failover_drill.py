@@ -53,7 +53,8 @@ def test_the_failover_drill_loses_no_job_and_the_worker_never_stops(tmp_path: Pa
     worker runs jobs again within 30 s, every job accepted more than 2 s before the kill runs once
     (a lease in flight at the kill may run again, and is counted), and the producer's errors end
     by themselves. Then the sentinels stopped for 20 s and every connection cut: the worker
-    resumes once they are back, and nothing is lost."""
+    resumes once they are back, and nothing is lost (a lease in flight at the cut, past the drill's
+    10 s visibility timeout by the end, may run again, counted)."""
     out = tmp_path / "drill.json"
     done = subprocess.run([sys.executable, "-m", "fairctl", "drill", "--failover", "--dir", str(tmp_path / "run"),
                            "--json", str(out)], capture_output=True, text=True, timeout=600)
@@ -70,7 +71,9 @@ def test_the_failover_drill_loses_no_job_and_the_worker_never_stops(tmp_path: Pa
     assert kill["producer"]["count"] > 0 and kill["producer"]["last_s"] < kill["promoted_after_s"] + RESUME_WITHIN_S
     assert all("via sentinel 127.0.0.1:" in m for m in kill["producer"]["messages"])
     assert outage["outage_s"] == 20 and outage["resumed_after_return_s"] <= RESUME_WITHIN_S
-    assert outage["jobs"]["accepted"] > 0 and outage["jobs"]["ran_once"] == outage["jobs"]["accepted"]
+    assert outage["jobs"]["accepted"] > 0 and not outage["jobs"]["lost"]
+    assert not outage["jobs"]["runs_beyond_once_not_in_flight"]
+    assert len(outage["jobs"]["redelivered"]) <= outage["in_flight_at_cut"]
     assert outage["producer"]["count"] > 0 and outage["producer"]["last_s"] < outage["outage_s"] + RESUME_WITHIN_S
     assert report["queue_left"] == 0 and report["state_lost_said"] == 0 and report["violations"] == []
 
