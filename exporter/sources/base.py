@@ -170,6 +170,17 @@ class Tally:
             return None
         return _score(self._from), TOP, f"({self._latest!r}"
 
+    def ask(self, pipe: Any, key: str, window: Sequence[tuple[bytes, float]]) -> bool:
+        """:meth:`plan`, queueing its two ``ZCOUNT``s of ``key`` when the window does not tell the
+        count; True when it did, so the caller hands this tally their replies."""
+        bounds = self.plan(window)
+        if bounds is None:
+            return False
+        low, top, below_newest = bounds
+        pipe.zcount(key, low, top)
+        pipe.zcount(key, low, below_newest)
+        return True
+
     def counted(self, at_or_after: int, before_latest: int) -> None:
         """Takes the records at or after the cursor and those among them before the newest score."""
         if self.cursor is None:

@@ -162,16 +162,12 @@ class BullmqSource:
                     wanted[(part.queue, waiting[part][1][0])] = None
             wanted.update(dict.fromkeys(sampled[name]))
         pipe = client.pipeline(transaction=False)
-        counts: list[Tally] = []
-        for q in self.queues:
+        # Counted in Redis only when more jobs finished than the window holds.
+        counts: list[Tally] = [
+            tally for q in self.queues
             for kind, tally, window in (("completed", self._completed[q], by_queue[q][3]),
-                                        ("failed", self._failed[q], by_queue[q][4])):
-                bounds = tally.plan(window)
-                if bounds is not None:  # more jobs finished than the window holds
-                    low, top, below_newest = bounds
-                    pipe.zcount(f"{self.prefix}{q}:{kind}", low, top)
-                    pipe.zcount(f"{self.prefix}{q}:{kind}", low, below_newest)
-                    counts.append(tally)
+                                        ("failed", self._failed[q], by_queue[q][4]))
+            if tally.ask(pipe, f"{self.prefix}{q}:{kind}", window)]
         for q, job_id in wanted:
             pipe.hmget(f"{self.prefix}{q}:{job_id.decode()}", "timestamp", "data")
         started = self._starts.begin(now, ((q, job_id) for q in self.all_queues for job_id in (

@@ -98,16 +98,12 @@ class RqSource:
         by_queue = {q: replies[PER_QUEUE * i: PER_QUEUE * (i + 1)] for i, q in enumerate(self.every)}
 
         pipe = client.pipeline(transaction=False)
-        counts: list[Tally] = []
-        for q in self.every:
+        # Counted in Redis only when more records came than the window holds.
+        counts: list[Tally] = [
+            tally for q in self.every
             for registry, tally, window in (("finished", self._finished[q], by_queue[q][4]),
-                                            ("failed", self._failed[q], by_queue[q][5])):
-                bounds = tally.plan(window)
-                if bounds is not None:  # more records came than the window holds
-                    low, top, below_newest = bounds
-                    pipe.zcount(f"{self.prefix}{registry}:{q}", low, top)
-                    pipe.zcount(f"{self.prefix}{registry}:{q}", low, below_newest)
-                    counts.append(tally)
+                                            ("failed", self._failed[q], by_queue[q][5]))
+            if tally.ask(pipe, f"{self.prefix}{registry}:{q}", window)]
         wanted: list[tuple[str, bytes]] = []
         for q in self.every:
             for job_id in by_queue[q][1][: max(1, sample[q])]:
