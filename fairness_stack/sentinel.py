@@ -19,7 +19,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .servers import INSTALL_HINT, RedisServer, find_binary, free_port, stop_process, wait_until
+from .servers import INSTALL_HINT, RedisServer, find_binary, free_port, redis_answers, stop_process, wait_until
 
 SERVICE = "fairctl-master"
 SENTINELS = 3
@@ -60,14 +60,8 @@ class Sentinel:
         one knows the current master and replicas."""
         self.process = subprocess.Popen([self.binary, str(self.conf), "--sentinel"],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if not wait_until(self.answers, timeout):
+        if not wait_until(lambda: redis_answers(self.port), timeout):
             raise RuntimeError(f"the sentinel on port {self.port} did not answer within {timeout:.0f}s")
-
-    def answers(self) -> bool:
-        try:
-            return bool(_client(self.port).ping())
-        except redis.RedisError:
-            return False
 
     def stop(self) -> None:
         stop_process(self.process, kill=True)
