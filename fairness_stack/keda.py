@@ -10,10 +10,10 @@ queue's shards: one value per class), aggregated to the one number KEDA's scaler
   For fairctl's own queues the age is the *quiet tenants'* (``queue_quiet_oldest_message_age_seconds``:
   the oldest due job of a tenant that is neither flooding the class nor held by its own dispatch
   limit), so one flooding tenant, whose backlog weighted-fair queuing leaves that tenant to wait
-  for while the others are served, does not scale the fleet; a watched system (FIFO queues, which
-  fairctl cannot see into per tenant) only has the class's oldest age. The HPA's arithmetic for a
-  Value target is ``desired = ceil(current replicas x value / target)``: a fleet twice too slow
-  has jobs about twice as old, and doubles. ``AverageValue`` would be wrong here: it divides the
+  for while the others are served, does not scale the fleet; a watched system's trigger reads the
+  class's oldest age, as its FIFO queues make every tenant wait behind a flood (:func:`age_series`).
+  The HPA's arithmetic for a Value target is ``desired = ceil(current replicas x value / target)``:
+  a fleet twice too slow has jobs about twice as old, and doubles. ``AverageValue`` would be wrong here: it divides the
   value by the replica count, so ``desired = ceil(value / target)`` whatever the fleet is now (an
   SLO missed by half on 10 pods would ask for 2).
 - **depth**, ``metricType: AverageValue``: the due jobs of those classes, with the target per pod

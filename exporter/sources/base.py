@@ -129,12 +129,11 @@ class Tally:
     counted. The records counted from the window are exact, the same second's included (RQ scores
     whole seconds); only when more records than the window holds came since the last read does
     :meth:`plan` ask for two ``ZCOUNT``s, of the records at or after the cursor and of those before
-    the newest score read. It counts a
-    record once, whenever it was added, as long as records are added at or after the newest score
-    already there (the time they were finished at, on clocks that agree) and none is removed
-    before a read saw it; records scored before the cursor (a job kept for a shorter time than the
-    others, on RQ) are not counted, and removed ones (trimmed, requeued) leave the count where it
-    was. The count starts at 0: the records there at the first read are not counted."""
+    the newest score read. It counts a record once, whenever it was added, as long as records are
+    added at or after the newest score already there (the time they were finished at, on clocks
+    that agree) and none is removed before a read saw it; records scored before the cursor (a job
+    kept for a shorter time than the others, on RQ) are not counted, and removed ones (trimmed,
+    requeued) leave the count where it was. The count starts at 0: the records there at the first read are not counted."""
 
     def __init__(self, size: int = RECENT) -> None:
         self.size = size
